@@ -1,0 +1,1 @@
+"""Apache Beam connectors for Kinesis Data Streams (arrive with their own issues)."""

@@ -1,0 +1,1 @@
+"""Faust connectors for Kinesis Data Streams (arrive with their own issues)."""

@@ -1,0 +1,86 @@
+"""Partition keys, hash keys and the per-record limits of Kinesis.
+
+A record's hash key decides its shard: the MD5 of the UTF-8 partition key read as a big-endian
+128-bit integer, unless an explicit hash key (a decimal string) overrides it. Validation lives
+here too, so every entry point refuses bad input with the same messages.
+"""
+
+from __future__ import annotations
+
+from hashlib import md5
+
+from kinesis_core.errors import ValidationError
+
+MAX_HASH_KEY = 2**128 - 1
+MAX_RECORD_BYTES = 1024 * 1024
+"""Data plus partition key (UTF-8) of one record, the default stream limit."""
+MAX_PARTITION_KEY_CHARS = 256
+MAX_PUT_RECORDS_COUNT = 500
+MAX_PUT_RECORDS_BYTES = 5 * 1024 * 1024
+SHARD_RECORDS_PER_SECOND = 1000
+SHARD_BYTES_PER_SECOND = 1024 * 1024
+_MAX_EHK_DIGITS = len(str(MAX_HASH_KEY))
+
+
+def hash_key(partition_key: str) -> int:
+    """The 128-bit hash key Kinesis derives from a partition key."""
+    return int.from_bytes(md5(partition_key.encode("utf-8")).digest(), "big")  # noqa: S324
+
+
+def parse_explicit_hash_key(value: str | int, field: str = "explicit_hash_key") -> int:
+    """Parse and check an explicit hash key: a decimal integer in [0, 2**128 - 1]."""
+    if isinstance(value, bool):
+        raise ValidationError(field, f"must be a decimal string or int, got {type(value).__name__}")
+    if isinstance(value, int):
+        key = value
+    elif isinstance(value, str):
+        if not value or len(value) > _MAX_EHK_DIGITS or not value.isascii() or not value.isdigit():
+            raise ValidationError(
+                field,
+                f"must be a decimal integer string of 1 to {_MAX_EHK_DIGITS} digits, got {value!r:.60}",
+            )
+        key = int(value)
+    else:
+        raise ValidationError(field, f"must be a decimal string or int, got {type(value).__name__}")
+    if not 0 <= key <= MAX_HASH_KEY:
+        raise ValidationError(field, f"must lie in [0, 2**128 - 1], got {key}")
+    return key
+
+
+def validate_partition_key(partition_key: object, field: str = "partition_key") -> str:
+    """Check a partition key: a str of 1 to 256 Unicode characters."""
+    if not isinstance(partition_key, str):
+        raise ValidationError(field, f"must be str, got {type(partition_key).__name__}")
+    n = len(partition_key)
+    if n == 0:
+        raise ValidationError(field, "must not be empty (1 to 256 Unicode characters)")
+    if n > MAX_PARTITION_KEY_CHARS:
+        raise ValidationError(
+            field, f"has {n} characters, the limit is {MAX_PARTITION_KEY_CHARS}"
+        )
+    return partition_key
+
+
+def validate_record(
+    data: object,
+    partition_key: object,
+    explicit_hash_key: str | int | None = None,
+    max_record_bytes: int = MAX_RECORD_BYTES,
+) -> int:
+    """Check one user record and return its hash key.
+
+    Raises ValidationError naming the field and the limit. Data must be bytes-like; data plus
+    the UTF-8 partition key must fit ``max_record_bytes`` (1 MiB by default).
+    """
+    pk = validate_partition_key(partition_key)
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ValidationError("data", f"must be bytes, got {type(data).__name__}")
+    size = len(data) + len(pk.encode("utf-8"))
+    if size > max_record_bytes:
+        raise ValidationError(
+            "data",
+            f"data plus partition key is {size} bytes, the limit is {max_record_bytes} bytes",
+        )
+    if explicit_hash_key is not None:
+        return parse_explicit_hash_key(explicit_hash_key)
+    return hash_key(pk)

@@ -1,0 +1,1 @@
+"""The local Kinesis emulator: launcher, CLI and pytest fixtures."""

@@ -1,0 +1,22 @@
+# Sourced by the scripts in this folder: makes .venv with the project and its dev extras, and
+# puts the local emulator's npm package in the cache, reinstalling only when pyproject changes.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PY="${PYTHON:-python3}"
+VENV="$ROOT/.venv"
+STAMP="$VENV/.kinesis-connectors-stamp"
+want="$(sha256sum pyproject.toml | cut -c1-16)"
+if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
+    echo "==> installing the Python environment in .venv (first run takes about a minute)"
+    "$PY" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip 2>/dev/null
+    "$VENV/bin/python" -m pip install -q -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither" || true
+    "$VENV/bin/python" -c "import kinesis_core, apache_beam, faust, moto" \
+        || { echo "error: the Python environment did not install"; exit 1; }
+    echo "$want" > "$STAMP"
+fi
+export PATH="$VENV/bin:$PATH"
+# kinesis-mock (npm kinesis-local) goes into the user cache on first use; do it up front so a
+# missing node/npm shows here, with what to install, rather than in the middle of the tests.
+python -m kinesis_core.local install
