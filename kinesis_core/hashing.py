@@ -7,6 +7,7 @@ here too, so every entry point refuses bad input with the same messages.
 
 from __future__ import annotations
 
+import re
 from hashlib import md5
 
 from kinesis_core.errors import ValidationError
@@ -20,6 +21,7 @@ MAX_PUT_RECORDS_BYTES = 5 * 1024 * 1024
 SHARD_RECORDS_PER_SECOND = 1000
 SHARD_BYTES_PER_SECOND = 1024 * 1024
 _MAX_EHK_DIGITS = len(str(MAX_HASH_KEY))
+_EHK_PATTERN = re.compile(r"0|[1-9][0-9]{0,38}")
 
 
 def hash_key(partition_key: str) -> int:
@@ -34,10 +36,11 @@ def parse_explicit_hash_key(value: str | int, field: str = "explicit_hash_key") 
     if isinstance(value, int):
         key = value
     elif isinstance(value, str):
-        if not value or len(value) > _MAX_EHK_DIGITS or not value.isascii() or not value.isdigit():
+        if _EHK_PATTERN.fullmatch(value) is None:
             raise ValidationError(
                 field,
-                f"must be a decimal integer string of 1 to {_MAX_EHK_DIGITS} digits, got {value!r:.60}",
+                f"must be a decimal integer of 1 to {_MAX_EHK_DIGITS} digits with no sign and no"
+                f" leading zero (AWS pattern 0|([1-9]\\d{{0,38}})), got {value!r:.60}",
             )
         key = int(value)
     else:
@@ -75,7 +78,7 @@ def validate_record(
     pk = validate_partition_key(partition_key)
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ValidationError("data", f"must be bytes, got {type(data).__name__}")
-    size = len(data) + len(pk.encode("utf-8"))
+    size = (data.nbytes if isinstance(data, memoryview) else len(data)) + len(pk.encode("utf-8"))
     if size > max_record_bytes:
         raise ValidationError(
             "data",
