@@ -1,0 +1,687 @@
+"""kinesis_core.shard_map: ShardInfo, ShardTable, the sans-I/O ShardMap, paging, the driver."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kinesis_core.errors import KinesisConnectorError, ValidationError
+from kinesis_core.hashing import MAX_HASH_KEY
+from kinesis_core.shard_map import (
+    ShardInfo,
+    ShardMap,
+    ShardMapDriver,
+    ShardMapState,
+    ShardMapTimeoutError,
+    ShardTable,
+    list_all_shards,
+    uniform_shards,
+)
+
+HALF = 2**127
+
+
+def api_shard(
+    shard_id: str,
+    start: int,
+    end: int,
+    *,
+    parent: str | None = None,
+    adjacent: str | None = None,
+    ending_seq: int | None = None,
+) -> dict[str, Any]:
+    shard: dict[str, Any] = {
+        "ShardId": shard_id,
+        "HashKeyRange": {"StartingHashKey": str(start), "EndingHashKey": str(end)},
+        "SequenceNumberRange": {"StartingSequenceNumber": "49591110086254409023548762079802856464"},
+    }
+    if parent is not None:
+        shard["ParentShardId"] = parent
+    if adjacent is not None:
+        shard["AdjacentParentShardId"] = adjacent
+    if ending_seq is not None:
+        shard["SequenceNumberRange"]["EndingSequenceNumber"] = str(ending_seq)
+    return shard
+
+
+def shard(shard_id: str, start: int, end: int, *, closed: bool = False) -> ShardInfo:
+    return ShardInfo(shard_id, start, end, ending_sequence_number=1 if closed else None)
+
+
+TWO = [shard("s0", 0, HALF - 1), shard("s1", HALF, MAX_HASH_KEY)]
+# s0 split into s2 and s3.
+SPLIT = [shard("s2", 0, HALF // 2 - 1), shard("s3", HALF // 2, HALF - 1), TWO[1]]
+
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def throttled(code: str = "LimitExceededException") -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": "slow down"}}, "ListShards")
+
+
+# ShardInfo and ShardTable.
+
+
+def test_shard_info_from_api() -> None:
+    info = ShardInfo.from_api(api_shard("shardId-000000000002", HALF, MAX_HASH_KEY, parent="p"))
+    assert info == ShardInfo(
+        "shardId-000000000002",
+        HALF,
+        MAX_HASH_KEY,
+        parent_shard_id="p",
+        starting_sequence_number=49591110086254409023548762079802856464,
+    )
+    assert info.is_open
+    assert info.parents == ("p",)
+    assert info.hash_range == (HALF, MAX_HASH_KEY)
+
+
+def test_shard_info_from_api_closed_merged_shard() -> None:
+    info = ShardInfo.from_api(api_shard("c", 0, 9, parent="a", adjacent="b", ending_seq=7))
+    assert not info.is_open
+    assert info.ending_sequence_number == 7
+    assert info.parents == ("a", "b")
+    assert ShardInfo.from_api(api_shard("x", 0, 9)).parents == ()
+
+
+def test_shard_info_contains_is_inclusive() -> None:
+    info = shard("s", 10, 20)
+    assert [info.contains(h) for h in (9, 10, 15, 20, 21)] == [False, True, True, True, False]
+
+
+def test_shard_info_from_api_refuses_bad_ranges() -> None:
+    with pytest.raises(ValueError, match="starting hash key 9 > ending 3"):
+        ShardInfo.from_api(api_shard("x", 9, 3))
+    bad = api_shard("x", 0, 3)
+    bad["HashKeyRange"]["EndingHashKey"] = str(2**128)
+    with pytest.raises(ValidationError) as info:
+        ShardInfo.from_api(bad)
+    assert info.value.field == "HashKeyRange.EndingHashKey"
+
+
+def test_shard_table_keeps_open_shards_sorted_by_end() -> None:
+    closed = shard("old", 0, MAX_HASH_KEY, closed=True)
+    table = ShardTable([TWO[1], closed, TWO[0]])
+    assert table.shards == (TWO[0], TWO[1])
+    assert len(table) == 2
+    assert "s0" in table
+    assert "old" not in table
+    assert table.get("s1") == TWO[1]
+    assert table.get("old") is None
+    assert [table.index(h) for h in (0, HALF - 1, HALF, MAX_HASH_KEY)] == [0, 0, 1, 1]
+
+
+def test_shard_table_gap_and_tail_have_no_owner() -> None:
+    table = ShardTable([shard("a", 0, 9), shard("b", 20, 29)])
+    assert table.owner(5) == shard("a", 0, 9)
+    assert table.owner(15) is None
+    assert table.owner(30) is None
+    assert ShardTable([]).owner(0) is None
+
+
+def test_uniform_shards_match_create_stream() -> None:
+    three = uniform_shards(3)
+    assert [s.shard_id for s in three] == [f"shardId-00000000000{i}" for i in range(3)]
+    assert [(s.start_hash_key, s.end_hash_key) for s in three] == [
+        (0, 113427455640312821154458202477256070484),
+        (113427455640312821154458202477256070485, 226854911280625642308916404954512140969),
+        (226854911280625642308916404954512140970, MAX_HASH_KEY),
+    ]
+    assert uniform_shards(1) == [ShardInfo("shardId-000000000000", 0, MAX_HASH_KEY)]
+    with pytest.raises(ValueError, match=">= 1"):
+        uniform_shards(0)
+
+
+@settings(deadline=None)
+@given(st.integers(min_value=1, max_value=5000))
+def test_uniform_shards_are_contiguous(count: int) -> None:
+    shards = uniform_shards(count)
+    assert shards[0].start_hash_key == 0
+    assert shards[-1].end_hash_key == MAX_HASH_KEY
+    for a, b in itertools.pairwise(shards):
+        assert b.start_hash_key == a.end_hash_key + 1
+    sizes = {s.end_hash_key - s.start_hash_key for s in shards[:-1]}
+    assert len(sizes) <= 1
+
+
+# The sans-I/O state machine.
+
+CONFIGS = ["INVALID_IDLE", "INVALID_RETRY", "UPDATING", "READY"]
+EVENTS = ["start", "refresh_succeeded", "refresh_failed", "retry_due", "invalidate"]
+
+
+def map_in(config: str, clock: FakeClock | None = None) -> ShardMap:
+    m = ShardMap(clock=clock or FakeClock())
+    if config == "INVALID_IDLE":
+        return m
+    assert m.start()
+    if config == "INVALID_RETRY":
+        m.refresh_failed()
+    elif config == "READY":
+        m.refresh_succeeded(TWO)
+    return m
+
+
+def config_of(m: ShardMap) -> str:
+    if m.state is ShardMapState.INVALID:
+        return "INVALID_RETRY" if m.retry_pending else "INVALID_IDLE"
+    return m.state.name
+
+
+def fire(m: ShardMap, event: str) -> object:
+    if event == "start":
+        return m.start()
+    if event == "refresh_succeeded":
+        return m.refresh_succeeded(TWO)
+    if event == "refresh_failed":
+        return m.refresh_failed()
+    if event == "retry_due":
+        return m.retry_due()
+    return m.invalidate(
+        seen_at=m.updated_at + 1 if m.updated_at > 0 else 5000.0, predicted_shard_id="s0"
+    )
+
+
+# (config, event) -> (result, next config); "error" = RuntimeError, config unchanged.
+TRANSITIONS: dict[tuple[str, str], tuple[object, str]] = {
+    ("INVALID_IDLE", "start"): (True, "UPDATING"),
+    ("INVALID_IDLE", "refresh_succeeded"): ("error", "INVALID_IDLE"),
+    ("INVALID_IDLE", "refresh_failed"): ("error", "INVALID_IDLE"),
+    ("INVALID_IDLE", "retry_due"): ("error", "INVALID_IDLE"),
+    ("INVALID_IDLE", "invalidate"): (False, "INVALID_IDLE"),
+    ("INVALID_RETRY", "start"): (False, "INVALID_RETRY"),
+    ("INVALID_RETRY", "refresh_succeeded"): ("error", "INVALID_RETRY"),
+    ("INVALID_RETRY", "refresh_failed"): ("error", "INVALID_RETRY"),
+    ("INVALID_RETRY", "retry_due"): (None, "UPDATING"),
+    ("INVALID_RETRY", "invalidate"): (False, "INVALID_RETRY"),
+    ("UPDATING", "start"): (False, "UPDATING"),
+    ("UPDATING", "refresh_succeeded"): (None, "READY"),
+    ("UPDATING", "refresh_failed"): (1.0, "INVALID_RETRY"),
+    ("UPDATING", "retry_due"): ("error", "UPDATING"),
+    ("UPDATING", "invalidate"): (False, "UPDATING"),
+    ("READY", "start"): (False, "READY"),
+    ("READY", "refresh_succeeded"): ("error", "READY"),
+    ("READY", "refresh_failed"): ("error", "READY"),
+    ("READY", "retry_due"): ("error", "READY"),
+    ("READY", "invalidate"): (True, "UPDATING"),
+}
+
+
+def test_transition_table_is_exhaustive() -> None:
+    assert set(TRANSITIONS) == {(c, e) for c in CONFIGS for e in EVENTS}
+
+
+@pytest.mark.parametrize(("config", "event"), sorted(TRANSITIONS))
+def test_transition(config: str, event: str) -> None:
+    m = map_in(config)
+    assert config_of(m) == config
+    expected, next_config = TRANSITIONS[config, event]
+    if expected == "error":
+        with pytest.raises(RuntimeError, match=r"retry_due|no refresh was in flight"):
+            fire(m, event)
+    else:
+        assert fire(m, event) == expected
+    assert config_of(m) == next_config
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_predict_answers_only_when_ready(config: str) -> None:
+    m = map_in(config)
+    assert (m.predict(0) == "s0") is (config == "READY")
+
+
+def test_predict_and_hash_range_while_updating_after_ready() -> None:
+    m = map_in("READY")
+    assert m.predict(HALF) == "s1"
+    assert m.invalidate(m.updated_at + 1, "s1")
+    assert m.state is ShardMapState.UPDATING
+    assert m.predict(HALF) is None
+    assert m.hash_range("s1") == (HALF, MAX_HASH_KEY)
+    assert m.open_shards == tuple(TWO)
+
+
+def test_backoff_doubles_from_1_to_30_and_resets_on_success() -> None:
+    m = map_in("UPDATING")
+    delays = []
+    for _ in range(8):
+        delays.append(m.refresh_failed())
+        m.retry_due()
+    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+    m.refresh_succeeded(TWO)
+    assert m.invalidate(m.updated_at + 1, None)
+    assert m.refresh_failed() == 1.0
+
+
+def test_backoff_bounds_are_configurable() -> None:
+    m = ShardMap(min_backoff=0.5, max_backoff=3.0)
+    m.start()
+    delays = []
+    for _ in range(5):
+        delays.append(m.refresh_failed())
+        m.retry_due()
+    assert delays == [0.5, 1.0, 2.0, 3.0, 3.0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"min_backoff": 0}, "min_backoff"),
+        ({"max_backoff": 0.5}, "max_backoff"),
+        ({"closed_shard_ttl": -1}, "closed_shard_ttl"),
+    ],
+)
+def test_shard_map_refuses_bad_settings(kwargs: dict[str, float], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        ShardMap(**kwargs)
+
+
+def test_updated_at_is_the_clock_at_the_last_success() -> None:
+    clock = FakeClock(50.0)
+    m = ShardMap(clock=clock)
+    assert m.updated_at == float("-inf")
+    m.start()
+    clock.now = 51.5
+    m.refresh_succeeded(TWO)
+    assert m.updated_at == 51.5
+    assert m.refreshes == 1
+
+
+# The invalidate guard.
+
+
+def test_invalidate_ignores_what_a_newer_snapshot_already_covers() -> None:
+    m = map_in("READY")
+    assert not m.invalidate(m.updated_at, "s0")
+    assert not m.invalidate(m.updated_at - 10, "s0")
+    assert m.state is ShardMapState.READY
+    assert m.invalidate(m.updated_at + 0.001, "s0")
+
+
+def test_invalidate_ignores_a_predicted_shard_already_gone() -> None:
+    clock = FakeClock()
+    m = map_in("READY", clock)
+    assert m.invalidate(clock.now + 1, "s0")
+    clock.now += 2
+    m.refresh_succeeded(SPLIT)
+    # A batch predicted for s0 before the split comes back after the refresh, seen later:
+    assert not m.invalidate(clock.now + 5, "s0")
+    assert not m.invalidate(clock.now + 5, "never-existed")
+    assert m.state is ShardMapState.READY
+
+
+def test_invalidate_with_no_prediction_refreshes() -> None:
+    m = map_in("READY")
+    assert m.invalidate(m.updated_at + 1, None)
+
+
+def test_invalidate_is_idempotent_while_a_refresh_is_in_flight() -> None:
+    m = map_in("READY")
+    assert m.invalidate(m.updated_at + 1, "s0")
+    assert [m.invalidate(m.updated_at + 2, s) for s in ("s0", "s1", None)] == [False] * 3
+
+
+# Closed-shard TTL.
+
+
+def test_closed_shards_answer_hash_range_for_the_ttl_then_are_purged() -> None:
+    clock = FakeClock(100.0)
+    m = ShardMap(clock=clock, closed_shard_ttl=60.0)
+    m.start()
+    m.refresh_succeeded(TWO)
+    m.invalidate(clock.now + 1, "s0")
+    clock.now = 200.0
+    m.refresh_succeeded(SPLIT)
+    assert m.predict(0) == "s2"
+    assert m.predict(HALF - 1) == "s3"
+    assert m.hash_range("s0") == (0, HALF - 1)
+    assert m.hash_range("s2") == (0, HALF // 2 - 1)
+    clock.now = 259.999
+    assert m.hash_range("s0") == (0, HALF - 1)
+    clock.now = 260.0
+    assert m.hash_range("s0") is None
+    assert m.hash_range("s1") == (HALF, MAX_HASH_KEY)
+    assert m.hash_range("nope") is None
+
+
+def test_closed_shards_are_purged_on_events_too() -> None:
+    clock = FakeClock(0.0)
+    m = ShardMap(clock=clock, closed_shard_ttl=10.0)
+    m.start()
+    m.refresh_succeeded(TWO)
+    m.invalidate(1.0, "s0")
+    clock.now = 1.0
+    m.refresh_succeeded(SPLIT)
+    clock.now = 11.0
+    m.invalidate(0.0, None)  # ignored by the guard, but it purges
+    assert m._closed == {}
+
+
+def test_ttl_of_a_shard_runs_from_the_refresh_that_dropped_it() -> None:
+    clock = FakeClock(0.0)
+    m = ShardMap(clock=clock, closed_shard_ttl=10.0)
+    m.start()
+    m.refresh_succeeded(TWO)
+    assert m.invalidate(1.0, "s0")
+    clock.now = 5.0
+    m.refresh_succeeded(SPLIT)
+    assert m.invalidate(6.0, "s2")
+    clock.now = 8.0
+    m.refresh_succeeded(SPLIT)  # s0 is still gone: its TTL is not restarted
+    clock.now = 14.9
+    assert m.hash_range("s0") == (0, HALF - 1)
+    clock.now = 15.0
+    assert m.hash_range("s0") is None
+
+
+def test_ready_map_with_a_gap_predicts_none() -> None:
+    m = ShardMap()
+    m.start()
+    m.refresh_succeeded([shard("a", 0, 9), shard("b", 20, MAX_HASH_KEY)])
+    assert m.predict(9) == "a"
+    assert m.predict(10) is None
+    assert m.predict(20) == "b"
+
+
+def test_ready_map_ignores_closed_shards_in_the_listing() -> None:
+    m = ShardMap()
+    m.start()
+    m.refresh_succeeded([shard("parent", 0, MAX_HASH_KEY, closed=True), *TWO])
+    assert m.predict(0) == "s0"
+    assert m.hash_range("parent") is None
+    assert m.open_shards == tuple(TWO)
+
+
+@st.composite
+def contiguous_shards(draw: st.DrawFn) -> list[ShardInfo]:
+    cuts = draw(
+        st.lists(st.integers(min_value=1, max_value=MAX_HASH_KEY), max_size=40, unique=True)
+    )
+    bounds = [0, *sorted(cuts), MAX_HASH_KEY + 1]
+    shards = [
+        shard(f"shardId-{i:012d}", lo, hi - 1)
+        for i, (lo, hi) in enumerate(itertools.pairwise(bounds))
+    ]
+    closed = draw(st.lists(st.integers(min_value=0, max_value=MAX_HASH_KEY), max_size=3))
+    shards += [shard(f"closed-{i}", 0, end, closed=True) for i, end in enumerate(closed)]
+    return draw(st.permutations(shards))
+
+
+@settings(deadline=None)
+@given(
+    contiguous_shards(),
+    st.lists(st.integers(min_value=0, max_value=MAX_HASH_KEY), max_size=30),
+    st.data(),
+)
+def test_predict_matches_brute_force_owner(
+    shards: list[ShardInfo], keys: list[int], data: st.DataObject
+) -> None:
+    m = ShardMap()
+    m.start()
+    m.refresh_succeeded(shards)
+    open_shards = [s for s in shards if s.is_open]
+    edges = [k for s in open_shards for k in (s.start_hash_key, s.end_hash_key)]
+    for key in keys + edges:
+        owners = [s.shard_id for s in open_shards if s.start_hash_key <= key <= s.end_hash_key]
+        assert len(owners) == 1
+        assert m.predict(key) == owners[0]
+        assert m.hash_range(owners[0]) == next(
+            s.hash_range for s in open_shards if s.shard_id == owners[0]
+        )
+
+
+# list_all_shards.
+
+
+class FakeListShards:
+    """Serves ``pages`` in order; each page may be a dict or an exception to raise."""
+
+    def __init__(self, *pages: Mapping[str, Any] | BaseException) -> None:
+        self.pages = list(pages)
+        self.calls: list[dict[str, Any]] = []
+
+    async def __call__(self, **kwargs: Any) -> Mapping[str, Any]:
+        self.calls.append(kwargs)
+        page = self.pages.pop(0)
+        if isinstance(page, BaseException):
+            raise page
+        return page
+
+
+class RecordingSleep:
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, delay: float) -> None:
+        self.delays.append(delay)
+        await asyncio.sleep(0)
+
+
+def test_list_all_shards_follows_next_token_without_stream_name() -> None:
+    fake = FakeListShards(
+        {"Shards": [api_shard("a", 0, 9)], "NextToken": "t1"},
+        {"Shards": [api_shard("b", 10, 19)], "NextToken": "t2"},
+        {"Shards": [api_shard("c", 20, MAX_HASH_KEY)]},
+    )
+    shards = asyncio.run(list_all_shards(fake, "s", {"Type": "AT_LATEST"}, page_size=2))
+    assert [s.shard_id for s in shards] == ["a", "b", "c"]
+    assert fake.calls == [
+        {"StreamName": "s", "ShardFilter": {"Type": "AT_LATEST"}, "MaxResults": 2},
+        {"NextToken": "t1", "MaxResults": 2},
+        {"NextToken": "t2", "MaxResults": 2},
+    ]
+
+
+def test_list_all_shards_takes_a_client_and_an_arn() -> None:
+    class Client:
+        def __init__(self) -> None:
+            self.list_shards = FakeListShards({"Shards": [], "NextToken": ""})
+
+    client = Client()
+    arn = "arn:aws:kinesis:us-east-1:123456789012:stream/s"
+    assert asyncio.run(list_all_shards(client, arn)) == []
+    assert client.list_shards.calls == [{"StreamARN": arn, "MaxResults": 1000}]
+
+
+def test_list_all_shards_refuses_bad_arguments() -> None:
+    with pytest.raises(TypeError, match="list_shards callable"):
+        asyncio.run(list_all_shards(42, "s"))
+    with pytest.raises(ValueError, match="max_attempts"):
+        asyncio.run(list_all_shards(FakeListShards(), "s", max_attempts=0))
+
+
+def test_list_all_shards_retries_limit_exceeded_on_the_same_page() -> None:
+    fake = FakeListShards(
+        {"Shards": [api_shard("a", 0, 9)], "NextToken": "t1"},
+        throttled(),
+        throttled(),
+        {"Shards": [api_shard("b", 10, MAX_HASH_KEY)]},
+    )
+    sleep = RecordingSleep()
+    shards = asyncio.run(list_all_shards(fake, "s", sleep=sleep))
+    assert [s.shard_id for s in shards] == ["a", "b"]
+    assert sleep.delays == [0.2, 0.4]
+    assert fake.calls[1:] == [{"NextToken": "t1", "MaxResults": 1000}] * 3
+
+
+def test_list_all_shards_gives_up_after_max_attempts() -> None:
+    fake = FakeListShards(*[throttled() for _ in range(3)])
+    sleep = RecordingSleep()
+    with pytest.raises(ClientError, match="LimitExceededException"):
+        asyncio.run(list_all_shards(fake, "s", max_attempts=3, sleep=sleep))
+    assert sleep.delays == [0.2, 0.4]
+
+
+def test_list_all_shards_does_not_retry_other_errors() -> None:
+    fake = FakeListShards(throttled("ResourceNotFoundException"))
+    with pytest.raises(ClientError, match="ResourceNotFoundException"):
+        asyncio.run(list_all_shards(fake, "s", sleep=RecordingSleep()))
+    assert len(fake.calls) == 1
+
+
+# ShardMapDriver.
+
+
+def listing(*shards: ShardInfo) -> dict[str, Any]:
+    return {
+        "Shards": [
+            api_shard(
+                s.shard_id, s.start_hash_key, s.end_hash_key, ending_seq=s.ending_sequence_number
+            )
+            for s in shards
+        ]
+    }
+
+
+class Switchable:
+    """A list_shards fake whose answer the test changes, and can hold until released."""
+
+    def __init__(self, answer: Mapping[str, Any] | BaseException) -> None:
+        self.answer = answer
+        self.calls = 0
+        self.gate: asyncio.Event | None = None
+
+    async def __call__(self, **kwargs: Any) -> Mapping[str, Any]:
+        self.calls += 1
+        if self.gate is not None:
+            await self.gate.wait()
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+
+def run(coro_fn: Callable[[], Any]) -> Any:
+    return asyncio.run(asyncio.wait_for(coro_fn(), 10))
+
+
+def test_driver_start_waits_for_the_first_snapshot() -> None:
+    async def main() -> None:
+        fake = Switchable(listing(*TWO))
+        async with ShardMapDriver("s", fake) as driver:
+            assert driver.map.state is ShardMapState.READY
+            assert driver.map.predict(HALF) == "s1"
+            assert driver.last_error is None
+
+    run(main)
+
+
+def test_driver_retries_with_backoff_until_listshards_works() -> None:
+    async def main() -> None:
+        fake = Switchable(throttled("InternalFailure"))
+        sleep = RecordingSleep()
+
+        async def flaky_sleep(delay: float) -> None:
+            await sleep(delay)
+            if len(sleep.delays) == 3:
+                fake.answer = listing(*TWO)
+
+        async with ShardMapDriver("s", fake, sleep=flaky_sleep) as driver:
+            assert driver.map.predict(0) == "s0"
+        assert sleep.delays == [1.0, 2.0, 4.0]
+        assert fake.calls == 4
+
+    run(main)
+
+
+def test_driver_start_fails_fast_on_a_missing_stream() -> None:
+    async def main() -> None:
+        driver = ShardMapDriver("nope", Switchable(throttled("ResourceNotFoundException")))
+        with pytest.raises(KinesisConnectorError, match="ResourceNotFoundException") as info:
+            await driver.start()
+        assert not isinstance(info.value, ShardMapTimeoutError)
+        assert isinstance(info.value.__cause__, ClientError)
+        assert driver._task is None  # the retry loop was stopped
+        with pytest.raises(RuntimeError, match="closed"):
+            await driver.start()
+
+    run(main)
+
+
+def test_driver_start_times_out() -> None:
+    async def main() -> None:
+        fake = Switchable(throttled("InternalFailure"))
+        driver = ShardMapDriver("s", fake, start_timeout=0.05, min_backoff=0.01, max_backoff=0.01)
+        with pytest.raises(ShardMapTimeoutError, match=r"not ready after 0\.05 s") as info:
+            await driver.start()
+        assert isinstance(info.value, TimeoutError)
+        assert isinstance(info.value.__cause__, ClientError)
+        assert fake.calls >= 1
+
+    run(main)
+
+
+def test_driver_start_without_waiting() -> None:
+    async def main() -> None:
+        fake = Switchable(listing(*TWO))
+        fake.gate = asyncio.Event()
+        driver = ShardMapDriver("s", fake, wait_on_start=False)
+        await driver.start()
+        assert driver.map.state is ShardMapState.UPDATING
+        assert driver.map.predict(0) is None
+        fake.gate.set()
+        await driver.wait_ready(5)
+        assert driver.map.predict(0) == "s0"
+        await driver.close()
+
+    run(main)
+
+
+def test_driver_invalidate_learns_the_children_of_a_split() -> None:
+    async def main() -> None:
+        clock = FakeClock()
+        fake = Switchable(listing(*TWO))
+        async with ShardMapDriver("s", fake, clock=clock) as driver:
+            sent_at = clock.now
+            clock.now += 1
+            fake.answer = listing(shard("s0", 0, HALF - 1, closed=True), *SPLIT)
+            fake.gate = asyncio.Event()
+            assert driver.invalidate(sent_at + 0.5, "s0")
+            assert not driver.invalidate(sent_at + 0.6, "s0")
+            assert fake.calls == 1  # the refresh task has not run yet
+            fake.gate.set()
+            await driver.wait_ready(5)
+            assert fake.calls == 2
+            assert driver.map.predict(0) == "s2"
+            assert driver.map.hash_range("s0") == (0, HALF - 1)
+            assert not driver.invalidate(sent_at + 0.7, "s0")
+
+    run(main)
+
+
+def test_driver_close_cancels_a_refresh_in_flight() -> None:
+    async def main() -> None:
+        fake = Switchable(listing(*TWO))
+        fake.gate = asyncio.Event()
+        driver = ShardMapDriver("s", fake, wait_on_start=False)
+        await driver.start()
+        await asyncio.sleep(0)
+        await driver.close()
+        assert driver.map.state is ShardMapState.UPDATING
+        assert not driver.invalidate(1e9, None)
+
+    run(main)
+
+
+def test_driver_wait_ready_times_out() -> None:
+    async def main() -> None:
+        fake = Switchable(listing(*TWO))
+        fake.gate = asyncio.Event()
+        driver = ShardMapDriver("s", fake, wait_on_start=False)
+        await driver.start()
+        with pytest.raises(ShardMapTimeoutError):
+            await driver.wait_ready(0.01)
+        await driver.close()
+
+    run(main)
