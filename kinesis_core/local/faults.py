@@ -1,0 +1,523 @@
+"""Sans-I/O fault plan of the fault-injecting proxy (kinesis_core.local.fault_proxy).
+
+Given a seed, a FaultConfig and one request (its X-Amz-Target, body and content type), the plan
+decides what the proxy does with it: forward it untouched, answer with an AWS error the way the
+service would, fail some records of a PutRecords call, reset or stall the connection, cut the
+answer short, or add latency first. It does no I/O, so the same seed and the same sequence of
+requests always give the same faults, and unit tests need no network.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import random
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kinesis_core.errors import ValidationError
+
+
+class FaultKind(str, enum.Enum):
+    """What the proxy can inject. The value is the name used by the CLI and in the counters."""
+
+    THROTTLE = "throttle"
+    """HTTP 400 ProvisionedThroughputExceededException for the whole request."""
+    LIMIT_EXCEEDED = "limit_exceeded"
+    """HTTP 400 LimitExceededException (control-plane calls: ListShards, DescribeStream...)."""
+    INTERNAL_ERROR = "internal_error"
+    """HTTP 500 InternalFailure (Kinesis) / InternalServerError (DynamoDB)."""
+    SERVICE_UNAVAILABLE = "service_unavailable"
+    """HTTP 503 ServiceUnavailable."""
+    EXPIRED_ITERATOR = "expired_iterator"
+    """HTTP 400 ExpiredIteratorException, GetRecords only."""
+    RESET = "reset"
+    """Close the connection with a TCP RST, no answer; the request never reaches upstream."""
+    STALL = "stall"
+    """Hold the connection without an answer for stall_seconds, then close it (client timeouts)."""
+    TRUNCATE = "truncate"
+    """Forward, then send the headers and only part of the upstream body, and close."""
+    PUT_RECORD_THROTTLE = "put_record_throttle"
+    """Per record of PutRecords: ErrorCode ProvisionedThroughputExceededException."""
+    PUT_RECORD_INTERNAL_ERROR = "put_record_internal_error"
+    """Per record of PutRecords: ErrorCode InternalFailure."""
+    LATENCY = "latency"
+    """Delay before anything else happens: latency_ms plus a uniform jitter."""
+
+
+REQUEST_KINDS = (
+    FaultKind.THROTTLE,
+    FaultKind.LIMIT_EXCEEDED,
+    FaultKind.INTERNAL_ERROR,
+    FaultKind.SERVICE_UNAVAILABLE,
+    FaultKind.EXPIRED_ITERATOR,
+    FaultKind.RESET,
+    FaultKind.STALL,
+    FaultKind.TRUNCATE,
+)
+"""Mutually exclusive per request: one draw picks at most one of them."""
+RECORD_KINDS = (FaultKind.PUT_RECORD_THROTTLE, FaultKind.PUT_RECORD_INTERNAL_ERROR)
+"""Mutually exclusive per record of a PutRecords call: one draw per record."""
+_BODY_KINDS = frozenset(
+    {
+        FaultKind.THROTTLE,
+        FaultKind.LIMIT_EXCEEDED,
+        FaultKind.INTERNAL_ERROR,
+        FaultKind.SERVICE_UNAVAILABLE,
+        FaultKind.EXPIRED_ITERATOR,
+        *RECORD_KINDS,
+    }
+)
+"""Kinds that write a JSON body: skipped for requests that are not JSON (CBOR)."""
+
+_THROTTLED_OPERATIONS: Mapping[str, frozenset[str]] = {
+    "Kinesis": frozenset({"PutRecord", "PutRecords", "GetRecords", "GetShardIterator"}),
+    "DynamoDB": frozenset(
+        {
+            "GetItem",
+            "PutItem",
+            "UpdateItem",
+            "DeleteItem",
+            "Query",
+            "Scan",
+            "BatchGetItem",
+            "BatchWriteItem",
+            "ExecuteStatement",
+            "BatchExecuteStatement",
+        }
+    ),
+}
+"""Data-plane calls, which the services throttle with ProvisionedThroughputExceededException;
+their other calls (control plane) throttle with LimitExceededException."""
+
+_DYNAMODB_TYPE_PREFIX = "com.amazonaws.dynamodb.v20120810#"
+_INJECTED = " [injected by the kinesis-connectors fault proxy]"
+
+
+@dataclass(frozen=True)
+class FaultRule:
+    """Inject `kind` with probability `rate` per request (per record for the put_record kinds).
+
+    `operations` narrows the rule; each entry is an operation name ("PutRecords"), a service
+    ("Kinesis", "DynamoDB") or a whole X-Amz-Target ("DynamoDB_20120810.UpdateItem"). Empty
+    means the kind's natural operations: throttle hits data-plane calls, limit_exceeded the
+    control plane of Kinesis and DynamoDB, expired_iterator GetRecords, put_record_* PutRecords
+    (those last two never apply elsewhere), every other kind every call.
+    """
+
+    kind: FaultKind
+    rate: float
+    operations: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.rate <= 1.0:
+            raise ValidationError(
+                self.kind.value, f"rate must be a probability in [0, 1], got {self.rate}"
+            )
+
+    def applies(self, service: str, operation: str, target: str) -> bool:
+        """True if this rule may fire for a request to service.operation."""
+        if self.kind is FaultKind.EXPIRED_ITERATOR and operation != "GetRecords":
+            return False
+        if self.kind in RECORD_KINDS and (service, operation) != ("Kinesis", "PutRecords"):
+            return False
+        if self.operations:
+            return bool(self.operations & {service, operation, target})
+        data_plane = operation in _THROTTLED_OPERATIONS.get(service, frozenset())
+        if self.kind is FaultKind.THROTTLE:
+            return data_plane
+        if self.kind is FaultKind.LIMIT_EXCEEDED:
+            return service in _THROTTLED_OPERATIONS and not data_plane
+        return True
+
+
+@dataclass(frozen=True)
+class FaultConfig:
+    """The rules plus the parameters of latency and stalls. Immutable: swap it to change rates."""
+
+    rules: tuple[FaultRule, ...] = ()
+    latency_ms: float = 0.0
+    latency_jitter_ms: float = 0.0
+    stall_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("latency_ms", "latency_jitter_ms", "stall_seconds"):
+            value = getattr(self, name)
+            if not value >= 0.0:
+                raise ValidationError(name, f"must be >= 0, got {value}")
+        for group, what in ((REQUEST_KINDS, "per request"), (RECORD_KINDS, "per record")):
+            total = sum(r.rate for r in self.rules if r.kind in group and not r.operations)
+            if total > 1.0:
+                raise ValidationError(
+                    "rules",
+                    f"the {what} fault rates without an operation filter add up to {total:g}, "
+                    "more than 1",
+                )
+
+    @classmethod
+    def from_rates(
+        cls,
+        *,
+        throttle: float = 0.0,
+        limit_exceeded: float = 0.0,
+        internal_error: float = 0.0,
+        service_unavailable: float = 0.0,
+        expired_iterator: float = 0.0,
+        reset: float = 0.0,
+        stall: float = 0.0,
+        truncate: float = 0.0,
+        put_record_throttle: float = 0.0,
+        put_record_internal_error: float = 0.0,
+        latency_ms: float = 0.0,
+        latency_jitter_ms: float = 0.0,
+        latency_rate: float = 1.0,
+        stall_seconds: float = 30.0,
+        operations: Iterable[str] = (),
+    ) -> FaultConfig:
+        """One rule per non-zero rate, all narrowed to `operations` when it is given.
+
+        Latency applies to a fraction `latency_rate` of the requests once latency_ms or
+        latency_jitter_ms is above zero.
+        """
+        ops = frozenset(operations)
+        rates = {
+            FaultKind.THROTTLE: throttle,
+            FaultKind.LIMIT_EXCEEDED: limit_exceeded,
+            FaultKind.INTERNAL_ERROR: internal_error,
+            FaultKind.SERVICE_UNAVAILABLE: service_unavailable,
+            FaultKind.EXPIRED_ITERATOR: expired_iterator,
+            FaultKind.RESET: reset,
+            FaultKind.STALL: stall,
+            FaultKind.TRUNCATE: truncate,
+            FaultKind.PUT_RECORD_THROTTLE: put_record_throttle,
+            FaultKind.PUT_RECORD_INTERNAL_ERROR: put_record_internal_error,
+            FaultKind.LATENCY: latency_rate if latency_ms > 0 or latency_jitter_ms > 0 else 0.0,
+        }
+        rules = tuple(FaultRule(kind, rate, ops) for kind, rate in rates.items() if rate > 0)
+        return cls(rules, latency_ms, latency_jitter_ms, stall_seconds)
+
+
+class Action(str, enum.Enum):
+    """What the driver does with a request."""
+
+    FORWARD = "forward"
+    """Send Decision.body upstream, then pass the answer through Plan.finish."""
+    RESPOND = "respond"
+    """Answer with Decision.response; nothing goes upstream."""
+    RESET = "reset"
+    STALL = "stall"
+    TRUNCATE = "truncate"
+    """Forward, then send only Decision.truncate_at(len(body)) bytes of the answer."""
+
+
+@dataclass(frozen=True)
+class Response:
+    """An HTTP answer: status, headers (name, value) and body."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+
+@dataclass(frozen=True)
+class RecordFailure:
+    """One PutRecords entry failed by the proxy: its index in the request, code and message."""
+
+    index: int
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The plan's verdict on one request. `kind` names the request-level fault, if any."""
+
+    action: Action
+    operation: str
+    body: bytes
+    kind: FaultKind | None = None
+    delay: float = 0.0
+    """Seconds to wait before acting (latency fault)."""
+    response: Response | None = None
+    record_failures: tuple[RecordFailure, ...] = ()
+    record_count: int = 0
+    """Records in the original PutRecords request, when record_failures is not empty."""
+    stall_seconds: float = 0.0
+    truncate_fraction: float = 0.0
+
+    def truncate_at(self, length: int) -> int:
+        """Bytes of a `length`-byte answer to send before closing: always fewer than length."""
+        return int(length * self.truncate_fraction)
+
+
+@dataclass(frozen=True)
+class FaultStats:
+    """A snapshot of the counters: requests seen and faults injected, per operation."""
+
+    requests: Mapping[str, int]
+    injected: Mapping[tuple[FaultKind, str], int]
+    """(kind, operation) -> count; requests for request kinds and latency, records for the
+    put_record kinds."""
+
+    def total(self, kind: FaultKind | None = None) -> int:
+        """Faults injected of one kind, or of every kind."""
+        return sum(n for (k, _), n in self.injected.items() if kind is None or k is kind)
+
+    def by_kind(self) -> dict[FaultKind, int]:
+        """Faults injected per kind, over all operations."""
+        out: dict[FaultKind, int] = {}
+        for (kind, _), n in self.injected.items():
+            out[kind] = out.get(kind, 0) + n
+        return out
+
+    def summary(self) -> str:
+        """One line for test output: 'faults injected: throttle=3 (GetRecords=2, ...), ...'."""
+        parts = []
+        for kind, n in sorted(self.by_kind().items(), key=lambda kv: kv[0].value):
+            ops = ", ".join(
+                f"{op}={c}" for (k, op), c in sorted(self.injected.items()) if k is kind
+            )
+            parts.append(f"{kind.value}={n} ({ops})")
+        seen = sum(self.requests.values())
+        return f"faults injected: {', '.join(parts) or 'none'}; requests seen: {seen}"
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """'Kinesis_20131202.PutRecords' -> ('Kinesis', 'PutRecords')."""
+    prefix, _, operation = target.partition(".")
+    return prefix.split("_", 1)[0], operation
+
+
+class FaultPlan:
+    """Decides the fault of each request, deterministically from the seed.
+
+    Draws happen in a fixed order per request, so the same seed and the same sequence of
+    requests give the same faults. A proxy serving concurrent requests sees them in the order
+    they arrive, which concurrency can change from run to run.
+    """
+
+    def __init__(self, config: FaultConfig | None = None, seed: int = 0) -> None:
+        self.config = config if config is not None else FaultConfig()
+        self.paused = False
+        """While True every request is forwarded untouched, with no draw and no count."""
+        self._random = random.Random(seed)  # noqa: S311  # reproducible faults, not secrets
+        self._requests: dict[str, int] = {}
+        self._injected: dict[tuple[FaultKind, str], int] = {}
+        self._request_ids = 0
+
+    def stats(self) -> FaultStats:
+        """A copy of the counters."""
+        return FaultStats(dict(self._requests), dict(self._injected))
+
+    def reset_stats(self) -> None:
+        """Zero the counters (the random sequence goes on)."""
+        self._requests = {}
+        self._injected = {}
+
+    def decide(self, target: str, body: bytes, content_type: str = "") -> Decision:
+        """The fault for one request. Requests without an X-Amz-Target pass untouched."""
+        if self.paused or not target:
+            return Decision(Action.FORWARD, "", body)
+        service, operation = split_target(target)
+        self._requests[operation] = self._requests.get(operation, 0) + 1
+        is_json = not content_type or content_type.startswith("application/x-amz-json")
+        rules = [
+            r
+            for r in self.config.rules
+            if r.applies(service, operation, target) and (is_json or r.kind not in _BODY_KINDS)
+        ]
+        kind = self._draw(rules, REQUEST_KINDS)
+        delay = self._draw_delay(rules)
+        if delay > 0:
+            self._count(FaultKind.LATENCY, operation)
+        if kind is not None:
+            self._count(kind, operation)
+            return self._request_fault(kind, service, operation, body, content_type, delay)
+        if any(r.kind in RECORD_KINDS for r in rules):
+            return self._record_faults(rules, operation, body, delay)
+        return Decision(Action.FORWARD, operation, body, delay=delay)
+
+    def finish(self, decision: Decision, upstream: Response) -> Response:
+        """The answer to send back for a forwarded request, given upstream's answer.
+
+        Merges the records the plan failed into a successful PutRecords answer; anything else
+        passes as it is.
+        """
+        if not decision.record_failures or upstream.status != 200:
+            return upstream
+        try:
+            parsed = json.loads(upstream.body)
+            results = parsed["Records"]
+        except (ValueError, KeyError, TypeError):
+            return upstream
+        if len(results) != decision.record_count - len(decision.record_failures):
+            return upstream
+        body = _merge_put_records(parsed, results, decision)
+        headers = tuple(
+            (name, str(zlib.crc32(body)) if name.lower() == "x-amz-crc32" else value)
+            for name, value in upstream.headers
+            if name.lower() != "content-length"
+        )
+        return Response(200, headers, body)
+
+    def _draw(self, rules: Sequence[FaultRule], kinds: tuple[FaultKind, ...]) -> FaultKind | None:
+        """At most one of `kinds`, each with its rate (scaled down if they add up above 1)."""
+        rates = [(r.kind, r.rate) for r in rules if r.kind in kinds and r.rate > 0]
+        if not rates:
+            return None
+        total = sum(rate for _, rate in rates)
+        u = self._random.random() * max(total, 1.0)
+        for kind, rate in rates:
+            if u < rate:
+                return kind
+            u -= rate
+        return None
+
+    def _draw_delay(self, rules: Sequence[FaultRule]) -> float:
+        rate = min(1.0, sum(r.rate for r in rules if r.kind is FaultKind.LATENCY))
+        if rate <= 0 or self._random.random() >= rate:
+            return 0.0
+        jitter = self.config.latency_jitter_ms * self._random.random()
+        return (self.config.latency_ms + jitter) / 1000.0
+
+    def _count(self, kind: FaultKind, operation: str) -> None:
+        key = (kind, operation)
+        self._injected[key] = self._injected.get(key, 0) + 1
+
+    def _request_fault(
+        self,
+        kind: FaultKind,
+        service: str,
+        operation: str,
+        body: bytes,
+        content_type: str,
+        delay: float,
+    ) -> Decision:
+        if kind is FaultKind.RESET:
+            return Decision(Action.RESET, operation, body, kind, delay)
+        if kind is FaultKind.STALL:
+            return Decision(
+                Action.STALL, operation, body, kind, delay, stall_seconds=self.config.stall_seconds
+            )
+        if kind is FaultKind.TRUNCATE:
+            fraction = self._random.random()
+            return Decision(
+                Action.TRUNCATE, operation, body, kind, delay, truncate_fraction=fraction
+            )
+        response = self._error_response(kind, service, content_type)
+        return Decision(Action.RESPOND, operation, body, kind, delay, response)
+
+    def _error_response(self, kind: FaultKind, service: str, content_type: str) -> Response:
+        """The error exactly as the JSON protocol carries it, so botocore raises ClientError."""
+        dynamodb = service.startswith("DynamoDB")
+        code, status, message = _ERRORS[kind]
+        if dynamodb and kind is FaultKind.INTERNAL_ERROR:
+            code = "InternalServerError"
+        if dynamodb:
+            message = _DYNAMODB_MESSAGES.get(kind, message)
+        if not content_type.startswith("application/x-amz-json"):
+            content_type = (
+                "application/x-amz-json-1.0" if dynamodb else "application/x-amz-json-1.1"
+            )
+        type_name = _DYNAMODB_TYPE_PREFIX + code if dynamodb else code
+        body = json.dumps({"__type": type_name, "message": message + _INJECTED}).encode()
+        headers = (
+            ("Content-Type", content_type),
+            ("x-amzn-ErrorType", code),
+            self._request_id(),
+        )
+        return Response(status, headers, body)
+
+    def _request_id(self) -> tuple[str, str]:
+        """A request id header, numbered rather than random so that no draw is spent on it."""
+        self._request_ids += 1
+        return ("x-amzn-RequestId", f"fa017000-0000-4000-8000-{self._request_ids:012d}")
+
+    def _record_faults(
+        self, rules: Sequence[FaultRule], operation: str, body: bytes, delay: float
+    ) -> Decision:
+        """Fail drawn records of a PutRecords call; they are withheld from upstream, so a
+        record reported failed was not written (as with the real service)."""
+        try:
+            request = json.loads(body)
+            records = request["Records"]
+            count = len(records)
+        except (ValueError, KeyError, TypeError):
+            return Decision(Action.FORWARD, operation, body, delay=delay)
+        failures: list[RecordFailure] = []
+        for index in range(count):
+            kind = self._draw(rules, RECORD_KINDS)
+            if kind is not None:
+                code, message = _RECORD_ERRORS[kind]
+                failures.append(RecordFailure(index, code, message + _INJECTED))
+                self._count(kind, operation)
+        if not failures:
+            return Decision(Action.FORWARD, operation, body, delay=delay)
+        failed = {f.index for f in failures}
+        request["Records"] = [r for i, r in enumerate(records) if i not in failed]
+        decision = Decision(
+            Action.FORWARD,
+            operation,
+            json.dumps(request).encode(),
+            delay=delay,
+            record_failures=tuple(failures),
+            record_count=count,
+        )
+        if len(failures) < count:
+            return decision
+        everything_failed = _merge_put_records({}, [], decision)
+        headers = (("Content-Type", "application/x-amz-json-1.1"), self._request_id())
+        return Decision(
+            Action.RESPOND,
+            operation,
+            body,
+            delay=delay,
+            response=Response(200, headers, everything_failed),
+            record_failures=decision.record_failures,
+            record_count=count,
+        )
+
+
+def _merge_put_records(parsed: dict[str, Any], results: Sequence[Any], decision: Decision) -> bytes:
+    """Put the injected failures back at their indices among upstream's results."""
+    failures = {f.index: f for f in decision.record_failures}
+    upstream = iter(results)
+    merged: list[Any] = []
+    for index in range(decision.record_count):
+        failure = failures.get(index)
+        if failure is None:
+            merged.append(next(upstream))
+        else:
+            merged.append({"ErrorCode": failure.code, "ErrorMessage": failure.message})
+    failed = sum(1 for r in merged if isinstance(r, dict) and "ErrorCode" in r)
+    out = dict(parsed)
+    out["FailedRecordCount"] = failed
+    out["Records"] = merged
+    return json.dumps(out).encode()
+
+
+_ERRORS: Mapping[FaultKind, tuple[str, int, str]] = {
+    FaultKind.THROTTLE: ("ProvisionedThroughputExceededException", 400, "Rate exceeded for shard."),
+    FaultKind.LIMIT_EXCEEDED: ("LimitExceededException", 400, "Rate exceeded for stream."),
+    FaultKind.INTERNAL_ERROR: ("InternalFailure", 500, "Internal service failure."),
+    FaultKind.SERVICE_UNAVAILABLE: ("ServiceUnavailable", 503, "Service unavailable."),
+    FaultKind.EXPIRED_ITERATOR: (
+        "ExpiredIteratorException",
+        400,
+        "Iterator expired. The iterator was created more than 300000 milliseconds ago.",
+    ),
+}
+_DYNAMODB_MESSAGES: Mapping[FaultKind, str] = {
+    FaultKind.THROTTLE: "The level of configured provisioned throughput for the table was "
+    "exceeded. Consider increasing your provisioning level with the UpdateTable API.",
+    FaultKind.LIMIT_EXCEEDED: "Too many operations for a given subscriber.",
+}
+_RECORD_ERRORS: Mapping[FaultKind, tuple[str, str]] = {
+    FaultKind.PUT_RECORD_THROTTLE: (
+        "ProvisionedThroughputExceededException",
+        "Rate exceeded for shard.",
+    ),
+    FaultKind.PUT_RECORD_INTERNAL_ERROR: ("InternalFailure", "Internal service failure."),
+}
