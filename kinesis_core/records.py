@@ -67,7 +67,7 @@ class KinesisRecord:
     def ack(self) -> None:
         """Tell the consumer this record is processed; its checkpoint may move past it."""
         if self._ack is None:
-            raise RuntimeError("this record was not delivered by a Consumer; there is nothing to ack")
+            raise RuntimeError("this record was not delivered by a Consumer: nothing to ack")
         self._ack(self)
 
     def __repr__(self) -> str:

@@ -1,0 +1,164 @@
+"""The ``kinesis-connectors`` command (also ``python -m kinesis_core``).
+
+Each subcommand is a :class:`Command` in :data:`COMMANDS`: a one-line help and a function that
+adds its arguments to its own parser and returns the handler to run. Another module adds a
+subcommand by adding an entry there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+from kinesis_core.allocator import BalancedKeyAllocator
+from kinesis_core.errors import KinesisConnectorError, ValidationError
+from kinesis_core.hashing import hash_key, validate_partition_key
+from kinesis_core.shard_map import AT_LATEST, ShardInfo, list_all_shards
+from kinesis_core.skew import skew_report
+
+if TYPE_CHECKING:
+    from kinesis_core.client import ClientConfig
+
+Handler = Callable[[argparse.Namespace], int]
+"""Runs a parsed subcommand; returns the exit status."""
+
+
+class Command(NamedTuple):
+    help: str
+    register: Callable[[argparse.ArgumentParser], Handler]
+
+
+def _read_lines(path: str) -> list[str]:
+    """Non-empty lines of a file ('-' for stdin), without their line ends."""
+    try:
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+    except OSError as exc:
+        raise ValidationError("--keys-file", f"cannot read {path!r}: {exc.strerror}") from exc
+    return [line for line in text.splitlines() if line]
+
+
+def _hash_key_command(parser: argparse.ArgumentParser) -> Handler:
+    parser.add_argument("partition_keys", nargs="+", metavar="PK", help="partition keys")
+
+    def run(args: argparse.Namespace) -> int:
+        keys = [hash_key(validate_partition_key(pk)) for pk in args.partition_keys]
+        print("\n".join(map(str, keys)))
+        return 0
+
+    return run
+
+
+def _allocate_command(parser: argparse.ArgumentParser) -> Handler:
+    parser.add_argument("count", type=int, metavar="N", help="how many new keys to print")
+    parser.add_argument(
+        "--existing",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY",
+        help="explicit hash keys already in use (decimal); new keys balance against them",
+    )
+    parser.add_argument(
+        "--existing-file", metavar="FILE", help="file of keys in use, one per line ('-': stdin)"
+    )
+    parser.add_argument(
+        "--bits", type=int, default=128, help="size of the key space in bits (Kinesis: 128)"
+    )
+
+    def run(args: argparse.Namespace) -> int:
+        existing = list(args.existing)
+        if args.existing_file is not None:
+            existing += [line.strip() for line in _read_lines(args.existing_file)]
+        allocator = BalancedKeyAllocator(existing, bits=args.bits)
+        print("\n".join(map(str, allocator.allocate(args.count))))
+        return 0
+
+    return run
+
+
+async def _stream_shards(stream: str, config: ClientConfig) -> list[ShardInfo]:
+    from kinesis_core.client import create_kinesis_client
+
+    async with create_kinesis_client(config) as client:
+        return await list_all_shards(client, stream, AT_LATEST)
+
+
+def _skew_command(parser: argparse.ArgumentParser) -> Handler:
+    shards = parser.add_mutually_exclusive_group(required=True)
+    shards.add_argument("--shards", type=int, metavar="N", help="an even split into N shards")
+    shards.add_argument("--stream", metavar="NAME", help="the open shards of a stream (or ARN)")
+    parser.add_argument("--endpoint-url", help="Kinesis endpoint for --stream (e.g. an emulator)")
+    parser.add_argument("--region", help="AWS region for --stream")
+    keys = parser.add_mutually_exclusive_group(required=True)
+    keys.add_argument("--keys", nargs="+", metavar="K", help="the keys")
+    keys.add_argument("--keys-file", metavar="FILE", help="one key per line ('-': stdin)")
+    parser.add_argument(
+        "--hash-keys",
+        action="store_true",
+        help="the keys are explicit hash keys (decimal), not partition keys",
+    )
+
+    def run(args: argparse.Namespace) -> int:
+        keys = args.keys if args.keys is not None else _read_lines(args.keys_file)
+        if args.shards is not None:
+            if args.shards < 1:
+                raise ValidationError("--shards", f"must be >= 1, got {args.shards}")
+            shard_list: Sequence[ShardInfo] | int = args.shards
+        else:
+            from kinesis_core.client import ClientConfig
+
+            overrides = {"endpoint_url": args.endpoint_url, "region_name": args.region}
+            config = ClientConfig.from_env(**{k: v for k, v in overrides.items() if v is not None})
+            try:
+                shard_list = asyncio.run(_stream_shards(args.stream, config))
+            except Exception as exc:
+                raise KinesisConnectorError(
+                    f"cannot list the shards of stream {args.stream!r}: {exc}"
+                ) from exc
+        if args.hash_keys:
+            report = skew_report(shard_list, hash_keys=[k.strip() for k in keys])
+        else:
+            report = skew_report(shard_list, partition_keys=keys)
+        print(report.format_table())
+        return 0
+
+    return run
+
+
+COMMANDS: dict[str, Command] = {
+    "hash-key": Command("print the hash key of each partition key", _hash_key_command),
+    "allocate": Command("print balanced explicit hash keys", _allocate_command),
+    "skew": Command("records per shard for a set of keys, and the max/mean ratio", _skew_command),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kinesis-connectors",
+        description="Tools of the kinesis-connectors core: partition keys, hash keys, shards.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, command in COMMANDS.items():
+        child = sub.add_parser(name, help=command.help, description=command.help)
+        child.set_defaults(handler=command.register(child), parser=child)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand; exit status 2 for bad input, 1 for a failure."""
+    args = build_parser().parse_args(argv)
+    try:
+        status: int = args.handler(args)
+    except ValidationError as exc:
+        args.parser.error(str(exc))
+    except KinesisConnectorError as exc:
+        print(f"{args.parser.prog}: error: {exc}", file=sys.stderr)
+        return 1
+    return status
