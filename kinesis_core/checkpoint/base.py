@@ -1,0 +1,164 @@
+"""The checkpoint store protocol and the lease-shaped record every store keeps.
+
+A checkpoint row has the shape of a KCL lease (shard id, checkpoint, owner, counter, parent
+ids), so the DynamoDB store can keep the KCL lease-table schema and leases can later be added
+without changing what the consumer sees. The rules every store must enforce live here, in one
+pure function (:func:`apply_put`), so the memory and SQLite stores cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from kinesis_core.errors import KinesisConnectorError, ValidationError
+from kinesis_core.records import Position
+
+
+class Sentinel(str, enum.Enum):
+    """Checkpoint values that are not a record position (the KCL's SentinelCheckpoint)."""
+
+    TRIM_HORIZON = "TRIM_HORIZON"
+    LATEST = "LATEST"
+    AT_TIMESTAMP = "AT_TIMESTAMP"
+    SHARD_END = "SHARD_END"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+SHARD_END = Sentinel.SHARD_END
+
+CheckpointValue = Position | Sentinel
+"""A position ``(sequence_number, sub_sequence_number)`` or a sentinel."""
+
+
+def checkpoint_order(value: CheckpointValue) -> tuple[int, int, int]:
+    """Sort key of a checkpoint value, as the KCL orders them.
+
+    The start sentinels sort below every real position, SHARD_END above all of them.
+    """
+    if isinstance(value, Sentinel):
+        return (2, 0, 0) if value is Sentinel.SHARD_END else (0, 0, 0)
+    return (1, value[0], value[1])
+
+
+def validate_checkpoint_value(value: object, field: str = "checkpoint") -> CheckpointValue:
+    """Refuse anything that is neither a sentinel nor a pair of non-negative ints."""
+    if isinstance(value, Sentinel):
+        return value
+    if (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and all(type(v) is int and v >= 0 for v in value)
+    ):
+        return (value[0], value[1])
+    raise ValidationError(
+        field,
+        "must be a Sentinel or a (sequence_number, sub_sequence_number) pair of "
+        f"non-negative ints, got {value!r:.80}",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """One shard's stored state: a KCL lease without the lease-table plumbing.
+
+    ``counter`` grows by one on every successful write; it is the compare-and-set token
+    (the KCL's ``leaseCounter``). ``owner`` stays None until leases exist.
+    """
+
+    shard_id: str
+    value: CheckpointValue
+    counter: int = 0
+    owner: str | None = None
+    parent_shard_ids: tuple[str, ...] = ()
+
+    @property
+    def position(self) -> Position | None:
+        """The checkpointed record position, or None for a sentinel."""
+        return None if isinstance(self.value, Sentinel) else self.value
+
+    @property
+    def is_shard_end(self) -> bool:
+        return self.value is Sentinel.SHARD_END
+
+
+class CheckpointConflictError(KinesisConnectorError):
+    """A compare-and-set write lost: the stored row is not the one the writer expected,
+    or the write would move the checkpoint backwards. ``current`` is the row as stored."""
+
+    def __init__(self, shard_id: str, current: Checkpoint | None, reason: str) -> None:
+        super().__init__(f"checkpoint of {shard_id} not written: {reason}")
+        self.shard_id = shard_id
+        self.current = current
+
+
+def apply_put(
+    current: Checkpoint | None,
+    shard_id: str,
+    value: CheckpointValue,
+    expected: Checkpoint | None,
+    parent_shard_ids: Sequence[str],
+) -> Checkpoint:
+    """The row a conditional put leaves behind, or CheckpointConflictError.
+
+    The write succeeds only if the stored row is the expected one (same counter and owner;
+    ``expected=None`` means "no row yet") and the new value is not below the stored one.
+    """
+    value = validate_checkpoint_value(value)
+    if expected is None:
+        if current is not None:
+            raise CheckpointConflictError(shard_id, current, "a row exists, none was expected")
+        return Checkpoint(shard_id, value, 1, None, tuple(parent_shard_ids))
+    if current is None:
+        raise CheckpointConflictError(shard_id, None, "the expected row does not exist")
+    if current.counter != expected.counter or current.owner != expected.owner:
+        raise CheckpointConflictError(
+            shard_id, current, f"counter is {current.counter}, expected {expected.counter}"
+        )
+    if checkpoint_order(value) < checkpoint_order(current.value):
+        raise CheckpointConflictError(
+            shard_id, current, f"{value} is behind the stored {current.value}"
+        )
+    parents = tuple(parent_shard_ids) or current.parent_shard_ids
+    return Checkpoint(shard_id, value, current.counter + 1, current.owner, parents)
+
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    """Where a consumer keeps one row per (application, stream, shard).
+
+    Every method is a coroutine, so a network store (DynamoDB) fits the same shape; ``put`` is
+    a compare-and-set on the row's counter that never lets a checkpoint move backwards.
+    """
+
+    async def get(self, application: str, stream: str, shard_id: str) -> Checkpoint | None:
+        """The stored row of one shard, or None."""
+        ...
+
+    async def list(self, application: str, stream: str) -> list[Checkpoint]:
+        """Every stored row of a stream, in no particular order."""
+        ...
+
+    async def put(
+        self,
+        application: str,
+        stream: str,
+        shard_id: str,
+        value: CheckpointValue,
+        *,
+        expected: Checkpoint | None,
+        parent_shard_ids: Sequence[str] = (),
+    ) -> Checkpoint:
+        """Write ``value`` if the row is still ``expected``; return the new row.
+
+        Raises CheckpointConflictError (carrying the stored row) otherwise.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Release files, threads or connections."""
+        ...

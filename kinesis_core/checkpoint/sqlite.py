@@ -1,0 +1,187 @@
+"""The embedded default checkpoint store: one SQLite file that survives restarts.
+
+Several processes on one host may share the file: WAL mode lets readers run beside a writer,
+a busy timeout waits out the other writers, and every put is a read-check-write inside
+``BEGIN IMMEDIATE`` (the write lock is held from the read on), so the compare-and-set of
+:func:`~kinesis_core.checkpoint.base.apply_put` holds across processes. The blocking sqlite3
+calls run on one dedicated thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from kinesis_core.checkpoint.base import (
+    Checkpoint,
+    CheckpointValue,
+    Sentinel,
+    apply_put,
+)
+from kinesis_core.errors import ConfigurationError
+
+_T = TypeVar("_T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS kinesis_checkpoints (
+    application TEXT NOT NULL,
+    stream TEXT NOT NULL,
+    shard_id TEXT NOT NULL,
+    checkpoint TEXT NOT NULL,
+    sub_sequence_number INTEGER NOT NULL DEFAULT 0,
+    lease_owner TEXT,
+    lease_counter INTEGER NOT NULL,
+    parent_shard_ids TEXT NOT NULL DEFAULT '[]',
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (application, stream, shard_id)
+) WITHOUT ROWID
+"""
+_COLUMNS = "shard_id, checkpoint, sub_sequence_number, lease_owner, lease_counter, parent_shard_ids"
+_Row = tuple[str, str, int, str | None, int, str]
+
+
+def _decode(row: _Row) -> Checkpoint:
+    shard_id, checkpoint, sub, owner, counter, parents = row
+    value: CheckpointValue = (
+        (int(checkpoint), sub) if checkpoint.isdigit() else Sentinel(checkpoint)
+    )
+    return Checkpoint(shard_id, value, counter, owner, tuple(json.loads(parents)))
+
+
+def _encode(value: CheckpointValue) -> tuple[str, int]:
+    if isinstance(value, Sentinel):
+        return value.value, 0
+    return str(value[0]), value[1]
+
+
+class SQLiteCheckpointStore:
+    """Checkpoints in a SQLite file, keyed by (application, stream, shard).
+
+    ``busy_timeout`` (seconds) is how long a write waits for another process's write lock.
+    The sequence number is kept as a decimal string (the KCL's ``checkpoint`` attribute) and
+    the sub-sequence number beside it, so the rows read like a KCL lease table.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
+        if busy_timeout <= 0:
+            raise ConfigurationError(f"busy_timeout must be > 0 seconds, got {busy_timeout}")
+        self.path = os.fspath(path)
+        self._busy_timeout = busy_timeout
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-checkpoints")
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self._busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            # NORMAL is durable against a process crash in WAL mode (not against power loss).
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute(_SCHEMA)
+            self._conn = conn
+        return self._conn
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        if self._closed:
+            raise RuntimeError("SQLiteCheckpointStore is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: fn(self._connection()))
+
+    async def get(self, application: str, stream: str, shard_id: str) -> Checkpoint | None:
+        def read(conn: sqlite3.Connection) -> Checkpoint | None:
+            row = conn.execute(
+                f"SELECT {_COLUMNS} FROM kinesis_checkpoints "  # noqa: S608 (constant columns)
+                "WHERE application = ? AND stream = ? AND shard_id = ?",
+                (application, stream, shard_id),
+            ).fetchone()
+            return None if row is None else _decode(row)
+
+        return await self._run(read)
+
+    async def list(self, application: str, stream: str) -> list[Checkpoint]:
+        def read(conn: sqlite3.Connection) -> list[Checkpoint]:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM kinesis_checkpoints "  # noqa: S608 (constant columns)
+                "WHERE application = ? AND stream = ? ORDER BY shard_id",
+                (application, stream),
+            ).fetchall()
+            return [_decode(row) for row in rows]
+
+        return await self._run(read)
+
+    async def put(
+        self,
+        application: str,
+        stream: str,
+        shard_id: str,
+        value: CheckpointValue,
+        *,
+        expected: Checkpoint | None,
+        parent_shard_ids: Sequence[str] = (),
+    ) -> Checkpoint:
+        def write(conn: sqlite3.Connection) -> Checkpoint:
+            key = (application, stream, shard_id)
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = conn.execute(
+                    f"SELECT {_COLUMNS} FROM kinesis_checkpoints "  # noqa: S608
+                    "WHERE application = ? AND stream = ? AND shard_id = ?",
+                    key,
+                ).fetchone()
+                current = None if row is None else _decode(row)
+                new = apply_put(current, shard_id, value, expected, parent_shard_ids)
+                checkpoint, sub = _encode(new.value)
+                conn.execute(
+                    "INSERT OR REPLACE INTO kinesis_checkpoints (application, stream, shard_id, "
+                    "checkpoint, sub_sequence_number, lease_owner, lease_counter, "
+                    "parent_shard_ids, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        *key,
+                        checkpoint,
+                        sub,
+                        new.owner,
+                        new.counter,
+                        json.dumps(list(new.parent_shard_ids)),
+                        time.time(),
+                    ),
+                )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return new
+
+        return await self._run(write)
+
+    async def close(self) -> None:
+        """Close the connection on its own thread, then stop the thread."""
+        if self._closed:
+            return
+
+        def shut(conn: sqlite3.Connection | None) -> None:
+            if conn is not None:
+                conn.close()
+
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, shut, self._conn)
+        self._conn = None
+        self._closed = True
+        self._executor.shutdown(wait=True)
+
+    async def __aenter__(self) -> SQLiteCheckpointStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

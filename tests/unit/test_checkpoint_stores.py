@@ -1,0 +1,193 @@
+"""Checkpoint stores: one protocol, compare-and-set, never backwards, SQLite across processes."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kinesis_core.checkpoint import (
+    SHARD_END,
+    Checkpoint,
+    CheckpointConflictError,
+    CheckpointStore,
+    MemoryCheckpointStore,
+    Sentinel,
+    SQLiteCheckpointStore,
+    checkpoint_order,
+)
+from kinesis_core.errors import ConfigurationError, ValidationError
+
+BIG = 49_680_446_358_758_688_350_039_136_273_873_520_000_000_000_000_000_002  # 56 digits
+
+StoreFactory = Callable[[Path], CheckpointStore]
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def make_store(request: pytest.FixtureRequest) -> StoreFactory:
+    if request.param == "memory":
+        return lambda _: MemoryCheckpointStore()
+    return lambda path: SQLiteCheckpointStore(path / "checkpoints.sqlite3")
+
+
+def test_compare_and_set_round_trip(make_store: StoreFactory, tmp_path: Path) -> None:
+    async def main() -> None:
+        store = make_store(tmp_path)
+        assert await store.get("app", "s", "shard-1") is None
+        first = await store.put(
+            "app", "s", "shard-1", Sentinel.TRIM_HORIZON, expected=None, parent_shard_ids=["p"]
+        )
+        assert first == Checkpoint("shard-1", Sentinel.TRIM_HORIZON, 1, None, ("p",))
+        second = await store.put("app", "s", "shard-1", (BIG, 7), expected=first)
+        assert second.position == (BIG, 7)
+        assert second.counter == 2
+        assert second.parent_shard_ids == ("p",)
+        assert await store.get("app", "s", "shard-1") == second
+        third = await store.put("app", "s", "shard-1", SHARD_END, expected=second)
+        assert third.is_shard_end
+        assert third.position is None
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_conflicts_carry_the_stored_row(make_store: StoreFactory, tmp_path: Path) -> None:
+    async def main() -> None:
+        store = make_store(tmp_path)
+        first = await store.put("app", "s", "shard-1", (10, 0), expected=None)
+        with pytest.raises(CheckpointConflictError) as exists:
+            await store.put("app", "s", "shard-1", (11, 0), expected=None)
+        assert exists.value.current == first
+        second = await store.put("app", "s", "shard-1", (20, 0), expected=first)
+        with pytest.raises(CheckpointConflictError) as stale:
+            await store.put("app", "s", "shard-1", (30, 0), expected=first)
+        assert stale.value.current == second
+        with pytest.raises(CheckpointConflictError, match="behind"):
+            await store.put("app", "s", "shard-1", (19, 9), expected=second)
+        with pytest.raises(CheckpointConflictError, match="does not exist"):
+            await store.put("app", "s", "shard-2", (1, 0), expected=second)
+        assert await store.get("app", "s", "shard-1") == second
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_rows_are_keyed_by_application_stream_and_shard(
+    make_store: StoreFactory, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        store = make_store(tmp_path)
+        await store.put("app", "s", "shard-1", (1, 0), expected=None)
+        await store.put("app", "s", "shard-2", SHARD_END, expected=None)
+        await store.put("other-app", "s", "shard-1", (9, 0), expected=None)
+        await store.put("app", "other-stream", "shard-1", (8, 0), expected=None)
+        rows = sorted(await store.list("app", "s"), key=lambda r: r.shard_id)
+        assert [(r.shard_id, r.value) for r in rows] == [
+            ("shard-1", (1, 0)),
+            ("shard-2", SHARD_END),
+        ]
+        assert isinstance(store, CheckpointStore)
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_bad_values_are_refused(make_store: StoreFactory, tmp_path: Path) -> None:
+    async def main() -> None:
+        store = make_store(tmp_path)
+        for bad in ("123", (1,), (1, -1), (1.0, 0), None):
+            with pytest.raises(ValidationError, match="checkpoint"):
+                await store.put("app", "s", "shard-1", bad, expected=None)  # type: ignore[arg-type]
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_order_of_values() -> None:
+    ordered = [Sentinel.LATEST, (1, 0), (1, 5), (2, 0), (BIG, 0), SHARD_END]
+    keys = [checkpoint_order(v) for v in ordered]
+    assert keys == sorted(keys)
+    assert checkpoint_order(Sentinel.TRIM_HORIZON) == checkpoint_order(Sentinel.AT_TIMESTAMP)
+
+
+def test_sqlite_survives_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite3"
+
+    async def write() -> None:
+        async with SQLiteCheckpointStore(path) as store:
+            await store.put(
+                "app", "s", "shard-1", (BIG, 3), expected=None, parent_shard_ids=["a", "b"]
+            )
+
+    async def read() -> Checkpoint | None:
+        async with SQLiteCheckpointStore(path) as store:
+            return await store.get("app", "s", "shard-1")
+
+    asyncio.run(write())
+    assert asyncio.run(read()) == Checkpoint("shard-1", (BIG, 3), 1, None, ("a", "b"))
+
+
+def test_sqlite_refuses_use_after_close_and_bad_timeout(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError):
+        SQLiteCheckpointStore(tmp_path / "x", busy_timeout=0)
+
+    async def main() -> None:
+        store = SQLiteCheckpointStore(tmp_path / "x")
+        await store.close()
+        await store.close()
+        with pytest.raises(RuntimeError, match="closed"):
+            await store.get("app", "s", "shard-1")
+
+    asyncio.run(main())
+
+
+def _increment(path: str, rounds: int, worker: int) -> None:
+    """Move the checkpoint one sequence number forward ``rounds`` times, racing the others."""
+
+    async def main() -> None:
+        async with SQLiteCheckpointStore(path) as store:
+            done = 0
+            while done < rounds:
+                row = await store.get("app", "s", "shard-1")
+                assert row is not None
+                assert row.position is not None
+                step = (row.position[0] + 1, worker)
+                try:
+                    await store.put("app", "s", "shard-1", step, expected=row)
+                except CheckpointConflictError:
+                    continue
+                done += 1
+
+    asyncio.run(main())
+
+
+def test_sqlite_compare_and_set_holds_across_processes(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.sqlite3")
+
+    async def seed() -> None:
+        async with SQLiteCheckpointStore(path) as store:
+            await store.put("app", "s", "shard-1", (0, 0), expected=None)
+
+    asyncio.run(seed())
+    ctx = multiprocessing.get_context("spawn")
+    workers, rounds = 3, 40
+    procs = [ctx.Process(target=_increment, args=(path, rounds, w)) for w in range(workers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+
+    async def read() -> Checkpoint | None:
+        async with SQLiteCheckpointStore(path) as store:
+            return await store.get("app", "s", "shard-1")
+
+    row = asyncio.run(read())
+    assert row is not None
+    assert row.position is not None
+    # No lost update: every successful compare-and-set moved it exactly one step.
+    assert row.position[0] == workers * rounds
+    assert row.counter == workers * rounds + 1
