@@ -1,0 +1,195 @@
+"""The ack frontier of one shard: how far its checkpoint may move.
+
+Records are registered a whole GetRecords batch at a time, in shard order; acks arrive in any
+order. The checkpoint is the position of the last record of the contiguous acked prefix, so
+it is never ahead of an unacked record. Per record, an in-order ack costs one identity check
+and an increment; only an out-of-order ack pays for a bisect and a lazily made bitmap.
+Sans-I/O: no clock, no awaits.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Iterator
+
+from kinesis_core.checkpoint.base import SHARD_END, CheckpointValue
+from kinesis_core.records import KinesisRecord, Position
+
+
+def _position(record: KinesisRecord) -> Position:
+    return (record.sequence_number, record.sub_sequence_number)
+
+
+class RecordBatch:
+    """One GetRecords response after deaggregation: what ``Consumer.batches()`` yields.
+
+    ``ack()`` acks every record of the batch at once; ``record.ack()`` acks one.
+    """
+
+    __slots__ = (
+        "_acked",
+        "_frontier",
+        "_n",
+        "_prefix",
+        "millis_behind_latest",
+        "records",
+        "shard_id",
+    )
+
+    def __init__(self, shard_id: str, frontier: ShardFrontier | None = None) -> None:
+        self.shard_id = shard_id
+        self._frontier = frontier
+        self.records: list[KinesisRecord] = []
+        self.millis_behind_latest: int | None = None
+        self._n = 0
+        self._prefix = 0
+        self._acked: bytearray | None = None
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __iter__(self) -> Iterator[KinesisRecord]:
+        return iter(self.records[: self._n])
+
+    def __repr__(self) -> str:
+        return f"RecordBatch(shard_id={self.shard_id!r}, records={self._n}, acked={self.acked})"
+
+    @property
+    def acked(self) -> bool:
+        """True once every record of the batch is acked."""
+        return self._prefix >= self._n
+
+    @property
+    def unacked(self) -> int:
+        extra = 0 if self._acked is None else sum(self._acked[self._prefix : self._n])
+        return max(self._n - self._prefix - extra, 0)
+
+    def ack(self) -> None:
+        """Ack every record of the batch."""
+        self._prefix = self._n
+        self._completed()
+
+    def ack_record(self, record: KinesisRecord) -> None:
+        """Ack one record of this batch (the ``ack`` callback of its KinesisRecords).
+
+        Acking twice, or a record of another batch, changes nothing.
+        """
+        p = self._prefix
+        n = self._n
+        if p < n and self.records[p] is record:
+            p += 1
+            acked = self._acked
+            if acked is not None:
+                while p < n and acked[p]:
+                    p += 1
+            self._prefix = p
+            if p == n:
+                self._completed()
+            return
+        i = bisect_left(self.records, _position(record), 0, n, key=_position)
+        if i >= n or i < p or self.records[i] is not record:
+            return
+        if self._acked is None:
+            self._acked = bytearray(len(self.records))
+        self._acked[i] = 1
+
+    def _completed(self) -> None:
+        """Let the frontier drop fully acked batches now, not at the next checkpoint write:
+        between two writes a busy shard reads hundreds of thousands of records."""
+        if self._frontier is not None:
+            self._frontier._release()
+
+    def _fill(self, records: list[KinesisRecord], millis_behind_latest: int | None) -> None:
+        self.records = records
+        self.millis_behind_latest = millis_behind_latest
+        self._n = len(records)
+
+
+class ShardFrontier:
+    """The registered-but-not-checkpointed batches of one shard, oldest first.
+
+    ``start`` is the value the shard was started from (a stored checkpoint or an initial
+    sentinel); :attr:`checkpoint` never moves below it.
+    """
+
+    def __init__(self, shard_id: str, start: CheckpointValue | None = None) -> None:
+        self.shard_id = shard_id
+        self._base = start
+        self._batches: deque[RecordBatch] = deque()
+        self._last: Position | None = None
+        self._ended = False
+
+    def new_batch(self) -> RecordBatch:
+        """An empty batch; its ``ack_record`` is the ack callback for the records to come."""
+        return RecordBatch(self.shard_id, self)
+
+    def add(
+        self, batch: RecordBatch, records: list[KinesisRecord], millis_behind_latest: int | None
+    ) -> None:
+        """Register the records of ``batch`` (delivery order, ascending positions)."""
+        if self._ended:
+            raise RuntimeError(f"shard {self.shard_id} has ended; no more records")
+        if not records:
+            return
+        first = _position(records[0])
+        if self._last is not None and first <= self._last:
+            raise ValueError(
+                f"shard {self.shard_id}: batch starts at {first}, not after {self._last}"
+            )
+        batch._fill(records, millis_behind_latest)
+        self._batches.append(batch)
+        self._last = _position(records[-1])
+
+    def end(self) -> None:
+        """The shard was read to its end: once everything is acked, the checkpoint is SHARD_END."""
+        self._ended = True
+
+    def discard(self, batch: RecordBatch) -> None:
+        """Forget a batch that was never delivered (it cannot be acked)."""
+        self.truncate(batch, 0)
+
+    def truncate(self, batch: RecordBatch, delivered: int) -> None:
+        """Keep only the first ``delivered`` records of a batch: the rest never reached the user."""
+        batch._n = min(batch._n, delivered)
+        if batch._prefix > batch._n:
+            batch._prefix = batch._n
+
+    def _release(self) -> None:
+        """Drop the fully acked batches at the head; the checkpoint moves to their end."""
+        batches = self._batches
+        while batches and batches[0]._prefix >= batches[0]._n:
+            done = batches.popleft()
+            if done._n:
+                self._base = _position(done.records[done._n - 1])
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    @property
+    def last_position(self) -> Position | None:
+        """The position of the newest registered record."""
+        return self._last
+
+    @property
+    def checkpoint(self) -> CheckpointValue | None:
+        """The last position of the contiguous acked prefix (SHARD_END once all of an ended
+        shard is acked; the start value while nothing new is acked)."""
+        self._release()
+        batches = self._batches
+        if batches:
+            head = batches[0]
+            p = head._prefix
+            return _position(head.records[p - 1]) if p else self._base
+        return SHARD_END if self._ended else self._base
+
+    @property
+    def pending(self) -> int:
+        """How many registered records are not acked yet."""
+        return sum(batch.unacked for batch in self._batches)
+
+    @property
+    def drained(self) -> bool:
+        """True when every registered record is acked."""
+        return all(batch.acked for batch in self._batches)

@@ -1,0 +1,87 @@
+"""Where a consumer starts reading a shard it has no checkpoint for."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from kinesis_core.checkpoint.base import Sentinel
+from kinesis_core.errors import ValidationError
+
+
+class InitialPosition:
+    """TRIM_HORIZON, LATEST or AtTimestamp(t): the start of a shard without a checkpoint."""
+
+    __slots__ = ("sentinel", "timestamp")
+
+    def __init__(self, sentinel: Sentinel, timestamp: datetime | None = None) -> None:
+        if sentinel is Sentinel.SHARD_END:
+            raise ValidationError("initial_position", "SHARD_END is not a start position")
+        if (sentinel is Sentinel.AT_TIMESTAMP) != (timestamp is not None):
+            raise ValidationError(
+                "initial_position", "a timestamp goes with AT_TIMESTAMP and only with it"
+            )
+        self.sentinel = sentinel
+        self.timestamp = timestamp
+
+    def iterator_params(self) -> dict[str, Any]:
+        """The GetShardIterator arguments for this position."""
+        if self.timestamp is not None:
+            return {"ShardIteratorType": "AT_TIMESTAMP", "Timestamp": self.timestamp}
+        return {"ShardIteratorType": self.sentinel.value}
+
+    def shard_filter(self) -> dict[str, Any] | None:
+        """The ListShards ShardFilter of the shards this position can read anything from:
+        the open ones for LATEST, those not closed before the timestamp for AT_TIMESTAMP."""
+        if self.timestamp is not None:
+            return {"Type": "FROM_TIMESTAMP", "Timestamp": self.timestamp}
+        if self.sentinel is Sentinel.LATEST:
+            return {"Type": "AT_LATEST"}
+        return None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, InitialPosition):
+            return NotImplemented
+        return (self.sentinel, self.timestamp) == (other.sentinel, other.timestamp)
+
+    def __hash__(self) -> int:
+        return hash((self.sentinel, self.timestamp))
+
+    def __repr__(self) -> str:
+        if self.timestamp is not None:
+            return f"AtTimestamp({self.timestamp.isoformat()})"
+        return str(self.sentinel)
+
+
+class AtTimestamp(InitialPosition):
+    """Start at the first record that arrived at or after ``timestamp``.
+
+    A naive datetime is read as UTC; a float or int is seconds since the epoch.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, timestamp: datetime | float) -> None:
+        if isinstance(timestamp, bool) or not isinstance(timestamp, (datetime, int, float)):
+            raise ValidationError(
+                "timestamp", f"must be a datetime or epoch seconds, got {type(timestamp).__name__}"
+            )
+        if not isinstance(timestamp, datetime):
+            timestamp = datetime.fromtimestamp(timestamp, tz=timezone.utc)
+        elif timestamp.tzinfo is None:
+            timestamp = timestamp.replace(tzinfo=timezone.utc)
+        super().__init__(Sentinel.AT_TIMESTAMP, timestamp)
+
+
+TRIM_HORIZON = InitialPosition(Sentinel.TRIM_HORIZON)
+"""The oldest record still in the shard."""
+LATEST = InitialPosition(Sentinel.LATEST)
+"""Only records written after the reader starts."""
+
+
+def resume_params(sequence_number: int, *, after: bool) -> dict[str, Any]:
+    """GetShardIterator arguments to continue at (or just after) a sequence number."""
+    return {
+        "ShardIteratorType": "AFTER_SEQUENCE_NUMBER" if after else "AT_SEQUENCE_NUMBER",
+        "StartingSequenceNumber": str(sequence_number),
+    }

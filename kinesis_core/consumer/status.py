@@ -1,0 +1,24 @@
+"""What ``Consumer.status()`` reports per shard: state, position, lag and unacked records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kinesis_core.checkpoint.base import CheckpointValue
+from kinesis_core.consumer.lineage import ShardState
+from kinesis_core.records import Position
+
+
+@dataclass(frozen=True, slots=True)
+class ShardStatus:
+    shard_id: str
+    state: ShardState
+    parent_shard_ids: tuple[str, ...]
+    position: Position | None
+    """The newest record read from the shard (delivered or queued for delivery)."""
+    checkpoint: CheckpointValue | None
+    """The value last written to the checkpoint store."""
+    millis_behind_latest: int | None
+    """How far the last GetRecords response was behind the tip of the shard."""
+    pending_acks: int
+    """Records read and not yet acked."""

@@ -1,0 +1,458 @@
+"""The Consumer driver against an in-memory fake of the Kinesis read API (no server).
+
+The fake is faithful where the consumer depends on it: shard lineage on split and merge,
+ChildShards and a null NextShardIterator at the end of a closed shard, paginated ListShards,
+AT/AFTER_SEQUENCE_NUMBER iterators, and errors injected on demand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from kinesis_core.aggregation import encode_aggregate
+from kinesis_core.checkpoint import SHARD_END, MemoryCheckpointStore, Sentinel
+from kinesis_core.consumer import LATEST, TRIM_HORIZON, Consumer, RecordBatch, ShardState
+from kinesis_core.hashing import MAX_HASH_KEY, hash_key
+from kinesis_core.records import KinesisRecord, SubRecord
+
+
+def client_error(code: str, status: int = 400) -> ClientError:
+    return ClientError(
+        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
+        "GetRecords",
+    )
+
+
+@dataclass
+class FakeShard:
+    shard_id: str
+    start: int
+    end: int
+    parents: tuple[str, ...] = ()
+    records: list[dict[str, Any]] = field(default_factory=list)
+    closed: bool = False
+    children: list[FakeShard] = field(default_factory=list)
+
+
+class FakeKinesis:
+    """Enough of aiobotocore's Kinesis client for a polling consumer."""
+
+    def __init__(self, shards: int) -> None:
+        self._seq = itertools.count(49_000_000_000_000_000_000_000_000_000_000_000_000_000_000_000)
+        self._ids = itertools.count()
+        self.shards: dict[str, FakeShard] = {}
+        step = (MAX_HASH_KEY + 1) // shards
+        for i in range(shards):
+            end = MAX_HASH_KEY if i == shards - 1 else (i + 1) * step - 1
+            self._new_shard(i * step, end, ())
+        self.faults: dict[str, list[ClientError]] = defaultdict(list)
+        self.calls: dict[str, int] = defaultdict(int)
+        self.shard_filters: list[dict[str, Any] | None] = []
+
+    def _new_shard(self, start: int, end: int, parents: tuple[str, ...]) -> FakeShard:
+        shard = FakeShard(f"shardId-{next(self._ids):012d}", start, end, parents)
+        self.shards[shard.shard_id] = shard
+        return shard
+
+    def open_shards(self) -> list[FakeShard]:
+        return sorted((s for s in self.shards.values() if not s.closed), key=lambda s: s.start)
+
+    def put(self, partition_key: str, data: bytes, key: int | None = None) -> None:
+        key = hash_key(partition_key) if key is None else key
+        shard = next(s for s in self.open_shards() if s.start <= key <= s.end)
+        shard.records.append(
+            {
+                "SequenceNumber": str(next(self._seq)),
+                "Data": data,
+                "PartitionKey": partition_key,
+                "ApproximateArrivalTimestamp": datetime.now(timezone.utc),
+            }
+        )
+
+    def put_aggregate(self, subs: list[SubRecord]) -> None:
+        self.put(subs[0].partition_key, encode_aggregate(subs))
+
+    def split(self, shard_id: str) -> None:
+        parent = self.shards[shard_id]
+        middle = (parent.start + parent.end) // 2
+        parent.closed = True
+        parent.children = [
+            self._new_shard(parent.start, middle, (shard_id,)),
+            self._new_shard(middle + 1, parent.end, (shard_id,)),
+        ]
+
+    def merge(self, a: str, b: str) -> None:
+        left, right = sorted((self.shards[a], self.shards[b]), key=lambda s: s.start)
+        child = self._new_shard(left.start, right.end, (left.shard_id, right.shard_id))
+        for parent in (left, right):
+            parent.closed = True
+            parent.children = [child]
+
+    def _fault(self, operation: str) -> None:
+        self.calls[operation] += 1
+        if self.faults[operation]:
+            raise self.faults[operation].pop(0)
+
+    async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
+        self._fault("ListShards")
+        if "NextToken" in kwargs:
+            latest, _, token = kwargs["NextToken"].partition(":")
+            start, open_only = int(token), latest == "latest"
+        else:
+            shard_filter = kwargs.get("ShardFilter")
+            self.shard_filters.append(shard_filter)
+            start, open_only = 0, shard_filter == {"Type": "AT_LATEST"}
+        ids = sorted(s for s in self.shards if not (open_only and self.shards[s].closed))
+        page = ids[start : start + 2]  # tiny pages: pagination is always exercised
+        shards = []
+        for shard_id in page:
+            shard = self.shards[shard_id]
+            entry: dict[str, Any] = {
+                "ShardId": shard_id,
+                "HashKeyRange": {
+                    "StartingHashKey": str(shard.start),
+                    "EndingHashKey": str(shard.end),
+                },
+                "SequenceNumberRange": {"StartingSequenceNumber": "0"},
+            }
+            if shard.closed:
+                entry["SequenceNumberRange"]["EndingSequenceNumber"] = "9" * 56
+            if shard.parents:
+                entry["ParentShardId"] = shard.parents[0]
+            if len(shard.parents) > 1:
+                entry["AdjacentParentShardId"] = shard.parents[1]
+            shards.append(entry)
+        response: dict[str, Any] = {"Shards": shards}
+        if start + 2 < len(ids):
+            response["NextToken"] = f"{'latest' if open_only else 'all'}:{start + 2}"
+        return response
+
+    async def get_shard_iterator(self, **kwargs: Any) -> dict[str, Any]:
+        self._fault("GetShardIterator")
+        shard = self.shards[kwargs["ShardId"]]
+        kind = kwargs["ShardIteratorType"]
+        seqs = [int(r["SequenceNumber"]) for r in shard.records]
+        if kind == "TRIM_HORIZON":
+            index = 0
+        elif kind == "LATEST":
+            index = len(seqs)
+        else:
+            target = int(kwargs["StartingSequenceNumber"])
+            after = kind == "AFTER_SEQUENCE_NUMBER"
+            index = next(
+                (i for i, s in enumerate(seqs) if s > target or (s == target and not after)),
+                len(seqs),
+            )
+        return {"ShardIterator": f"{shard.shard_id}|{index}"}
+
+    async def get_records(self, ShardIterator: str, Limit: int) -> dict[str, Any]:
+        self._fault("GetRecords")
+        shard_id, index_text = ShardIterator.split("|")
+        shard = self.shards[shard_id]
+        index = int(index_text)
+        records = shard.records[index : index + Limit]
+        end = index + len(records)
+        response: dict[str, Any] = {
+            "Records": records,
+            "MillisBehindLatest": 0 if end == len(shard.records) else 1000,
+        }
+        if shard.closed and end == len(shard.records):
+            response["ChildShards"] = [
+                {
+                    "ShardId": c.shard_id,
+                    "ParentShards": list(c.parents),
+                    "HashKeyRange": {"StartingHashKey": str(c.start), "EndingHashKey": str(c.end)},
+                }
+                for c in shard.children
+            ]
+        else:
+            response["NextShardIterator"] = f"{shard_id}|{end}"
+        return response
+
+
+def consumer(fake: FakeKinesis, store: MemoryCheckpointStore, **kwargs: Any) -> Consumer:
+    options: dict[str, Any] = {
+        "checkpoint_store": store,
+        "initial_position": TRIM_HORIZON,
+        "checkpoint_interval": 0.05,
+        "shard_refresh_interval": 0.2,
+        "idle_interval": 0.2,
+        "close_timeout": 2.0,
+    }
+    options.update(kwargs)
+    return Consumer("stream", client=fake, **options)
+
+
+async def collect(c: Consumer, count: int, *, ack: bool = True) -> list[KinesisRecord]:
+    out: list[KinesisRecord] = []
+
+    async def run() -> None:
+        async for record in c:
+            out.append(record)
+            if ack:
+                record.ack()
+            if len(out) == count:
+                return
+
+    await asyncio.wait_for(run(), 10)
+    return out
+
+
+def keyed(record: KinesisRecord) -> tuple[str, int]:
+    key, n = record.data.decode().split(":")
+    return key, int(n)
+
+
+def assert_in_order_per_key(records: list[KinesisRecord]) -> None:
+    last: dict[str, int] = {}
+    for record in records:
+        key, n = keyed(record)
+        assert n > last.get(key, -1), f"{key}: {n} after {last[key]}"
+        last[key] = n
+
+
+def test_split_and_merge_while_reading_keep_per_key_order() -> None:
+    async def main() -> None:
+        fake = FakeKinesis(2)
+        keys = [f"key-{i}" for i in range(12)]
+        counter = itertools.count()
+
+        def produce(rounds: int) -> None:
+            for _ in range(rounds):
+                n = next(counter)
+                for key in keys:
+                    fake.put(key, f"{key}:{n}".encode())
+
+        produce(5)
+        store = MemoryCheckpointStore()
+        async with consumer(fake, store) as c:
+            got = await collect(c, 60)
+            first, second = (s.shard_id for s in fake.open_shards())
+            fake.split(first)
+            produce(5)
+            got += await collect(c, 60)
+            a, b = (s.shard_id for s in fake.open_shards() if s.parents == (first,))
+            fake.merge(a, b)
+            produce(5)
+            got += await collect(c, 60)
+            states = c.shard_states()
+        assert sorted(keyed(r) for r in got) == sorted((k, n) for k in keys for n in range(15))
+        assert_in_order_per_key(got)
+        assert states[first] is ShardState.ENDED
+        assert states[a] is ShardState.ENDED
+        assert states[b] is ShardState.ENDED
+        rows = {row.shard_id: row for row in await store.list("default", "stream")}
+        assert rows[first].value is SHARD_END
+        assert rows[a].value is SHARD_END
+        assert rows[a].parent_shard_ids == (first,)
+        merged = next(s for s in fake.open_shards() if len(s.parents) == 2)
+        assert rows[merged.shard_id].parent_shard_ids == (a, b)
+        assert rows[second].position is not None
+
+    asyncio.run(main())
+
+
+def test_restart_resumes_after_the_checkpoint_inside_an_aggregate() -> None:
+    async def main() -> None:
+        fake = FakeKinesis(1)
+        fake.put_aggregate([SubRecord("k", None, f"k:{i}".encode()) for i in range(10)])
+        fake.put("k", b"k:10")
+        store = MemoryCheckpointStore()
+        async with consumer(fake, store) as c:
+            got = await collect(c, 4)
+        assert [r.sub_sequence_number for r in got] == [0, 1, 2, 3]
+        row = (await store.list("default", "stream"))[0]
+        assert row.value == got[-1].position
+        async with consumer(fake, store) as c:
+            rest = await collect(c, 7)
+        assert [keyed(r)[1] for r in rest] == list(range(4, 11))
+
+    asyncio.run(main())
+
+
+def test_out_of_order_acks_checkpoint_only_the_contiguous_prefix() -> None:
+    async def main() -> None:
+        fake = FakeKinesis(1)
+        for i in range(6):
+            fake.put("k", f"k:{i}".encode())
+        store = MemoryCheckpointStore()
+        async with consumer(fake, store, close_timeout=0.1) as c:
+            got = await collect(c, 6, ack=False)
+            for i in (5, 3, 1, 0):
+                got[i].ack()
+            await c.checkpoint()
+            row = (await store.list("default", "stream"))[0]
+            assert row.value == got[1].position
+            status = c.status()[0]
+            assert status.pending_acks == 2
+            assert status.checkpoint == got[1].position
+            assert status.position == got[5].position
+            assert status.state is ShardState.READING
+            got[2].ack()
+            await c.checkpoint()
+            assert (await store.list("default", "stream"))[0].value == got[3].position
+        # Closed without the last ack: the checkpoint stays before the unacked record.
+        assert (await store.list("default", "stream"))[0].value == got[3].position
+
+    asyncio.run(main())
+
+
+def test_expired_iterator_and_throttling_lose_nothing_and_repeat_nothing() -> None:
+    async def main() -> None:
+        fake = FakeKinesis(1)
+        for i in range(5):
+            fake.put("k", f"k:{i}".encode())
+        fake.faults["GetRecords"] += [
+            client_error("ProvisionedThroughputExceededException"),
+            client_error("InternalFailure", 500),
+        ]
+        async with consumer(fake, MemoryCheckpointStore(), max_records_per_call=2) as c:
+            got = await collect(c, 3)
+            fake.faults["GetRecords"].append(client_error("ExpiredIteratorException"))
+            for i in range(5, 8):
+                fake.put("k", f"k:{i}".encode())
+            got += await collect(c, 5)
+        assert [keyed(r)[1] for r in got] == list(range(8))
+        assert fake.calls["GetShardIterator"] == 2
+
+    asyncio.run(main())
+
+
+def test_a_fatal_error_surfaces_from_the_iterator() -> None:
+    async def main() -> None:
+        fake = FakeKinesis(1)
+        fake.faults["GetShardIterator"].append(client_error("AccessDeniedException"))
+        async with consumer(fake, MemoryCheckpointStore()) as c:
+            with pytest.raises(ClientError, match="AccessDenied"):
+                await collect(c, 1)
+            with pytest.raises(ClientError):
+                await collect(c, 1)
+
+    asyncio.run(main())
+
+
+def test_a_missing_stream_fails_at_start() -> None:
+    async def main() -> None:
+        fake = FakeKinesis(1)
+        fake.faults["ListShards"].append(client_error("ResourceNotFoundException"))
+        with pytest.raises(ClientError, match="ResourceNotFound"):
+            async with consumer(fake, MemoryCheckpointStore()):
+                pass
+
+    asyncio.run(main())
+
+
+def test_close_waits_for_delivered_acks_and_forgets_undelivered_records() -> None:
+    async def main() -> None:
+        fake = FakeKinesis(1)
+        for i in range(10):
+            fake.put("k", f"k:{i}".encode())
+        store = MemoryCheckpointStore()
+        c = consumer(fake, store, checkpoint_interval=60)
+        await c.start()
+        got = await collect(c, 3, ack=False)
+        got[0].ack()
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.1, got[2].ack)
+        loop.call_later(0.2, got[1].ack)
+        await c.close()
+        row = (await store.list("default", "stream"))[0]
+        assert row.value == got[2].position
+
+    asyncio.run(main())
+
+
+def test_batches_with_auto_ack_and_latest() -> None:
+    async def main() -> None:
+        fake = FakeKinesis(2)
+        fake.put("old", b"old:0")
+        store = MemoryCheckpointStore()
+        seen: list[RecordBatch] = []
+        async with consumer(fake, store, initial_position=LATEST, auto_ack=True) as c:
+            await asyncio.sleep(0.3)  # the readers hold their LATEST iterators
+            for i in range(4):
+                fake.put(f"k{i}", f"k{i}:0".encode())
+
+            async def run() -> None:
+                async for batch in c.batches():
+                    seen.append(batch)
+                    if sum(len(b) for b in seen) == 4:
+                        return
+
+            await asyncio.wait_for(run(), 10)
+            assert all(b.acked for b in seen[:-1])
+            assert not seen[-1].acked
+        assert sorted(r.data for b in seen for r in b) == [b"k0:0", b"k1:0", b"k2:0", b"k3:0"]
+        rows = {row.shard_id: row.value for row in await store.list("default", "stream")}
+        # The last batch was not acked (the loop body may not have finished): its shard stays
+        # at LATEST or an earlier position, never past it.
+        last = seen[-1]
+        assert rows[last.shard_id] in (Sentinel.LATEST, *(b.records[-1].position for b in seen))
+
+    asyncio.run(main())
+
+
+def test_children_wait_while_the_parent_has_unacked_records() -> None:
+    async def main() -> None:
+        fake = FakeKinesis(1)
+        parent = fake.open_shards()[0].shard_id
+        fake.put("k", b"k:0")
+        fake.split(parent)
+        fake.put("k", b"k:1")
+        async with consumer(fake, MemoryCheckpointStore(), close_timeout=0) as c:
+            first = await collect(c, 1, ack=False)
+            await asyncio.sleep(0.5)
+            assert c.shard_states()[parent] is ShardState.ENDING
+            assert {s.state for s in c.status() if s.parent_shard_ids} == {
+                ShardState.WAITING_FOR_PARENT
+            }
+            first[0].ack()
+            second = await collect(c, 1)
+        assert keyed(second[0]) == ("k", 1)
+
+    asyncio.run(main())
+
+
+def test_only_a_fresh_application_lists_with_a_shard_filter() -> None:
+    async def main() -> None:
+        fake = FakeKinesis(3)
+        fake.split(fake.open_shards()[0].shard_id)
+        store = MemoryCheckpointStore()
+        async with consumer(fake, store, initial_position=LATEST) as c:
+            await asyncio.sleep(0.5)
+            states = c.shard_states()
+        assert fake.shard_filters[0] == {"Type": "AT_LATEST"}
+        assert len(fake.shard_filters) > 1
+        assert set(fake.shard_filters[1:]) == {None}
+        # The closed parent: not listed at first, then listed and skipped (LATEST).
+        assert sorted(states.values()) == sorted(
+            [ShardState.SKIPPED] + [ShardState.READING] * 4, key=lambda s: s.value
+        )
+        fake.shard_filters.clear()
+        async with consumer(fake, store, initial_position=LATEST):
+            pass
+        assert fake.shard_filters[0] is None
+
+    asyncio.run(main())
+
+
+def test_transient_errors_at_start_are_retried() -> None:
+    async def main() -> None:
+        fake = FakeKinesis(1)
+        fake.put("k", b"k:0")
+        fake.faults["ListShards"] += [
+            client_error("InternalFailure", 500),
+            client_error("LimitExceededException"),
+        ]
+        async with consumer(fake, MemoryCheckpointStore()) as c:
+            assert [keyed(r) for r in await collect(c, 1)] == [("k", 0)]
+
+    asyncio.run(main())

@@ -1,0 +1,125 @@
+"""The fast GetRecords parser gives what botocore's own parser gives."""
+
+from __future__ import annotations
+
+import base64
+import gc
+import json
+from typing import Any
+
+import botocore.session
+import pytest
+from botocore.parsers import create_parser
+
+from kinesis_core.consumer import fastparse
+from kinesis_core.consumer._gc import gc_paused
+
+BODY = json.dumps(
+    {
+        "Records": [
+            {
+                "SequenceNumber": "49680446358758688350039136273873520000000000000000000002",
+                "ApproximateArrivalTimestamp": 1_795_314_817.648,
+                "Data": base64.b64encode(b"\xf3\x89hello").decode(),
+                "PartitionKey": "pk-1",
+                "EncryptionType": "NONE",
+            },
+            {
+                "SequenceNumber": "49680446358758688350039136273873520000000000000000000003",
+                "ApproximateArrivalTimestamp": 1_795_314_818,
+                "Data": "",
+                "PartitionKey": "pk-2",
+            },
+        ],
+        "MillisBehindLatest": 12,
+        "ChildShards": [
+            {
+                "ShardId": "shardId-000000000002",
+                "ParentShards": ["shardId-000000000000"],
+                "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "17"},
+            }
+        ],
+    }
+).encode()
+
+
+def botocore_parse(body: bytes, status: int = 200, hook: bool = False) -> dict[str, Any]:
+    """What the client returns, with or without the hook, run the way the endpoint runs it."""
+    model = botocore.session.get_session().get_service_model("kinesis")
+    operation = model.operation_model("GetRecords")
+    response_dict: dict[str, Any] = {"body": body, "headers": {}, "status_code": status}
+    customized: dict[str, Any] = {}
+    if hook:
+        fastparse._before_parse(response_dict=response_dict, customized_response_dict=customized)
+    parsed = create_parser("json").parse(response_dict, operation.output_shape)
+    parsed.update(customized)
+    parsed.pop("ResponseMetadata", None)
+    return parsed
+
+
+def test_same_output_as_botocore() -> None:
+    assert botocore_parse(BODY, hook=True) == botocore_parse(BODY)
+    fast = botocore_parse(BODY, hook=True)["Records"][0]
+    assert fast["Data"] == b"\xf3\x89hello"
+    assert fast["ApproximateArrivalTimestamp"].utcoffset().total_seconds() == 0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"Records": [{"SequenceNumber": "1", "PartitionKey": "k"}]}',
+        b'{"Records": [{"SequenceNumber": "1", "Data": "", "PartitionKey": "k",'
+        b' "ApproximateArrivalTimestamp": "2026-01-01T00:00:00Z"}]}',
+        b"[]",
+    ],
+)
+def test_unexpected_bodies_are_left_to_botocore(body: bytes) -> None:
+    response_dict: dict[str, Any] = {"body": body, "headers": {}, "status_code": 200}
+    customized: dict[str, Any] = {}
+    fastparse._before_parse(response_dict=response_dict, customized_response_dict=customized)
+    assert customized == {}
+    assert response_dict["body"] == body
+
+
+def test_errors_are_left_to_botocore() -> None:
+    error = b'{"__type": "ExpiredIteratorException", "message": "expired"}'
+    assert botocore_parse(error, 400, hook=True) == botocore_parse(error, 400)
+
+
+def test_install_and_uninstall_on_a_client() -> None:
+    client = botocore.session.get_session().create_client(
+        "kinesis",
+        region_name="us-east-1",
+        endpoint_url="http://127.0.0.1:9",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+    def emit() -> dict[str, Any]:
+        customized: dict[str, Any] = {}
+        client.meta.events.emit(
+            fastparse.EVENT,
+            response_dict={"body": BODY, "headers": {}, "status_code": 200},
+            customized_response_dict=customized,
+        )
+        return customized
+
+    uninstall = fastparse.install(client)
+    assert emit()["MillisBehindLatest"] == 12
+    uninstall()
+    assert emit() == {}
+    assert fastparse.install(object())() is None
+
+
+def test_gc_paused_restores_the_collector_state() -> None:
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

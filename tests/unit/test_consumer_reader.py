@@ -1,0 +1,221 @@
+"""The shard reader's state machine: rate, backoff, expiry, resume inside an aggregate, end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kinesis_core.aggregation import encode_aggregate
+from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp
+from kinesis_core.consumer.lineage import ShardNode
+from kinesis_core.consumer.reader import (
+    Ended,
+    ErrorKind,
+    GetIterator,
+    GetRecords,
+    ReaderOptions,
+    ReaderState,
+    ShardReaderMachine,
+    Wait,
+    classify_error,
+)
+from kinesis_core.errors import ConfigurationError
+from kinesis_core.hashing import MAX_HASH_KEY, hash_key
+from kinesis_core.records import SubRecord
+
+NODE = ShardNode("shard-1", (), (0, MAX_HASH_KEY), True)
+
+
+def raw(seq: int, data: bytes, pk: str = "pk") -> dict[str, Any]:
+    return {"SequenceNumber": str(seq), "Data": data, "PartitionKey": pk}
+
+
+def aggregate(seq: int, count: int) -> dict[str, Any]:
+    subs = [SubRecord(f"k{i}", None, f"{seq}-{i}".encode()) for i in range(count)]
+    return raw(seq, encode_aggregate(subs), "k0")
+
+
+def reading(machine: ShardReaderMachine, now: float = 0.0) -> None:
+    action = machine.next_action(now)
+    assert isinstance(action, GetIterator)
+    machine.on_iterator("it-0")
+
+
+def test_calls_are_spaced_to_five_per_second_per_api() -> None:
+    machine = ShardReaderMachine(NODE, TRIM_HORIZON)
+    first = machine.next_action(10.0)
+    assert first == GetIterator({"ShardIteratorType": "TRIM_HORIZON"})
+    assert machine.next_action(10.05) == Wait(10.2)
+    machine.on_iterator("it-1")
+    assert machine.next_action(10.05) == GetRecords("it-1", 10_000)
+    assert machine.next_action(10.1) == Wait(pytest.approx(10.25))
+    machine.on_error(10.1, ErrorKind.EXPIRED)
+    assert machine.next_action(10.1) == Wait(10.2)
+    assert isinstance(machine.next_action(10.2), GetIterator)
+
+
+def test_initial_positions() -> None:
+    assert ShardReaderMachine(NODE, LATEST).next_action(0) == GetIterator(
+        {"ShardIteratorType": "LATEST"}
+    )
+    at = AtTimestamp(1_700_000_000.5)
+    action = ShardReaderMachine(NODE, at).next_action(0)
+    assert isinstance(action, GetIterator)
+    assert action.params["ShardIteratorType"] == "AT_TIMESTAMP"
+    assert action.params["Timestamp"].timestamp() == 1_700_000_000.5
+
+
+def test_shard_filters_of_initial_positions() -> None:
+    at = AtTimestamp(1_700_000_000)
+    assert LATEST.shard_filter() == {"Type": "AT_LATEST"}
+    assert TRIM_HORIZON.shard_filter() is None
+    assert at.shard_filter() == {"Type": "FROM_TIMESTAMP", "Timestamp": at.timestamp}
+
+
+def test_resume_inside_an_aggregate_skips_what_was_checkpointed() -> None:
+    machine = ShardReaderMachine(NODE, (500, 2))
+    assert machine.next_action(0) == GetIterator(
+        {"ShardIteratorType": "AT_SEQUENCE_NUMBER", "StartingSequenceNumber": "500"}
+    )
+    machine.on_iterator("it")
+    machine.next_action(1)
+    records = machine.on_records(
+        1, {"Records": [aggregate(500, 5), raw(501, b"plain")], "NextShardIterator": "it2"}
+    )
+    assert [r.position for r in records] == [(500, 3), (500, 4), (501, 0)]
+    assert [r.data for r in records] == [b"500-3", b"500-4", b"plain"]
+
+
+def test_resume_skip_holds_across_an_expiry_before_the_first_record() -> None:
+    machine = ShardReaderMachine(NODE, (500, 0))
+    reading(machine)
+    machine.next_action(1)
+    machine.on_error(1, ErrorKind.EXPIRED)
+    assert machine.state is ReaderState.NEEDS_ITERATOR
+    assert machine.next_action(2) == GetIterator(
+        {"ShardIteratorType": "AT_SEQUENCE_NUMBER", "StartingSequenceNumber": "500"}
+    )
+    machine.on_iterator("it")
+    machine.next_action(3)
+    response = {"Records": [raw(500, b"a"), raw(502, b"b")], "NextShardIterator": "x"}
+    records = machine.on_records(3, response)
+    assert [r.position for r in records] == [(502, 0)]
+
+
+def test_expired_iterator_resumes_after_the_last_record_read() -> None:
+    machine = ShardReaderMachine(NODE, TRIM_HORIZON)
+    reading(machine)
+    machine.next_action(1)
+    machine.on_records(1, {"Records": [raw(7, b"a"), aggregate(9, 3)], "NextShardIterator": "n"})
+    machine.next_action(2)
+    machine.on_error(2, ErrorKind.EXPIRED)
+    assert machine.next_action(3) == GetIterator(
+        {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": "9"}
+    )
+
+
+def test_throttling_backs_off_exponentially_and_resets() -> None:
+    options = ReaderOptions(backoff_base=0.5, backoff_max=2.0)
+    machine = ShardReaderMachine(NODE, TRIM_HORIZON, options, rng=lambda: 1.0)
+    reading(machine)
+    now = 1.0
+    waits = []
+    for _ in range(4):
+        assert isinstance(machine.next_action(now), GetRecords)
+        machine.on_error(now, ErrorKind.THROTTLED)
+        action = machine.next_action(now)
+        assert isinstance(action, Wait)
+        waits.append(round(action.until - now, 3))
+        now = action.until
+    assert waits == [0.5, 1.0, 2.0, 2.0]
+    machine.next_action(now)
+    machine.on_records(now, {"Records": [], "MillisBehindLatest": 5, "NextShardIterator": "n"})
+    machine.on_error(now, ErrorKind.TRANSIENT)
+    assert machine.next_action(now) == Wait(now + 0.5)
+    assert machine.last_error is ErrorKind.TRANSIENT
+
+
+def test_an_idle_caught_up_shard_is_polled_slowly() -> None:
+    machine = ShardReaderMachine(NODE, TRIM_HORIZON, ReaderOptions(idle_interval=1.5))
+    reading(machine)
+    machine.next_action(1)
+    machine.on_records(1.01, {"Records": [], "MillisBehindLatest": 0, "NextShardIterator": "n"})
+    assert machine.millis_behind_latest == 0
+    assert machine.next_action(1.2) == Wait(2.51)
+    machine.next_action(2.51)
+    machine.on_records(2.6, {"Records": [], "MillisBehindLatest": 9000, "NextShardIterator": "n"})
+    assert machine.next_action(2.6) == Wait(2.71)
+
+
+def test_shard_end_reports_the_children() -> None:
+    machine = ShardReaderMachine(NODE, TRIM_HORIZON)
+    reading(machine)
+    machine.next_action(1)
+    child = {
+        "ShardId": "shard-2",
+        "ParentShards": ["shard-1"],
+        "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": str(MAX_HASH_KEY)},
+    }
+    records = machine.on_records(1, {"Records": [raw(3, b"last")], "ChildShards": [child]})
+    assert [r.data for r in records] == [b"last"]
+    assert machine.state is ReaderState.ENDED
+    action = machine.next_action(5)
+    assert isinstance(action, Ended)
+    assert not action.gone
+    assert [c.shard_id for c in action.children] == ["shard-2"]
+
+
+def test_a_vanished_shard_ends_as_gone() -> None:
+    machine = ShardReaderMachine(NODE, TRIM_HORIZON)
+    machine.next_action(0)
+    machine.on_error(0, ErrorKind.GONE)
+    assert machine.next_action(0) == Ended((), True)
+    with pytest.raises(ValueError, match="fatal"):
+        machine.on_error(0, ErrorKind.FATAL)
+
+
+def test_hash_range_filter_drops_aggregates_that_straddle_the_shard() -> None:
+    inside = next(f"k{i}" for i in range(1000) if hash_key(f"k{i}") <= MAX_HASH_KEY // 2)
+    outside = next(f"k{i}" for i in range(1000) if hash_key(f"k{i}") > MAX_HASH_KEY // 2)
+    node = ShardNode("shard-1", (), (0, MAX_HASH_KEY // 2), True)
+    machine = ShardReaderMachine(node, TRIM_HORIZON)
+    reading(machine)
+    machine.next_action(1)
+    mixed = encode_aggregate([SubRecord(inside, None, b"a"), SubRecord(outside, None, b"b")])
+    good = encode_aggregate([SubRecord(inside, None, b"c"), SubRecord(inside, None, b"d")])
+    records = machine.on_records(
+        1,
+        {
+            "Records": [raw(1, mixed, inside), raw(2, good, inside), raw(3, b"plain", outside)],
+            "NextShardIterator": "n",
+        },
+    )
+    assert [r.data for r in records] == [b"c", b"d", b"plain"]
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "kind"),
+    [
+        ("ProvisionedThroughputExceededException", 400, ErrorKind.THROTTLED),
+        ("KMSThrottlingException", 400, ErrorKind.THROTTLED),
+        ("ExpiredIteratorException", 400, ErrorKind.EXPIRED),
+        ("ResourceNotFoundException", 400, ErrorKind.GONE),
+        ("InternalFailure", 500, ErrorKind.TRANSIENT),
+        ("SomethingNew", 503, ErrorKind.TRANSIENT),
+        (None, None, ErrorKind.TRANSIENT),
+        ("AccessDeniedException", 400, ErrorKind.FATAL),
+        ("InvalidArgumentException", 400, ErrorKind.FATAL),
+    ],
+)
+def test_error_classes(code: str | None, status: int | None, kind: ErrorKind) -> None:
+    assert classify_error(code, status) is kind
+
+
+def test_options_are_checked() -> None:
+    with pytest.raises(ConfigurationError, match="5 calls/s"):
+        ReaderOptions(min_interval=0.1)
+    with pytest.raises(ConfigurationError, match="limit"):
+        ReaderOptions(limit=10_001)
+    with pytest.raises(ConfigurationError, match="idle_interval"):
+        ReaderOptions(idle_interval=0.1)
