@@ -1,0 +1,267 @@
+"""Producer throughput, CPU and memory: kinesis_core's Producer against aiokpl and async-kinesis.
+
+End to end, same run: 100-byte records with random 16-hex-digit partition keys, aggregation on,
+into a fresh 16-shard stream on a moto server (``kinesis_core.local.MotoServer``, a subprocess:
+its CPU is not ours). Measured from the first record handed over until every record is
+confirmed (ours, aiokpl: every record's result; async-kinesis, which reports no per-record
+result: until its flush returns). CPU is this process's ``time.process_time`` over the same
+interval. The limiters are set far above what moto can take: the benchmark measures producers.
+
+* ours: ``submit_many`` in batches of 5,000 (no future per record), ``rate_limit=10_000`` (%).
+* aiokpl 0.2.0: ``await put_record`` per record, then ``await outcome.wait()`` for each; its
+  rate limits at 10**7 records and 10**10 bytes per second per shard.
+* async-kinesis 3.0.1: ``await put`` per record with its KPL string processor (aws-kinesis-agg
+  aggregates, one container partition key for all records: no shard prediction, no per-record
+  results), rate and bandwidth limits raised.
+
+The peers are much slower per record, so they run on fewer records (rates, not totals, are
+compared). Memory: a fresh Python process produces 2,000,000 records (generated on the fly, in
+batches of 10,000) through a 64 MiB budget (``max_outstanding_bytes``); its peak RSS (``VmHWM``)
+is compared with the budget plus 100 MB.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+from benchmarks._table import Row
+from kinesis_core.client import ClientConfig
+from kinesis_core.local import LocalStream, MotoServer
+from kinesis_core.producer import Producer, ProducerConfig
+
+GROUP = "producer e2e (moto, 16 shards, 100 B, aggregated)"
+OURS = "kinesis_core Producer"
+AIOKPL = "aiokpl"
+ASYNC_KINESIS = "async-kinesis"
+SHARDS = 16
+RECORD_BYTES = 100
+BATCH = 5_000
+MEMORY_BUDGET = 64 * 1024 * 1024
+MEMORY_SLACK_MB = 100
+MEMORY_BATCH = 10_000
+
+Records = list[tuple[bytes, str]]
+Subject = Callable[[LocalStream, Records], Awaitable[None]]
+
+
+def _records(count: int, seed: int = 7) -> Records:
+    rng = random.Random(seed)
+    return [(rng.randbytes(RECORD_BYTES), f"{rng.getrandbits(64):016x}") for _ in range(count)]
+
+
+def _our_config(**overrides: Any) -> ProducerConfig:
+    options: dict[str, Any] = {"rate_limit": 10_000, "max_outstanding_records": 200_000}
+    options.update(overrides)
+    return ProducerConfig(**options)
+
+
+async def _ours(stream: LocalStream, records: Records) -> None:
+    async with Producer(
+        stream.name, client_config=stream.client_config, config=_our_config()
+    ) as producer:
+        futures = [
+            await producer.submit_many(records[i : i + BATCH])
+            for i in range(0, len(records), BATCH)
+        ]
+        for batch in await asyncio.gather(*futures):
+            batch.raise_for_failures()
+
+
+async def _aiokpl(stream: LocalStream, records: Records) -> None:
+    import aiokpl
+
+    cc = stream.client_config
+    config = aiokpl.Config(
+        region=cc.region_name or "us-east-1",
+        endpoint_url=cc.endpoint_url,
+        aws_access_key_id=cc.aws_access_key_id,
+        aws_secret_access_key=cc.aws_secret_access_key,
+        rate_limit_records_per_sec_per_shard=1e7,
+        rate_limit_bytes_per_sec_per_shard=1e10,
+        max_outstanding_records=200_000,
+    )
+    async with aiokpl.Producer(config) as producer:
+        outcomes = [
+            await producer.put_record(stream=stream.name, partition_key=key, data=data)
+            for data, key in records
+        ]
+        for outcome in outcomes:
+            if not (await outcome.wait()).success:
+                raise RuntimeError("aiokpl failed a record")
+
+
+async def _async_kinesis(stream: LocalStream, records: Records) -> None:
+    from kinesis import Producer as AsyncKinesisProducer
+    from kinesis.processors import KPLStringProcessor
+
+    cc = stream.client_config
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", cc.aws_access_key_id or "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", cc.aws_secret_access_key or "testing")
+    items = [data.hex() for data, _ in records]  # its string processor takes text
+    async with AsyncKinesisProducer(
+        stream.name,
+        endpoint_url=cc.endpoint_url,
+        region_name=cc.region_name,
+        processor=KPLStringProcessor(),
+        put_rate_limit_per_shard=1_000_000,
+        put_bandwidth_limit_per_shard=1_000_000,
+        max_queue_size=100_000,
+    ) as producer:
+        for item in items:
+            await producer.put(item)
+        await producer.flush()
+
+
+def _measure(server: MotoServer, subject: Subject, records: Records) -> tuple[float, float]:
+    """(records/s, CPU seconds per million records) of one subject on a fresh stream."""
+    stream = server.create_stream(f"bench-producer-{random.getrandbits(32):08x}", shards=SHARDS)
+    try:
+        wall, cpu = time.perf_counter(), time.process_time()
+        asyncio.run(subject(stream, records))
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    finally:
+        stream.delete()
+        stream.close()
+    return len(records) / wall, cpu / len(records) * 1e6
+
+
+def _generate(count: int) -> Iterator[Records]:
+    rng = random.Random(11)
+    for start in range(0, count, MEMORY_BATCH):
+        n = min(MEMORY_BATCH, count - start)
+        yield [(rng.randbytes(RECORD_BYTES), f"{rng.getrandbits(64):016x}") for _ in range(n)]
+
+
+async def _produce_for_memory(stream: str, client_config: ClientConfig, count: int) -> int:
+    config = _our_config(max_outstanding_records=10**9, max_outstanding_bytes=MEMORY_BUDGET)
+    written = 0
+
+    def tally(future: asyncio.Future[Any]) -> None:
+        nonlocal written
+        written += future.result().succeeded_count
+
+    async with Producer(stream, client_config=client_config, config=config) as producer:
+        for batch in _generate(count):
+            (await producer.submit_many(batch)).add_done_callback(tally)
+        await producer.flush()
+    return written
+
+
+def _memory_child(endpoint_url: str, stream: str, count: int) -> None:
+    """Entry point of the memory subprocess: produce, print peak RSS and counts as JSON."""
+    from kinesis_core.local import local_client_config
+
+    start = time.perf_counter()
+    written = asyncio.run(_produce_for_memory(stream, local_client_config(endpoint_url), count))
+    print(
+        json.dumps(
+            {
+                "records": written,
+                "seconds": time.perf_counter() - start,
+                "peak_rss_mb": _peak_rss_kib() / 1024,
+            }
+        )
+    )
+
+
+def _peak_rss_kib() -> int:
+    """This process's peak RSS in KiB.
+
+    Linux's ``ru_maxrss`` carries over the parent's RSS across fork and exec, so a child of a
+    big benchmark process would report the parent's size; ``VmHWM`` belongs to the new program.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _measure_memory(server: MotoServer, count: int) -> dict[str, Any]:
+    stream = server.create_stream(f"bench-memory-{random.getrandbits(32):08x}", shards=SHARDS)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks.bench_producer", "--memory-child",
+             server.endpoint_url, stream.name, str(count)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        stream.delete()
+        stream.close()
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def run(quick: bool) -> list[Row]:
+    ours_n, aiokpl_n, async_kinesis_n = (
+        (100_000, 3_000, 30_000) if quick else (1_000_000, 20_000, 200_000)
+    )
+    memory_n = 200_000 if quick else 2_000_000
+    rows: list[Row] = []
+    with MotoServer() as server:
+        data = _records(ours_n)
+        measured = {
+            OURS: _measure(server, _ours, data),
+            AIOKPL: _measure(server, _aiokpl, data[:aiokpl_n]),
+            ASYNC_KINESIS: _measure(server, _async_kinesis, data[:async_kinesis_n]),
+        }
+        memory = _measure_memory(server, memory_n)
+    counts = {OURS: ours_n, AIOKPL: aiokpl_n, ASYNC_KINESIS: async_kinesis_n}
+    for subject, (rate, _) in measured.items():
+        rows.append(
+            Row(
+                GROUP,
+                subject,
+                rate,
+                "records/s",
+                baseline=AIOKPL if subject == OURS else None,
+                target=20.0 if subject == OURS else None,
+                note=f"{counts[subject]:,} records"
+                + (f"; target >= 100,000 records/s: {'ok' if rate >= 1e5 else 'MISS'}"
+                   if subject == OURS else ""),
+            )
+        )
+    rows.append(
+        Row(GROUP, f"{OURS} vs {ASYNC_KINESIS}", measured[OURS][0], "records/s",
+            baseline=ASYNC_KINESIS, note="same as the first row, ratio to async-kinesis")
+    )
+    for subject, (_, cpu) in measured.items():
+        rows.append(
+            Row("producer CPU (lower is better)", subject, cpu, "CPU s / 1M records")
+        )
+    limit = MEMORY_BUDGET / 2**20 + MEMORY_SLACK_MB
+    rows.append(
+        Row(
+            "producer memory",
+            f"peak RSS, {memory['records']:,} records",
+            memory["peak_rss_mb"],
+            "MB",
+            note=f"budget 64 MiB + {MEMORY_SLACK_MB} MB = {limit:.0f} MB: "
+            + ("ok" if memory["peak_rss_mb"] <= limit else "MISS")
+            + f"; {memory['records'] / memory['seconds']:,.0f} records/s",
+        )
+    )
+    return rows
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "--memory-child":
+        _memory_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    else:
+        from benchmarks._table import render
+
+        print(render(run(quick="--quick" in sys.argv)))

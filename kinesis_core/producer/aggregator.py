@@ -1,0 +1,194 @@
+"""Per-shard aggregation: user records predicted for one shard share one KPL aggregate.
+
+Each shard has one open :class:`~kinesis_core.aggregation.AggregateBuilder`. A record joins the
+open aggregate of its predicted shard; the aggregate is sealed into a Kinesis record when the next
+record does not fit (the builder's exact size, ``aggregation_max_size``), when it holds
+``aggregation_max_count`` records, when its earliest deadline passes (``poll``), or on ``flush``.
+Records with no predicted shard, records too big for an aggregate, and every record when
+aggregation is off go out as plain Kinesis records: an aggregate is only ever made of records
+predicted for the same shard, so a KCL reader keeps all of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from kinesis_core.aggregation import AggregateBuilder
+from kinesis_core.producer.items import (
+    ARRIVAL,
+    DATA,
+    EXPLICIT_HASH_KEY,
+    PARTITION_KEY,
+    KinesisRecordOut,
+    UserRecord,
+)
+
+_INF = float("inf")
+
+
+class _ShardBuffer:
+    __slots__ = ("builder", "deadline", "expiration", "records", "since_sum")
+
+    def __init__(self, builder: AggregateBuilder) -> None:
+        self.builder = builder
+        self.records: list[UserRecord] = []
+        self.deadline = _INF
+        self.expiration = _INF
+        self.since_sum = 0.0
+
+
+class Aggregator:
+    """Sans-I/O: ``add``, ``extend``, ``poll`` and ``flush`` append to ``sealed``."""
+
+    def __init__(
+        self,
+        *,
+        enabled: bool,
+        max_size: int,
+        max_count: int,
+        record_ttl: float,
+        builder_factory: Callable[[int], AggregateBuilder] = AggregateBuilder,
+    ) -> None:
+        self.enabled = enabled
+        self.max_size = max_size
+        self.max_count = max_count
+        self.record_ttl = record_ttl
+        self._builder_factory = builder_factory
+        self._buffers: dict[str, _ShardBuffer] = {}
+        self._min_deadline = _INF
+        self.sealed: list[KinesisRecordOut] = []
+        """Kinesis records sealed and not yet taken by the caller (it clears the list)."""
+
+    def add(self, ur: UserRecord, shard_id: str | None, now: float, deadline: float) -> None:
+        """Buffer ``ur`` for ``shard_id`` (None: unknown); it must be sent by ``deadline``."""
+        self.extend(shard_id, (ur,), now, deadline)
+
+    def extend(
+        self, shard_id: str | None, urs: Sequence[UserRecord], now: float, deadline: float
+    ) -> None:
+        """Buffer a run of records predicted for ``shard_id`` that share their arrival time.
+
+        One call per shard and batch keeps the per-record work to the builder's ``try_add``
+        and an append.
+        """
+        if shard_id is None or not self.enabled:
+            for ur in urs:
+                self._single(ur, shard_id, now, deadline)
+            return
+        buf = self._buffers.get(shard_id)
+        if buf is None:
+            buf = self._buffers[shard_id] = _ShardBuffer(self._builder_factory(self.max_size))
+        expiration = urs[0][ARRIVAL] + self.record_ttl
+        max_count = self.max_count
+        try_add = buf.builder.try_add
+        records = buf.records
+        added = 0
+        for ur in urs:
+            if len(records) < max_count and try_add(
+                ur[PARTITION_KEY], ur[EXPLICIT_HASH_KEY], ur[DATA]
+            ):
+                records.append(ur)
+                added += 1
+                continue
+            if records:
+                self._settle(buf, added, now, deadline, expiration)
+                self._seal(shard_id, buf)
+                records = buf.records
+                added = 0
+                if try_add(ur[PARTITION_KEY], ur[EXPLICIT_HASH_KEY], ur[DATA]):
+                    records.append(ur)
+                    added = 1
+                    continue
+            # Over the 1 MiB an aggregate may weigh (max_record_bytes allows more): alone.
+            self._single(ur, shard_id, now, deadline)
+        if added:
+            self._settle(buf, added, now, deadline, expiration)
+
+    def _settle(
+        self, buf: _ShardBuffer, added: int, now: float, deadline: float, expiration: float
+    ) -> None:
+        """Account ``added`` records just put in ``buf``: timing sums, deadline, expiration."""
+        buf.since_sum += now * added
+        if deadline < buf.deadline:
+            buf.deadline = deadline
+            if deadline < self._min_deadline:
+                self._min_deadline = deadline
+        if expiration < buf.expiration:
+            buf.expiration = expiration
+
+    def poll(self, now: float) -> None:
+        """Seal every aggregate whose deadline has come."""
+        if self._min_deadline > now:
+            return
+        next_deadline = _INF
+        for shard_id, buf in list(self._buffers.items()):
+            if not buf.records:
+                del self._buffers[shard_id]
+            elif buf.deadline <= now:
+                self._seal(shard_id, buf)
+            elif buf.deadline < next_deadline:
+                next_deadline = buf.deadline
+        self._min_deadline = next_deadline
+
+    def flush(self) -> None:
+        """Seal every open aggregate now."""
+        for shard_id, buf in self._buffers.items():
+            if buf.records:
+                self._seal(shard_id, buf)
+        self._min_deadline = _INF
+
+    def next_deadline(self) -> float | None:
+        """Earliest deadline of an open aggregate (may be early: ``poll`` then finds nothing)."""
+        return None if self._min_deadline == _INF else self._min_deadline
+
+    def take_all(self) -> list[UserRecord]:
+        """Empty every open aggregate (shutdown or crash) and return its records."""
+        out: list[UserRecord] = []
+        for buf in self._buffers.values():
+            out.extend(buf.records)
+        self._buffers.clear()
+        self._min_deadline = _INF
+        return out
+
+    @property
+    def buffered(self) -> int:
+        """User records in open aggregates."""
+        return sum(len(buf.records) for buf in self._buffers.values())
+
+    def _seal(self, shard_id: str, buf: _ShardBuffer) -> None:
+        builder = buf.builder
+        records = buf.records
+        self.sealed.append(
+            KinesisRecordOut(
+                builder.build(),
+                builder.container_partition_key,
+                builder.container_explicit_hash_key,
+                records,
+                shard_id,
+                builder.size,
+                buf.deadline,
+                buf.expiration,
+                buf.since_sum / len(records),
+            )
+        )
+        builder.clear()
+        buf.records = []
+        buf.deadline = _INF
+        buf.expiration = _INF
+        buf.since_sum = 0.0
+
+    def _single(self, ur: UserRecord, shard_id: str | None, now: float, deadline: float) -> None:
+        pk = ur[PARTITION_KEY]
+        self.sealed.append(
+            KinesisRecordOut(
+                ur[DATA],
+                pk,
+                ur[EXPLICIT_HASH_KEY],
+                [ur],
+                shard_id,
+                len(ur[DATA]) + len(pk.encode("utf-8")),
+                deadline,
+                ur[ARRIVAL] + self.record_ttl,
+                now,
+            )
+        )

@@ -1,0 +1,123 @@
+"""The producer's knobs, with the KPL's names and defaults where the KPL has one.
+
+Times are seconds (floats), not the KPL's milliseconds: that is what asyncio and the rest of
+this project speak. Every value is checked once, here, so a bad setting fails at construction
+with the field name and the allowed range instead of misbehaving under load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from kinesis_core.errors import ConfigurationError
+from kinesis_core.hashing import MAX_PUT_RECORDS_BYTES, MAX_PUT_RECORDS_COUNT, MAX_RECORD_BYTES
+
+RECORD_OVERHEAD_BYTES = 400
+PAYLOAD_COPIES = 5
+"""A buffered user record costs about ``PAYLOAD_COPIES`` times its data and partition key in
+memory, plus ``RECORD_OVERHEAD_BYTES``: the caller's bytes, their copy inside an aggregate, and
+the base64 text, JSON text and encoded body botocore makes of a PutRecords request while it is
+in flight; plus the record's tuple, hash key and slots in its aggregate and its result
+(measured: about 980 bytes for a 100-byte record with a 16-character key, 4,800 for 1,000
+bytes). ``max_outstanding_bytes`` charges each record this, so the budget is the memory the
+buffered records really take, not just the bytes the caller handed over.
+"""
+
+
+def record_cost(data: bytes, partition_key: str) -> int:
+    """What one record counts against ``max_outstanding_bytes``."""
+    return PAYLOAD_COPIES * (len(data) + len(partition_key)) + RECORD_OVERHEAD_BYTES
+
+
+@dataclass(frozen=True)
+class ProducerConfig:
+    """Settings of one :class:`~kinesis_core.producer.Producer`.
+
+    The defaults are the KPL's (``default_config.properties``) except the two budgets, which the
+    KPL does not have: it leaves backpressure to the caller and can exhaust memory.
+    """
+
+    aggregation_enabled: bool = True
+    """Pack user records bound for one shard into KPL aggregated Kinesis records."""
+    aggregation_max_count: int = 4_294_967_295
+    """Most user records in one aggregated Kinesis record."""
+    aggregation_max_size: int = 51_200
+    """Most bytes of one aggregated Kinesis record (data plus container partition key).
+
+    A user record bigger than this on its own is sent as a plain Kinesis record.
+    """
+    collection_max_count: int = MAX_PUT_RECORDS_COUNT
+    """Most Kinesis records in one PutRecords request (1 to 500)."""
+    collection_max_size: int = MAX_PUT_RECORDS_BYTES
+    """Most bytes (data plus partition keys) in one PutRecords request."""
+    record_max_buffered_time: float = 0.1
+    """Seconds a record may wait to be aggregated and collected before it is sent."""
+    record_ttl: float = 30.0
+    """Seconds after which a record that is still not written fails with ``Expired``."""
+    rate_limit: int = 150
+    """Per-shard rate limit, in percent of the shard's 1000 records/s and 1 MiB/s."""
+    adaptive_rate_limit: bool = True
+    """Slow a shard down when it throttles, and recover slowly (the KPL only retries)."""
+    fail_if_throttled: bool = False
+    """Fail records at once on ProvisionedThroughputExceededException instead of retrying."""
+    max_outstanding_records: int = 100_000
+    """Records accepted and not yet finished; put waits above this (backpressure)."""
+    max_outstanding_bytes: int = 256 * 1024 * 1024
+    """Memory the records accepted and not yet finished may take (see :func:`record_cost`)."""
+    max_record_bytes: int = MAX_RECORD_BYTES
+    """Largest data plus partition key of one user record (the stream's record size limit)."""
+    max_connections: int = 24
+    """Concurrent PutRecords requests, and the HTTP connection pool's size."""
+    request_timeout: float = 6.0
+    """Seconds to wait for one PutRecords response. A timed-out request may still have
+    succeeded, so retrying it may write duplicates: too low a value means more duplicates."""
+    connect_timeout: float = 6.0
+    """Seconds to wait for a connection to the endpoint."""
+    metrics_interval: float = 60.0
+    """Seconds between two calls of the metrics hook, when one is given."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "bool" and not isinstance(value, bool):
+                raise ConfigurationError(f"{f.name}: must be a bool, got {value!r}")
+        _int_range("aggregation_max_count", self.aggregation_max_count, 1, 2**63 - 1)
+        _int_range("aggregation_max_size", self.aggregation_max_size, 64, MAX_RECORD_BYTES)
+        _int_range("collection_max_count", self.collection_max_count, 1, MAX_PUT_RECORDS_COUNT)
+        _int_range("collection_max_size", self.collection_max_size, 52_224, MAX_PUT_RECORDS_BYTES)
+        _int_range("rate_limit", self.rate_limit, 1, 1_000_000)
+        _int_range("max_outstanding_records", self.max_outstanding_records, 1, 2**63 - 1)
+        _int_range("max_outstanding_bytes", self.max_outstanding_bytes, 1024 * 1024, 2**63 - 1)
+        _int_range("max_record_bytes", self.max_record_bytes, 64, 10 * MAX_RECORD_BYTES)
+        _int_range("max_connections", self.max_connections, 1, 256)
+        _float_range("record_max_buffered_time", self.record_max_buffered_time, 0.0, 3600.0)
+        _float_range("record_ttl", self.record_ttl, 0.1, 86_400.0)
+        _float_range("request_timeout", self.request_timeout, 0.1, 600.0)
+        _float_range("connect_timeout", self.connect_timeout, 0.1, 300.0)
+        _float_range("metrics_interval", self.metrics_interval, 0.1, 86_400.0)
+        if self.collection_max_size < self.aggregation_max_size:
+            raise ConfigurationError(
+                f"collection_max_size ({self.collection_max_size}) must be at least "
+                f"aggregation_max_size ({self.aggregation_max_size}): an aggregate must fit "
+                "in one PutRecords request"
+            )
+        if self.record_ttl <= self.record_max_buffered_time:
+            raise ConfigurationError(
+                f"record_ttl ({self.record_ttl} s) must be longer than "
+                f"record_max_buffered_time ({self.record_max_buffered_time} s), or every "
+                "record would expire before it is sent"
+            )
+
+
+def _int_range(name: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(f"{name}: must be an int, got {value!r}")
+    if not low <= value <= high:
+        raise ConfigurationError(f"{name}: must lie in [{low}, {high}], got {value}")
+
+
+def _float_range(name: str, value: object, low: float, high: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"{name}: must be a number of seconds, got {value!r}")
+    if not low <= value <= high or value != value:
+        raise ConfigurationError(f"{name}: must lie in [{low}, {high}] seconds, got {value}")

@@ -1,0 +1,108 @@
+"""The things that flow through the pipeline: user records, Kinesis records, PutRecords batches.
+
+A user record is a plain tuple, the cheapest object Python makes (the hot path creates one per
+record and nothing else). Kinesis records and batches are made per aggregate and per request,
+a few hundred times less often, so they can be slotted classes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from kinesis_core.producer.result import Attempt
+
+UserRecord = tuple[int, bytes, str, "str | None", int, int, "tuple[Attempt, ...]", float]
+"""(hash_key, data, partition_key, explicit_hash_key, sink, index, attempts, arrival).
+
+``explicit_hash_key`` is the decimal string the caller gave (normalised) or None; ``sink`` is
+the key of the record's sink in the pipeline's registry (an int, not a reference, so that the
+garbage collector does not track the tuple); ``index`` is the record's index for its sink;
+``attempts`` are the attempts of earlier trips (empty on the first); ``arrival`` is when the
+producer accepted it, the start of its TTL.
+"""
+
+HASH: Final = 0
+DATA: Final = 1
+PARTITION_KEY: Final = 2
+EXPLICIT_HASH_KEY: Final = 3
+SINK: Final = 4
+INDEX: Final = 5
+ATTEMPTS: Final = 6
+ARRIVAL: Final = 7
+
+
+class KinesisRecordOut:
+    """One entry of a PutRecords request: an aggregate of user records, or a single one."""
+
+    __slots__ = (
+        "buffered_since",
+        "data",
+        "deadline",
+        "expiration",
+        "explicit_hash_key",
+        "partition_key",
+        "records",
+        "shard_id",
+        "size",
+    )
+
+    def __init__(
+        self,
+        data: bytes,
+        partition_key: str,
+        explicit_hash_key: str | None,
+        records: list[UserRecord],
+        shard_id: str | None,
+        size: int,
+        deadline: float,
+        expiration: float,
+        buffered_since: float,
+    ) -> None:
+        self.data = data
+        self.partition_key = partition_key
+        self.explicit_hash_key = explicit_hash_key
+        self.records = records
+        self.shard_id = shard_id
+        """The shard it was predicted for; None when the shard map had no answer."""
+        self.size = size
+        """Data plus partition key bytes: what counts against Kinesis's limits."""
+        self.deadline = deadline
+        """When it should be sent at the latest (the earliest deadline of its records)."""
+        self.expiration = expiration
+        """When its oldest record's TTL runs out."""
+        self.buffered_since = buffered_since
+        """Mean time its records entered the aggregator (for the BufferingTime metric)."""
+
+    def entry(self) -> dict[str, object]:
+        """The PutRecords request entry."""
+        if self.explicit_hash_key is None:
+            return {"Data": self.data, "PartitionKey": self.partition_key}
+        return {
+            "Data": self.data,
+            "PartitionKey": self.partition_key,
+            "ExplicitHashKey": self.explicit_hash_key,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"KinesisRecordOut(shard_id={self.shard_id!r}, user_records={len(self.records)}, "
+            f"size={self.size})"
+        )
+
+
+class PutBatch:
+    """The Kinesis records of one PutRecords request."""
+
+    __slots__ = ("abandoned", "records", "size")
+
+    def __init__(self, records: list[KinesisRecordOut], size: int) -> None:
+        self.records = records
+        self.size = size
+        self.abandoned = False
+        """Set when its records were failed by a shutdown or crash while it was in flight,
+        so a late response cannot finish them a second time."""
+
+    @property
+    def user_record_count(self) -> int:
+        return sum(len(kr.records) for kr in self.records)

@@ -1,0 +1,325 @@
+"""What a caller gets back: one terminal result per record, with every attempt it took.
+
+``put`` resolves to a :class:`RecordResult`. ``put_many`` resolves to one :class:`BatchResult`
+for the whole batch: it keeps its outcomes in a few flat lists (no object per record) and makes
+a :class:`RecordResult` only when one is asked for.
+
+The sinks at the bottom are how the pipeline reports outcomes: it calls ``succeeded`` or
+``failed`` once per record index, and the sink resolves the caller's future when its last record
+is done. A second outcome for the same index is ignored, so the clean-up after a crash can fail
+"everything unfinished" without ever giving a record two results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+from kinesis_core.errors import KinesisConnectorError
+from kinesis_core.records import Position
+
+VALIDATION_ERROR = "ValidationError"
+"""Error code of a record refused by ``put_many`` because its data or keys broke a limit."""
+EXPIRED = "Expired"
+"""Error code of a record still not written when its TTL ran out."""
+WRONG_SHARD = "Wrong Shard"
+"""Attempt code of a record that landed outside the shard its aggregate was predicted for."""
+INTERNAL = "Internal"
+"""Error code of a failure that is not an AWS error: a network error, a crashed task."""
+RECORD_COUNT_MISMATCH = "RecordCountMismatch"
+SHUTDOWN = "ShutdownTimeout"
+"""Error code of a record still unfinished when ``close(timeout=...)`` gave up."""
+PRODUCER_CLOSED = "ProducerClosed"
+"""Error code of the records of a ``put_many`` batch not yet accepted when the producer closed."""
+CANCELLED = "Cancelled"
+"""Error code of the records of a ``put_many`` not yet accepted when its caller was cancelled."""
+THROTTLED = "ProvisionedThroughputExceededException"
+
+
+class ProducerClosedError(KinesisConnectorError, RuntimeError):
+    """The producer is closing or closed; it accepts no more records."""
+
+
+class ProducerCrashedError(KinesisConnectorError, RuntimeError):
+    """A task of the producer failed; its outstanding records failed with code ``Internal``."""
+
+
+class Record(NamedTuple):
+    """One user record for ``put_many``; plain ``(data, partition_key[, ehk])`` tuples work too."""
+
+    data: bytes
+    partition_key: str
+    explicit_hash_key: str | int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One trip of a record through a PutRecords call (or an expiry check)."""
+
+    started_at: float
+    """``time.monotonic()`` when the request started."""
+    ended_at: float
+    success: bool
+    error_code: str | None = None
+    error_message: str | None = None
+    shard_id: str | None = None
+    """Shard the record landed in, when Kinesis said so (also for a wrong-shard attempt)."""
+
+    @property
+    def duration(self) -> float:
+        return self.ended_at - self.started_at
+
+
+@dataclass(frozen=True, slots=True)
+class RecordResult:
+    """Terminal outcome of one user record."""
+
+    success: bool
+    shard_id: str | None
+    sequence_number: int | None
+    """Sequence number of the Kinesis record that carries this user record."""
+    sub_sequence_number: int | None
+    """Index of this user record inside its aggregate (0 for a plain record)."""
+    attempts: tuple[Attempt, ...]
+    error_code: str | None = None
+    error_message: str | None = None
+
+    @property
+    def position(self) -> Position | None:
+        """(sequence, sub-sequence), the position a consumer checkpoints; None on failure."""
+        if self.sequence_number is None or self.sub_sequence_number is None:
+            return None
+        return (self.sequence_number, self.sub_sequence_number)
+
+
+class PutFailedError(KinesisConnectorError):
+    """Raised by ``raise_for_failures``: some records of a batch (or one record) failed."""
+
+    def __init__(self, failures: list[tuple[int, RecordResult]]) -> None:
+        first = ", ".join(f"#{i}: {r.error_code}: {r.error_message}" for i, r in failures[:3])
+        more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
+        super().__init__(f"{len(failures)} record(s) failed: {first}{more}")
+        self.failures = failures
+
+
+class BatchResult:
+    """Outcome of every record of one ``put_many`` call, by index.
+
+    ``failures`` says which records failed and why; ``shard_ids``, ``sequence_numbers`` and
+    ``sub_sequence_numbers`` say where each record that succeeded was written.
+    """
+
+    __slots__ = ("_attempts", "_failures", "sequence_numbers", "shard_ids", "sub_sequence_numbers")
+
+    def __init__(
+        self,
+        shard_ids: list[str | None],
+        sequence_numbers: list[int | None],
+        sub_sequence_numbers: list[int | None],
+        attempts: list[tuple[Attempt, ...]],
+        failures: dict[int, RecordResult],
+    ) -> None:
+        self.shard_ids = shard_ids
+        self.sequence_numbers = sequence_numbers
+        self.sub_sequence_numbers = sub_sequence_numbers
+        self._attempts = attempts
+        self._failures = failures
+
+    def __len__(self) -> int:
+        return len(self.shard_ids)
+
+    def __getitem__(self, index: int) -> RecordResult:
+        if index < 0:
+            index += len(self.shard_ids)
+        failed = self._failures.get(index)
+        if failed is not None:
+            return failed
+        return RecordResult(
+            True,
+            self.shard_ids[index],
+            self.sequence_numbers[index],
+            self.sub_sequence_numbers[index],
+            self._attempts[index],
+        )
+
+    def __iter__(self) -> Iterator[RecordResult]:
+        return (self[i] for i in range(len(self.shard_ids)))
+
+    @property
+    def ok(self) -> bool:
+        """True when every record of the batch was written."""
+        return not self._failures
+
+    @property
+    def failed_count(self) -> int:
+        return len(self._failures)
+
+    @property
+    def succeeded_count(self) -> int:
+        return len(self.shard_ids) - len(self._failures)
+
+    @property
+    def failures(self) -> list[tuple[int, RecordResult]]:
+        """(index in the batch, result) of every failed record, in index order."""
+        return sorted(self._failures.items())
+
+    def raise_for_failures(self) -> None:
+        """Raise :class:`PutFailedError` if any record failed."""
+        if self._failures:
+            raise PutFailedError(self.failures)
+
+    def __repr__(self) -> str:
+        return f"BatchResult(records={len(self)}, failed={self.failed_count})"
+
+
+class RecordSink(Protocol):
+    """Where the pipeline reports the terminal outcome of a record, by its index."""
+
+    def succeeded(
+        self,
+        index: int,
+        shard_id: str,
+        sequence_number: int,
+        sub_sequence_number: int,
+        attempts: tuple[Attempt, ...],
+    ) -> None: ...
+
+    def failed(
+        self, index: int, code: str, message: str, attempts: tuple[Attempt, ...]
+    ) -> None: ...
+
+
+class FutureSink:
+    """What the driver's sinks share: a flush epoch, a registry key, a callback when done.
+
+    Records refer to their sink by ``key`` (an int) rather than by reference: a tuple of ints,
+    strings and bytes is not tracked by the garbage collector, which then does not walk the
+    hundreds of thousands of records a busy producer holds.
+    """
+
+    __slots__ = ("epoch", "key", "on_done")
+
+    def __init__(self, epoch: int, on_done: DoneCallback) -> None:
+        self.epoch = epoch
+        self.key = -1
+        self.on_done = on_done
+
+
+DoneCallback = Callable[[FutureSink], None]
+"""Called with the sink once all its records are finished."""
+
+
+class ResultFuture(Protocol):
+    """What ``SingleSink`` resolves: an asyncio or a ``concurrent.futures`` future."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: RecordResult, /) -> None: ...
+
+
+class SingleSink(FutureSink):
+    """Sink of one ``put``: resolves a future with a :class:`RecordResult`.
+
+    The future is an asyncio one for :class:`Producer` callers and a ``concurrent.futures``
+    one for :class:`BlockingProducer` callers (resolving it from the loop thread is safe).
+    """
+
+    __slots__ = ("finished", "future")
+
+    def __init__(self, future: ResultFuture, epoch: int, on_done: DoneCallback) -> None:
+        super().__init__(epoch, on_done)
+        self.future = future
+        self.finished = False
+
+    def succeeded(
+        self,
+        index: int,
+        shard_id: str,
+        sequence_number: int,
+        sub_sequence_number: int,
+        attempts: tuple[Attempt, ...],
+    ) -> None:
+        self._resolve(RecordResult(True, shard_id, sequence_number, sub_sequence_number, attempts))
+
+    def failed(self, index: int, code: str, message: str, attempts: tuple[Attempt, ...]) -> None:
+        self._resolve(RecordResult(False, None, None, None, attempts, code, message))
+
+    def _resolve(self, result: RecordResult) -> None:
+        if self.finished:  # the first outcome stands
+            return
+        self.finished = True
+        if not self.future.done():  # the caller may have cancelled its future
+            self.future.set_result(result)
+        self.on_done(self)
+
+
+class BatchSink(FutureSink):
+    """Sink of one ``put_many`` of ``count`` >= 1 records: fills flat lists, resolves once."""
+
+    __slots__ = (
+        "attempts",
+        "failures",
+        "future",
+        "remaining",
+        "sequence_numbers",
+        "shard_ids",
+        "sub_sequence_numbers",
+    )
+
+    def __init__(
+        self,
+        count: int,
+        future: asyncio.Future[BatchResult],
+        epoch: int,
+        on_done: DoneCallback,
+    ) -> None:
+        super().__init__(epoch, on_done)
+        self.shard_ids: list[str | None] = [None] * count
+        self.sequence_numbers: list[int | None] = [None] * count
+        self.sub_sequence_numbers: list[int | None] = [None] * count
+        self.attempts: list[tuple[Attempt, ...]] = [()] * count
+        self.failures: dict[int, RecordResult] = {}
+        self.remaining = count
+        self.future = future
+
+    def succeeded(
+        self,
+        index: int,
+        shard_id: str,
+        sequence_number: int,
+        sub_sequence_number: int,
+        attempts: tuple[Attempt, ...],
+    ) -> None:
+        if self.shard_ids[index] is not None or index in self.failures:
+            return  # already finished: the first outcome stands
+        self.shard_ids[index] = shard_id
+        self.sequence_numbers[index] = sequence_number
+        self.sub_sequence_numbers[index] = sub_sequence_number
+        self.attempts[index] = attempts
+        self.remaining -= 1
+        if not self.remaining:
+            self._finish()
+
+    def failed(self, index: int, code: str, message: str, attempts: tuple[Attempt, ...]) -> None:
+        if self.shard_ids[index] is not None or index in self.failures:
+            return
+        self.failures[index] = RecordResult(False, None, None, None, attempts, code, message)
+        self.attempts[index] = attempts
+        self.remaining -= 1
+        if not self.remaining:
+            self._finish()
+
+    def _finish(self) -> None:
+        if not self.future.done():
+            self.future.set_result(
+                BatchResult(
+                    self.shard_ids,
+                    self.sequence_numbers,
+                    self.sub_sequence_numbers,
+                    self.attempts,
+                    self.failures,
+                )
+            )
+        self.on_done(self)

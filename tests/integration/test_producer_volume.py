@@ -1,0 +1,115 @@
+"""Volume against moto: 200,000 records through a small memory budget, every one read back
+where its result says; the blocking facade; and botocore's own retries off for real."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from kinesis_core.aggregation import deaggregate
+from kinesis_core.client import create_kinesis_client
+from kinesis_core.local.streams import LocalStream
+from kinesis_core.producer import BatchResult, BlockingProducer, Producer, ProducerConfig
+
+pytestmark = pytest.mark.integration
+
+RECORDS = 200_000
+CHUNK = 5_000
+
+
+def _records(start: int, count: int) -> list[tuple[bytes, str]]:
+    return [(b"%09d" % i + b"." * 91, f"key-{i % 5003}") for i in range(start, start + count)]
+
+
+def _positions(stream: LocalStream) -> dict[tuple[str, int, int], tuple[bytes, str]]:
+    by_shard: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in stream.records():
+        by_shard[record["ShardId"]].append(record)
+    return {
+        (shard_id, *r.position): (r.data, r.partition_key)
+        for shard_id, records in by_shard.items()
+        for r in deaggregate(records, shard_id)
+    }
+
+
+def test_two_hundred_thousand_records_through_a_small_budget(moto_stream: Any) -> None:
+    stream = moto_stream(shards=8)
+    config = ProducerConfig(
+        rate_limit=10_000,  # moto has no shard limits; the limiter must not be what we measure
+        max_outstanding_records=20_000,
+        max_outstanding_bytes=8 * 1024 * 1024,
+    )
+    peak = 0
+
+    async def main() -> tuple[list[BatchResult], Any]:
+        nonlocal peak
+        async with Producer(stream.name, client_config=stream.client_config, config=config) as p:
+            futures = []
+            for start in range(0, RECORDS, CHUNK):
+                futures.append(await p.submit_many(_records(start, CHUNK)))
+                peak = max(peak, p.outstanding_records)
+            results = list(await asyncio.gather(*futures))
+            return results, p.metrics()
+
+    batches, metrics = asyncio.run(asyncio.wait_for(main(), 240))
+    assert all(batch.ok for batch in batches)
+    assert peak <= config.max_outstanding_records
+    assert metrics.user_records_put == RECORDS
+    assert metrics.kinesis_records_put < RECORDS / 100  # aggregated
+    assert metrics.errors_by_code == {}
+
+    written = _positions(stream)
+    assert len(written) == RECORDS
+    for start, batch in zip(range(0, RECORDS, CHUNK), batches, strict=True):
+        for (data, pk), shard, seq, sub in zip(
+            _records(start, CHUNK),
+            batch.shard_ids,
+            batch.sequence_numbers,
+            batch.sub_sequence_numbers,
+            strict=True,
+        ):
+            assert written[(shard, seq, sub)] == (data, pk)  # type: ignore[index]
+
+
+def test_blocking_producer_from_threads(moto_stream: Any) -> None:
+    stream = moto_stream(shards=4)
+    with BlockingProducer(stream.name, client_config=stream.client_config) as producer:
+        futures = [producer.submit_many(_records(i * 2_000, 2_000)) for i in range(5)]
+        single = producer.put(b"single", "single")
+        batches = [f.result(60) for f in futures]
+    assert single.success
+    assert all(batch.ok for batch in batches)
+    assert len(_positions(stream)) == 10_001
+
+
+def test_put_records_errors_are_not_retried_by_botocore(moto_stream: Any) -> None:
+    """A PutRecords call to a missing stream fails once per producer attempt, not 3-5 times."""
+    stream = moto_stream(shards=1)
+    config = ProducerConfig(record_ttl=0.5, record_max_buffered_time=0.05)
+
+    async def main() -> Any:
+        async with (
+            create_kinesis_client(stream.client_config, max_attempts=1) as client,
+            Producer(stream.name, client=client, config=config) as p,
+        ):
+            calls = 0
+            original = client.put_records
+
+            async def counting(**kwargs: Any) -> Any:
+                nonlocal calls
+                calls += 1
+                return await original(**kwargs)
+
+            client.put_records = counting
+            await asyncio.to_thread(stream.delete)
+            result = await p.put(b"x", "k")
+            return result, calls
+
+    result, calls = asyncio.run(asyncio.wait_for(main(), 60))
+    assert not result.success
+    assert result.error_code == "Expired"
+    assert len(result.attempts) - 1 == calls  # one attempt per call, plus the Expired one
+    assert result.attempts[0].error_code == "ResourceNotFoundException"

@@ -1,0 +1,297 @@
+"""The sans-I/O stages of the producer: token buckets, limiter, collector, aggregator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kinesis_core.aggregation import decode_aggregate
+from kinesis_core.hashing import hash_key
+from kinesis_core.producer.aggregator import Aggregator
+from kinesis_core.producer.collector import Collector
+from kinesis_core.producer.items import KinesisRecordOut
+from kinesis_core.producer.limiter import MIN_MULTIPLIER, Limiter, TokenBucket
+
+SINK = 0
+
+
+def kr(
+    shard: str | None = "s0", size: int = 100, deadline: float = 1.0, expiration: float = 30.0
+) -> KinesisRecordOut:
+    return KinesisRecordOut(b"x", "k", None, [], shard, size, deadline, expiration, 0.0)
+
+
+def ur(i: int, data: bytes = b"d" * 100, arrival: float = 0.0, ehk: str | None = None) -> Any:
+    pk = f"key-{i}"
+    h = int(ehk) if ehk is not None else hash_key(pk)
+    return (h, data, pk, ehk, SINK, i, (), arrival)
+
+
+# -- token bucket ------------------------------------------------------------------------
+
+
+def test_bucket_starts_full_and_refills_with_time() -> None:
+    bucket = TokenBucket(rate=10.0, capacity=10.0, now=0.0)
+    assert bucket.can_take(10)
+    bucket.tokens -= 10
+    assert not bucket.can_take(1)
+    assert bucket.wait_time(5) == pytest.approx(0.5)
+    bucket.refill(0.5)
+    assert bucket.can_take(5)
+    bucket.refill(100.0)
+    assert bucket.tokens == 10.0  # capped at capacity
+
+
+def test_bucket_lets_an_oversized_item_through_when_full_and_goes_into_debt() -> None:
+    bucket = TokenBucket(rate=10.0, capacity=10.0, now=0.0)
+    assert bucket.can_take(25)
+    bucket.tokens -= 25
+    assert bucket.wait_time(25) == pytest.approx(2.5)  # back to full, not to 25
+
+
+# -- limiter -----------------------------------------------------------------------------
+
+
+def test_limiter_allows_the_rate_limit_per_shard_then_queues_in_order() -> None:
+    limiter = Limiter(100)  # 1000 records/s per shard, bucket of 1000
+    first = [kr(size=10) for _ in range(1000)]
+    assert all(limiter.put(k, 0.0) for k in first)
+    late = [kr(size=10) for _ in range(3)]
+    assert [limiter.put(k, 0.0) for k in late] == [False, False, False]
+    assert limiter.put(kr("s1"), 0.0)  # another shard has its own buckets
+    assert limiter.queued == 3
+    wake = limiter.next_wakeup()
+    assert wake is not None
+    assert wake == pytest.approx(0.001)
+    released, expired = limiter.drain(0.002)
+    assert released == late[:2]
+    assert expired == []
+    released, _ = limiter.drain(0.01)
+    assert released == late[2:]
+    assert limiter.next_wakeup() is None
+
+
+def test_limiter_counts_bytes_too() -> None:
+    limiter = Limiter(100)  # 1 MiB/s
+    big = 600 * 1024
+    assert limiter.put(kr(size=big), 0.0)
+    assert not limiter.put(kr(size=big), 0.0)
+    released, _ = limiter.drain(0.1)
+    assert released == []
+    released, _ = limiter.drain(0.6)
+    assert len(released) == 1
+
+
+def test_rate_limit_percent_scales_the_buckets() -> None:
+    limiter = Limiter(150)
+    assert limiter.records_per_second == 1500
+    assert limiter.bytes_per_second == 1.5 * 1024 * 1024
+    assert sum(limiter.put(kr(size=1), 0.0) for _ in range(2000)) == 1500
+
+
+def test_limiter_hands_back_records_that_expire_while_waiting() -> None:
+    limiter = Limiter(100)
+    for _ in range(1000):
+        limiter.put(kr(size=1), 0.0)
+    stale = kr(size=1, expiration=0.0005)
+    fresh = kr(size=1, expiration=99.0)
+    limiter.put(stale, 0.0)
+    limiter.put(fresh, 0.0)
+    released, expired = limiter.drain(0.001)
+    assert expired == [stale]
+    assert released == [fresh]
+
+
+def test_unpredicted_records_bypass_the_limiter() -> None:
+    limiter = Limiter(1)
+    assert all(limiter.put(kr(None), 0.0) for _ in range(10_000))
+
+
+def test_throttling_halves_the_shard_rate_once_per_interval_and_it_recovers() -> None:
+    limiter = Limiter(100)
+    limiter.throttled("s0", 1.0)
+    assert limiter.multiplier("s0") == 0.5
+    limiter.throttled("s0", 1.01)  # same burst of errors: no second cut
+    assert limiter.multiplier("s0") == pytest.approx(0.5, abs=0.002)
+    for i in range(20):
+        limiter.throttled("s0", 2.0 + i * 0.2)
+    assert limiter.multiplier("s0") == pytest.approx(MIN_MULTIPLIER, abs=0.03)
+    assert limiter.multiplier("s1") == 1.0
+    limiter.shard("s0", 10.0).refill(100.0, 1000, 1024 * 1024)
+    assert limiter.multiplier("s0") == 1.0
+
+
+def test_a_throttled_shard_sends_more_slowly() -> None:
+    limiter = Limiter(100)
+    limiter.throttled("s0", 0.0)  # tokens emptied, rate 500/s
+    assert not limiter.put(kr(size=1), 0.0)
+    wake = limiter.next_wakeup()
+    assert wake is not None
+    assert wake == pytest.approx(0.002)
+
+
+def test_non_adaptive_limiter_ignores_throttling() -> None:
+    limiter = Limiter(100, adaptive=False)
+    limiter.throttled("s0", 0.0)
+    assert limiter.multiplier("s0") == 1.0
+
+
+def test_take_all_empties_the_queues() -> None:
+    limiter = Limiter(1)
+    records = [kr(size=1) for _ in range(20)]
+    for k in records:
+        limiter.put(k, 0.0)
+    taken = limiter.take_all()
+    assert len(taken) == 20 - 10  # 10 went through (1% of 1000 is the bucket)
+    assert limiter.queued == 0
+    assert limiter.next_wakeup() is None
+
+
+# -- collector ---------------------------------------------------------------------------
+
+
+def test_collector_closes_a_request_at_500_records() -> None:
+    collector = Collector(500, 5 * 1024 * 1024, linger=0.02)
+    batches = [collector.add(kr(size=10), 0.0) for _ in range(1001)]
+    full = [b for b in batches if b is not None]
+    assert [len(b.records) for b in full] == [500, 500]
+    assert len(collector) == 1
+
+
+def test_collector_closes_a_request_before_it_goes_over_the_size() -> None:
+    collector = Collector(500, 5 * 1024 * 1024, linger=0.02)
+    size = 1024 * 1024
+    out = [collector.add(kr(size=size), 0.0) for _ in range(6)]
+    closed = [b for b in out if b is not None]
+    assert len(closed) == 1
+    assert len(closed[0].records) == 5
+    assert closed[0].size == 5 * size
+
+
+def test_collector_waits_for_the_deadline_plus_linger() -> None:
+    collector = Collector(500, 5 * 1024 * 1024, linger=0.02)
+    assert collector.add(kr(deadline=0.0), 1.0) is None
+    assert collector.next_deadline() == pytest.approx(1.02)
+    assert collector.poll(1.01) is None
+    batch = collector.poll(1.02)
+    assert batch is not None
+    assert len(batch.records) == 1
+    assert collector.next_deadline() is None
+    collector.add(kr(deadline=5.0), 1.0)
+    flushed = collector.flush()
+    assert flushed is not None
+    assert len(flushed.records) == 1
+    assert collector.flush() is None
+
+
+# -- aggregator --------------------------------------------------------------------------
+
+
+def aggregator(**kw: object) -> Aggregator:
+    options: dict[str, object] = {
+        "enabled": True,
+        "max_size": 51_200,
+        "max_count": 4_294_967_295,
+        "record_ttl": 30.0,
+    }
+    options.update(kw)
+    return Aggregator(**options)  # type: ignore[arg-type]
+
+
+def test_records_of_a_shard_share_an_aggregate_sealed_under_the_max_size() -> None:
+    agg = aggregator()
+    records = [ur(i) for i in range(2000)]
+    for r in records:
+        agg.add(r, "s0", 0.0, 0.1)
+    sealed = agg.sealed
+    assert len(sealed) >= 4
+    for k in sealed:
+        assert k.size <= 51_200
+        assert len(k.data) + len(k.partition_key.encode()) == k.size
+        assert k.shard_id == "s0"
+        subs = decode_aggregate(k.data)
+        assert subs is not None
+        assert [s.data for s in subs] == [r[1] for r in k.records]
+        assert k.partition_key == k.records[0][2]
+        assert k.explicit_hash_key == str(k.records[0][0])  # routes by the first record
+    agg.flush()
+    assert sum(len(k.records) for k in agg.sealed) == 2000
+    assert agg.next_deadline() is None
+
+
+def test_aggregates_never_mix_shards() -> None:
+    agg = aggregator()
+    for i in range(10):
+        agg.add(ur(i), f"s{i % 3}", 0.0, 0.1)
+    agg.flush()
+    assert sorted(len(k.records) for k in agg.sealed) == [3, 3, 4]
+    assert all(len({r[5] % 3 for r in k.records}) == 1 for k in agg.sealed)
+
+
+def test_max_count_seals_the_aggregate() -> None:
+    agg = aggregator(max_count=3)
+    for i in range(7):
+        agg.add(ur(i), "s0", 0.0, 0.1)
+    assert [len(k.records) for k in agg.sealed] == [3, 3]
+    assert agg.buffered == 1
+
+
+def test_deadline_seals_an_aggregate_and_keeps_the_earliest_one() -> None:
+    agg = aggregator()
+    agg.add(ur(0), "s0", 0.0, 0.1)
+    agg.add(ur(1), "s0", 0.05, 0.15)
+    agg.add(ur(2), "s1", 0.05, 0.15)
+    agg.add(ur(3), "s1", 0.06, 0.08)  # a retry: an earlier deadline wins
+    assert agg.next_deadline() == pytest.approx(0.08)
+    agg.poll(0.07)
+    assert agg.sealed == []
+    agg.poll(0.08)
+    assert [k.shard_id for k in agg.sealed] == ["s1"]
+    assert agg.next_deadline() == pytest.approx(0.1)
+    agg.poll(0.1)
+    assert [k.shard_id for k in agg.sealed] == ["s1", "s0"]
+    assert agg.sealed[1].buffered_since == pytest.approx(0.025)
+
+
+def test_expiration_is_the_oldest_records() -> None:
+    agg = aggregator(record_ttl=10.0)
+    agg.add(ur(0, arrival=5.0), "s0", 5.0, 6.0)
+    agg.add(ur(1, arrival=1.0), "s0", 5.0, 6.0)
+    agg.flush()
+    assert agg.sealed[0].expiration == 11.0
+
+
+def test_unpredicted_and_unaggregated_records_go_alone() -> None:
+    agg = aggregator()
+    agg.add(ur(0), None, 0.0, 0.1)
+    off = aggregator(enabled=False)
+    off.add(ur(1, ehk="12345"), "s0", 0.0, 0.1)
+    (single,) = agg.sealed
+    assert single.shard_id is None
+    assert single.data == b"d" * 100
+    assert single.explicit_hash_key is None
+    assert single.partition_key == "key-0"
+    assert single.size == 100 + len("key-0")
+    (plain,) = off.sealed
+    assert plain.shard_id == "s0"
+    assert plain.explicit_hash_key == "12345"
+
+
+def test_a_record_over_the_aggregate_size_goes_alone_and_raw() -> None:
+    agg = aggregator(max_size=1000)
+    agg.add(ur(0, data=b"s" * 10), "s0", 0.0, 0.1)
+    agg.add(ur(1, data=b"b" * 5000), "s0", 0.0, 0.1)
+    agg.add(ur(2, data=b"s" * 10), "s0", 0.0, 0.1)
+    agg.flush()
+    assert [len(k.records) for k in agg.sealed] == [1, 1, 1]
+    assert agg.sealed[1].data == b"b" * 5000  # raw: no aggregate framing
+
+
+def test_take_all_returns_buffered_records() -> None:
+    agg = aggregator()
+    for i in range(5):
+        agg.add(ur(i), f"s{i}", 0.0, 0.1)
+    assert sorted(r[5] for r in agg.take_all()) == [0, 1, 2, 3, 4]
+    assert agg.buffered == 0
+    assert agg.next_deadline() is None
