@@ -14,11 +14,29 @@ from kinesis_core.aggregation import (
     is_aggregated,
 )
 from kinesis_core.allocator import BalancedKeyAllocator
+from kinesis_core.checkpoint import (
+    SHARD_END,
+    Checkpoint,
+    CheckpointConflictError,
+    CheckpointStore,
+    MemoryCheckpointStore,
+    SQLiteCheckpointStore,
+)
 from kinesis_core.client import (
     ClientConfig,
     create_botocore_client,
     create_dynamodb_client,
     create_kinesis_client,
+)
+from kinesis_core.consumer import (
+    LATEST,
+    TRIM_HORIZON,
+    AtTimestamp,
+    Consumer,
+    InitialPosition,
+    RecordBatch,
+    ShardState,
+    ShardStatus,
 )
 from kinesis_core.errors import (
     ConfigurationError,
@@ -33,6 +51,17 @@ from kinesis_core.hashing import (
     validate_partition_key,
     validate_record,
 )
+from kinesis_core.producer import (
+    Attempt,
+    BatchResult,
+    BlockingProducer,
+    Producer,
+    ProducerClosedError,
+    ProducerConfig,
+    ProducerCrashedError,
+    Record,
+    RecordResult,
+)
 from kinesis_core.records import KinesisRecord, Position, SubRecord
 from kinesis_core.shard_map import (
     ShardInfo,
@@ -46,21 +75,44 @@ from kinesis_core.shard_map import (
 from kinesis_core.skew import SkewReport, skew_report
 
 __all__ = [
+    "LATEST",
     "MAGIC",
     "MAX_HASH_KEY",
+    "SHARD_END",
+    "TRIM_HORIZON",
     "AggregateBuilder",
+    "AtTimestamp",
+    "Attempt",
     "BalancedKeyAllocator",
+    "BatchResult",
+    "BlockingProducer",
+    "Checkpoint",
+    "CheckpointConflictError",
+    "CheckpointStore",
     "ClientConfig",
     "ConfigurationError",
+    "Consumer",
     "EmulatorError",
+    "InitialPosition",
     "KinesisConnectorError",
     "KinesisRecord",
+    "MemoryCheckpointStore",
     "Position",
+    "Producer",
+    "ProducerClosedError",
+    "ProducerConfig",
+    "ProducerCrashedError",
+    "Record",
+    "RecordBatch",
+    "RecordResult",
+    "SQLiteCheckpointStore",
     "ShardInfo",
     "ShardMap",
     "ShardMapDriver",
     "ShardMapState",
     "ShardMapTimeoutError",
+    "ShardState",
+    "ShardStatus",
     "SkewReport",
     "SubRecord",
     "ValidationError",
