@@ -1,0 +1,151 @@
+"""Turning an element into a producer record ``(data, partition_key[, explicit_hash_key])``.
+
+Built once per DoFn (in ``setup``) into one function, so the per-element path is a single call
+with no branching on the configuration. Anything wrong with an element (a type the serializer
+cannot write, a user function that raises, a key of the wrong type) raises
+:class:`~kinesis_core.errors.ValidationError` naming the culprit; limits on sizes and key
+lengths are checked once, by the producer, which reports them per record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kinesis_core.errors import ValidationError
+from kinesis_core.producer import key_from, random_partition_key
+
+Serializer = Callable[[Any], object]
+"""Element -> bytes or str (anything else it returns is refused per element)."""
+HashKeyFn = Callable[[Any], "int | str | None"]
+RecordFn = Callable[[Any], tuple[Any, ...]]
+
+
+def to_bytes(value: object) -> bytes:
+    """The default serializer: bytes as they are, str as UTF-8; anything else is refused."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise ValidationError(
+        "data",
+        f"must be bytes or str, got {type(value).__name__}; pass serializer= to write "
+        "other types (e.g. serializer=lambda e: json.dumps(e))",
+    )
+
+
+def _named(fn: Callable[..., Any], default: str) -> str:
+    return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or default)
+
+
+def _wrap_serializer(serializer: Serializer) -> Callable[[Any], bytes]:
+    name = f"serializer {_named(serializer, 'function')}"
+
+    def serialize(value: Any) -> bytes:
+        try:
+            data = serializer(value)
+        except ValidationError:
+            raise
+        except Exception as exc:
+            raise ValidationError(name, f"raised {type(exc).__name__}: {exc}") from exc
+        if isinstance(data, bytes):
+            return data
+        if isinstance(data, str):
+            return data.encode("utf-8")
+        if isinstance(data, (bytearray, memoryview)):
+            return bytes(data)
+        raise ValidationError(name, f"must return bytes or str, got {type(data).__name__}")
+
+    return serialize
+
+
+def _guard(fn: Callable[[Any], Any], name: str) -> Callable[[Any], Any]:
+    """``fn`` with its exceptions turned into ValidationError (a bad element, not a bug)."""
+
+    def guarded(element: Any) -> Any:
+        try:
+            return fn(element)
+        except ValidationError:
+            raise
+        except Exception as exc:
+            raise ValidationError(name, f"raised {type(exc).__name__}: {exc}") from exc
+
+    return guarded
+
+
+def _pair(element: Any) -> tuple[Any, Any]:
+    if type(element) is tuple and len(element) == 2:
+        return element
+    try:
+        key, value = element
+    except (TypeError, ValueError):
+        raise ValidationError(
+            "element", f"keyed=True needs (key, value) pairs, got {type(element).__name__}"
+        ) from None
+    return key, value
+
+
+def key(element_key: object) -> object:
+    """The key of a (key, value) element, as is (named so that errors read ``key: ...``)."""
+    return element_key
+
+
+def make_record_fn(
+    *,
+    serializer: Serializer | None,
+    partition_key: str | Callable[[Any], object] | None,
+    explicit_hash_key: HashKeyFn | None,
+    keyed: bool,
+) -> RecordFn:
+    """One function element -> producer record for this configuration.
+
+    ``keyed``: elements are ``(key, value)`` pairs; the key (str, int or UTF-8 bytes) is the
+    partition key and the value is serialized. Otherwise ``partition_key`` (a field name or a
+    callable) gives the key, and without one every element gets a fresh random key, which
+    spreads the load evenly over every shard.
+    """
+    serialize = to_bytes if serializer is None else _wrap_serializer(serializer)
+    ehk = None
+    if explicit_hash_key is not None:
+        ehk = _guard(explicit_hash_key, _named(explicit_hash_key, "explicit_hash_key"))
+    if keyed:
+        key_of = key_from(key)
+
+        def keyed_record(element: Any) -> tuple[Any, ...]:
+            key, value = _pair(element)
+            if ehk is None:
+                return (serialize(value), key_of(key))
+            return (serialize(value), key_of(key), ehk(element))
+
+        return keyed_record
+    if partition_key is None:
+        if ehk is None:
+            if serializer is None:
+                return _default_record
+            return lambda element: (serialize(element), random_partition_key())
+        return lambda element: (serialize(element), random_partition_key(), ehk(element))
+    name = partition_key if isinstance(partition_key, str) else _named(partition_key, "key")
+    key_fn = _guard(key_from(partition_key), name)
+    if ehk is None:
+        return lambda element: (serialize(element), key_fn(element))
+    return lambda element: (serialize(element), key_fn(element), ehk(element))
+
+
+def _default_record(element: Any) -> tuple[Any, ...]:
+    """Bytes or str elements, a random key each: the hot path of the default configuration."""
+    if type(element) is bytes:
+        return (element, random_partition_key())
+    return (to_bytes(element), random_partition_key())
+
+
+def describe_key(partition_key: str | Callable[[Any], object] | None, keyed: bool) -> str:
+    """How partition keys are chosen, for display data and logs."""
+    if keyed:
+        return "the key of each (key, value) element"
+    if partition_key is None:
+        return "random per element (spreads over all shards)"
+    if isinstance(partition_key, str):
+        return f"field {partition_key!r}"
+    return _named(partition_key, "a function")

@@ -1,0 +1,446 @@
+"""``WriteToKinesis``: a Beam sink on the core producer, at-least-once per bundle.
+
+Per element, in the calling thread: serialize, pick the keys, append to the bundle's current
+chunk. Every ``CHUNK_RECORDS`` elements (or ``CHUNK_BYTES`` of data) the chunk goes to the
+process's shared producer in one call; the producer's event-loop thread validates, predicts
+the shard and aggregates per shard, and sends full aggregates and batches in the background
+while the bundle goes on. There is no event-loop hop, no future and no object per element
+beyond the record tuple. ``finish_bundle`` flushes and blocks until every record of the bundle
+has its terminal result, so a committed bundle means written records; a bundle that fails is
+retried by the runner (at-least-once: records of the failed attempt may be written twice).
+
+Records that fail for good (bad input, TTL expired, throttled with ``fail_if_throttled``) go
+to the ``failed_records`` output as :class:`FailedRecord` (element, error code and message,
+attempts), in the element's windows and at its timestamp, or fail the bundle
+(``on_failure="raise"``). Failures that are not the record's fault (the producer crashed or
+was shut down) always fail the bundle, so that the runner retries it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
+from typing import Any, Literal, NamedTuple
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.metrics.metric import Metrics
+from apache_beam.transforms.display import DisplayDataItem
+
+from beam_kinesis import _producer_cache
+from beam_kinesis._elements import HashKeyFn, Serializer, describe_key, make_record_fn
+from beam_kinesis.options import client_config_from_options, warn_if_credentials
+from kinesis_core.client import ClientConfig
+from kinesis_core.errors import ConfigurationError, KinesisConnectorError, ValidationError
+from kinesis_core.producer import (
+    INTERNAL,
+    PRODUCER_CLOSED,
+    SHUTDOWN,
+    VALIDATION_ERROR,
+    Attempt,
+    BatchResult,
+    BlockingProducer,
+    ProducerClosedError,
+    ProducerConfig,
+    ProducerCrashedError,
+)
+
+__all__ = [
+    "FAILED_RECORDS",
+    "FailedRecord",
+    "KinesisWriteError",
+    "KinesisWriteResult",
+    "WriteToKinesis",
+]
+
+logger = logging.getLogger(__name__)
+
+FAILED_RECORDS = "failed_records"
+"""Tag of the output that carries :class:`FailedRecord` s."""
+METRICS_NAMESPACE = "kinesis_write"
+CHUNK_RECORDS = 1000
+"""Elements handed to the producer in one call: one thread hop per this many elements."""
+CHUNK_BYTES = 1024 * 1024
+"""...or per this many bytes of data, so that large elements do not pile up in the DoFn."""
+BUNDLE_FAILURES = frozenset({INTERNAL, SHUTDOWN, PRODUCER_CLOSED})
+"""Error codes that are the producer's trouble, not the record's: they fail the bundle."""
+OnFailure = Literal["output", "raise"]
+
+
+class FailedRecord(NamedTuple):
+    """An element that could not be written, with why (an element of ``failed_records``)."""
+
+    element: Any
+    error_code: str
+    """``ValidationError`` (bad input), ``Expired`` (``record_ttl`` ran out), or the Kinesis
+    error code of the last attempt (``ProvisionedThroughputExceededException`` with
+    ``fail_if_throttled``)."""
+    error_message: str
+    attempts: tuple[Attempt, ...] = ()
+    """Every PutRecords attempt of the record (empty for input refused before sending)."""
+
+
+class KinesisWriteError(KinesisConnectorError):
+    """A bundle failed: ``on_failure="raise"`` and records failed, or the producer broke."""
+
+    def __init__(self, message: str, failures: list[FailedRecord]) -> None:
+        super().__init__(message)
+        self.failures = failures
+
+
+class KinesisWriteResult:
+    """What ``WriteToKinesis`` returns: ``result.failed_records`` (or ``result["failed_records"]``),
+    a PCollection of :class:`FailedRecord` (always empty with ``on_failure="raise"``)."""
+
+    def __init__(self, failed_records: pvalue.PCollection[Any]) -> None:
+        self.failed_records = failed_records
+
+    def __getitem__(self, key: str) -> pvalue.PCollection[Any]:
+        if key != FAILED_RECORDS:
+            raise KeyError(f"WriteToKinesis has one output, {FAILED_RECORDS!r}; got {key!r}")
+        return self.failed_records
+
+
+@dataclasses.dataclass(frozen=True)
+class _WriteSpec:
+    """Everything a worker needs, picklable: no producer, thread or client in it."""
+
+    stream_name: str
+    client_config: ClientConfig
+    producer_config: ProducerConfig
+    serializer: Serializer | None
+    partition_key: str | Callable[[Any], object] | None
+    explicit_hash_key: HashKeyFn | None
+    keyed: bool
+    on_failure: OnFailure
+
+    @property
+    def producer_key(self) -> tuple[str, ClientConfig, ProducerConfig]:
+        return (self.stream_name, self.client_config, self.producer_config)
+
+    def display_data(self) -> dict[str, Any]:
+        config = self.client_config
+        producer = self.producer_config
+        return {
+            "stream_name": _item(self.stream_name, label="Kinesis stream"),
+            "region": _item(config.region_name or "(workers' AWS configuration)", label="Region"),
+            "endpoint_url": _item(config.endpoint_url or "(region's endpoint)", label="Endpoint"),
+            "partition_key": _item(
+                describe_key(self.partition_key, self.keyed), label="Partition key"
+            ),
+            "explicit_hash_key": _item(
+                "none" if self.explicit_hash_key is None else "from the element",
+                label="Explicit hash key",
+            ),
+            "on_failure": _item(
+                "failed_records output" if self.on_failure == "output" else "fail the bundle",
+                label="Records that fail for good",
+            ),
+            "aggregation": _item(
+                f"{producer.aggregation_max_size} bytes" if producer.aggregation_enabled else "off",
+                label="KPL aggregation",
+            ),
+            "record_ttl": _item(producer.record_ttl, label="Record TTL (s)"),
+            "fail_if_throttled": _item(producer.fail_if_throttled, label="Fail if throttled"),
+            "rate_limit": _item(producer.rate_limit, label="Rate limit (% of a shard)"),
+        }
+
+
+class WriteToKinesis(beam.PTransform[Any, KinesisWriteResult]):
+    """Write every element of a PCollection to a Kinesis stream.
+
+    ``pcoll | WriteToKinesis("orders")`` writes bytes or str elements, each with a random
+    partition key (load spread evenly over every shard). Choose keys with ``partition_key``
+    (a field name, looked up as ``element[name]`` or ``element.name``, or a function of the
+    element returning str, int or UTF-8 bytes), or ``keyed=True`` for ``(key, value)``
+    elements (the key is the partition key, the value is serialized). ``explicit_hash_key`` is
+    an optional function of the element returning an int or decimal string. ``serializer``
+    turns an element (the value, with ``keyed``) into bytes or str.
+
+    Where Kinesis is comes from ``client_config`` and the :class:`~beam_kinesis.KinesisOptions`
+    command-line options (``--kinesis_region_name``, ``--kinesis_endpoint_url``, ...);
+    credentials from the workers' default chain. The producer's knobs are a ``producer_config``
+    or keyword arguments (``record_ttl=60``, ``fail_if_throttled=True``, ...).
+
+    Returns a :class:`KinesisWriteResult`; its ``failed_records`` holds a :class:`FailedRecord`
+    per element that failed for good, unless ``on_failure="raise"``, which fails the bundle.
+    """
+
+    def __init__(
+        self,
+        stream_name: str,
+        *,
+        partition_key: str | Callable[[Any], object] | None = None,
+        explicit_hash_key: HashKeyFn | None = None,
+        keyed: bool = False,
+        serializer: Serializer | None = None,
+        on_failure: OnFailure = "output",
+        client_config: ClientConfig | None = None,
+        producer_config: ProducerConfig | None = None,
+        **producer_options: Any,
+    ) -> None:
+        super().__init__()
+        if not isinstance(stream_name, str) or not stream_name:
+            raise ConfigurationError(f"stream_name: must be a stream name, got {stream_name!r}")
+        if on_failure not in ("output", "raise"):
+            raise ConfigurationError(f"on_failure: must be 'output' or 'raise', got {on_failure!r}")
+        if keyed and partition_key is not None:
+            raise ConfigurationError(
+                "partition_key: keyed=True takes the key of each (key, value) element; "
+                "give one or the other"
+            )
+        if partition_key is not None and not (
+            isinstance(partition_key, str) or callable(partition_key)
+        ):
+            raise ConfigurationError(
+                f"partition_key: must be a field name or a function, got {partition_key!r}"
+            )
+        for name, fn in (("serializer", serializer), ("explicit_hash_key", explicit_hash_key)):
+            if fn is not None and not callable(fn):
+                raise ConfigurationError(f"{name}: must be a function, got {fn!r}")
+        config = producer_config if producer_config is not None else ProducerConfig()
+        if producer_options:
+            known = {f.name for f in dataclasses.fields(ProducerConfig)}
+            unknown = sorted(set(producer_options) - known)
+            if unknown:
+                raise TypeError(
+                    f"WriteToKinesis got unknown option(s) {', '.join(unknown)}; producer "
+                    f"options are: {', '.join(sorted(known))}"
+                )
+            config = dataclasses.replace(config, **producer_options)
+        if client_config is not None:
+            warn_if_credentials(client_config, "WriteToKinesis")
+        self._client_config = client_config
+        self._spec = _WriteSpec(
+            stream_name=stream_name,
+            client_config=client_config if client_config is not None else ClientConfig(),
+            producer_config=config,
+            serializer=serializer,
+            partition_key=partition_key,
+            explicit_hash_key=explicit_hash_key,
+            keyed=keyed,
+            on_failure=on_failure,
+        )
+
+    def expand(self, pcoll: Any) -> KinesisWriteResult:
+        client_config = client_config_from_options(pcoll.pipeline.options, self._client_config)
+        spec = dataclasses.replace(self._spec, client_config=client_config)
+        write = beam.ParDo(_WriteToKinesisFn(spec))  # type: ignore[no-untyped-call]
+        outputs = pcoll | "Write" >> write.with_outputs(FAILED_RECORDS)  # type: ignore[no-untyped-call]
+        return KinesisWriteResult(outputs[FAILED_RECORDS])
+
+    def display_data(self) -> dict[str, Any]:
+        return self._spec.display_data()
+
+
+class _Chunk:
+    """Records handed to the producer in one call, and the elements' windows to report
+    failures in."""
+
+    __slots__ = ("done_at", "future", "nbytes", "records", "started", "windows")
+
+    def __init__(self, records: list[tuple[Any, ...]], windows: list[Any], nbytes: int) -> None:
+        self.records = records
+        self.windows = windows
+        self.nbytes = nbytes
+        self.started = time.monotonic()
+        self.done_at = 0.0
+        self.future: Any = None
+
+    def stamp(self, _future: object) -> None:
+        self.done_at = time.monotonic()
+
+
+class _WriteToKinesisFn(beam.DoFn):
+    """The sink's DoFn: chunks elements to the process's shared producer, waits for the
+    bundle's results in ``finish_bundle``, emits or raises the failures (module docstring)."""
+
+    def __init__(self, spec: _WriteSpec) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self._spec = spec
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        spec = self._spec
+        self._record = make_record_fn(
+            serializer=spec.serializer,
+            partition_key=spec.partition_key,
+            explicit_hash_key=spec.explicit_hash_key,
+            keyed=spec.keyed,
+        )
+        self._handle = self._acquire()
+        counter: Any = Metrics.counter
+        distribution: Any = Metrics.distribution
+        self._m_written = counter(METRICS_NAMESPACE, "user_records_written")
+        self._m_failed = counter(METRICS_NAMESPACE, "user_records_failed")
+        self._m_bytes = counter(METRICS_NAMESPACE, "bytes_written")
+        self._m_kinesis_records = counter(METRICS_NAMESPACE, "kinesis_records_written")
+        self._m_requests = counter(METRICS_NAMESPACE, "put_records_requests")
+        self._m_retries = counter(METRICS_NAMESPACE, "retries")
+        self._m_throttles = counter(METRICS_NAMESPACE, "throttles")
+        self._m_per_aggregate = distribution(METRICS_NAMESPACE, "user_records_per_kinesis_record")
+        self._m_latency = distribution(METRICS_NAMESPACE, "write_latency_ms")
+
+    def _acquire(self) -> _producer_cache.ProducerHandle:
+        spec = self._spec
+
+        def make() -> BlockingProducer:
+            return BlockingProducer(
+                spec.stream_name, client_config=spec.client_config, config=spec.producer_config
+            )
+
+        return _producer_cache.acquire(spec.producer_key, make)
+
+    def start_bundle(self) -> None:
+        if self._handle.producer.closed:
+            self._handle.release()
+            self._handle = self._acquire()
+        self._records: list[tuple[Any, ...]] = []
+        self._windows: list[Any] = []
+        self._nbytes = 0
+        self._chunks: deque[_Chunk] = deque()
+        self._failed: list[tuple[Any, FailedRecord]] = []
+        self._written = 0
+        self._bytes = 0
+        self._aggregates: Counter[tuple[str | None, int | None]] = Counter()
+        self._latencies: list[float] = []
+
+    def process(self, element: Any, windowed: Any = beam.DoFn.WindowedValueParam) -> None:
+        try:
+            record = self._record(element)
+        except ValidationError as exc:
+            self._failed_many([(windowed, FailedRecord(element, VALIDATION_ERROR, str(exc)))])
+            return
+        records = self._records
+        records.append(record)
+        self._windows.append(windowed)
+        self._nbytes += len(record[0])
+        if len(records) >= CHUNK_RECORDS or self._nbytes >= CHUNK_BYTES:
+            self._hand_off()
+
+    def finish_bundle(self) -> Iterator[Any]:
+        if self._records:
+            self._hand_off()
+        if self._chunks:
+            self._call(self._handle.producer.flush)
+            while self._chunks:
+                self._settle(self._chunks.popleft())
+        self._report()
+        for windowed, failed in self._failed:
+            yield pvalue.TaggedOutput(FAILED_RECORDS, windowed.with_value(failed))
+        self._failed = []
+
+    def teardown(self) -> None:
+        handle = getattr(self, "_handle", None)
+        if handle is not None:
+            handle.release()
+
+    def display_data(self) -> dict[str, Any]:
+        return self._spec.display_data()
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call the producer; if it is broken, drop it (the next bundle gets a new one)."""
+        try:
+            return fn(*args)
+        except (ProducerClosedError, ProducerCrashedError):
+            self._handle.discard()
+            raise
+
+    def _hand_off(self) -> None:
+        chunk = _Chunk(self._records, self._windows, self._nbytes)
+        self._records = []
+        self._windows = []
+        self._nbytes = 0
+        chunk.future = self._call(self._handle.producer.submit_many, chunk.records)
+        chunk.future.add_done_callback(chunk.stamp)
+        chunks = self._chunks
+        chunks.append(chunk)
+        while chunks and chunks[0].future.done():
+            self._settle(chunks.popleft())
+
+    def _settle(self, chunk: _Chunk) -> None:
+        """Take a finished chunk's results; keep only what failed."""
+        result: BatchResult = chunk.future.result()
+        self._written += result.succeeded_count
+        self._aggregates.update(zip(result.shard_ids, result.sequence_numbers, strict=True))
+        self._latencies.append((chunk.done_at - chunk.started) * 1000.0)
+        nbytes = chunk.nbytes
+        if result.failed_count:
+            failures = []
+            for index, rr in result.failures:
+                nbytes -= len(chunk.records[index][0])
+                windowed = chunk.windows[index]
+                failed = FailedRecord(
+                    windowed.value, rr.error_code or INTERNAL, rr.error_message or "", rr.attempts
+                )
+                failures.append((windowed, failed))
+            self._bytes += nbytes
+            self._failed_many(failures)
+        else:
+            self._bytes += nbytes
+
+    def _failed_many(self, failures: list[tuple[Any, FailedRecord]]) -> None:
+        records = [failed for _, failed in failures]
+        broken = [f for f in records if f.error_code in BUNDLE_FAILURES]
+        if broken:
+            self._m_failed.inc(len(records))
+            raise KinesisWriteError(
+                f"{len(broken)} record(s) could not be written to {self._spec.stream_name!r} "
+                f"because the producer failed ({_summary(broken)}); the bundle fails so that "
+                "the runner retries it",
+                broken,
+            )
+        if self._spec.on_failure == "raise":
+            self._m_failed.inc(len(records))
+            raise KinesisWriteError(
+                f"{len(records)} record(s) failed for good writing to "
+                f"{self._spec.stream_name!r} ({_summary(records)}); on_failure='raise' fails "
+                "the bundle",
+                records,
+            )
+        self._failed.extend(failures)
+
+    def _report(self) -> None:
+        if self._written:
+            self._m_written.inc(self._written)
+            self._m_bytes.inc(self._bytes)
+        if self._failed:
+            self._m_failed.inc(len(self._failed))
+            logger.warning(
+                "%d record(s) failed for good writing to %r (%s); they are in the %r output",
+                len(self._failed),
+                self._spec.stream_name,
+                _summary([failed for _, failed in self._failed]),
+                FAILED_RECORDS,
+            )
+        aggregates = self._aggregates
+        aggregates.pop((None, None), None)
+        per_aggregate = self._m_per_aggregate
+        for count in aggregates.values():
+            per_aggregate.update(count)
+        latency = self._m_latency
+        for ms in self._latencies:
+            latency.update(int(ms))
+        if self._written or self._failed:
+            delta = self._handle.metrics_delta()
+            self._m_kinesis_records.inc(delta.kinesis_records)
+            self._m_requests.inc(delta.put_records_requests)
+            self._m_retries.inc(delta.retries)
+            self._m_throttles.inc(delta.throttles)
+
+
+def _item(value: object, label: str) -> Any:
+    return DisplayDataItem(value, label=label)  # type: ignore[no-untyped-call]
+
+
+def _summary(failures: list[FailedRecord]) -> str:
+    """``Expired: 3, ValidationError: 1 (first: data: ...)``: counts by code, one example."""
+    counts = Counter(f.error_code for f in failures)
+    by_code = ", ".join(f"{code}: {n}" for code, n in counts.most_common())
+    return f"{by_code}; first: {failures[0].error_message}"

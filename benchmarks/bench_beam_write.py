@@ -1,0 +1,184 @@
+"""Beam sink throughput: WriteToKinesis against a no-op sink and a hand-written boto3 DoFn.
+
+One pipeline, 200,000 elements of 100 bytes (4,000 with ``--quick``), on the in-process
+FnApiRunner, into a 16-shard moto stream (a fresh one per subject). Three sinks:
+
+* ``no-op sink``: a DoFn that drops its input, the ceiling Beam itself sets for the pipeline;
+* ``WriteToKinesis``: this project's sink with its defaults (random keys, KPL aggregation,
+  rate limit 150 % of the shard limits, each bundle acknowledged before it commits);
+* ``boto3 DoFn``: what people write by hand: a boto3 client in ``setup``, ``put_records`` per
+  500 elements and at the end of the bundle, failed entries resent. It writes 20,000 elements
+  (see ``BOTO3_ELEMENTS``): its rate per element does not depend on the count, moto's does.
+
+Two sources, because they put the sink's cost in very different light:
+
+* ``Impulse source``: one ``FlatMap`` yields the elements, fused with the sink: Beam's cheapest
+  path (about 1 microsecond an element), so the sink's own cost dominates;
+* ``Create source``: ``beam.Create`` + ``Map``, what most batch pipelines and tests look like
+  (a reshuffle inside Create: tens of microseconds an element).
+
+Measured: elements per second from ``run()`` to the end of the pipeline, which for both
+writing sinks includes every record acknowledged by the server.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import uuid
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
+
+import apache_beam as beam
+import boto3
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+from beam_kinesis import WriteToKinesis
+from benchmarks._table import Row, best_rates
+from kinesis_core.local import LOCAL_REGION, MotoServer
+from kinesis_core.producer import random_partition_key
+
+SHARDS = 16
+RECORD_BYTES = 100
+NOOP = "no-op sink"
+OURS = "WriteToKinesis"
+BOTO3 = "boto3 DoFn"
+BOTO3_ELEMENTS = 20_000
+"""The boto3 DoFn writes this many elements at most: moto lists every record of a shard to
+number each new one, so past a few thousand raw records per shard a run would time moto's
+quadratic slowdown (200,000 elements: about 900 el/s instead of 6,000), not boto3."""
+
+
+def _payloads() -> list[bytes]:
+    rng = random.Random(7)
+    return [rng.randbytes(RECORD_BYTES) for _ in range(1024)]
+
+
+class _NoOp(beam.DoFn):
+    def process(self, element: bytes) -> None:
+        pass
+
+
+class _Boto3PutRecords(beam.DoFn):
+    """The hand-written sink: batches of 500 per bundle, failed entries resent."""
+
+    def __init__(self, stream: str, endpoint_url: str) -> None:
+        super().__init__()
+        self.stream = stream
+        self.endpoint_url = endpoint_url
+
+    def setup(self) -> None:
+        self.client = boto3.client(
+            "kinesis", endpoint_url=self.endpoint_url, region_name=LOCAL_REGION
+        )
+
+    def start_bundle(self) -> None:
+        self.batch: list[dict[str, Any]] = []
+
+    def process(self, element: bytes) -> None:
+        self.batch.append({"Data": element, "PartitionKey": random_partition_key()})
+        if len(self.batch) == 500:
+            self._put()
+
+    def finish_bundle(self) -> None:
+        if self.batch:
+            self._put()
+
+    def _put(self) -> None:
+        entries, self.batch = self.batch, []
+        while entries:
+            response = self.client.put_records(StreamName=self.stream, Records=entries)
+            entries = [
+                entry
+                for entry, result in zip(entries, response["Records"], strict=True)
+                if "ErrorCode" in result
+            ]
+
+    def teardown(self) -> None:
+        self.client.close()
+
+
+def _boto3_sink(stream: str, endpoint_url: str) -> beam.PTransform:
+    return beam.ParDo(_Boto3PutRecords(stream, endpoint_url))
+
+
+def _pipeline(
+    source: str, count: int, sink: Callable[[], beam.PTransform], options: PipelineOptions
+) -> Callable[[], None]:
+    payloads = _payloads()
+
+    def generate(_: bytes) -> Iterator[bytes]:
+        for i in range(count):
+            yield payloads[i & 1023]
+
+    def run() -> None:
+        pipeline = beam.Pipeline(runner=FnApiRunner(), options=options)
+        if source == "Impulse":
+            elements = pipeline | beam.Impulse() | beam.FlatMap(generate)
+        else:
+            elements = pipeline | beam.Create(range(count)) | beam.Map(lambda i: payloads[i & 1023])
+        _ = elements | sink()
+        result = pipeline.run()
+        result.wait_until_finish()
+        written = result.metrics().query(
+            MetricsFilter().with_namespace("kinesis_write").with_name("user_records_written")
+        )["counters"]
+        if written:
+            assert written[0].committed == count, f"wrote {written[0].committed} of {count}"
+
+    return run
+
+
+def run(quick: bool) -> list[Row]:
+    count = 4_000 if quick else 200_000
+    boto_count = min(count, BOTO3_ELEMENTS)
+    repeat = 1 if quick else 2
+    logging.getLogger("apache_beam").setLevel(logging.ERROR)
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    rows: list[Row] = []
+    with MotoServer() as moto:
+        options = PipelineOptions(
+            [f"--kinesis_endpoint_url={moto.endpoint_url}", f"--kinesis_region_name={LOCAL_REGION}"]
+        )
+        for source in ("Impulse", "Create"):
+            ours_stream = moto.create_stream(f"ours-{uuid.uuid4().hex[:8]}", SHARDS)
+            boto_stream = moto.create_stream(f"boto-{uuid.uuid4().hex[:8]}", SHARDS)
+            fast = best_rates(
+                {
+                    NOOP: _pipeline(source, count, lambda: beam.ParDo(_NoOp()), options),
+                    OURS: _pipeline(
+                        source, count, partial(WriteToKinesis, ours_stream.name), options
+                    ),
+                },
+                count,
+                repeat=repeat,
+                warmup=0 if quick else 1,
+            )
+            slow = best_rates(
+                {
+                    BOTO3: _pipeline(
+                        source,
+                        boto_count,
+                        partial(_boto3_sink, boto_stream.name, moto.endpoint_url),
+                        options,
+                    )
+                },
+                boto_count,
+                repeat=1,
+                warmup=0,
+            )
+            ours_stream.delete()
+            boto_stream.delete()
+            group = f"beam write, {source} source, {count:,} x {RECORD_BYTES} B"
+            rows += [
+                Row(f"{group}, vs Beam", NOOP, fast[NOOP], "el/s"),
+                Row(f"{group}, vs Beam", OURS, fast[OURS], "el/s", NOOP, 0.6),
+                Row(f"{group}, vs boto3", BOTO3, slow[BOTO3], "el/s", note=f"{boto_count:,} el"),
+                Row(f"{group}, vs boto3", OURS, fast[OURS], "el/s", BOTO3, 10.0),
+            ]
+    return rows
