@@ -1,0 +1,604 @@
+"""The restriction of ``ReadFromKinesis``: a hash-key range and the shards to read inside it.
+
+Sans-I/O: plain values and pure functions, plus the Beam ``RestrictionTracker`` and ``Coder``
+classes that wrap them. Nothing here talks to Kinesis or sleeps.
+
+A :class:`KinesisRestriction` owns the hash keys ``[lo, hi]``. It emits only records whose
+hash key lies in that range, and holds a :class:`ShardCursor` for every shard it still has to
+read there. A cursor stores positions, never shard iterators (they expire after five
+minutes): the last (sequence number, sub-sequence number) this restriction consumed, or, for a
+shard not started yet, where to start (AT_TIMESTAMP or TRIM_HORIZON).
+
+Parent before child with no coordination between restrictions: when a shard ends, the
+restriction that read it adopts the children whose ranges meet its own. A child waits
+(``waiting_for``) for every parent whose range meets the restriction's range, and for no other:
+a merged child that straddles two restrictions is read by both, each after its own parent
+ended, and each emits only its own keys. Per-key order holds because a key of this range only
+ever lived in the parents that meet this range, and this restriction read those to their end
+first. See docs/beam-read.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import pairwise
+from typing import Any, NamedTuple
+
+from apache_beam.coders import Coder
+from apache_beam.io.iobase import RestrictionProgress, RestrictionTracker
+
+from kinesis_core.checkpoint.base import SHARD_END, CheckpointValue, checkpoint_order
+from kinesis_core.consumer.lineage import ShardNode
+from kinesis_core.hashing import MAX_HASH_KEY
+from kinesis_core.records import Position
+
+CODER_VERSION = 1
+PART_SEPARATOR = "@"
+"""Checkpoint key of a part of a shard: ``<shard id>@<lo>-<hi>`` (decimal hash keys)."""
+
+
+class ShardRef(NamedTuple):
+    """A shard and its hash-key range: a parent a cursor waits for."""
+
+    shard_id: str
+    lo: int
+    hi: int
+
+
+class ShardCursor(NamedTuple):
+    """One shard of a restriction: where its reading stands."""
+
+    shard_id: str
+    lo: int
+    hi: int
+    parents: tuple[str, ...]
+    waiting_for: tuple[ShardRef, ...]
+    """Parents meeting the restriction's range that have not ended yet; read only when empty."""
+    position: Position | None
+    """The last position consumed here (emitted or filtered out), None before the first."""
+    start: int | None
+    """Where to start when ``position`` is None: AT_TIMESTAMP (epoch microseconds) or, for
+    None, TRIM_HORIZON."""
+    watermark: int | None
+    """Epoch microseconds no later record of this shard is expected before, None if unknown."""
+
+    @property
+    def readable(self) -> bool:
+        return not self.waiting_for
+
+
+class KinesisRestriction(NamedTuple):
+    """Hash keys ``[lo, hi]`` and the cursors of the shards to read in that range."""
+
+    lo: int
+    hi: int
+    cursors: tuple[ShardCursor, ...]
+    """Sorted by shard id."""
+    child_start: int | None
+    """Start of a child adopted when its parent ends: AT_TIMESTAMP micros, None = TRIM_HORIZON."""
+    records_left: int | None = None
+    """What is left of ``max_records``; None: no limit."""
+    deadline: int | None = None
+    """Epoch microseconds after which a bounded read stops (set by its first process call)."""
+    done: bool = False
+    """Nothing more to do: the primary of a checkpoint, or a bounded read that stopped."""
+
+
+def overlaps(lo: int, hi: int, other_lo: int, other_hi: int) -> bool:
+    return lo <= other_hi and other_lo <= hi
+
+
+def restriction_watermark(restriction: KinesisRestriction) -> int | None:
+    """The minimum over the readable shards' watermarks; None while any of them is unknown.
+
+    Waiting children are left out: their records arrive after their parents' records.
+    """
+    marks = [c.watermark for c in restriction.cursors if c.readable]
+    if not marks or None in marks:
+        return None
+    return min(m for m in marks if m is not None)
+
+
+def parent_refs(child: ShardNode, ended: ShardRef, known: Mapping[str, ShardRef]) -> list[ShardRef]:
+    """The parents of ``child`` with their ranges. ChildShards gives the child's range only;
+    the other parent of a merge owns the part of it the ended parent does not."""
+    lo, hi = child.hash_range
+    refs = []
+    for parent in child.parents:
+        if parent == ended.shard_id:
+            refs.append(ended)
+        elif parent in known:
+            refs.append(known[parent])
+        elif len(child.parents) == 2 and ended.lo <= lo:
+            refs.append(ShardRef(parent, ended.hi + 1, hi))
+        elif len(child.parents) == 2:
+            refs.append(ShardRef(parent, lo, ended.lo - 1))
+        else:
+            refs.append(ShardRef(parent, lo, hi))
+    return refs
+
+
+# -- claims: the events a process() call feeds the tracker ------------------------------------
+
+
+class RecordClaim(NamedTuple):
+    """One record about to be output."""
+
+    shard_id: str
+    sequence_number: int
+    sub_sequence_number: int
+    timestamp_micros: int
+
+
+class SkipClaim(NamedTuple):
+    """Records consumed but not output (outside this restriction's range): move past them."""
+
+    shard_id: str
+    sequence_number: int
+    sub_sequence_number: int
+
+
+class IdleClaim(NamedTuple):
+    """A successful empty read at the tip of the shard: its watermark may move up to this."""
+
+    shard_id: str
+    watermark_micros: int
+
+
+class EndClaim(NamedTuple):
+    """The shard reached its end (or vanished): adopt the children that meet this range.
+
+    ``known`` gives parent ranges the caller knows (from ListShards); others are derived.
+    """
+
+    shard_id: str
+    children: tuple[ShardNode, ...]
+    known: tuple[ShardRef, ...] = ()
+
+
+class DeadlineClaim(NamedTuple):
+    """Set the deadline of a bounded read (``max_read_time`` counts from the first call)."""
+
+    deadline_micros: int
+
+
+class StopClaim(NamedTuple):
+    """A bounded read is complete: nothing is left to do."""
+
+
+Claim = RecordClaim | SkipClaim | IdleClaim | EndClaim | DeadlineClaim | StopClaim
+
+
+class _Cursor:
+    """The mutable twin of a ShardCursor inside a tracker."""
+
+    __slots__ = ("hi", "lo", "parents", "position", "shard_id", "start", "waiting_for", "watermark")
+
+    def __init__(self, cursor: ShardCursor) -> None:
+        self.shard_id = cursor.shard_id
+        self.lo = cursor.lo
+        self.hi = cursor.hi
+        self.parents = cursor.parents
+        self.waiting_for = cursor.waiting_for
+        self.position = cursor.position
+        self.start = cursor.start
+        self.watermark = cursor.watermark
+
+    def freeze(self) -> ShardCursor:
+        return ShardCursor(
+            self.shard_id,
+            self.lo,
+            self.hi,
+            self.parents,
+            self.waiting_for,
+            self.position,
+            self.start,
+            self.watermark,
+        )
+
+
+class KinesisRestrictionTracker(RestrictionTracker):
+    """Claims, self-checkpoints and bounded stops of one restriction.
+
+    ``try_split(0)`` (what ``defer_remainder`` calls) returns (primary, residual): the primary
+    is the same positions marked done, the residual the same positions to go on from. Splits at
+    any other fraction are refused (None): a restriction is split only at the start, by range.
+    """
+
+    def __init__(self, restriction: KinesisRestriction, *, bounded: bool = False) -> None:
+        self._lo = restriction.lo
+        self._hi = restriction.hi
+        self._child_start = restriction.child_start
+        self._left = restriction.records_left
+        self._deadline = restriction.deadline
+        self._done = restriction.done
+        self._bounded = bounded
+        self._cursors = {c.shard_id: _Cursor(c) for c in restriction.cursors}
+        self._claimed = 0
+
+    def current_restriction(self) -> KinesisRestriction:
+        return self._snapshot(self._done)
+
+    def _snapshot(self, done: bool) -> KinesisRestriction:
+        cursors = tuple(self._cursors[k].freeze() for k in sorted(self._cursors))
+        return KinesisRestriction(
+            self._lo, self._hi, cursors, self._child_start, self._left, self._deadline, done
+        )
+
+    @property
+    def _finished(self) -> bool:
+        return self._done or self._left == 0 or not self._cursors
+
+    def try_claim(self, position: Claim) -> bool:
+        """Record claims return False once the restriction is checkpointed, stopped or out of
+        ``max_records``; then the caller must not output and should return."""
+        if type(position) is RecordClaim:  # the per-record path: kept short
+            if self._done or self._left == 0:
+                return False
+            shard_id, seq, sub, ts = position
+            cursor = self._cursors.get(shard_id)
+            last = None if cursor is None else cursor.position
+            if cursor is None or cursor.waiting_for or (last is not None and (seq, sub) <= last):
+                cursor = self._advance(shard_id, seq, sub)  # raises the right error
+            cursor.position = (seq, sub)
+            if cursor.watermark is None or ts > cursor.watermark:
+                cursor.watermark = ts
+            if self._left is not None:
+                self._left -= 1
+            self._claimed += 1
+            return True
+        if self._done:
+            return False
+        if isinstance(position, SkipClaim):
+            self._advance(*position)
+        elif isinstance(position, IdleClaim):
+            cursor = self._readable(position.shard_id)
+            if cursor.watermark is None or position.watermark_micros > cursor.watermark:
+                cursor.watermark = position.watermark_micros
+        elif isinstance(position, EndClaim):
+            self._end(position)
+        elif isinstance(position, DeadlineClaim):
+            self._deadline = position.deadline_micros
+        elif isinstance(position, StopClaim):
+            self._done = True
+        else:
+            raise ValueError(f"not a Kinesis restriction claim: {position!r}")
+        return True
+
+    def _readable(self, shard_id: str) -> _Cursor:
+        cursor = self._cursors.get(shard_id)
+        if cursor is None:
+            raise ValueError(f"{shard_id} is not a shard of this restriction")
+        if cursor.waiting_for:
+            waiting = [ref.shard_id for ref in cursor.waiting_for]
+            raise ValueError(f"{shard_id} is waiting for its parents {waiting}")
+        return cursor
+
+    def _advance(self, shard_id: str, seq: int, sub: int) -> _Cursor:
+        cursor = self._readable(shard_id)
+        position = (seq, sub)
+        if cursor.position is not None and position <= cursor.position:
+            raise ValueError(
+                f"{shard_id}: claimed {position} at or before the last claim {cursor.position}"
+            )
+        cursor.position = position
+        return cursor
+
+    def _end(self, claim: EndClaim) -> None:
+        ended = self._readable(claim.shard_id)
+        del self._cursors[claim.shard_id]
+        for cursor in self._cursors.values():
+            if cursor.waiting_for:
+                cursor.waiting_for = tuple(
+                    ref for ref in cursor.waiting_for if ref.shard_id != claim.shard_id
+                )
+        ref = ShardRef(ended.shard_id, ended.lo, ended.hi)
+        known = {k.shard_id: k for k in claim.known}
+        for child in claim.children:
+            lo, hi = child.hash_range
+            if not overlaps(lo, hi, self._lo, self._hi):
+                continue
+            existing = self._cursors.get(child.shard_id)
+            if existing is not None:
+                if ended.watermark is not None and (
+                    existing.watermark is None or ended.watermark > existing.watermark
+                ):
+                    existing.watermark = ended.watermark
+                continue
+            waiting = tuple(
+                sorted(
+                    parent
+                    for parent in parent_refs(child, ref, known)
+                    if parent.shard_id != ended.shard_id
+                    and overlaps(parent.lo, parent.hi, self._lo, self._hi)
+                )
+            )
+            self._cursors[child.shard_id] = _Cursor(
+                ShardCursor(
+                    child.shard_id,
+                    lo,
+                    hi,
+                    child.parents,
+                    waiting,
+                    None,
+                    self._child_start,
+                    ended.watermark,
+                )
+            )
+
+    def try_split(
+        self, fraction_of_remainder: float
+    ) -> tuple[KinesisRestriction, KinesisRestriction] | None:
+        if self._finished or fraction_of_remainder != 0:
+            return None
+        primary = self._snapshot(True)
+        residual = self._snapshot(False)
+        self._done = True
+        return primary, residual
+
+    def check_done(self) -> None:
+        if not self._finished:
+            raise ValueError(
+                f"restriction [{self._lo}, {self._hi}] still has shards to read "
+                f"({', '.join(sorted(self._cursors))}) and was neither checkpointed nor stopped"
+            )
+
+    def current_progress(self) -> RestrictionProgress:
+        return RestrictionProgress(  # type: ignore[no-untyped-call]
+            completed=float(self._claimed), remaining=0.0 if self._finished else 1.0
+        )
+
+    def is_bounded(self) -> bool:
+        return self._bounded
+
+
+# -- the initial restriction and the initial split --------------------------------------------
+
+
+def checkpoint_key(cursor: ShardCursor | ShardRef, lo: int, hi: int) -> str:
+    """The checkpoint-store key of ``cursor``'s progress in a restriction owning [lo, hi]: the
+    shard id when the whole shard lies inside, ``shard@lo-hi`` for the part inside otherwise
+    (a straddling merged shard is read by two restrictions, each with its own position)."""
+    if lo <= cursor.lo and cursor.hi <= hi:
+        return cursor.shard_id
+    return f"{cursor.shard_id}{PART_SEPARATOR}{max(lo, cursor.lo)}-{min(hi, cursor.hi)}"
+
+
+def parse_checkpoint_key(key: str) -> tuple[str, tuple[int, int] | None]:
+    """``(shard id, None)`` for a whole-shard key, ``(shard id, (lo, hi))`` for a part key."""
+    shard_id, sep, part = key.partition(PART_SEPARATOR)
+    if not sep:
+        return shard_id, None
+    lo, _, hi = part.partition("-")
+    return shard_id, (int(lo), int(hi))
+
+
+def resume_value(
+    lo: int, hi: int, rows: Sequence[tuple[int, int, CheckpointValue]]
+) -> CheckpointValue | None:
+    """Where every key of a shard's range [lo, hi] is done, from whole and part rows.
+
+    Each row (row_lo, row_hi, value) says: the keys in its range are consumed up to value. A
+    key covered by several rows takes the furthest; the shard takes the least over its keys;
+    a key no row covers makes it None (start from the beginning).
+    """
+    cuts = {lo, hi + 1}
+    for row_lo, row_hi, _ in rows:
+        cuts.update(p for p in (row_lo, row_hi + 1) if lo < p <= hi)
+    points = sorted(cuts)
+    result: CheckpointValue | None = None
+    for start, stop in pairwise(points):
+        covering = [v for row_lo, row_hi, v in rows if row_lo <= start and stop - 1 <= row_hi]
+        if not covering:
+            return None
+        best = max(covering, key=checkpoint_order)
+        if result is None or checkpoint_order(best) < checkpoint_order(result):
+            result = best
+    return result
+
+
+def initial_restriction(
+    shards: Iterable[ShardNode],
+    checkpoints: Mapping[str, CheckpointValue],
+    *,
+    start: int | None,
+    child_start: int | None,
+    records_left: int | None = None,
+) -> KinesisRestriction:
+    """The whole key space with the shards to read first, from a listing and stored rows.
+
+    The listing's roots (shards with no listed parent) start at ``start``; a shard whose every
+    key is checkpointed at SHARD_END hands over to its children, which start at
+    ``child_start``; a checkpointed position resumes after it. A child waits for its listed
+    parents that have not ended.
+    """
+    nodes = {node.shard_id: node for node in shards}
+    rows: dict[str, list[tuple[int, int, CheckpointValue]]] = defaultdict(list)
+    for key, stored in checkpoints.items():
+        shard_id, part = parse_checkpoint_key(key)
+        node = nodes.get(shard_id)
+        if node is not None:
+            rows[shard_id].append((*(part or node.hash_range), stored))
+    values = {
+        shard_id: resume_value(*node.hash_range, rows[shard_id]) if shard_id in rows else None
+        for shard_id, node in nodes.items()
+    }
+    children: dict[str, list[ShardNode]] = defaultdict(list)
+    for node in nodes.values():
+        for parent in node.parents:
+            children[parent].append(node)
+    roots = sorted(
+        (n for n in nodes.values() if not any(p in nodes for p in n.parents)),
+        key=lambda n: n.shard_id,
+    )
+    queue = list(roots)
+    root_ids = frozenset(n.shard_id for n in roots)
+    seen = set(root_ids)
+    cursors = []
+    for node in queue:
+        value = values[node.shard_id]
+        if value is SHARD_END:
+            for child in sorted(children[node.shard_id], key=lambda n: n.shard_id):
+                if child.shard_id not in seen:
+                    seen.add(child.shard_id)
+                    queue.append(child)
+            continue
+        waiting = tuple(
+            sorted(
+                ShardRef(p, *nodes[p].hash_range)
+                for p in node.parents
+                if p in nodes and values[p] is not SHARD_END
+            )
+        )
+        lo, hi = node.hash_range
+        cursors.append(
+            ShardCursor(
+                node.shard_id,
+                lo,
+                hi,
+                node.parents,
+                waiting,
+                value if isinstance(value, tuple) else None,
+                start if node.shard_id in root_ids else child_start,
+                None,
+            )
+        )
+    cursors.sort(key=lambda c: c.shard_id)
+    return KinesisRestriction(0, MAX_HASH_KEY, tuple(cursors), child_start, records_left)
+
+
+def narrow(restriction: KinesisRestriction, lo: int, hi: int) -> KinesisRestriction:
+    """The part of ``restriction`` that owns [lo, hi]: the cursors meeting it, each waiting
+    only for the parents that meet it."""
+    cursors = []
+    for c in restriction.cursors:
+        if overlaps(c.lo, c.hi, lo, hi):
+            waiting = tuple(w for w in c.waiting_for if overlaps(w.lo, w.hi, lo, hi))
+            cursors.append(c._replace(waiting_for=waiting))
+    return restriction._replace(lo=lo, hi=hi, cursors=tuple(cursors))
+
+
+def partition(restriction: KinesisRestriction) -> list[KinesisRestriction]:
+    """The initial split: one restriction per readable shard's range (the shards open at the
+    start position), plus one per gap no readable shard covers. Unsplittable (returned whole)
+    if readable ranges overlap, which a consistent listing never gives."""
+    lo, hi = restriction.lo, restriction.hi
+    ranges = sorted(
+        (max(c.lo, lo), min(c.hi, hi))
+        for c in restriction.cursors
+        if c.readable and overlaps(c.lo, c.hi, lo, hi)
+    )
+    segments = []
+    next_key = lo
+    for start, stop in ranges:
+        if start < next_key:
+            return [restriction]
+        if start > next_key:
+            segments.append((next_key, start - 1))
+        segments.append((start, stop))
+        next_key = stop + 1
+    if next_key <= hi:
+        segments.append((next_key, hi))
+    return [narrow(restriction, start, stop) for start, stop in segments]
+
+
+# -- the coder -----------------------------------------------------------------------------------
+
+
+def _position_json(position: Position | None) -> list[Any] | None:
+    return None if position is None else [str(position[0]), position[1]]
+
+
+def encode_restriction(restriction: KinesisRestriction) -> bytes:
+    """Deterministic JSON: cursors sorted by shard id, hash keys and sequence numbers as
+    decimal strings (they exceed every fixed-width integer), times as integer microseconds."""
+    document = {
+        "v": CODER_VERSION,
+        "lo": str(restriction.lo),
+        "hi": str(restriction.hi),
+        "child_start": restriction.child_start,
+        "records_left": restriction.records_left,
+        "deadline": restriction.deadline,
+        "done": restriction.done,
+        "cursors": [
+            [
+                c.shard_id,
+                str(c.lo),
+                str(c.hi),
+                list(c.parents),
+                [[w.shard_id, str(w.lo), str(w.hi)] for w in sorted(c.waiting_for)],
+                _position_json(c.position),
+                c.start,
+                c.watermark,
+            ]
+            for c in sorted(restriction.cursors, key=lambda c: c.shard_id)
+        ],
+    }
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode_restriction(encoded: bytes) -> KinesisRestriction:
+    document = json.loads(encoded)
+    if document.get("v") != CODER_VERSION:
+        raise ValueError(f"unknown Kinesis restriction encoding version {document.get('v')!r}")
+    cursors = tuple(
+        ShardCursor(
+            shard_id,
+            int(lo),
+            int(hi),
+            tuple(parents),
+            tuple(ShardRef(w, int(wlo), int(whi)) for w, wlo, whi in waiting),
+            None if position is None else (int(position[0]), position[1]),
+            start,
+            watermark,
+        )
+        for shard_id, lo, hi, parents, waiting, position, start, watermark in document["cursors"]
+    )
+    return KinesisRestriction(
+        int(document["lo"]),
+        int(document["hi"]),
+        cursors,
+        document["child_start"],
+        document["records_left"],
+        document["deadline"],
+        document["done"],
+    )
+
+
+class KinesisRestrictionCoder(Coder):
+    """The restriction's wire form (see :func:`encode_restriction`)."""
+
+    def encode(self, value: KinesisRestriction) -> bytes:
+        return encode_restriction(value)
+
+    def decode(self, encoded: bytes) -> KinesisRestriction:
+        return decode_restriction(encoded)
+
+    def is_deterministic(self) -> bool:
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+
+def commit_values(
+    restriction: KinesisRestriction,
+    before: Mapping[str, Position | None],
+    ended: Iterable[ShardCursor],
+) -> list[tuple[str, CheckpointValue, tuple[str, ...]]]:
+    """What a bundle's finalizer writes: (key, value, parents) for every shard whose position
+    moved since ``before`` (shard id -> position at the start of the bundle) and SHARD_END for
+    every shard that ended in the bundle."""
+    out: list[tuple[str, CheckpointValue, tuple[str, ...]]] = []
+    lo, hi = restriction.lo, restriction.hi
+    for c in restriction.cursors:
+        if c.position is not None and before.get(c.shard_id) != c.position:
+            out.append((checkpoint_key(c, lo, hi), c.position, c.parents))
+    for c in ended:
+        out.append((checkpoint_key(c, lo, hi), SHARD_END, c.parents))
+    return out

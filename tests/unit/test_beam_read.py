@@ -1,0 +1,566 @@
+"""ReadFromKinesis's DoFn driven by hand against an in-memory fake of the Kinesis API: what a
+process() call outputs and claims, its self-checkpoints, bounded stops, watermarks, errors,
+children, finalizer commits, and the transform's validation. No server, no pipeline run."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import defaultdict
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import apache_beam as beam
+import pytest
+from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
+from apache_beam.runners.sdf_utils import RestrictionTrackerView, ThreadsafeRestrictionTracker
+from apache_beam.transforms.core import _BundleFinalizerParam
+from apache_beam.utils.timestamp import Timestamp
+from botocore.exceptions import ClientError
+
+import beam_kinesis.read as read_module
+from beam_kinesis.read import (
+    ReadFromKinesis,
+    _BoundedReadFn,
+    _ReadFn,
+    _UnboundedReadFn,
+    to_timestamp,
+)
+from beam_kinesis.record import KinesisRecord
+from beam_kinesis.restriction import KinesisRestriction, ShardCursor
+from kinesis_core.aggregation import encode_aggregate
+from kinesis_core.checkpoint import SHARD_END, MemoryCheckpointStore
+from kinesis_core.client import ClientConfig
+from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp
+from kinesis_core.errors import ConfigurationError, ValidationError
+from kinesis_core.hashing import MAX_HASH_KEY, hash_key
+from kinesis_core.records import SubRecord
+
+HALF = MAX_HASH_KEY // 2
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+SECOND = 1_000_000
+
+
+def client_error(code: str) -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": code}}, "GetRecords")
+
+
+def key_in(lo: int, hi: int, prefix: str = "k") -> str:
+    """A partition key whose hash key lies in [lo, hi]."""
+    for i in itertools.count():
+        if lo <= hash_key(f"{prefix}{i}") <= hi:
+            return f"{prefix}{i}"
+    raise AssertionError
+
+
+LOW_KEY = key_in(0, HALF, "low")
+HIGH_KEY = key_in(HALF + 1, MAX_HASH_KEY, "high")
+
+
+class FakeShard:
+    def __init__(self, shard_id: str, lo: int, hi: int, parents: tuple[str, ...] = ()) -> None:
+        self.shard_id = shard_id
+        self.lo, self.hi = lo, hi
+        self.parents = parents
+        self.records: list[dict[str, Any]] = []
+        self.children: list[FakeShard] | None = None
+
+    def api(self) -> dict[str, Any]:
+        shard: dict[str, Any] = {
+            "ShardId": self.shard_id,
+            "HashKeyRange": {"StartingHashKey": str(self.lo), "EndingHashKey": str(self.hi)},
+            "SequenceNumberRange": {"StartingSequenceNumber": "1"},
+        }
+        if self.parents:
+            shard["ParentShardId"] = self.parents[0]
+        if len(self.parents) > 1:
+            shard["AdjacentParentShardId"] = self.parents[1]
+        if self.children is not None:
+            shard["SequenceNumberRange"]["EndingSequenceNumber"] = "99999"
+        return shard
+
+
+class FakeKinesis:
+    """GetShardIterator/GetRecords/ListShards over in-memory shards; iterators are
+    ``shard|index``; closed shards end with ChildShards."""
+
+    def __init__(self, *shards: FakeShard) -> None:
+        self.shards = {s.shard_id: s for s in shards}
+        self.calls: list[tuple[str, str]] = []
+        self.faults: dict[str, list[Exception]] = defaultdict(list)
+        self.child_shards = True
+        self._seq = itertools.count(1000)
+
+    def put(self, shard_id: str, data: bytes, pk: str, at: datetime = T0) -> int:
+        seq = next(self._seq)
+        self.shards[shard_id].records.append(
+            {
+                "SequenceNumber": str(seq),
+                "Data": data,
+                "PartitionKey": pk,
+                "ApproximateArrivalTimestamp": at,
+            }
+        )
+        return seq
+
+    def reshard(self, shard_id: str, *children: FakeShard) -> None:
+        """Close ``shard_id``: it ends with ``children``."""
+        self.shards[shard_id].children = list(children)
+        for child in children:
+            self.shards.setdefault(child.shard_id, child)
+
+    def get_shard_iterator(self, **kw: Any) -> dict[str, Any]:
+        shard = self.shards[kw["ShardId"]]
+        self.calls.append(("GetShardIterator", shard.shard_id))
+        kind = kw["ShardIteratorType"]
+        seqs = [int(r["SequenceNumber"]) for r in shard.records]
+        if kind == "TRIM_HORIZON":
+            index = 0
+        elif kind == "LATEST":
+            index = len(seqs)
+        elif kind == "AT_TIMESTAMP":
+            index = next(
+                (
+                    i
+                    for i, r in enumerate(shard.records)
+                    if r["ApproximateArrivalTimestamp"] >= kw["Timestamp"]
+                ),
+                len(seqs),
+            )
+        else:
+            target = int(kw["StartingSequenceNumber"])
+            after = kind == "AFTER_SEQUENCE_NUMBER"
+            index = next(
+                (i for i, s in enumerate(seqs) if s > target or (s == target and not after)),
+                len(seqs),
+            )
+        return {"ShardIterator": f"{shard.shard_id}|{index}"}
+
+    def get_records(self, ShardIterator: str, Limit: int) -> dict[str, Any]:
+        shard_id, index = ShardIterator.split("|")
+        self.calls.append(("GetRecords", shard_id))
+        faults = self.faults[shard_id]
+        if faults:
+            raise faults.pop(0)
+        shard = self.shards[shard_id]
+        start = int(index)
+        page = shard.records[start : start + Limit]
+        end = start + len(page)
+        response: dict[str, Any] = {
+            "Records": page,
+            "MillisBehindLatest": 0 if end == len(shard.records) else 5000,
+        }
+        if shard.children is not None and end == len(shard.records):
+            if self.child_shards:
+                response["ChildShards"] = [
+                    {
+                        "ShardId": c.shard_id,
+                        "ParentShards": list(c.parents),
+                        "HashKeyRange": {"StartingHashKey": str(c.lo), "EndingHashKey": str(c.hi)},
+                    }
+                    for c in shard.children
+                ]
+        else:
+            response["NextShardIterator"] = f"{shard_id}|{end}"
+        return response
+
+    def list_shards(self, **kw: Any) -> dict[str, Any]:
+        self.calls.append(("ListShards", kw.get("ShardFilter", {}).get("Type", "")))
+        return {"Shards": [s.api() for s in self.shards.values()]}
+
+    def close(self) -> None:
+        """The botocore client's close: nothing to release."""
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeKinesis:
+    client = FakeKinesis(FakeShard("s0", 0, HALF), FakeShard("s1", HALF + 1, MAX_HASH_KEY))
+    monkeypatch.setattr(read_module, "create_botocore_client", lambda *a, **kw: client)
+    return client
+
+
+def make_fn(*, unbounded: bool = False, **kw: Any) -> _ReadFn:
+    """The DoFn as a worker has it (after setup); bounded by stop_when_caught_up unless
+    ``unbounded``."""
+    if not unbounded:
+        kw.setdefault("stop_when_caught_up", True)
+    kw.setdefault("initial_position", TRIM_HORIZON)
+    kw.setdefault("idle_interval", 0.2)
+    transform = ReadFromKinesis("stream", client_config=ClientConfig(region_name="us-east-1"), **kw)
+    spec = transform._spec
+    fn = _BoundedReadFn(spec) if spec.bounded else _UnboundedReadFn(spec)
+    fn.setup()
+    return fn
+
+
+class Bundle:
+    """One process() call the way the SDK harness makes it."""
+
+    def __init__(
+        self, fn: _ReadFn, restriction: KinesisRestriction, watermark: Timestamp | None = None
+    ) -> None:
+        self.tracker = ThreadsafeRestrictionTracker(fn.create_tracker(restriction))
+        self.estimator = ManualWatermarkEstimator(watermark)
+        self.finalizer = _BundleFinalizerParam()
+        self.outputs = list(
+            fn.process(
+                "stream", self.finalizer, RestrictionTrackerView(self.tracker), self.estimator
+            )  # type: ignore[attr-defined]
+        )
+        self.tracker.check_done()
+
+    @property
+    def elements(self) -> list[Any]:
+        return [o.value for o in self.outputs]
+
+    @property
+    def residual(self) -> KinesisRestriction | None:
+        status = self.tracker.deferred_status()
+        return None if status is None else status[0]
+
+    @property
+    def restriction(self) -> KinesisRestriction:
+        return self.tracker.current_restriction()  # type: ignore[no-any-return]
+
+
+def whole(fn: _ReadFn) -> KinesisRestriction:
+    return fn.initial_restriction("stream")
+
+
+def parts(fn: _ReadFn) -> list[KinesisRestriction]:
+    return list(fn.split("stream", whole(fn)))
+
+
+# -- output and claims ----------------------------------------------------------------------------
+
+
+def test_reads_every_record_in_shard_order_and_stops_when_caught_up(fake: FakeKinesis) -> None:
+    seqs = [fake.put("s0", f"r{i}".encode(), LOW_KEY, T0 + timedelta(seconds=i)) for i in range(3)]
+    fn = make_fn()
+    (low, high) = parts(fn)
+    bundle = Bundle(fn, low)
+    assert [e.data for e in bundle.elements] == [b"r0", b"r1", b"r2"]
+    first = bundle.elements[0]
+    assert isinstance(first, KinesisRecord)
+    assert first == KinesisRecord(
+        b"r0", LOW_KEY, None, "s0", str(seqs[0]), 0, Timestamp.of(T0.timestamp())
+    )
+    assert [o.timestamp for o in bundle.outputs] == [
+        Timestamp.of(T0.timestamp() + i) for i in range(3)
+    ]
+    assert bundle.residual is None
+    assert bundle.restriction.done
+    assert bundle.restriction.cursors[0].position == (seqs[2], 0)
+    assert Bundle(fn, high).elements == []
+
+
+def test_kpl_aggregates_come_out_as_user_records(fake: FakeKinesis) -> None:
+    subs = [SubRecord(LOW_KEY, None, b"a"), SubRecord(LOW_KEY, None, b"b")]
+    seq = fake.put("s0", encode_aggregate(subs), LOW_KEY)
+    fn = make_fn()
+    bundle = Bundle(fn, parts(fn)[0])
+    assert [(e.data, e.sub_sequence_number, e.sequence_number) for e in bundle.elements] == [
+        (b"a", 0, str(seq)),
+        (b"b", 1, str(seq)),
+    ]
+
+
+def test_bytes_and_a_timestamp_fn(fake: FakeKinesis) -> None:
+    fake.put("s0", b"x", LOW_KEY)
+    fn = make_fn(with_metadata=False, timestamp_fn=lambda r: 42.5)
+    bundle = Bundle(fn, parts(fn)[0])
+    assert bundle.elements == [b"x"]
+    assert bundle.outputs[0].timestamp == Timestamp.of(42.5)
+
+
+def test_to_timestamp_accepts_timestamps_datetimes_and_seconds() -> None:
+    assert to_timestamp(Timestamp.of(3)) == Timestamp.of(3)
+    assert to_timestamp(T0) == Timestamp.of(T0.timestamp())
+    assert to_timestamp(T0.replace(tzinfo=None)) == Timestamp.of(T0.timestamp())
+    assert to_timestamp(7) == Timestamp.of(7)
+    with pytest.raises(ValidationError, match="timestamp_fn"):
+        to_timestamp("soon")
+
+
+def test_a_straddling_shard_is_filtered_to_the_restriction_range(fake: FakeKinesis) -> None:
+    """A merged child read by two restrictions: each emits its own keys, sub-record by
+    sub-record inside an aggregate, and moves past the others."""
+    fake.reshard("s0", merged := FakeShard("m", 0, MAX_HASH_KEY, ("s0", "s1")))
+    fake.reshard("s1", merged)
+    aggregate = encode_aggregate(
+        [SubRecord(LOW_KEY, None, b"low-a"), SubRecord(HIGH_KEY, None, b"high-a")]
+    )
+    fake.put("m", aggregate, LOW_KEY)
+    fake.put("m", b"low-b", LOW_KEY)
+    last = fake.put("m", b"high-b", HIGH_KEY)
+    fn = make_fn()
+    low, high = parts(fn)
+    got_low = Bundle(fn, low)
+    got_high = Bundle(fn, high)
+    assert [e.data for e in got_low.elements] == [b"low-a", b"low-b"]
+    assert [e.data for e in got_high.elements] == [b"high-a", b"high-b"]
+    # The low side skipped past the last (high) record: it will not read it again.
+    assert got_low.restriction.cursors[0].position == (last, 0)
+
+
+# -- checkpoints ----------------------------------------------------------------------------------
+
+
+def test_self_checkpoint_defers_the_rest_and_reuses_the_iterator(fake: FakeKinesis) -> None:
+    fake.put("s0", b"a", LOW_KEY)
+    fn = make_fn(unbounded=True, self_checkpoint_interval=0.01)
+    first = Bundle(fn, parts(fn)[0])
+    assert [e.data for e in first.elements] == [b"a"]
+    residual = first.residual
+    assert residual is not None
+    assert not residual.done
+    assert first.restriction.done
+    assert residual.cursors == first.restriction.cursors
+    fake.put("s0", b"b", LOW_KEY)
+    calls = len(fake.calls)
+    got: list[bytes] = []
+    for _ in range(100):  # what a runner does: process the residual, then its residual...
+        bundle = Bundle(fn, residual)
+        got += [e.data for e in bundle.elements]
+        residual = bundle.residual
+        assert residual is not None
+        if got:
+            break
+    assert got == [b"b"]
+    assert ("GetShardIterator", "s0") not in fake.calls[calls:]
+
+
+def test_a_residual_read_on_another_worker_resumes_after_the_last_record(fake: FakeKinesis) -> None:
+    subs = [SubRecord(LOW_KEY, None, bytes([65 + i])) for i in range(3)]
+    fake.put("s0", encode_aggregate(subs), LOW_KEY)
+    fn = make_fn(unbounded=True, self_checkpoint_interval=0.01, max_records_per_call=1)
+    first = Bundle(fn, parts(fn)[0])
+    assert first.residual is not None
+    other = make_fn(unbounded=True, self_checkpoint_interval=0.01)
+    fake.put("s0", b"D", LOW_KEY)
+    # Cut the residual inside the aggregate: a new worker re-reads it and skips what is done.
+    cursor = first.residual.cursors[0]
+    inside = first.residual._replace(cursors=(cursor._replace(position=(cursor.position[0], 0)),))
+    again = Bundle(other, inside)
+    assert [e.data for e in again.elements] == [b"B", b"C", b"D"]
+
+
+def test_max_records_is_exact_over_all_shards(fake: FakeKinesis) -> None:
+    for i in range(4):
+        fake.put("s0", f"l{i}".encode(), LOW_KEY)
+        fake.put("s1", f"h{i}".encode(), HIGH_KEY)
+    fn = make_fn(max_records=5)
+    (only,) = parts(fn)  # max_records reads as one restriction
+    bundle = Bundle(fn, only)
+    assert len(bundle.elements) == 5
+    assert bundle.residual is None
+    assert bundle.restriction.records_left == 0
+
+
+def test_max_read_time_counts_from_the_first_call(fake: FakeKinesis) -> None:
+    fake.put("s0", b"a", LOW_KEY)
+    fn = make_fn(max_read_time=0.3)
+    low = parts(fn)[0]
+    assert low.deadline is None
+    bundle = Bundle(fn, low)
+    assert [e.data for e in bundle.elements] == [b"a"]
+    assert bundle.restriction.deadline is not None
+    assert bundle.residual is None
+
+
+def test_a_done_restriction_reads_nothing(fake: FakeKinesis) -> None:
+    fn = make_fn()
+    low = parts(fn)[0]._replace(done=True)
+    assert Bundle(fn, low).outputs == []
+    assert fake.calls.count(("GetRecords", "s0")) == 0
+
+
+# -- resharding -----------------------------------------------------------------------------------
+
+
+def test_children_are_read_after_their_parent(fake: FakeKinesis) -> None:
+    fake.put("s0", b"parent", LOW_KEY)
+    fake.reshard(
+        "s0", FakeShard("c1", 0, HALF // 2, ("s0",)), FakeShard("c2", HALF // 2 + 1, HALF, ("s0",))
+    )
+    fake.put("c1", b"child-1", LOW_KEY)
+    fake.put("c2", b"child-2", LOW_KEY)
+    fn = make_fn()
+    low = parts(fn)[0]
+    fake.shards["c1"].records[0]["PartitionKey"] = key_in(0, HALF // 2)
+    fake.shards["c2"].records[0]["PartitionKey"] = key_in(HALF // 2 + 1, HALF)
+    bundle = Bundle(fn, low)
+    assert next(e.data for e in bundle.elements) == b"parent"
+    assert sorted(e.data for e in bundle.elements[1:]) == [b"child-1", b"child-2"]
+    assert [c.shard_id for c in bundle.restriction.cursors] == ["c1", "c2"]
+
+
+def test_without_child_shards_the_children_come_from_list_shards(fake: FakeKinesis) -> None:
+    fake.child_shards = False
+    fake.reshard("s0", FakeShard("c1", 0, HALF, ("s0",)))
+    fake.put("c1", b"child", LOW_KEY)
+    fn = make_fn()
+    bundle = Bundle(fn, parts(fn)[0])
+    assert [e.data for e in bundle.elements] == [b"child"]
+    assert ("ListShards", "") in fake.calls
+
+
+# -- watermarks and errors ------------------------------------------------------------------------
+
+
+def test_an_idle_shard_lets_the_watermark_advance(fake: FakeKinesis) -> None:
+    fake.put("s0", b"a", LOW_KEY, T0)
+    fn = make_fn(idle_threshold=5.0)
+    restriction = parts(fn)[0]._replace(hi=MAX_HASH_KEY)
+    restriction = restriction._replace(cursors=(*restriction.cursors, parts(fn)[1].cursors[0]))
+    bundle = Bundle(fn, restriction)
+    mark = bundle.estimator.current_watermark()
+    # s0's record (T0, long ago) bounds it; the idle s1 moved up to about now - 5 s.
+    assert mark == Timestamp.of(T0.timestamp())
+    s1 = {c.shard_id: c for c in bundle.restriction.cursors}["s1"]
+    assert s1.watermark is not None
+    assert abs(s1.watermark / SECOND - (datetime.now(timezone.utc).timestamp() - 5.0)) < 60
+
+
+def test_errors_never_move_the_watermark(fake: FakeKinesis) -> None:
+    fake.faults["s0"] = [client_error("ProvisionedThroughputExceededException")] * 3
+    fn = make_fn(unbounded=True, self_checkpoint_interval=0.05)
+    bundle = Bundle(fn, parts(fn)[0])
+    assert bundle.estimator.current_watermark() is None
+    assert bundle.restriction.cursors[0].watermark is None
+    assert bundle.residual is not None
+
+
+def test_expired_iterators_are_replaced_after_the_last_record(fake: FakeKinesis) -> None:
+    fake.put("s0", b"a", LOW_KEY)
+    fake.put("s0", b"b", LOW_KEY)
+    fake.faults["s0"] = [client_error("ExpiredIteratorException")]
+    fn = make_fn()
+    bundle = Bundle(fn, parts(fn)[0])
+    assert [e.data for e in bundle.elements] == [b"a", b"b"]
+    assert fake.calls.count(("GetShardIterator", "s0")) == 2
+
+
+def test_fatal_errors_fail_the_bundle(fake: FakeKinesis) -> None:
+    fake.faults["s0"] = [client_error("AccessDeniedException")]
+    fn = make_fn()
+    with pytest.raises(ClientError, match="AccessDenied"):
+        Bundle(fn, parts(fn)[0])
+
+
+# -- checkpoint store -----------------------------------------------------------------------------
+
+
+def test_positions_reach_the_store_only_when_the_bundle_is_finalized(fake: FakeKinesis) -> None:
+    store = MemoryCheckpointStore()
+    fake.put("s0", b"a", LOW_KEY)
+    last = fake.put("s0", b"b", LOW_KEY)
+    fake.reshard("s1", FakeShard("c", HALF + 1, MAX_HASH_KEY, ("s1",)))
+    fn = make_fn(checkpoint_store=lambda: store)
+    low, high = parts(fn)
+    bundles = [Bundle(fn, low), Bundle(fn, high)]
+
+    def rows() -> dict[str, Any]:
+        return {r.shard_id: r.value for r in asyncio.run(store.list("default", "stream"))}
+
+    assert rows() == {}
+    for bundle in bundles:
+        bundle.finalizer.finalize_bundle()
+    assert rows() == {"s0": (last, 0), "s1": SHARD_END}
+    fn.teardown()
+
+    # A new job resumes from the store: s0 after b, s1's child from its start.
+    fake.put("s0", b"c", LOW_KEY)
+    fake.put("c", b"child", HIGH_KEY)
+    again = make_fn(checkpoint_store=lambda: store)
+    resumed = whole(again)
+    assert {c.shard_id: c.position for c in resumed.cursors} == {"s0": (last, 0), "c": None}
+    got = [e.data for r in again.split("stream", resumed) for e in Bundle(again, r).elements]
+    assert got == [b"c", b"child"]
+
+
+def test_initial_restriction_resolves_latest_once(fake: FakeKinesis) -> None:
+    fn = make_fn(initial_position=LATEST)
+    r = whole(fn)
+    assert {c.start for c in r.cursors} == {r.cursors[0].start}
+    assert r.cursors[0].start is not None
+    assert r.child_start is None
+    assert ("ListShards", "AT_LATEST") in fake.calls
+
+
+def test_initial_restriction_at_a_timestamp(fake: FakeKinesis) -> None:
+    fake.put("s0", b"old", LOW_KEY, T0)
+    fake.put("s0", b"new", LOW_KEY, T0 + timedelta(hours=1))
+    fn = make_fn(initial_position=AtTimestamp(T0 + timedelta(minutes=1)))
+    r = whole(fn)
+    assert r.child_start == r.cursors[0].start
+    assert ("ListShards", "AT_TIMESTAMP") in fake.calls
+    assert [e.data for e in Bundle(fn, next(iter(fn.split("stream", r)))).elements] == [b"new"]
+
+
+# -- the transform --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"stream": ""}, "stream"),
+        ({"max_records": 0}, "max_records"),
+        ({"max_records": True}, "max_records"),
+        ({"max_read_time": -1}, "max_read_time"),
+        ({"idle_threshold": "x"}, "idle_threshold"),
+        ({"idle_interval": 0.05}, "idle_interval"),
+        ({"self_checkpoint_interval": 0}, "self_checkpoint_interval"),
+        ({"max_records_per_call": 10_001}, "max_records_per_call"),
+        ({"initial_position": "EARLIEST"}, "initial_position"),
+        ({"timestamp_fn": 3}, "timestamp_fn"),
+        ({"checkpoint_store": 3}, "checkpoint_store"),
+        ({"application_name": ""}, "application_name"),
+    ],
+)
+def test_bad_arguments_name_the_field(kwargs: dict[str, Any], field: str) -> None:
+    args = {"stream": "s", **kwargs}
+    with pytest.raises(ValidationError) as info:
+        ReadFromKinesis(args.pop("stream"), **args)
+    assert info.value.field == field
+
+
+def test_bounded_modes_give_a_bounded_pcollection() -> None:
+    p = beam.Pipeline(runner=FnApiRunner())
+    assert (p | "b" >> ReadFromKinesis("s", stop_when_caught_up=True)).is_bounded
+    assert (p | "b2" >> ReadFromKinesis("s", max_read_time=1)).is_bounded
+    assert (p | "b3" >> ReadFromKinesis("s", max_records=1)).is_bounded
+    assert not (p | "u" >> ReadFromKinesis("s")).is_bounded
+
+
+def test_unbounded_reads_are_refused_where_the_runner_drops_residuals() -> None:
+    p = beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions(["--direct_num_workers=2"]))
+    with pytest.raises(ConfigurationError, match="direct_num_workers"):
+        _ = p | ReadFromKinesis("s")
+    bounded = p | "b" >> ReadFromKinesis("s", stop_when_caught_up=True)
+    assert bounded.is_bounded
+
+
+def test_display_data_describes_the_read() -> None:
+    items = ReadFromKinesis(
+        "orders",
+        max_records=3,
+        checkpoint_store="/tmp/x.db",
+        client_config=ClientConfig(region_name="eu-west-1"),
+    ).display_data()
+    assert items["stream"].value == "orders"
+    assert items["max_records"].value == 3
+    assert items["region"].value == "eu-west-1"
+    assert "checkpoint_store" in items
+
+
+def test_the_restriction_provider_hooks(fake: FakeKinesis) -> None:
+    fn = make_fn()
+    r = parts(fn)[0]
+    assert fn.restriction_size("stream", r) == 1.0
+    assert fn.restriction_size("stream", r._replace(done=True)) == 0.0
+    assert fn.truncate("stream", r) is None
+    assert fn.restriction_coder().decode(fn.restriction_coder().encode(r)) == r
+    assert isinstance(r.cursors[0], ShardCursor)
