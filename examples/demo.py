@@ -1,9 +1,13 @@
-"""The main job: the core's producer and consumer against a local Kinesis emulator.
+"""The main job: the connectors against a local Kinesis emulator (kinesis-mock on 127.0.0.1).
 
-Starts kinesis-mock on 127.0.0.1, creates a 4-shard stream, produces records from a few hundred
-users (KPL-aggregated per predicted shard) while one shard is split in the middle, then reads
-them back with the consumer (parents before children, acks, SQLite checkpoints) and prints what
-happened. Run it with ``scripts/demo`` (``--records N`` to change the volume).
+1. The core: produce records from a few hundred users (KPL-aggregated per predicted shard)
+   while one shard is split in the middle, then read them back with the consumer (parents
+   before children, acks, SQLite checkpoints) and reconcile.
+2. Beam: a streaming pipeline reads click events with ReadFromKinesis while they are written
+   and a shard splits half-way, counts them per window and user, writes the counts back with
+   WriteToKinesis, and prints the windowed counts (examples/beam_read_window_count.py).
+
+Run it with ``scripts/demo`` (``--records N`` for the core's volume, ``--only core|beam``).
 """
 
 from __future__ import annotations
@@ -90,9 +94,8 @@ async def consume(
     return dict(per_shard), duplicates
 
 
-async def run(total: int, users: int) -> int:
-    with KinesisMock() as server, tempfile.TemporaryDirectory() as tmp:
-        print(f"kinesis-mock listening on {server.endpoint_url}")
+async def run_core(server: KinesisMock, total: int, users: int) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
         stream = server.create_stream("demo", shards=4)
         print(f"stream {stream.name!r} with 4 shards created")
 
@@ -122,12 +125,29 @@ async def run(total: int, users: int) -> int:
         return 0 if lost == 0 else 1
 
 
+def run_beam(server: KinesisMock) -> int:
+    from examples.beam_read_window_count import run_demo
+
+    counts = run_demo(server.endpoint_url)
+    return 0 if counts else 1
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=5000)
     parser.add_argument("--users", type=int, default=300)
+    parser.add_argument("--only", choices=("core", "beam"))
     args = parser.parse_args()
-    raise SystemExit(asyncio.run(run(args.records, args.users)))
+    status = 0
+    with KinesisMock() as server:
+        print(f"kinesis-mock listening on {server.endpoint_url}")
+        if args.only in (None, "core"):
+            print("\n=== 1. kinesis_core: Producer and Consumer ===")
+            status |= asyncio.run(run_core(server, args.records, args.users))
+        if args.only in (None, "beam"):
+            print("\n=== 2. Beam: ReadFromKinesis -> windowed counts -> WriteToKinesis ===")
+            status |= run_beam(server)
+    raise SystemExit(status)
 
 
 if __name__ == "__main__":
