@@ -10,8 +10,13 @@ want="$(sha256sum pyproject.toml | cut -c1-16)"
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
     echo "==> installing the Python environment in .venv (first run takes about a minute)"
     "$PY" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install -q --upgrade pip 2>/dev/null
-    "$VENV/bin/python" -m pip install -q -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither" || true
+    log="$VENV/install.log"
+    if ! { "$VENV/bin/python" -m pip install --upgrade pip \
+           && "$VENV/bin/python" -m pip install -e ".[dev]"; } > "$log" 2>&1; then
+        tail -n 40 "$log"
+        echo "error: pip could not install the project; the whole log is in $log"
+        exit 1
+    fi
     "$VENV/bin/python" -c "import kinesis_core, apache_beam, faust, moto" \
         || { echo "error: the Python environment did not install"; exit 1; }
     echo "$want" > "$STAMP"
