@@ -1,0 +1,129 @@
+"""Faust: events/s through one agent reading a KinesisChannel vs the same agent on app.channel().
+
+Data: a 4-shard moto stream pre-filled through the core producer (KPL aggregates, 100-byte
+values). The same values, as ready-made Faust events, are the baseline's input: a feeder task
+puts them into a plain in-memory ``app.channel()`` as fast as the agent takes them.
+
+Both apps run in-process without Kafka (``enable_kafka = False``) and with raw values, so the
+agent gets the same bytes either way. Measured: events per second from the first event the
+agent sees to the last (app and consumer start-up excluded), the channel's acks and
+checkpoint bookkeeping included. Target: the Kinesis channel at >= 0.5x the in-memory one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import faust
+from faust.types.tuples import Message
+
+from benchmarks._table import Row
+from faust_kinesis import KinesisChannel
+from kinesis_core.checkpoint import MemoryCheckpointStore
+from kinesis_core.client import ClientConfig
+from kinesis_core.local import MotoServer
+from kinesis_core.producer import Producer
+
+SHARDS = 4
+VALUE = b"v" * 100
+GROUP = "faust: one agent"
+
+
+def _app(name: str, datadir: Path) -> faust.App:
+    app = faust.App(name, web_enabled=False, datadir=str(datadir), value_serializer="raw")
+    app.boot_strategy.enable_kafka = False
+    return app
+
+
+async def _fill(stream: str, config: ClientConfig, count: int) -> None:
+    async with Producer(stream, client_config=config) as producer:
+        result = await producer.put_many([(VALUE, f"key-{i}") for i in range(count)])
+        result.raise_for_failures()
+
+
+async def _through_agent(
+    app: faust.App, channel: Any, count: int, feed: Callable[[], Coroutine[Any, Any, None]]
+) -> float:
+    """Events/s of one counting agent over ``channel``, first event to last."""
+    done = asyncio.Event()
+    seen = 0
+    first = 0.0
+
+    @app.agent(channel)
+    async def count_events(events: Any) -> None:
+        nonlocal seen, first
+        async for _ in events:
+            if not seen:
+                first = time.perf_counter()
+            seen += 1
+            if seen == count:
+                done.set()
+
+    await app.start()
+    feeder = asyncio.ensure_future(feed())
+    try:
+        await asyncio.wait_for(done.wait(), 300)
+        elapsed = time.perf_counter() - first
+    finally:
+        await feeder
+        await app.stop()
+    return count / elapsed
+
+
+async def _kinesis(stream: str, config: ClientConfig, count: int, datadir: Path) -> float:
+    app = _app("bench-kinesis", datadir)
+    channel = KinesisChannel(
+        app, stream, client_config=config, checkpoint_store=MemoryCheckpointStore()
+    )
+
+    async def nothing() -> None:
+        return None
+
+    return await _through_agent(app, channel, count, nothing)
+
+
+async def _in_memory(count: int, datadir: Path) -> float:
+    app = _app("bench-memory", datadir)
+    channel = app.channel()
+    events = [
+        app.create_event(
+            key.encode(),
+            VALUE,
+            None,
+            Message("bench", 0, i, 0.0, 0, None, key.encode(), VALUE, None, generation_id=0),
+        )
+        for i, key in enumerate(f"key-{i}" for i in range(count))
+    ]
+
+    async def feed() -> None:
+        app.flow_control.resume()  # no Kafka, so nobody else resumes it
+        for event in events:
+            await channel.put(event)
+
+    return await _through_agent(app, channel, count, feed)
+
+
+def run(quick: bool) -> list[Row]:
+    count = 20_000 if quick else 60_000
+    runs = 1 if quick else 3
+    logging.getLogger("faust").setLevel(logging.ERROR)
+    ours = baseline = 0.0
+    with MotoServer() as moto, tempfile.TemporaryDirectory() as tmp:
+        stream = moto.create_stream("faust", SHARDS)
+        config = moto.client_config()
+        asyncio.run(_fill(stream.name, config, count))
+        for i in range(runs):
+            # Alternate, so that load from elsewhere on the machine hits both.
+            ours = max(ours, asyncio.run(_kinesis(stream.name, config, count, Path(tmp) / f"k{i}")))
+            baseline = max(baseline, asyncio.run(_in_memory(count, Path(tmp) / f"m{i}")))
+    note = f"{count:,} records, moto, KPL aggregates"
+    return [
+        Row(GROUP, "app.channel()", baseline, "events/s", note="in-memory"),
+        Row(GROUP, "KinesisChannel", ours, "events/s", "app.channel()", 0.5, note),
+    ]

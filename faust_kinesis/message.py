@@ -1,0 +1,152 @@
+"""The Faust message of a Kinesis record, and how its acks reach the record.
+
+faust-streaming's compiled stream iterator (the default) acks by writing ``message.refcount``
+and ``message.acked`` directly; it never calls ``Message.on_final_ack``. So the hooks are the
+two attributes themselves: properties over the base class's slots. A decrement of
+``refcount`` or the ``acked`` flag turning True is a release of the event; the release that
+sets ``acked`` is the final one, and :func:`~faust_kinesis.acks.decide` says what it means.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Protocol
+
+from faust.types import TP, Message
+
+from faust_kinesis.acks import Outcome
+
+if TYPE_CHECKING:
+    from kinesis_core.records import KinesisRecord, Position
+
+_ACKED = Message.__dict__["acked"]
+_REFCOUNT = Message.__dict__["refcount"]
+
+
+class Run(Protocol):
+    """What a message needs from the consumer run that delivered it."""
+
+    def finish(self, message: KinesisMessage, exception_in_flight: bool) -> None:
+        """The event's final release happened: decide and act on its outcome."""
+        ...
+
+    def settle(self, message: KinesisMessage, outcome: Outcome) -> None:
+        """The event ended without a final release (cleared, or a sink write failed)."""
+        ...
+
+
+class KinesisMessage(Message):
+    """A Kinesis record as a Faust message: ``topic`` is the stream, ``partition`` the shard's
+    number, ``offset`` the sequence number; ``record``, ``shard_id`` and ``position`` say
+    exactly where it came from (aggregated records share a sequence number)."""
+
+    __slots__ = ("_failed", "_run", "_settled", "record")
+
+    def __init__(
+        self,
+        record: KinesisRecord,
+        tp: TP,
+        key: bytes,
+        timestamp: float,
+        run: Run,
+    ) -> None:
+        # The base __init__ is skipped on purpose: it would go through the properties below,
+        # and this runs once per record.
+        self.record = record
+        self._run = run
+        self._failed = False
+        self._settled = False
+        self.topic = tp.topic
+        self.partition = tp.partition
+        self.tp = tp
+        self.offset = record.sequence_number
+        self.timestamp = timestamp
+        self.timestamp_type = 1
+        self.headers = None
+        self.key = key
+        self.value = record.data
+        self.checksum = None
+        self.serialized_key_size = len(key)
+        self.serialized_value_size = len(record.data)
+        _ACKED.__set__(self, False)
+        _REFCOUNT.__set__(self, 0)
+        self.tracked = True
+        self.time_in = None
+        self.time_out = None
+        self.time_total = None
+        self.generation_id = None
+
+    @property
+    def acked(self) -> bool:
+        value: bool = _ACKED.__get__(self)
+        return value
+
+    @acked.setter
+    def acked(self, value: bool) -> None:
+        if value and not self._settled and not _ACKED.__get__(self):
+            _ACKED.__set__(self, True)
+            self._settled = True
+            self._run.finish(self, sys.exc_info()[0] is not None)
+            return
+        _ACKED.__set__(self, value)
+
+    @property
+    def refcount(self) -> int:
+        value: int = _REFCOUNT.__get__(self)
+        return value
+
+    @refcount.setter
+    def refcount(self, value: int) -> None:
+        if value < _REFCOUNT.__get__(self) and sys.exc_info()[0] is not None:
+            self._failed = True
+        _REFCOUNT.__set__(self, value)
+
+    def deliver_to(self, subscribers: int, generation_id: int | None) -> None:
+        """Expect one release per subscriber; stamp the consumer generation Faust checks."""
+        _REFCOUNT.__set__(self, subscribers)
+        self.generation_id = generation_id
+
+    def drop(self) -> None:
+        """Faust threw the event away before it was processed."""
+        self._end(Outcome.DROPPED)
+
+    def fail(self) -> None:
+        """Something that held the event (a sink's write) failed for good."""
+        self._end(Outcome.FAILED)
+
+    def _end(self, outcome: Outcome) -> None:
+        if not self._settled:
+            self._settled = True
+            self._run.settle(self, outcome)
+
+    @property
+    def failed(self) -> bool:
+        """A release of this event was made while an exception was in flight."""
+        return self._failed
+
+    @property
+    def settled(self) -> bool:
+        return self._settled
+
+    @property
+    def shard_id(self) -> str:
+        return self.record.shard_id
+
+    @property
+    def sequence_number(self) -> int:
+        return self.record.sequence_number
+
+    @property
+    def sub_sequence_number(self) -> int:
+        return self.record.sub_sequence_number
+
+    @property
+    def position(self) -> Position:
+        return self.record.position
+
+    @property
+    def partition_key(self) -> str:
+        return self.record.partition_key
+
+    def __repr__(self) -> str:
+        return f"<KinesisMessage: {self.topic} {self.shard_id} position={self.position}>"

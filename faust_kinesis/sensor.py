@@ -1,0 +1,71 @@
+"""Kinesis lag and counts through Faust's sensor interface.
+
+The channels feed Faust's standard hooks themselves: ``on_message_in`` when an event is
+delivered and ``on_message_out`` when it is acked (the monitor's ``messages_received_total``,
+``messages_s`` and read offsets), ``on_send_*`` for writes (``messages_sent``,
+``send_latency``, ``send_errors``), and ``app.monitor.on_tp_commit`` when a checkpoint moved
+(committed offsets). What Kafka has no word for, Kinesis lag (``MillisBehindLatest``), pending
+acks and the safe-ack counts, is in the :class:`KinesisSensor` of the app:
+``kinesis_sensor(app).asdict()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from faust.sensors import Sensor
+from faust.types import AppT
+
+if TYPE_CHECKING:
+    from faust_kinesis.channel import KinesisChannel
+
+__all__ = ["KinesisSensor", "kinesis_sensor"]
+
+
+class KinesisSensor(Sensor):
+    """The Kinesis channels of an app, read live: ``asdict()`` gives, under ``reading``, per
+    stream read by agents, the event counts and per shard the position, the checkpoint,
+    ``millis_behind_latest`` and the pending acks; under ``writing``, per stream written, the
+    records put and failed."""
+
+    def __post_init__(self) -> None:
+        self._channels: list[KinesisChannel] = []
+
+    def add_channel(self, channel: KinesisChannel) -> None:
+        if channel not in self._channels:
+            self._channels.append(channel)
+
+    def asdict(self) -> Mapping[str, Any]:
+        reading: dict[str, Any] = {}
+        writing: dict[str, dict[str, int]] = {}
+        for channel in self._channels:
+            if channel.subscriber_count:
+                reading[channel.stream_name] = channel.stats()
+            producer = channel.producer
+            if producer is not None:
+                metrics = producer.metrics()
+                counts = writing.setdefault(
+                    channel.stream_name, {"records_put": 0, "records_failed": 0}
+                )
+                counts["records_put"] += metrics.user_records_put
+                counts["records_failed"] += metrics.user_records_failed
+        return {"reading": reading, "writing": writing}
+
+    def millis_behind_latest(self, stream_name: str) -> dict[str, int | None]:
+        """Shard id -> how far its last read was behind the tip of the shard."""
+        for channel in self._channels:
+            status = channel.status() if channel.stream_name == stream_name else []
+            if status:
+                return {s.shard_id: s.millis_behind_latest for s in status}
+        return {}
+
+
+def kinesis_sensor(app: AppT) -> KinesisSensor:
+    """The app's KinesisSensor, added to ``app.sensors`` on first use."""
+    for sensor in app.sensors:
+        if isinstance(sensor, KinesisSensor):
+            return sensor
+    sensor = KinesisSensor()
+    app.sensors.add(sensor)
+    return sensor

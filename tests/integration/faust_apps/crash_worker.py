@@ -1,0 +1,46 @@
+"""The Faust app a ``faust worker`` subprocess runs in the SIGKILL test.
+
+It reads one Kinesis stream (settings from ``KC_*`` environment variables) with checkpoints in
+the default SQLite file of its datadir, and logs every record it processes, before the
+record is acked, as ``shard sequence sub-sequence value`` lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+from faust_apps import kafka_free_app
+from faust_kinesis import KinesisChannel
+from kinesis_core.client import ClientConfig
+
+APPLICATION = "crash-test"
+
+app = kafka_free_app(APPLICATION, Path(os.environ["KC_DATADIR"]), value_serializer="raw")
+channel = KinesisChannel(
+    app,
+    os.environ["KC_STREAM"],
+    client_config=ClientConfig(
+        region_name=os.environ["KC_REGION"],
+        endpoint_url=os.environ["KC_ENDPOINT"],
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    ),
+    consumer_options={"checkpoint_interval": 0.1, "idle_interval": 0.2, "max_records_per_call": 10},
+)
+
+
+@app.agent(channel)
+async def process(events: Any) -> None:
+    # Blocking writes on purpose: a record is logged before it is acked, nothing between.
+    with open(os.environ["KC_LOG"], "a") as log:  # noqa: ASYNC230
+        async for event in events.events():
+            message = event.message
+            log.write(
+                f"{message.shard_id} {message.sequence_number} "
+                f"{message.sub_sequence_number} {event.value.decode()}\n"
+            )
+            log.flush()
+            await asyncio.sleep(0.003)

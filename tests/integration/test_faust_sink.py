@@ -1,0 +1,107 @@
+"""KinesisSink with a real Faust agent (Kafka disabled) on kinesis-mock: read, transform, write.
+
+Every record reaches the output stream, and a source event is acked only after its output
+record is confirmed: a sensor sees every write confirmation before the ack of its source.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faust import Sensor
+from faust_apps import FAST_CONSUMER, kafka_free_app, numbered, produce, stream_contents, wait_until
+
+from faust_kinesis import KinesisChannel, KinesisSink, kinesis_sensor
+from kinesis_core.checkpoint import MemoryCheckpointStore
+from kinesis_core.producer import ProducerConfig
+
+pytestmark = pytest.mark.integration
+
+COUNT = 400
+
+
+class Order(Sensor):
+    """Records, per number, when its write was confirmed and when its source was acked."""
+
+    def __post_init__(self) -> None:
+        self.events: list[tuple[str, int]] = []
+
+    def on_send_initiated(self, producer: Any, topic: str, message: Any, *sizes: int) -> Any:
+        return json.loads(message.value)["n"]
+
+    def on_send_completed(self, producer: Any, state: Any, metadata: Any) -> None:
+        self.events.append(("written", state))
+
+    def on_message_out(self, tp: Any, offset: int, message: Any) -> None:
+        self.events.append(("acked", int(message.value)))
+
+
+def test_read_transform_write_moves_every_record(kinesis_stream: Any, tmp_path: Path) -> None:
+    source, target = kinesis_stream(shards=2), kinesis_stream(shards=1)
+    asyncio.run(produce(source, numbered(COUNT)))
+    contents = stream_contents(source)
+
+    async def main() -> None:
+        app = kafka_free_app("sink", tmp_path / "data", value_serializer="raw")
+        store = MemoryCheckpointStore()
+        channel = KinesisChannel(
+            app,
+            source.name,
+            client_config=source.client_config,
+            checkpoint_store=store,
+            consumer_options=FAST_CONSUMER,
+        )
+        sink = KinesisSink(
+            app,
+            target.name,
+            key="n",
+            value_serializer="json",
+            client_config=target.client_config,
+            # Writes linger: the agent is done long before the first write is confirmed.
+            producer_config=ProducerConfig(record_max_buffered_time=1.5),
+        )
+        seen: list[int] = []
+        order = Order()
+        app.sensors.add(order)
+
+        @app.agent(channel, sink=[sink], concurrency=2)
+        async def double(values: Any) -> Any:
+            async for value in values:
+                n = int(value)
+                seen.append(n)
+                yield {"n": n, "double": 2 * n}
+
+        await app.start()
+        try:
+            await wait_until(lambda: len(seen) == COUNT, 20, "the agent to see every record")
+            await wait_until(
+                lambda: channel.stats()["events_acked"] == COUNT, 20, "every source ack"
+            )
+            seen_by_faust = kinesis_sensor(app).asdict()
+            assert seen_by_faust["writing"] == {
+                target.name: {"records_put": COUNT, "records_failed": 0}
+            }
+            reading = seen_by_faust["reading"][source.name]
+            assert set(reading["shards"]) == set(contents)
+            assert all(s["millis_behind_latest"] is not None for s in reading["shards"].values())
+            assert app.monitor.messages_sent == COUNT
+        finally:
+            await app.stop()
+        assert sink.failures == 0
+        written_at = {n: i for i, (what, n) in enumerate(order.events) if what == "written"}
+        acked_at = {n: i for i, (what, n) in enumerate(order.events) if what == "acked"}
+        assert set(acked_at) == set(range(COUNT))
+        assert all(written_at[n] < acked_at[n] for n in range(COUNT))
+        stored = {row.shard_id: row.value for row in await store.list(app.conf.id, source.name)}
+        assert stored == {s: records[-1][0] for s, records in contents.items()}
+
+    asyncio.run(main())
+    written = [
+        json.loads(data) for records in stream_contents(target).values() for _, data in records
+    ]
+    assert {w["n"] for w in written} == set(range(COUNT))
+    assert all(w["double"] == 2 * w["n"] for w in written)
