@@ -6,8 +6,11 @@
 2. Beam: a streaming pipeline reads click events with ReadFromKinesis while they are written
    and a shard splits half-way, counts them per window and user, writes the counts back with
    WriteToKinesis, and prints the windowed counts (examples/beam_read_window_count.py).
+3. Faust: a ``faust worker`` (examples/faust_app.py, no Kafka) writes orders into one stream,
+   an agent enriches them and a KinesisSink writes them to another; the demo reads that
+   stream back and checks every order arrived.
 
-Run it with ``scripts/demo`` (``--records N`` for the core's volume, ``--only core|beam``).
+Run it with ``scripts/demo`` (``--records N`` for the core's volume, ``--only core|beam|faust``).
 """
 
 from __future__ import annotations
@@ -16,14 +19,24 @@ import argparse
 import asyncio
 import collections
 import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+from kinesis_core.aggregation import deaggregate
 from kinesis_core.checkpoint import SQLiteCheckpointStore
 from kinesis_core.client import ClientConfig
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
-from kinesis_core.local import KinesisMock, LocalStream
+from kinesis_core.local import (
+    DUMMY_ACCESS_KEY_ID,
+    DUMMY_SECRET_ACCESS_KEY,
+    LOCAL_REGION,
+    KinesisMock,
+    LocalStream,
+)
 from kinesis_core.producer import Producer
 
 
@@ -132,11 +145,60 @@ def run_beam(server: KinesisMock) -> int:
     return 0 if counts else 1
 
 
+def run_faust(server: KinesisMock, orders_to_write: int = 100, timeout: float = 90.0) -> int:
+    """Run the example Faust worker until every enriched order is in the output stream."""
+    suffix = time.strftime("%H%M%S")
+    orders = server.create_stream(f"orders-{suffix}", shards=2)
+    enriched = server.create_stream(f"orders-enriched-{suffix}", shards=1)
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL_KINESIS": server.endpoint_url,
+        "AWS_DEFAULT_REGION": LOCAL_REGION,
+        "AWS_ACCESS_KEY_ID": DUMMY_ACCESS_KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": DUMMY_SECRET_ACCESS_KEY,
+        "ORDERS_STREAM": orders.name,
+        "ENRICHED_STREAM": enriched.name,
+        "ORDERS_TO_WRITE": str(orders_to_write),
+        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+    }
+    command = [sys.executable, "-m", "faust", "--quiet", "-A", "examples.faust_app", "worker"]
+    print(f"  faust worker: {orders.name} -> enrich (concurrency 4) -> {enriched.name}")
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp, open(Path(tmp) / "worker.log", "wb") as log:
+        worker = subprocess.Popen(
+            [*command, "--without-web", "-l", "error"],
+            env=env,
+            cwd=tmp,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            got: dict[int, dict[str, object]] = {}
+            while len(got) < orders_to_write and time.monotonic() - began < timeout:
+                time.sleep(1.0)
+                if worker.poll() is not None:
+                    print(f"  the worker exited with status {worker.returncode}:")
+                    print((Path(tmp) / "worker.log").read_text(errors="replace")[-3000:])
+                    break
+                for record in deaggregate(enriched.records(), enriched.name):
+                    order = json.loads(record.data)
+                    got[order["order_id"]] = order
+        finally:
+            worker.terminate()
+            worker.wait(timeout=30)
+    tiers = collections.Counter(str(order["tier"]) for order in got.values())
+    print(
+        f"  {len(got)} of {orders_to_write} orders enriched and written back in "
+        f"{time.monotonic() - began:.1f} s; tiers: {dict(tiers)}"
+    )
+    return 0 if len(got) == orders_to_write else 1
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=5000)
     parser.add_argument("--users", type=int, default=300)
-    parser.add_argument("--only", choices=("core", "beam"))
+    parser.add_argument("--only", choices=("core", "beam", "faust"))
     args = parser.parse_args()
     status = 0
     with KinesisMock() as server:
@@ -147,6 +209,9 @@ def main() -> None:
         if args.only in (None, "beam"):
             print("\n=== 2. Beam: ReadFromKinesis -> windowed counts -> WriteToKinesis ===")
             status |= run_beam(server)
+        if args.only in (None, "faust"):
+            print("\n=== 3. Faust: KinesisChannel -> agent -> KinesisSink ===")
+            status |= run_faust(server)
     raise SystemExit(status)
 
 
