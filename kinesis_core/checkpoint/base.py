@@ -1,13 +1,15 @@
 """The checkpoint store protocol and the lease-shaped record every store keeps.
 
 A checkpoint row has the shape of a KCL lease (shard id, checkpoint, owner, counter, parent
-ids), so the DynamoDB store can keep the KCL lease-table schema and leases can later be added
-without changing what the consumer sees. The rules every store must enforce live here, in one
-pure function (:func:`apply_put`), so the memory and SQLite stores cannot drift apart.
+and child ids, hash range), so the DynamoDB store keeps the KCL lease-table schema and the
+same rows serve as leases between workers. The rules every store must enforce live here, in
+two pure functions (:func:`apply_put` for checkpoints, :func:`apply_lease` for renew, take and
+release), so the stores cannot drift apart.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,7 +69,8 @@ class Checkpoint:
     """One shard's stored state: a KCL lease without the lease-table plumbing.
 
     ``counter`` grows by one on every successful write; it is the compare-and-set token
-    (the KCL's ``leaseCounter``). ``owner`` stays None until leases exist.
+    (the KCL's ``leaseCounter``). ``owner`` is the worker holding the lease (None: nobody,
+    or a consumer that runs without leases). ``child_shard_ids`` are written at SHARD_END.
     """
 
     shard_id: str
@@ -75,6 +78,8 @@ class Checkpoint:
     counter: int = 0
     owner: str | None = None
     parent_shard_ids: tuple[str, ...] = ()
+    child_shard_ids: tuple[str, ...] = ()
+    hash_range: tuple[int, int] | None = None
 
     @property
     def position(self) -> Position | None:
@@ -96,35 +101,68 @@ class CheckpointConflictError(KinesisConnectorError):
         self.current = current
 
 
+def _check_expected(current: Checkpoint | None, shard_id: str, expected: Checkpoint) -> Checkpoint:
+    """The stored row, if it is still the one the writer expected (same counter and owner)."""
+    if current is None:
+        raise CheckpointConflictError(shard_id, None, "the expected row does not exist")
+    if current.counter != expected.counter or current.owner != expected.owner:
+        raise CheckpointConflictError(
+            shard_id,
+            current,
+            f"counter is {current.counter} (owner {current.owner}), expected "
+            f"{expected.counter} (owner {expected.owner})",
+        )
+    return current
+
+
 def apply_put(
     current: Checkpoint | None,
     shard_id: str,
     value: CheckpointValue,
     expected: Checkpoint | None,
     parent_shard_ids: Sequence[str],
+    child_shard_ids: Sequence[str] = (),
+    hash_range: tuple[int, int] | None = None,
 ) -> Checkpoint:
     """The row a conditional put leaves behind, or CheckpointConflictError.
 
     The write succeeds only if the stored row is the expected one (same counter and owner;
     ``expected=None`` means "no row yet") and the new value is not below the stored one.
+    Parent ids, child ids and the hash range keep their stored values unless given.
     """
     value = validate_checkpoint_value(value)
     if expected is None:
         if current is not None:
             raise CheckpointConflictError(shard_id, current, "a row exists, none was expected")
-        return Checkpoint(shard_id, value, 1, None, tuple(parent_shard_ids))
-    if current is None:
-        raise CheckpointConflictError(shard_id, None, "the expected row does not exist")
-    if current.counter != expected.counter or current.owner != expected.owner:
-        raise CheckpointConflictError(
-            shard_id, current, f"counter is {current.counter}, expected {expected.counter}"
+        return Checkpoint(
+            shard_id, value, 1, None, tuple(parent_shard_ids), tuple(child_shard_ids), hash_range
         )
+    current = _check_expected(current, shard_id, expected)
     if checkpoint_order(value) < checkpoint_order(current.value):
         raise CheckpointConflictError(
             shard_id, current, f"{value} is behind the stored {current.value}"
         )
-    parents = tuple(parent_shard_ids) or current.parent_shard_ids
-    return Checkpoint(shard_id, value, current.counter + 1, current.owner, parents)
+    return dataclasses.replace(
+        current,
+        value=value,
+        counter=current.counter + 1,
+        parent_shard_ids=tuple(parent_shard_ids) or current.parent_shard_ids,
+        child_shard_ids=tuple(child_shard_ids) or current.child_shard_ids,
+        hash_range=hash_range or current.hash_range,
+    )
+
+
+def apply_lease(
+    current: Checkpoint | None, shard_id: str, expected: Checkpoint, owner: str | None
+) -> Checkpoint:
+    """The row a conditional lease write leaves behind, or CheckpointConflictError.
+
+    One rule for the three lease operations: renew (``owner`` unchanged), take (a new owner)
+    and release (``owner=None``). Each bumps the counter, which is how other workers see that
+    the lease is alive, and each needs the stored row to be the expected one.
+    """
+    current = _check_expected(current, shard_id, expected)
+    return dataclasses.replace(current, counter=current.counter + 1, owner=owner)
 
 
 @runtime_checkable
@@ -152,6 +190,8 @@ class CheckpointStore(Protocol):
         *,
         expected: Checkpoint | None,
         parent_shard_ids: Sequence[str] = (),
+        child_shard_ids: Sequence[str] = (),
+        hash_range: tuple[int, int] | None = None,
     ) -> Checkpoint:
         """Write ``value`` if the row is still ``expected``; return the new row.
 
@@ -161,4 +201,24 @@ class CheckpointStore(Protocol):
 
     async def close(self) -> None:
         """Release files, threads or connections."""
+        ...
+
+
+@runtime_checkable
+class LeaseStore(CheckpointStore, Protocol):
+    """A checkpoint store whose rows can also be held as leases by several workers."""
+
+    async def update_lease(
+        self,
+        application: str,
+        stream: str,
+        shard_id: str,
+        *,
+        expected: Checkpoint,
+        owner: str | None,
+    ) -> Checkpoint:
+        """Renew, take or release a lease (see :func:`apply_lease`); return the new row.
+
+        Raises CheckpointConflictError (carrying the stored row) if the row is not ``expected``.
+        """
         ...

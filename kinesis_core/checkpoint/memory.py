@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kinesis_core.checkpoint.base import Checkpoint, CheckpointValue, apply_put
+from kinesis_core.checkpoint.base import Checkpoint, CheckpointValue, apply_lease, apply_put
 
 
 class MemoryCheckpointStore:
-    """Checkpoints that live as long as the object (shared by consumers in one process)."""
+    """Checkpoints that live as long as the object (shared by consumers in one process, which
+    may also share its rows as leases)."""
 
     def __init__(self) -> None:
         self._rows: dict[tuple[str, str, str], Checkpoint] = {}
@@ -32,9 +33,33 @@ class MemoryCheckpointStore:
         *,
         expected: Checkpoint | None,
         parent_shard_ids: Sequence[str] = (),
+        child_shard_ids: Sequence[str] = (),
+        hash_range: tuple[int, int] | None = None,
     ) -> Checkpoint:
         key = (application, stream, shard_id)
-        row = apply_put(self._rows.get(key), shard_id, value, expected, parent_shard_ids)
+        row = apply_put(
+            self._rows.get(key),
+            shard_id,
+            value,
+            expected,
+            parent_shard_ids,
+            child_shard_ids,
+            hash_range,
+        )
+        self._rows[key] = row
+        return row
+
+    async def update_lease(
+        self,
+        application: str,
+        stream: str,
+        shard_id: str,
+        *,
+        expected: Checkpoint,
+        owner: str | None,
+    ) -> Checkpoint:
+        key = (application, stream, shard_id)
+        row = apply_lease(self._rows.get(key), shard_id, expected, owner)
         self._rows[key] = row
         return row
 

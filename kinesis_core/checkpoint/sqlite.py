@@ -1,9 +1,10 @@
 """The embedded default checkpoint store: one SQLite file that survives restarts.
 
 Several processes on one host may share the file: WAL mode lets readers run beside a writer,
-a busy timeout waits out the other writers, and every put is a read-check-write inside
+a busy timeout waits out the other writers, and every write is a read-check-write inside
 ``BEGIN IMMEDIATE`` (the write lock is held from the read on), so the compare-and-set of
-:func:`~kinesis_core.checkpoint.base.apply_put` holds across processes. The blocking sqlite3
+``apply_put`` and ``apply_lease`` (:mod:`kinesis_core.checkpoint.base`) holds across processes:
+the rows serve as leases between the consumer processes of one host. The blocking sqlite3
 calls run on one dedicated thread, never on the event loop.
 """
 
@@ -22,6 +23,7 @@ from kinesis_core.checkpoint.base import (
     Checkpoint,
     CheckpointValue,
     Sentinel,
+    apply_lease,
     apply_put,
 )
 from kinesis_core.errors import ConfigurationError
@@ -39,25 +41,66 @@ CREATE TABLE IF NOT EXISTS kinesis_checkpoints (
     lease_counter INTEGER NOT NULL,
     parent_shard_ids TEXT NOT NULL DEFAULT '[]',
     updated_at REAL NOT NULL,
+    child_shard_ids TEXT NOT NULL DEFAULT '[]',
+    starting_hash_key TEXT,
+    ending_hash_key TEXT,
     PRIMARY KEY (application, stream, shard_id)
 ) WITHOUT ROWID
 """
-_COLUMNS = "shard_id, checkpoint, sub_sequence_number, lease_owner, lease_counter, parent_shard_ids"
-_Row = tuple[str, str, int, str | None, int, str]
+# Columns added after the first release, for files made before them (hash keys are decimal
+# text: they do not fit SQLite's 64-bit integers).
+_ADDED_COLUMNS = {
+    "child_shard_ids": "TEXT NOT NULL DEFAULT '[]'",
+    "starting_hash_key": "TEXT",
+    "ending_hash_key": "TEXT",
+}
+_COLUMNS = (
+    "shard_id, checkpoint, sub_sequence_number, lease_owner, lease_counter, parent_shard_ids, "
+    "child_shard_ids, starting_hash_key, ending_hash_key"
+)
+_SELECT_ONE = (
+    f"SELECT {_COLUMNS} FROM kinesis_checkpoints "  # noqa: S608 (constant columns)
+    "WHERE application = ? AND stream = ? AND shard_id = ?"
+)
+_Row = tuple[str, str, int, str | None, int, str, str, str | None, str | None]
 
 
 def _decode(row: _Row) -> Checkpoint:
-    shard_id, checkpoint, sub, owner, counter, parents = row
+    shard_id, checkpoint, sub, owner, counter, parents, children, start, end = row
     value: CheckpointValue = (
         (int(checkpoint), sub) if checkpoint.isdigit() else Sentinel(checkpoint)
     )
-    return Checkpoint(shard_id, value, counter, owner, tuple(json.loads(parents)))
+    hash_range = None if start is None or end is None else (int(start), int(end))
+    return Checkpoint(
+        shard_id,
+        value,
+        counter,
+        owner,
+        tuple(json.loads(parents)),
+        tuple(json.loads(children)),
+        hash_range,
+    )
 
 
 def _encode(value: CheckpointValue) -> tuple[str, int]:
     if isinstance(value, Sentinel):
         return value.value, 0
     return str(value[0]), value[1]
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Create the table, or add the columns a file made by an older version lacks."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(_SCHEMA)
+        present = {row[1] for row in conn.execute("PRAGMA table_info(kinesis_checkpoints)")}
+        for name, kind in _ADDED_COLUMNS.items():
+            if name not in present:
+                conn.execute(f"ALTER TABLE kinesis_checkpoints ADD COLUMN {name} {kind}")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 class SQLiteCheckpointStore:
@@ -89,7 +132,7 @@ class SQLiteCheckpointStore:
             conn.execute("PRAGMA journal_mode = WAL")
             # NORMAL is durable against a process crash in WAL mode (not against power loss).
             conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute(_SCHEMA)
+            _migrate(conn)
             self._conn = conn
         return self._conn
 
@@ -101,11 +144,7 @@ class SQLiteCheckpointStore:
 
     async def get(self, application: str, stream: str, shard_id: str) -> Checkpoint | None:
         def read(conn: sqlite3.Connection) -> Checkpoint | None:
-            row = conn.execute(
-                f"SELECT {_COLUMNS} FROM kinesis_checkpoints "  # noqa: S608 (constant columns)
-                "WHERE application = ? AND stream = ? AND shard_id = ?",
-                (application, stream, shard_id),
-            ).fetchone()
+            row = conn.execute(_SELECT_ONE, (application, stream, shard_id)).fetchone()
             return None if row is None else _decode(row)
 
         return await self._run(read)
@@ -130,23 +169,56 @@ class SQLiteCheckpointStore:
         *,
         expected: Checkpoint | None,
         parent_shard_ids: Sequence[str] = (),
+        child_shard_ids: Sequence[str] = (),
+        hash_range: tuple[int, int] | None = None,
     ) -> Checkpoint:
+        return await self._write(
+            (application, stream, shard_id),
+            lambda current: apply_put(
+                current,
+                shard_id,
+                value,
+                expected,
+                parent_shard_ids,
+                child_shard_ids,
+                hash_range,
+            ),
+        )
+
+    async def update_lease(
+        self,
+        application: str,
+        stream: str,
+        shard_id: str,
+        *,
+        expected: Checkpoint,
+        owner: str | None,
+    ) -> Checkpoint:
+        return await self._write(
+            (application, stream, shard_id),
+            lambda current: apply_lease(current, shard_id, expected, owner),
+        )
+
+    async def _write(
+        self,
+        key: tuple[str, str, str],
+        rule: Callable[[Checkpoint | None], Checkpoint],
+    ) -> Checkpoint:
+        """Read the row, apply the compare-and-set rule and write the result, all under the
+        write lock, so that the check holds across processes."""
+
         def write(conn: sqlite3.Connection) -> Checkpoint:
-            key = (application, stream, shard_id)
             conn.execute("BEGIN IMMEDIATE")
             try:
-                row = conn.execute(
-                    f"SELECT {_COLUMNS} FROM kinesis_checkpoints "  # noqa: S608
-                    "WHERE application = ? AND stream = ? AND shard_id = ?",
-                    key,
-                ).fetchone()
-                current = None if row is None else _decode(row)
-                new = apply_put(current, shard_id, value, expected, parent_shard_ids)
+                row = conn.execute(_SELECT_ONE, key).fetchone()
+                new = rule(None if row is None else _decode(row))
                 checkpoint, sub = _encode(new.value)
+                start, end = (None, None) if new.hash_range is None else new.hash_range
                 conn.execute(
                     "INSERT OR REPLACE INTO kinesis_checkpoints (application, stream, shard_id, "
                     "checkpoint, sub_sequence_number, lease_owner, lease_counter, "
-                    "parent_shard_ids, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "parent_shard_ids, updated_at, child_shard_ids, starting_hash_key, "
+                    "ending_hash_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         *key,
                         checkpoint,
@@ -155,6 +227,9 @@ class SQLiteCheckpointStore:
                         new.counter,
                         json.dumps(list(new.parent_shard_ids)),
                         time.time(),
+                        json.dumps(list(new.child_shard_ids)),
+                        None if start is None else str(start),
+                        None if end is None else str(end),
                     ),
                 )
             except BaseException:

@@ -13,6 +13,11 @@ Everything that decides lives in the sans-I/O pieces (:mod:`.lineage`, :mod:`.fr
   children;
 - close: stop reading, forget what was never delivered, wait (up to ``close_timeout``) for the
   acks of what was delivered, write the final checkpoints.
+
+With leases (``leases=LeaseConfig(...)``) several consumers share the stream: each one reads
+only the shards whose leases it holds (:mod:`kinesis_core.lease`), every checkpoint write is
+fenced by the lease's counter, a lost lease stops its shard at once (its queued records are
+dropped, not delivered), and close hands the leases over (final checkpoints, then release).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from kinesis_core.checkpoint.base import (
     CheckpointConflictError,
     CheckpointStore,
     CheckpointValue,
+    LeaseStore,
     checkpoint_order,
 )
 from kinesis_core.checkpoint.sqlite import SQLiteCheckpointStore
@@ -49,6 +55,7 @@ from kinesis_core.consumer.reader import (
 )
 from kinesis_core.consumer.status import ShardStatus
 from kinesis_core.errors import ConfigurationError
+from kinesis_core.lease import LeaseConfig, LeaseManager
 from kinesis_core.records import KinesisRecord
 from kinesis_core.shard_map import list_all_shards
 
@@ -85,8 +92,14 @@ class _Checkpointer:
             self._rows[row.shard_id] = row
 
     async def write(
-        self, shard_id: str, value: CheckpointValue, parents: Sequence[str] = ()
-    ) -> None:
+        self,
+        shard_id: str,
+        value: CheckpointValue,
+        parents: Sequence[str] = (),
+        children: Sequence[str] = (),
+    ) -> bool:
+        """Store ``value`` unless the stored one is already there or ahead; True (the
+        signature of :meth:`LeaseManager.write`, which may refuse)."""
         lock = self._locks.setdefault(shard_id, asyncio.Lock())
         async with lock:
             for _ in range(5):
@@ -95,7 +108,10 @@ class _Checkpointer:
                     current.value == value
                     or checkpoint_order(value) < checkpoint_order(current.value)
                 ):
-                    return
+                    return True
+                # Child ids only when there are some (at SHARD_END): stores written against
+                # the first version of the protocol do not take them.
+                extra: dict[str, Any] = {"child_shard_ids": children} if children else {}
                 try:
                     self._rows[shard_id] = await self.store.put(
                         self.application,
@@ -104,8 +120,9 @@ class _Checkpointer:
                         value,
                         expected=current,
                         parent_shard_ids=parents,
+                        **extra,
                     )
-                    return
+                    return True
                 except CheckpointConflictError as exc:
                     if exc.current is None:
                         self._rows.pop(shard_id, None)
@@ -122,6 +139,8 @@ class _ShardRun:
     frontier: ShardFrontier
     machine: ShardReaderMachine
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+    children: tuple[str, ...] = ()
+    """Known at the shard's end; written with SHARD_END."""
 
 
 class Consumer:
@@ -141,6 +160,12 @@ class Consumer:
     (``application_name``, stream, shard); the default store is a SQLite file,
     ``kinesis-checkpoints.sqlite3`` in the working directory. Acks must come from the event
     loop's thread.
+
+    ``leases`` (a :class:`~kinesis_core.lease.LeaseConfig`, or True for the KCL's defaults)
+    lets several consumers with the same ``application_name`` share the stream, each reading
+    the shards it holds leases for; the store must hold leases (DynamoDB across hosts, the
+    SQLite file across the processes of one host, memory within one process).
+    ``worker_id`` is then this consumer's name in the lease table.
     """
 
     def __init__(
@@ -159,6 +184,7 @@ class Consumer:
         max_queued_batches: int = 8,
         max_records_per_call: int = 10_000,
         idle_interval: float = 1.0,
+        leases: LeaseConfig | bool = False,
     ) -> None:
         if not stream:
             raise ConfigurationError("stream must be a stream name or ARN")
@@ -193,7 +219,31 @@ class Consumer:
         self._store: CheckpointStore = checkpoint_store or SQLiteCheckpointStore(
             DEFAULT_CHECKPOINT_PATH
         )
-        self._checkpointer = _Checkpointer(self._store, application_name, stream)
+        self._checkpointer: _Checkpointer | LeaseManager
+        self._leases: LeaseManager | None = None
+        self.worker_id: str | None = None
+        lease_config = LeaseConfig() if leases is True else leases or None
+        if lease_config is None:
+            self._checkpointer = _Checkpointer(self._store, application_name, stream)
+        else:
+            if not isinstance(self._store, LeaseStore):
+                raise ConfigurationError(
+                    f"leases need a checkpoint store that holds leases (update_lease); "
+                    f"{type(self._store).__name__} does not"
+                )
+            self._leases = LeaseManager(
+                self._store,
+                application_name,
+                stream,
+                lease_config,
+                eligible=self._leasable,
+                on_acquired=lambda _: self._start_ready(),
+                on_lost=self._revoke,
+                on_scan=self._on_lease_scan,
+            )
+            self._checkpointer = self._leases
+            self.worker_id = lease_config.worker_id
+        self._unknown_leases: set[str] = set()
         self._lineage = Lineage(initial_position)
         self._shards: dict[str, _ShardRun] = {}
         self._queue: asyncio.Queue[RecordBatch | None] = asyncio.Queue(max_queued_batches)
@@ -243,13 +293,24 @@ class Consumer:
             raise
         self._tasks.append(asyncio.create_task(self._discovery_loop(), name="kinesis-discovery"))
         self._tasks.append(asyncio.create_task(self._flush_loop(), name="kinesis-checkpoints"))
+        if self._leases is not None:
+            self._leases.start()
+            self._tasks.append(
+                asyncio.create_task(self._parent_poll_loop(), name="kinesis-parent-poll")
+            )
 
     async def close(self) -> None:
-        """Stop reading, wait for the acks of delivered records, write the final checkpoints."""
+        """Stop reading, wait for the acks of delivered records, write the final checkpoints.
+
+        With leases: no lease is taken any more, the held ones stay renewed while the acks
+        come in, and are released after the final checkpoints (a graceful hand-off).
+        """
         if self._closed or not self._started:
             self._closed = True
             return
         self._closed = True
+        if self._leases is not None:
+            await self._leases.stop_taking()
         tasks = self._tasks + [run.task for run in self._shards.values() if run.task is not None]
         for task in tasks:
             task.cancel()
@@ -264,9 +325,13 @@ class Consumer:
         try:
             await self._flush()
         finally:
-            await self._exit.aclose()
-            if self._owns_store:
-                await self._store.close()
+            try:
+                if self._leases is not None:
+                    await self._leases.close()
+            finally:
+                await self._exit.aclose()
+                if self._owns_store:
+                    await self._store.close()
 
     def _forget_undelivered(self) -> None:
         """Batches still queued never reached the user: they cannot be acked, so the frontier
@@ -275,9 +340,34 @@ class Consumer:
             batch = self._queue.get_nowait()
             if batch is not None:
                 self._shards[batch.shard_id].frontier.discard(batch)
-        if self._current is not None:
-            self._shards[self._current.shard_id].frontier.truncate(self._current, self._delivered)
+        current = self._current
+        # A revoked shard's batch was cut when its lease was lost; its run is gone.
+        if current is not None and current.shard_id in self._shards:
+            self._shards[current.shard_id].frontier.truncate(current, self._delivered)
         self._queue.put_nowait(None)
+
+    def _revoke(self, shard_id: str) -> None:
+        """The shard's lease is lost: from now on none of its records reaches the user (the
+        queued ones and the rest of the batch being iterated are dropped) and no checkpoint
+        of it is written (the lease manager refuses). Synchronous, so nothing slips through."""
+        run = self._shards.pop(shard_id, None)
+        self._lineage.release(shard_id)
+        if run is None:
+            return
+        if run.task is not None and run.task is not asyncio.current_task():
+            run.task.cancel()
+        kept = []
+        while not self._queue.empty():
+            batch = self._queue.get_nowait()
+            if batch is not None and batch.shard_id == shard_id:
+                run.frontier.discard(batch)
+            else:
+                kept.append(batch)
+        for batch in kept:
+            self._queue.put_nowait(batch)
+        current = self._current
+        if current is not None and current.shard_id == shard_id:
+            run.frontier.truncate(current, self._delivered)
 
     def _fail(self, exc: BaseException) -> None:
         """A reader or the discovery hit an error no retry fixes: stop, and let the iterator
@@ -344,6 +434,7 @@ class Consumer:
             [ShardNode.from_shard_info(info) for info in shards],
             {row.shard_id: row.value for row in rows},
         )
+        await self._create_leases()
         self._start_ready()
 
     async def _first_discovery(self) -> None:
@@ -380,7 +471,13 @@ class Consumer:
     def _start_ready(self) -> None:
         if self._closed or self._failure is not None:
             return
-        for decision in self._lineage.take_ready():
+        held = None
+        if self._leases is not None:
+            held = self._leases.held()
+            for shard_id in held:
+                if self._lineage.state(shard_id) in (ShardState.ENDED, ShardState.SKIPPED):
+                    self._leases.release_soon(shard_id)
+        for decision in self._lineage.take_ready(held):
             node, start = decision.node, decision.start
             frontier = ShardFrontier(
                 node.shard_id, start if isinstance(start, tuple) else start.sentinel
@@ -402,9 +499,14 @@ class Consumer:
                 self._lineage.shard_gone(shard_id)
             else:
                 self._lineage.add_children(ended.children)
+                # As the KCL: the children's leases exist before the parent says SHARD_END.
+                await self._create_leases()
                 self._lineage.reader_done(shard_id)
+                run.children = tuple(child.shard_id for child in ended.children)
                 run.frontier.end()
                 await self._finish_shard(run)
+            if self._leases is not None:
+                await self._leases.release(shard_id)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -415,13 +517,18 @@ class Consumer:
 
     async def _finish_shard(self, run: _ShardRun) -> None:
         """SHARD_END goes to the store only after every record of the shard is acked; the
-        children start only after it is stored."""
+        children start only after it is stored. A lost lease ends this early: the shard is
+        another worker's to finish."""
         while not run.frontier.drained:  # noqa: ASYNC110 (see _DRAIN_POLL)
             await asyncio.sleep(_DRAIN_POLL)
         delay = 0.2
         while True:
             try:
-                await self._checkpointer.write(run.node.shard_id, SHARD_END, run.node.parents)
+                written = await self._checkpointer.write(
+                    run.node.shard_id, SHARD_END, run.node.parents, run.children
+                )
+                if not written:
+                    return
                 break
             except Exception:
                 logger.warning(
@@ -430,6 +537,75 @@ class Consumer:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
         self._lineage.shard_ended(run.node.shard_id)
+
+    # -- leases -----------------------------------------------------------------------------
+
+    async def _create_leases(self) -> None:
+        """Give every shard still to be read a lease row (unowned, at its start position),
+        parents first. Every worker tries; the conditional create lets one of them win. A
+        failure stops the round (keeping the order); the next discovery tries again."""
+        leases = self._leases
+        if leases is None:
+            return
+        created = False
+        try:
+            for decision in self._lineage.waiting():
+                node, start = decision.node, decision.start
+                if isinstance(start, InitialPosition) and not leases.has_row(node.shard_id):
+                    created |= await leases.create(
+                        node.shard_id, start.sentinel, node.parents, node.hash_range
+                    )
+        except Exception:
+            logger.warning("creating leases of %s failed; retrying", self.stream, exc_info=True)
+        if created:
+            leases.poke()
+
+    def _leasable(self) -> set[str]:
+        """Shards a lease may be taken for: listed, and not finished."""
+        return {
+            shard_id
+            for shard_id, state in self._lineage.states().items()
+            if state in (ShardState.WAITING_FOR_PARENT, ShardState.READING, ShardState.ENDING)
+        }
+
+    def _on_lease_scan(self, rows: list[Checkpoint]) -> None:
+        """A scan of the lease table: shards other workers finished unblock their children;
+        leases of shards not listed yet (another worker saw a reshard first) ask for a
+        listing."""
+        self._lineage.observe({row.shard_id: row.value for row in rows})
+        unknown = {row.shard_id for row in rows if self._lineage.state(row.shard_id) is None}
+        if unknown - self._unknown_leases:
+            self._refresh.set()
+        self._unknown_leases = unknown
+        self._start_ready()
+
+    async def _parent_poll_loop(self) -> None:
+        """Held shards waiting for parents that other workers read: look at those parents'
+        rows now and then (the KCL's BlockOnParentShardTask)."""
+        assert self._leases is not None
+        while True:
+            await asyncio.sleep(self._leases.config.parent_poll_interval)
+            waiting = [
+                node
+                for shard_id in self._leases.held()
+                if self._lineage.state(shard_id) is ShardState.WAITING_FOR_PARENT
+                and (node := self._lineage.node(shard_id)) is not None
+            ]
+            parents = {
+                parent
+                for node in waiting
+                for parent in node.parents
+                if self._lineage.state(parent) is ShardState.WAITING_FOR_PARENT
+            }
+            try:
+                rows = await asyncio.gather(
+                    *(self._store.get(self.application_name, self.stream, p) for p in parents)
+                )
+            except Exception:
+                logger.warning("reading parent leases failed; retrying", exc_info=True)
+                continue
+            self._lineage.observe({row.shard_id: row.value for row in rows if row is not None})
+            self._start_ready()
 
     # -- checkpoints ------------------------------------------------------------------------
 
@@ -446,7 +622,7 @@ class Consumer:
         for shard_id, run in list(self._shards.items()):
             value = run.frontier.checkpoint
             if value is not None:
-                await self._checkpointer.write(shard_id, value, run.node.parents)
+                await self._checkpointer.write(shard_id, value, run.node.parents, run.children)
 
     async def checkpoint(self) -> None:
         """Write the checkpoints now instead of at the next ``checkpoint_interval``."""
@@ -455,9 +631,12 @@ class Consumer:
     # -- status -----------------------------------------------------------------------------
 
     def status(self) -> list[ShardStatus]:
-        """Per shard: state, newest position read, stored checkpoint, lag and unacked count."""
+        """Per shard: state, newest position read, stored checkpoint, lag and unacked count.
+
+        With leases: the shards this worker holds or has read, not those of other workers.
+        """
         out = []
-        for shard_id, state in sorted(self._lineage.states().items()):
+        for shard_id, state in sorted(self.shard_states().items()):
             node = self._lineage.node(shard_id)
             run = self._shards.get(shard_id)
             row = self._checkpointer.row(shard_id)
@@ -474,5 +653,14 @@ class Consumer:
             )
         return out
 
+    def leased_shards(self) -> list[str]:
+        """The shards whose leases this worker holds (empty without leases)."""
+        return [] if self._leases is None else sorted(self._leases.held())
+
     def shard_states(self) -> dict[str, ShardState]:
-        return self._lineage.states()
+        """State per shard (with leases: the shards this worker holds or has read)."""
+        states = self._lineage.states()
+        if self._leases is None:
+            return states
+        mine = set(self._leases.held()) | set(self._shards)
+        return {shard_id: state for shard_id, state in states.items() if shard_id in mine}

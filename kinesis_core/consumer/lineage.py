@@ -95,14 +95,26 @@ class Lineage:
         """Take in a full listing of the stream and the stored checkpoints.
 
         New shards get a state and a start point, parents before children. A known shard
-        that is still waiting and no longer listed is gone, and blocks nobody.
+        that is still waiting and no longer listed is gone, and blocks nobody. A shard with no
+        checkpoint whose descendant has started (checkpointed a position or SHARD_END) was
+        finished before, its row since deleted (the KCL deletes finished leases): it is ENDED.
         """
         listed = {node.shard_id: node for node in shards}
         for shard_id, state in self._states.items():
             if state is ShardState.WAITING_FOR_PARENT and shard_id not in listed:
                 self._states[shard_id] = ShardState.SKIPPED
+        checkpoints = {**checkpoints, **_finished_ancestors(listed, checkpoints)}
         for node in listed.values():
             self._add(node, listed, checkpoints)
+        self.observe(checkpoints)
+
+    def observe(self, checkpoints: Mapping[str, CheckpointValue]) -> None:
+        """Stored checkpoints written by other workers: a waiting shard whose checkpoint is
+        SHARD_END was finished by one of them."""
+        for shard_id, value in checkpoints.items():
+            waiting = self._states.get(shard_id) is ShardState.WAITING_FOR_PARENT
+            if value is Sentinel.SHARD_END and waiting:
+                self._states[shard_id] = ShardState.ENDED
 
     def add_children(self, children: Iterable[ShardNode]) -> None:
         """Children announced by a parent at its end (GetRecords ``ChildShards``)."""
@@ -154,15 +166,42 @@ class Lineage:
             return None
         return initial
 
-    def take_ready(self) -> list[StartShard]:
-        """The waiting shards whose parents are all finished, now marked READING."""
+    def take_ready(self, held: Mapping[str, CheckpointValue] | None = None) -> list[StartShard]:
+        """The waiting shards whose parents are all finished, now marked READING.
+
+        With leases, ``held`` maps the shards this worker holds to their stored checkpoints:
+        only those start, each from its checkpoint as it is now.
+        """
+        if held is not None:
+            self.observe(held)
         ready = []
         for shard_id, state in self._states.items():
-            if state is ShardState.WAITING_FOR_PARENT and self._parents_finished(shard_id):
+            if state is not ShardState.WAITING_FOR_PARENT or not self._parents_finished(shard_id):
+                continue
+            if held is None:
                 ready.append(StartShard(self._nodes[shard_id], self._starts[shard_id]))
+            elif shard_id in held:
+                start = self._start_point(self._nodes[shard_id], held[shard_id])
+                assert start is not None  # only a missing checkpoint can mean "skip"
+                ready.append(StartShard(self._nodes[shard_id], start))
         for decision in ready:
             self._states[decision.node.shard_id] = ShardState.READING
         return ready
+
+    def waiting(self) -> list[StartShard]:
+        """The shards still to be read and where each would start, parents first (the leases
+        a worker creates for them)."""
+        return [
+            StartShard(self._nodes[shard_id], self._starts[shard_id])
+            for shard_id, state in self._states.items()
+            if state is ShardState.WAITING_FOR_PARENT
+        ]
+
+    def release(self, shard_id: str) -> None:
+        """This worker stopped reading the shard before its end (its lease went to another
+        worker): it waits again, like any shard this worker does not hold."""
+        if self._states.get(shard_id) in (ShardState.READING, ShardState.ENDING):
+            self._states[shard_id] = ShardState.WAITING_FOR_PARENT
 
     def _parents_finished(self, shard_id: str) -> bool:
         return all(
@@ -189,3 +228,21 @@ class Lineage:
             raise RuntimeError(
                 f"shard {shard_id} is {self._states.get(shard_id)}, expected {state.value}"
             )
+
+
+def _finished_ancestors(
+    listed: Mapping[str, ShardNode], checkpoints: Mapping[str, CheckpointValue]
+) -> dict[str, CheckpointValue]:
+    """SHARD_END for every listed ancestor without a checkpoint of a shard that has started."""
+    stack = [
+        listed[shard_id]
+        for shard_id, value in checkpoints.items()
+        if shard_id in listed and (isinstance(value, tuple) or value is Sentinel.SHARD_END)
+    ]
+    seen: set[str] = set()
+    while stack:
+        for parent in stack.pop().parents:
+            if parent in listed and parent not in seen:
+                seen.add(parent)
+                stack.append(listed[parent])
+    return {shard_id: Sentinel.SHARD_END for shard_id in seen if shard_id not in checkpoints}

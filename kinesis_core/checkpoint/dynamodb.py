@@ -1,0 +1,497 @@
+"""Checkpoints and leases in a DynamoDB table with the KCL's lease-table schema.
+
+A table written by a KCL application (2.x or 3.x, single-stream mode) reads here as it is, and
+the KCL reads what this store writes: the same attribute names and types, the same sentinels
+and sub-sequence numbers, every write conditional on ``leaseCounter``. One table per
+application (the table name defaults to the application name), the shard id is the
+``leaseKey``; rows whose ``entityType`` is not ``LEASE`` (KCL 3.5 keeps other entities in the
+same table) are skipped. Attributes this store does not model (``throughputKBps``, KCL 3.x
+hand-off fields, anything newer) are never overwritten: every change is an ``UpdateItem`` of
+the attributes it means to change.
+
+==============================  ====  ==========================================================
+attribute                       type  what this store does with it
+==============================  ====  ==========================================================
+leaseKey                        S     the shard id (hash key of the table)
+leaseOwner                      S     the worker holding the lease; removed on release
+leaseCounter                    N     +1 on every write, every write is conditional on it
+checkpoint                      S     decimal sequence number, or TRIM_HORIZON / LATEST /
+                                      AT_TIMESTAMP / SHARD_END
+checkpointSubSequenceNumber     N     sub-record index inside a KPL aggregate (0 otherwise)
+ownerSwitchesSinceCheckpoint    N     +1 when a lease changes hands, 0 after each checkpoint
+parentShardId                   SS    parent shard ids (1 after a split, 2 after a merge)
+childShardIds                   SS    written with SHARD_END
+startingHashKey, endingHashKey  S     the shard's hash range, written when the row is created
+pendingCheckpoint*              S/N/B never written; removed by each checkpoint (as the KCL)
+checkpointOwner                 S     KCL 3.x hand-off marker; removed on take and release
+entityType                      S     LEASE on the rows this store creates; other types skipped
+==============================  ====  ==========================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from kinesis_core.checkpoint.base import (
+    Checkpoint,
+    CheckpointConflictError,
+    CheckpointValue,
+    Sentinel,
+    apply_lease,
+    apply_put,
+)
+from kinesis_core.client import ClientConfig, create_dynamodb_client
+from kinesis_core.errors import ConfigurationError, ValidationError
+
+if TYPE_CHECKING:
+    from types_aiobotocore_dynamodb.client import DynamoDBClient
+
+__all__ = ["DynamoDBCheckpointStore", "decode_lease", "encode_lease"]
+
+LEASE_KEY = "leaseKey"
+_TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
+_REMOVED_BY_CHECKPOINT = (
+    "pendingCheckpoint",
+    "pendingCheckpointSubSequenceNumber",
+    "pendingCheckpointState",
+)
+_CONDITION_FAILED = "ConditionalCheckFailedException"
+Item = Mapping[str, Any]
+
+
+def _string(item: Item, name: str) -> str | None:
+    value = item.get(name)
+    return None if value is None else str(value["S"])
+
+
+def _number(item: Item, name: str) -> int | None:
+    value = item.get(name)
+    return None if value is None else int(value["N"])
+
+
+def _string_set(item: Item, name: str) -> tuple[str, ...]:
+    value = item.get(name)
+    return () if value is None else tuple(sorted(value["SS"]))
+
+
+def decode_lease(item: Item) -> Checkpoint | None:
+    """A lease-table item as a Checkpoint; None for an item that is not a lease."""
+    entity_type = _string(item, "entityType")
+    if entity_type not in (None, "LEASE"):
+        return None
+    shard_id = _string(item, LEASE_KEY)
+    checkpoint = _string(item, "checkpoint")
+    if shard_id is None or checkpoint is None:
+        raise ValidationError("checkpoint", f"lease item {shard_id!r} has no checkpoint attribute")
+    value: CheckpointValue
+    if checkpoint.isdigit():
+        value = (int(checkpoint), _number(item, "checkpointSubSequenceNumber") or 0)
+    else:
+        try:
+            value = Sentinel(checkpoint)
+        except ValueError:
+            raise ValidationError(
+                "checkpoint",
+                f"lease {shard_id!r}: {checkpoint!r} is neither a sequence number nor a sentinel",
+            ) from None
+    start, end = _string(item, "startingHashKey"), _string(item, "endingHashKey")
+    return Checkpoint(
+        shard_id,
+        value,
+        _number(item, "leaseCounter") or 0,
+        _string(item, "leaseOwner"),
+        _string_set(item, "parentShardId"),
+        _string_set(item, "childShardIds"),
+        None if not start or not end else (int(start), int(end)),
+    )
+
+
+def _checkpoint_attributes(value: CheckpointValue) -> dict[str, Any]:
+    if isinstance(value, Sentinel):
+        sequence, sub = value.value, 0
+    else:
+        sequence, sub = str(value[0]), value[1]
+    return {
+        "checkpoint": {"S": sequence},
+        "checkpointSubSequenceNumber": {"N": str(sub)},
+    }
+
+
+def _optional_attributes(
+    parents: Sequence[str], children: Sequence[str], hash_range: tuple[int, int] | None
+) -> dict[str, Any]:
+    """Parent and child sets (DynamoDB has no empty sets: absent when empty) and hash range."""
+    out: dict[str, Any] = {}
+    if parents:
+        out["parentShardId"] = {"SS": list(parents)}
+    if children:
+        out["childShardIds"] = {"SS": list(children)}
+    if hash_range is not None:
+        out["startingHashKey"] = {"S": str(hash_range[0])}
+        out["endingHashKey"] = {"S": str(hash_range[1])}
+    return out
+
+
+def encode_lease(row: Checkpoint) -> dict[str, Any]:
+    """The full item of a new lease, as the KCL's serializer writes one."""
+    item: dict[str, Any] = {
+        LEASE_KEY: {"S": row.shard_id},
+        "leaseCounter": {"N": str(row.counter)},
+        "ownerSwitchesSinceCheckpoint": {"N": "0"},
+        "entityType": {"S": "LEASE"},
+        **_checkpoint_attributes(row.value),
+        **_optional_attributes(row.parent_shard_ids, row.child_shard_ids, row.hash_range),
+    }
+    if row.owner is not None:
+        item["leaseOwner"] = {"S": row.owner}
+    return item
+
+
+def _normalized(row: Checkpoint) -> Checkpoint:
+    """The row as it reads back (DynamoDB sets have no order)."""
+    return Checkpoint(
+        row.shard_id,
+        row.value,
+        row.counter,
+        row.owner,
+        tuple(sorted(row.parent_shard_ids)),
+        tuple(sorted(row.child_shard_ids)),
+        row.hash_range,
+    )
+
+
+class _Update:
+    """An UpdateExpression with its placeholders, built clause by clause."""
+
+    def __init__(self, expected: Checkpoint) -> None:
+        self.names: dict[str, str] = {}
+        self.values: dict[str, Any] = {":counter": {"N": str(expected.counter)}}
+        self._set: list[str] = []
+        self._remove: list[str] = []
+        self._add: list[str] = []
+        owner = "attribute_not_exists(#leaseOwner)"
+        self.names["#leaseOwner"] = "leaseOwner"
+        self.names["#leaseCounter"] = "leaseCounter"
+        if expected.owner is not None:
+            owner = "#leaseOwner = :expectedOwner"
+            self.values[":expectedOwner"] = {"S": expected.owner}
+        self.condition = f"#leaseCounter = :counter AND {owner}"
+
+    def _name(self, attribute: str) -> str:
+        self.names[f"#{attribute}"] = attribute
+        return f"#{attribute}"
+
+    def set(self, attribute: str, value: Any) -> None:
+        self.values[f":{attribute}"] = value
+        self._set.append(f"{self._name(attribute)} = :{attribute}")
+
+    def remove(self, attribute: str) -> None:
+        self._remove.append(self._name(attribute))
+
+    def add(self, attribute: str, value: Any) -> None:
+        self.values[f":{attribute}"] = value
+        self._add.append(f"{self._name(attribute)} :{attribute}")
+
+    @property
+    def expression(self) -> str:
+        parts = []
+        for keyword, clauses in (("SET", self._set), ("REMOVE", self._remove), ("ADD", self._add)):
+            if clauses:
+                parts.append(f"{keyword} {', '.join(clauses)}")
+        return " ".join(parts)
+
+
+def _failed_condition(exc: ClientError) -> bool:
+    return bool(exc.response.get("Error", {}).get("Code") == _CONDITION_FAILED)
+
+
+class DynamoDBCheckpointStore:
+    """Checkpoints and leases in a KCL lease table.
+
+    ``table_name`` None uses the application name, as the KCL does (one table per
+    application, and one stream per table: the KCL's single-stream mode). ``create_table``
+    creates a missing table on first use, keyed by ``leaseKey`` with on-demand billing;
+    False requires an existing table. ``client`` is an aiobotocore DynamoDB client the
+    caller owns; otherwise one is made from ``client_config`` (default: the environment)
+    in the event loop of the first call, and closed by :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        table_name: str | None = None,
+        *,
+        client_config: ClientConfig | None = None,
+        client: DynamoDBClient | None = None,
+        create_table: bool = True,
+        table_timeout: float = 120.0,
+    ) -> None:
+        if table_name is not None:
+            _check_table_name("table_name", table_name)
+        if table_timeout <= 0:
+            raise ConfigurationError(f"table_timeout must be > 0 seconds, got {table_timeout}")
+        self.table_name = table_name
+        self.create_table = create_table
+        self._table_timeout = table_timeout
+        self._client_config = client_config
+        self._client = client
+        self._exit = contextlib.AsyncExitStack()
+        self._tables: dict[str, str] = {}
+        """Table -> the stream it serves (checked in this process only)."""
+        self._table_locks: dict[str, asyncio.Lock] = {}
+        self._closed = False
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    async def _dynamodb(self) -> DynamoDBClient:
+        if self._closed:
+            raise RuntimeError("DynamoDBCheckpointStore is closed")
+        if self._client is None:
+            config = self._client_config or ClientConfig.from_env()
+            # A few attempts, not botocore's ten: a lease renewal that hangs in retries for
+            # longer than the failover time is worse than one that fails and is tried again.
+            self._client = await self._exit.enter_async_context(
+                create_dynamodb_client(config, max_attempts=3)
+            )
+        return self._client
+
+    async def _table(self, application: str, stream: str) -> tuple[DynamoDBClient, str]:
+        """The client and the table of ``application``, created and ACTIVE."""
+        client = await self._dynamodb()
+        table = self.table_name or application
+        served = self._tables.get(table)
+        if served is not None:
+            if _stream_name(served) != _stream_name(stream):
+                raise ValidationError(
+                    "stream",
+                    f"lease table {table!r} already holds the leases of stream {served!r}; a "
+                    "KCL lease table serves one stream: give each stream its own application "
+                    "name or table_name",
+                )
+            return client, table
+        if self.table_name is None:
+            _check_table_name("application_name", table)
+        async with self._table_locks.setdefault(table, asyncio.Lock()):
+            if table not in self._tables:
+                await self._ensure_table(client, table)
+                self._tables[table] = stream
+        return client, table
+
+    async def _ensure_table(self, client: DynamoDBClient, table: str) -> None:
+        try:
+            status = (await client.describe_table(TableName=table))["Table"].get("TableStatus")
+        except client.exceptions.ResourceNotFoundException:
+            if not self.create_table:
+                raise ConfigurationError(
+                    f"lease table {table!r} does not exist (create_table=False)"
+                ) from None
+            with contextlib.suppress(client.exceptions.ResourceInUseException):
+                await client.create_table(
+                    TableName=table,
+                    KeySchema=[{"AttributeName": LEASE_KEY, "KeyType": "HASH"}],
+                    AttributeDefinitions=[{"AttributeName": LEASE_KEY, "AttributeType": "S"}],
+                    BillingMode="PAY_PER_REQUEST",
+                )
+            status = None
+        deadline = time.monotonic() + self._table_timeout
+        delay = 0.1
+        while status != "ACTIVE":
+            if time.monotonic() > deadline:
+                raise ConfigurationError(
+                    f"lease table {table!r} is still {status} after {self._table_timeout:g} s"
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+            status = (await client.describe_table(TableName=table))["Table"].get("TableStatus")
+
+    async def _conflict(
+        self,
+        client: DynamoDBClient,
+        table: str,
+        exc: ClientError,
+        intended: Checkpoint,
+        *,
+        created: bool,
+    ) -> Checkpoint:
+        """A failed condition: CheckpointConflictError with the row as stored. An update
+        whose intended row is already there succeeded after all: a retried request whose
+        first attempt went through (the KCL's "spurious failure"); its counter and owner make
+        it that request's result. Not so for a create, which any worker may make alike."""
+        item = exc.response.get("Item")
+        if item is None:
+            # Not every DynamoDB (DynamoDB Local, old emulators) returns the item; read it.
+            response = await client.get_item(
+                TableName=table, Key={LEASE_KEY: {"S": intended.shard_id}}, ConsistentRead=True
+            )
+            item = response.get("Item")
+        current = None if not item else decode_lease(item)
+        if created:
+            reason = "a row exists, none was expected"
+        elif current is None:
+            reason = "the expected row does not exist"
+        elif current == _normalized(intended):
+            return current
+        else:
+            reason = (
+                f"counter is {current.counter} (owner {current.owner}), expected "
+                f"{intended.counter - 1}"
+            )
+        raise CheckpointConflictError(intended.shard_id, current, reason) from None
+
+    async def _update(
+        self,
+        application: str,
+        stream: str,
+        intended: Checkpoint,
+        update: _Update,
+    ) -> Checkpoint:
+        client, table = await self._table(application, stream)
+        try:
+            response = await client.update_item(
+                TableName=table,
+                Key={LEASE_KEY: {"S": intended.shard_id}},
+                UpdateExpression=update.expression,
+                ConditionExpression=update.condition,
+                ExpressionAttributeNames=update.names,
+                ExpressionAttributeValues=update.values,
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if not _failed_condition(exc):
+                raise
+            return await self._conflict(client, table, exc, intended, created=False)
+        row = decode_lease(response["Attributes"])
+        if row is None:
+            raise CheckpointConflictError(intended.shard_id, None, "the item is not a lease")
+        return row
+
+    # -- the CheckpointStore protocol ---------------------------------------------------------
+
+    async def get(self, application: str, stream: str, shard_id: str) -> Checkpoint | None:
+        client, table = await self._table(application, stream)
+        response = await client.get_item(
+            TableName=table, Key={LEASE_KEY: {"S": shard_id}}, ConsistentRead=True
+        )
+        item = response.get("Item")
+        return None if not item else decode_lease(item)
+
+    async def list(self, application: str, stream: str) -> list[Checkpoint]:
+        """Every lease of the table (a consistent scan, all pages)."""
+        client, table = await self._table(application, stream)
+        rows: list[Checkpoint] = []
+        kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
+        while True:
+            page = await client.scan(**kwargs)
+            for item in page.get("Items", ()):
+                row = decode_lease(item)
+                if row is not None:
+                    rows.append(row)
+            last = page.get("LastEvaluatedKey")
+            if not last:
+                return rows
+            kwargs["ExclusiveStartKey"] = last
+
+    async def put(
+        self,
+        application: str,
+        stream: str,
+        shard_id: str,
+        value: CheckpointValue,
+        *,
+        expected: Checkpoint | None,
+        parent_shard_ids: Sequence[str] = (),
+        child_shard_ids: Sequence[str] = (),
+        hash_range: tuple[int, int] | None = None,
+    ) -> Checkpoint:
+        """Create a lease (``expected=None``) or write its checkpoint, as the KCL's
+        ``createLeaseIfNotExists`` and ``updateLease`` do."""
+        # The condition on the counter makes the stored row the expected one, so the rule is
+        # checked against ``expected`` (a 56-digit sequence number has no DynamoDB number).
+        intended = apply_put(
+            expected, shard_id, value, expected, parent_shard_ids, child_shard_ids, hash_range
+        )
+        if expected is None:
+            return await self._create(application, stream, intended)
+        update = _Update(expected)
+        for name, attribute in _checkpoint_attributes(intended.value).items():
+            update.set(name, attribute)
+        update.set("ownerSwitchesSinceCheckpoint", {"N": "0"})
+        update.set("leaseCounter", {"N": str(intended.counter)})
+        given = _optional_attributes(parent_shard_ids, child_shard_ids, hash_range)
+        for name, attribute in given.items():
+            update.set(name, attribute)
+        for name in _REMOVED_BY_CHECKPOINT:
+            update.remove(name)
+        return await self._update(application, stream, intended, update)
+
+    async def _create(self, application: str, stream: str, row: Checkpoint) -> Checkpoint:
+        client, table = await self._table(application, stream)
+        try:
+            await client.put_item(
+                TableName=table,
+                Item=encode_lease(row),
+                ConditionExpression="attribute_not_exists(#key)",
+                ExpressionAttributeNames={"#key": LEASE_KEY},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if not _failed_condition(exc):
+                raise
+            return await self._conflict(client, table, exc, row, created=True)
+        return _normalized(row)
+
+    async def update_lease(
+        self,
+        application: str,
+        stream: str,
+        shard_id: str,
+        *,
+        expected: Checkpoint,
+        owner: str | None,
+    ) -> Checkpoint:
+        """Renew, take or release, as the KCL's ``renewLease``, ``takeLease`` and
+        ``evictLease`` do (but every one of them conditional on the counter)."""
+        intended = apply_lease(expected, shard_id, expected, owner)
+        update = _Update(expected)
+        update.set("leaseCounter", {"N": str(intended.counter)})
+        if owner is None:
+            update.remove("leaseOwner")
+        elif owner != expected.owner:
+            update.set("leaseOwner", {"S": owner})
+            if expected.owner is not None:
+                update.add("ownerSwitchesSinceCheckpoint", {"N": "1"})
+        if owner != expected.owner:
+            update.remove("checkpointOwner")
+        return await self._update(application, stream, intended, update)
+
+    async def close(self) -> None:
+        """Close the client this store made (not one the caller passed in)."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._exit.aclose()
+
+    async def __aenter__(self) -> DynamoDBCheckpointStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _check_table_name(field: str, name: str) -> None:
+    if not _TABLE_NAME.fullmatch(name):
+        raise ValidationError(
+            field, f"a DynamoDB table name is 3-255 characters of A-Z a-z 0-9 _ . -, got {name!r}"
+        )
+
+
+def _stream_name(stream: str) -> str:
+    """The name of a stream given by name or ARN."""
+    return stream.rsplit("/", 1)[-1]

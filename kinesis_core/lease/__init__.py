@@ -1,0 +1,13 @@
+"""Leases: several consumer workers (processes, hosts) share the shards of one stream.
+
+The KCL's scheme, on the rows of any :class:`~kinesis_core.checkpoint.LeaseStore`: a worker
+renews its leases by bumping their counters, takes expired ones, balances towards
+``ceil(shards / workers)`` by stealing one at a time, and stops a shard the moment a write to
+its lease loses the counter condition. The decisions are sans-I/O
+(:class:`LeaseCoordinator`); :class:`LeaseManager` runs them.
+"""
+
+from kinesis_core.lease.coordinator import LeaseConfig, LeaseCoordinator, Take, default_worker_id
+from kinesis_core.lease.manager import LeaseManager
+
+__all__ = ["LeaseConfig", "LeaseCoordinator", "LeaseManager", "Take", "default_worker_id"]

@@ -1,0 +1,184 @@
+"""The DynamoDB store's item format against the KCL's lease serializer (no server).
+
+``kcl_read`` is a line-by-line port of ``DynamoDBLeaseSerializer.fromDynamoRecord`` (KCL 3.5.1,
+awslabs/amazon-kinesis-client @ 024eb86e): what a KCL worker would make of an item.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kinesis_core.checkpoint import Checkpoint, Sentinel
+from kinesis_core.checkpoint.dynamodb import _Update, decode_lease, encode_lease
+from kinesis_core.errors import ValidationError
+
+BIG = 49_680_446_358_758_688_350_039_136_273_873_520_000_000_000_000_000_002  # 56 digits
+MAX_HASH = 2**128 - 1
+
+
+def kcl_read(item: dict[str, Any]) -> dict[str, Any] | None:
+    """What the KCL's fromDynamoRecord reads from an item (None: not a lease)."""
+
+    def s(name: str) -> str | None:
+        return item[name]["S"] if name in item else None
+
+    def n(name: str) -> int | None:
+        return int(item[name]["N"]) if name in item else None
+
+    def ss(name: str) -> set[str] | None:
+        return set(item[name]["SS"]) if name in item else None
+
+    entity_type = s("entityType")
+    if entity_type is not None and entity_type != "LEASE":
+        return None
+    lease: dict[str, Any] = {
+        "leaseKey": s("leaseKey"),
+        "leaseOwner": s("leaseOwner"),
+        "leaseCounter": n("leaseCounter"),
+        "ownerSwitchesSinceCheckpoint": n("ownerSwitchesSinceCheckpoint"),
+        # new ExtendedSequenceNumber(safeGetString(checkpoint), safeGetLong(subSequenceNumber))
+        "checkpoint": (s("checkpoint"), n("checkpointSubSequenceNumber")),
+        "parentShardIds": ss("parentShardId"),
+        "childShardIds": ss("childShardIds"),
+        "pendingCheckpoint": None,
+        "hashKeyRange": None,
+    }
+    if s("pendingCheckpoint"):
+        lease["pendingCheckpoint"] = (
+            s("pendingCheckpoint"),
+            n("pendingCheckpointSubSequenceNumber"),
+        )
+    if s("startingHashKey") and s("endingHashKey"):
+        lease["hashKeyRange"] = (int(s("startingHashKey") or 0), int(s("endingHashKey") or 0))
+    return lease
+
+
+def kcl_item(**overrides: Any) -> dict[str, Any]:
+    """An item as KCL 3.5's toDynamoRecord writes it for a lease held by a KCL worker."""
+    item: dict[str, Any] = {
+        "leaseKey": {"S": "shardId-000000000003"},
+        "leaseCounter": {"N": "4711"},
+        "leaseOwner": {"S": "kcl-worker-1"},
+        "ownerSwitchesSinceCheckpoint": {"N": "2"},
+        "checkpoint": {"S": str(BIG)},
+        "checkpointSubSequenceNumber": {"N": "17"},
+        "parentShardId": {"SS": ["shardId-000000000001", "shardId-000000000000"]},
+        "startingHashKey": {"S": "0"},
+        "endingHashKey": {"S": str(MAX_HASH)},
+        "throughputKBps": {"N": "12.5"},
+        "entityType": {"S": "LEASE"},
+    }
+    item.update(overrides)
+    return item
+
+
+def test_a_kcl_lease_item_reads_as_a_checkpoint() -> None:
+    row = decode_lease(kcl_item())
+    assert row == Checkpoint(
+        "shardId-000000000003",
+        (BIG, 17),
+        4711,
+        "kcl-worker-1",
+        ("shardId-000000000000", "shardId-000000000001"),
+        (),
+        (0, MAX_HASH),
+    )
+
+
+@pytest.mark.parametrize("sentinel", list(Sentinel))
+def test_sentinels_read_and_write_as_the_kcl_names_them(sentinel: Sentinel) -> None:
+    item = kcl_item(checkpoint={"S": sentinel.value}, checkpointSubSequenceNumber={"N": "0"})
+    row = decode_lease(item)
+    assert row is not None
+    assert row.value is sentinel
+    written = encode_lease(row)
+    assert written["checkpoint"] == {"S": sentinel.value}
+    assert written["checkpointSubSequenceNumber"] == {"N": "0"}
+
+
+def test_items_of_older_kcls_and_other_entities() -> None:
+    old = kcl_item()
+    for name in ("entityType", "startingHashKey", "endingHashKey", "leaseOwner", "parentShardId"):
+        del old[name]
+    row = decode_lease(old)
+    assert row is not None
+    assert (row.owner, row.parent_shard_ids, row.hash_range) == (None, (), None)
+    for other in ("LEADER", "STREAM", "CLIENT_VERSION_MIGRATION", "WORKER_METRIC_STATS"):
+        assert decode_lease(kcl_item(entityType={"S": other})) is None
+
+
+@pytest.mark.parametrize("bad", ["", "12a", "NOT_A_SENTINEL"])
+def test_an_unreadable_checkpoint_names_the_lease(bad: str) -> None:
+    with pytest.raises(ValidationError, match="shardId-000000000003") as info:
+        decode_lease(kcl_item(checkpoint={"S": bad}))
+    assert info.value.field == "checkpoint"
+    with pytest.raises(ValidationError, match="no checkpoint"):
+        decode_lease({"leaseKey": {"S": "s"}, "leaseCounter": {"N": "1"}})
+
+
+def test_new_leases_are_written_as_the_kcl_writes_them() -> None:
+    row = Checkpoint(
+        "shardId-000000000009",
+        Sentinel.TRIM_HORIZON,
+        1,
+        None,
+        ("shardId-000000000004", "shardId-000000000005"),
+        (),
+        (2**127, MAX_HASH),
+    )
+    item = encode_lease(row)
+    assert item == {
+        "leaseKey": {"S": "shardId-000000000009"},
+        "leaseCounter": {"N": "1"},
+        "ownerSwitchesSinceCheckpoint": {"N": "0"},
+        "checkpoint": {"S": "TRIM_HORIZON"},
+        "checkpointSubSequenceNumber": {"N": "0"},
+        "parentShardId": {"SS": ["shardId-000000000004", "shardId-000000000005"]},
+        "startingHashKey": {"S": str(2**127)},
+        "endingHashKey": {"S": str(MAX_HASH)},
+        "entityType": {"S": "LEASE"},
+    }
+    assert kcl_read(item) == {
+        "leaseKey": "shardId-000000000009",
+        "leaseOwner": None,
+        "leaseCounter": 1,
+        "ownerSwitchesSinceCheckpoint": 0,
+        "checkpoint": ("TRIM_HORIZON", 0),
+        "parentShardIds": {"shardId-000000000004", "shardId-000000000005"},
+        "childShardIds": None,
+        "pendingCheckpoint": None,
+        "hashKeyRange": (2**127, MAX_HASH),
+    }
+    assert decode_lease(item) == row
+    positioned = encode_lease(Checkpoint("s", (BIG, 3), 7, "me", (), ("c1", "c2")))
+    assert "parentShardId" not in positioned  # DynamoDB has no empty sets; the KCL omits them
+    lease = kcl_read(positioned)
+    assert lease is not None
+    assert lease["checkpoint"] == (str(BIG), 3)
+    assert lease["leaseOwner"] == "me"
+    assert lease["childShardIds"] == {"c1", "c2"}
+
+
+def test_update_expressions_are_conditional_on_the_counter_and_the_owner() -> None:
+    held = Checkpoint("s", (5, 0), 8, "me")
+    update = _Update(held)
+    update.set("leaseCounter", {"N": "9"})
+    update.remove("checkpointOwner")
+    update.add("ownerSwitchesSinceCheckpoint", {"N": "1"})
+    assert update.condition == "#leaseCounter = :counter AND #leaseOwner = :expectedOwner"
+    assert update.values[":counter"] == {"N": "8"}
+    assert update.values[":expectedOwner"] == {"S": "me"}
+    assert update.expression == (
+        "SET #leaseCounter = :leaseCounter REMOVE #checkpointOwner "
+        "ADD #ownerSwitchesSinceCheckpoint :ownerSwitchesSinceCheckpoint"
+    )
+    assert set(update.names.values()) == {
+        "leaseCounter",
+        "leaseOwner",
+        "checkpointOwner",
+        "ownerSwitchesSinceCheckpoint",
+    }
+    unowned = _Update(Checkpoint("s", Sentinel.LATEST, 1, None))
+    assert unowned.condition == "#leaseCounter = :counter AND attribute_not_exists(#leaseOwner)"

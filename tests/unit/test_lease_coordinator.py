@@ -1,0 +1,374 @@
+"""The sans-I/O lease coordinator: expiry by counter, targets, priority takes, steals, and a
+simulated table shared by several workers (fake clock, the stores' own compare-and-set rule)."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kinesis_core.checkpoint import Checkpoint, CheckpointConflictError, Sentinel
+from kinesis_core.checkpoint.base import apply_lease
+from kinesis_core.errors import ValidationError
+from kinesis_core.lease import LeaseConfig, LeaseCoordinator, Take, default_worker_id
+
+FAILOVER = 10.0
+
+
+def row(shard: str, owner: str | None = None, counter: int = 1) -> Checkpoint:
+    return Checkpoint(shard, Sentinel.TRIM_HORIZON, counter, owner)
+
+
+def coordinator(worker: str = "me", **kwargs: object) -> LeaseCoordinator:
+    config = LeaseConfig(worker_id=worker, failover_time=FAILOVER, **kwargs)  # type: ignore[arg-type]
+    return LeaseCoordinator(config, rng=random.Random(7))
+
+
+def shards(n: int) -> list[str]:
+    return [f"shardId-{i:012d}" for i in range(n)]
+
+
+def taken(plan: list[Take]) -> list[str]:
+    return sorted(t.row.shard_id for t in plan)
+
+
+# -- configuration -----------------------------------------------------------------------------
+
+
+def test_defaults_are_the_kcls() -> None:
+    config = LeaseConfig(worker_id="w")
+    assert config.failover_time == 10.0
+    assert config.renew_every == pytest.approx(10.0 / 3 - 0.025)  # failoverTimeMillis/3 - epsilon
+    assert config.take_every == pytest.approx((10.0 + 0.025) * 2)
+    assert config.parent_poll_interval == 10.0
+    assert config.max_leases_for_worker is None
+    assert config.max_leases_to_steal == 1
+    assert config.priority_takes is True
+    short = LeaseConfig(worker_id="w", failover_time=3.0, renew_interval=0.5, take_interval=1.0)
+    assert (short.renew_every, short.take_every) == (0.5, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"worker_id": ""}, "worker_id"),
+        ({"failover_time": 0}, "failover_time"),
+        ({"renew_interval": 10.0}, "renew_interval"),
+        ({"renew_interval": 0}, "renew_interval"),
+        ({"take_interval": -1}, "take_interval"),
+        ({"parent_poll_interval": 0}, "parent_poll_interval"),
+        ({"max_leases_for_worker": 0}, "max_leases_for_worker"),
+        ({"max_leases_to_steal": 0}, "max_leases_to_steal"),
+    ],
+)
+def test_bad_configuration_names_the_field(kwargs: dict[str, object], field: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        LeaseConfig(**{"worker_id": "w", **kwargs})  # type: ignore[arg-type]
+    assert info.value.field == field
+
+
+def test_default_worker_ids_are_unique_and_readable() -> None:
+    a, b = default_worker_id(), default_worker_id()
+    assert a != b
+    assert f":{os.getpid()}:" in a
+
+
+# -- expiry ------------------------------------------------------------------------------------
+
+
+def test_new_unowned_leases_are_taken_at_once_whatever_the_target() -> None:
+    c = coordinator()
+    c.scan(0.0, [row(s) for s in shards(6)])
+    assert taken(c.plan(0.0, set(shards(6)))) == shards(6)
+
+
+def test_an_owned_lease_expires_only_after_its_counter_stood_still_for_the_failover_time() -> None:
+    c = coordinator()
+    ids = shards(2)
+    c.scan(0.0, [row(s, "other", 5) for s in ids])  # first seen and owned: "just renewed"
+    # Both alive: the only way in is a steal (the other holds 2, the target is 1).
+    assert [t.steal for t in c.plan(0.0, set(ids))] == [True]
+    c.scan(9.0, [row(s, "other", 5) for s in ids])
+    assert [t.steal for t in c.plan(9.0, set(ids))] == [True]
+    # 10.5 s without a change for ids[1]; ids[0]'s counter moved, so it is alive again.
+    c.scan(10.5, [row(ids[0], "other", 6), row(ids[1], "other", 5)])
+    plan = c.plan(10.5, set(ids))
+    assert [(t.row.shard_id, t.steal) for t in plan] == [(ids[1], False)]
+
+
+def test_expiry_is_measured_between_scans_of_this_worker_not_by_any_timestamp() -> None:
+    c = coordinator(priority_takes=False)
+    lease = shards(1)
+    c.scan(100.0, [row(lease[0], "other", 3)])
+    c.scan(105.0, [row(lease[0], "other", 3)])
+    assert c.plan(105.0, set(lease)) == []  # alive, and one lease each is no reason to steal
+    c.scan(110.5, [row(lease[0], "other", 3)])
+    plan = c.plan(110.5, set(lease))
+    assert [(t.row.shard_id, t.steal) for t in plan] == [(lease[0], False)]
+    assert plan[0].row.counter == 3  # the take is conditional on the counter scanned
+
+
+def test_a_released_lease_is_available_at_once_but_not_a_priority() -> None:
+    c = coordinator()
+    ids = shards(4)
+    c.scan(0.0, [row(s, "other", 1) for s in ids])
+    # The other worker released two (owner removed, counter bumped); it keeps two.
+    c.scan(
+        1.0,
+        [row(ids[0], None, 2), row(ids[1], None, 2), row(ids[2], "other"), row(ids[3], "other")],
+    )
+    plan = c.plan(1.0, set(ids))
+    assert taken(plan) == ids[:2]  # target ceil(4/2) = 2, both released ones
+    assert not any(t.steal for t in plan)
+
+
+def test_very_old_leases_are_taken_first_regardless_of_the_target() -> None:
+    c = coordinator()
+    ids = shards(4)
+    c.scan(0.0, [row(s, "dead", 1) for s in ids])
+    c.acquired("mine-1", 0.0)
+    c.acquired("mine-2", 0.0)
+    eligible = {*ids, "mine-1", "mine-2"}
+    # Expired but not very old: only up to the target (6 leases, 1 live worker: 6).
+    c.scan(FAILOVER + 1, [row(s, "dead", 1) for s in ids])
+    assert taken(c.plan(FAILOVER + 1, eligible)) == ids
+    # Very old (3 x failover): all of them, even with a small target.
+    c2 = coordinator(max_leases_for_worker=5)
+    c2.scan(0.0, [row(s, "dead", 1) for s in ids])
+    for s in ("mine-1", "mine-2"):
+        c2.acquired(s, 0.0)
+    c2.scan(3 * FAILOVER + 1, [row(s, "dead", 1) for s in ids])
+    assert len(c2.plan(3 * FAILOVER + 1, eligible)) == 3  # capped by max_leases_for_worker
+
+
+@pytest.mark.parametrize(("priority", "expected"), [(True, 3), (False, 2)])
+def test_priority_takes_can_be_turned_off(priority: bool, expected: int) -> None:
+    c = coordinator(priority_takes=priority)
+    ids = shards(9)
+    for s in ids[:3]:
+        c.acquired(s, 0.0)
+    c.scan(0.0, [row(s) for s in ids[3:6]] + [row(s, "other") for s in ids[6:]])
+    # 9 leases, 2 workers: target 5, I hold 3. New leases go first, whatever the target.
+    assert len(c.plan(0.0, set(ids))) == expected
+
+
+# -- balancing ---------------------------------------------------------------------------------
+
+
+def test_target_is_ceil_of_leases_over_live_workers() -> None:
+    c = coordinator(priority_takes=False)
+    ids = shards(7)
+    c.scan(0.0, [row(ids[0], "a"), row(ids[1], "b")] + [row(s) for s in ids[2:]])
+    # 7 leases, 3 workers (a, b, me): target 3, all five unowned are available.
+    assert len(c.plan(0.0, set(ids))) == 3
+
+
+def test_more_workers_than_leases_means_one_each() -> None:
+    c = coordinator(priority_takes=False)
+    ids = shards(2)
+    c.scan(0.0, [row(ids[0], "a"), row(ids[1])])
+    assert [t.row.shard_id for t in c.plan(0.0, set(ids))] == [ids[1]]
+
+
+def test_steal_one_at_a_time_from_the_most_loaded_worker() -> None:
+    c = coordinator()
+    ids = shards(6)
+    c.scan(0.0, [row(s, "busy") for s in ids[:5]] + [row(ids[5], "calm")])
+    plan = c.plan(0.0, set(ids))  # target 2, need 2, busy has 5 > 2
+    assert len(plan) == 1
+    assert plan[0].steal
+    assert plan[0].row.owner == "busy"
+
+
+def test_max_leases_to_steal_raises_the_pace() -> None:
+    c = coordinator(max_leases_to_steal=3)
+    ids = shards(6)
+    c.scan(0.0, [row(s, "busy") for s in ids])
+    assert len(c.plan(0.0, set(ids))) == 3  # need 3, busy is 3 over the target
+
+
+def test_steal_from_a_worker_at_target_only_when_more_than_one_is_needed() -> None:
+    ids = shards(7)
+    # 7 leases, 3 workers: target 3. a and b hold 3 each and I hold 1: I need 2, so steal 1.
+    c = coordinator()
+    c.acquired(ids[6], 0.0)
+    c.scan(0.0, [row(s, "a") for s in ids[:3]] + [row(s, "b") for s in ids[3:6]])
+    assert [t.steal for t in c.plan(0.0, set(ids))] == [True]
+    # I hold 2 and need 1 only: no steal from a worker at target (no ping-pong).
+    c.acquired(ids[5], 0.0)
+    c.scan(1.0, [row(s, "a") for s in ids[:3]] + [row(s, "b") for s in ids[3:5]])
+    assert c.plan(1.0, set(ids)) == []
+
+
+def test_available_leases_are_taken_before_anything_is_stolen() -> None:
+    c = coordinator(priority_takes=False)
+    ids = shards(6)
+    c.scan(0.0, [row(s, "busy") for s in ids[:5]] + [row(ids[5])])
+    plan = c.plan(0.0, set(ids))
+    assert [(t.row.shard_id, t.steal) for t in plan] == [(ids[5], False)]
+
+
+def test_held_leases_count_as_mine_and_are_never_planned_again() -> None:
+    c = coordinator()
+    ids = shards(4)
+    for s in ids[:2]:
+        c.acquired(s, 0.0)
+    # The scan still shows the old owner of a lease just taken: it is mine all the same.
+    c.scan(0.0, [row(ids[0], "previous"), row(ids[1], None), row(ids[2], "a"), row(ids[3], "a")])
+    assert c.owners(0.0, set(ids)) == {"me": 2, "a": 2}
+    assert c.plan(0.0, set(ids)) == []
+
+
+def test_leases_not_eligible_are_ignored() -> None:
+    c = coordinator()
+    ids = shards(4)
+    c.scan(0.0, [row(s) for s in ids])
+    assert taken(c.plan(0.0, set(ids[:2]))) == ids[:2]
+    assert c.plan(0.0, set()) == []
+
+
+def test_a_lease_still_in_my_name_but_not_held_counts_for_nobody_until_it_expires() -> None:
+    c = coordinator(priority_takes=False)
+    ids = shards(2)
+    c.scan(0.0, [row(ids[0], "me"), row(ids[1], "other")])
+    assert c.owners(0.0, set(ids)) == {"me": 0, "other": 1}
+    assert c.plan(0.0, set(ids)) == []  # target 1 each; mine is not available yet
+    c.scan(FAILOVER + 1, [row(ids[0], "me"), row(ids[1], "other", 2)])
+    assert taken(c.plan(FAILOVER + 1, set(ids))) == [ids[0]]
+
+
+# -- held leases -------------------------------------------------------------------------------
+
+
+def test_held_leases_not_renewed_within_the_failover_time_are_dropped() -> None:
+    c = coordinator()
+    c.acquired("a", 0.0)
+    c.acquired("b", 0.0)
+    c.renewed("b", 5.0)
+    c.renewed("zzz", 5.0)  # not held: ignored
+    assert c.expired_held(FAILOVER) == []
+    assert c.expired_held(FAILOVER + 0.1) == ["a"]
+    assert c.held == ["b"]
+    assert not c.holds("a")
+    assert not c.holds("zzz")
+    c.renewed("b", 4.0)  # an older success never moves the time back
+    assert c.expired_held(FAILOVER + 5.0) == []
+    c.dropped("b")
+    assert c.held == []
+
+
+# -- several workers on one simulated table ------------------------------------------------------
+
+
+class Table:
+    """A lease table with the stores' compare-and-set rule."""
+
+    def __init__(self, ids: list[str]) -> None:
+        self.rows = {s: row(s, None, 1) for s in ids}
+
+    def update(self, expected: Checkpoint, owner: str | None) -> Checkpoint:
+        new = apply_lease(self.rows.get(expected.shard_id), expected.shard_id, expected, owner)
+        self.rows[expected.shard_id] = new
+        return new
+
+
+class Worker:
+    def __init__(self, name: str, table: Table, rng: random.Random) -> None:
+        config = LeaseConfig(worker_id=name, failover_time=FAILOVER)
+        self.c = LeaseCoordinator(config, rng=rng)
+        self.table = table
+        self.rows: dict[str, Checkpoint] = {}
+        self.alive = True
+
+    def renew(self, now: float) -> None:
+        self.c.expired_held(now)
+        for shard in self.c.held:
+            try:
+                self.rows[shard] = self.table.update(self.rows[shard], self.c.worker_id)
+                self.c.renewed(shard, now)
+            except CheckpointConflictError:
+                self.c.dropped(shard)
+
+    def take(self, now: float) -> None:
+        self.c.scan(now, list(self.table.rows.values()))
+        for decision in self.c.plan(now, set(self.table.rows)):
+            try:
+                new = self.table.update(decision.row, self.c.worker_id)
+            except CheckpointConflictError:
+                continue
+            self.rows[new.shard_id] = new
+            self.c.acquired(new.shard_id, now)
+
+
+def run(workers: list[Worker], start: float, seconds: float, step: float = 1.0) -> float:
+    """Renew every ~3 s and take every ~20 s (the KCL's cadence), in 1 s steps."""
+    now = start
+    while now < start + seconds:
+        now += step
+        for w in workers:
+            if not w.alive:
+                continue
+            if round(now) % 3 == 0:
+                w.renew(now)
+            if round(now) % 20 == 0:
+                w.take(now)
+    return now
+
+
+def holders(workers: list[Worker]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for w in workers:
+        if w.alive:
+            for shard in w.c.held:
+                out.setdefault(shard, []).append(w.c.worker_id)
+    return out
+
+
+@given(st.integers(1, 12), st.integers(1, 5), st.integers(0, 2**32 - 1))
+@settings(max_examples=60, deadline=None)
+def test_workers_converge_to_a_balanced_split_with_one_holder_per_lease(
+    n_shards: int, n_workers: int, seed: int
+) -> None:
+    rng = random.Random(seed)
+    table = Table(shards(n_shards))
+    workers = [Worker(f"w{i}", table, rng) for i in range(n_workers)]
+    now = run(workers, 0.0, 600.0)
+    held = holders(workers)
+    assert all(len(h) == 1 for h in held.values())
+    assert sorted(held) == sorted(table.rows)  # every lease held
+    target = math.ceil(n_shards / n_workers)
+    counts = sorted(len(w.c.held) for w in workers)
+    assert counts[-1] <= target
+    assert sum(counts) == n_shards
+    # The table agrees with what the workers believe.
+    for shard, (owner,) in held.items():
+        assert table.rows[shard].owner == owner
+
+    # A worker dies: within the failover time plus a scan its leases are taken by the others.
+    if n_workers > 1:
+        dead = workers[0]
+        dead.alive = False
+        lost = set(dead.c.held)
+        run(workers, now, FAILOVER + 2 * 20.05 + 6)
+        held = holders(workers)
+        assert all(len(h) == 1 for h in held.values())
+        assert lost <= set(held)
+        assert all(r.owner != dead.c.worker_id for r in table.rows.values())
+
+
+def test_two_workers_taking_the_same_lease_at_once_one_wins() -> None:
+    table = Table(shards(1))
+    a, b = (Worker(name, table, random.Random(1)) for name in ("a", "b"))
+    a.c.scan(0.0, list(table.rows.values()))
+    b.c.scan(0.0, list(table.rows.values()))
+    (plan_a,), (plan_b,) = a.c.plan(0.0, set(table.rows)), b.c.plan(0.0, set(table.rows))
+    won = table.update(plan_a.row, "a")
+    with pytest.raises(CheckpointConflictError) as lost:
+        table.update(plan_b.row, "b")
+    assert lost.value.current == won
+    assert won.owner == "a"
+    assert won.counter == 2

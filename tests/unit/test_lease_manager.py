@@ -1,0 +1,145 @@
+"""The lease manager's asyncio side on a memory store: fenced writes, losses, graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kinesis_core.checkpoint import Checkpoint, MemoryCheckpointStore, Sentinel
+from kinesis_core.lease import LeaseConfig, LeaseManager
+
+APP, STREAM = "app", "stream"
+
+
+class SlowStore(MemoryCheckpointStore):
+    """Lease writes take a while (a slow network)."""
+
+    delay = 0.0
+
+    async def update_lease(self, *args: Any, **kwargs: Any) -> Checkpoint:
+        await asyncio.sleep(self.delay)
+        return await super().update_lease(*args, **kwargs)
+
+
+def manager(
+    store: MemoryCheckpointStore, renew_interval: float = 1.0, **kwargs: Any
+) -> LeaseManager:
+    config = LeaseConfig(
+        worker_id="me", failover_time=5.0, renew_interval=renew_interval, take_interval=10
+    )
+    events: dict[str, list[str]] = {"acquired": [], "lost": []}
+    m = LeaseManager(
+        store,
+        APP,
+        STREAM,
+        config,
+        eligible=lambda: {"s1", "s2"},
+        on_acquired=events["acquired"].append,
+        on_lost=events["lost"].append,
+        **kwargs,
+    )
+    m.events = events  # type: ignore[attr-defined]
+    return m
+
+
+def test_create_take_checkpoint_release() -> None:
+    async def main() -> None:
+        store = MemoryCheckpointStore()
+        m = manager(store)
+        assert await m.create("s1", Sentinel.TRIM_HORIZON, ["p"], (0, 10))
+        assert not await m.create("s1", Sentinel.LATEST, [], None)  # exists: left alone
+        assert m.has_row("s1")
+        assert await m.take_round() == ["s1"]
+        assert m.events["acquired"] == ["s1"]  # type: ignore[attr-defined]
+        assert m.held() == {"s1": Sentinel.TRIM_HORIZON}
+        assert await m.write("s1", (5, 0), ["p"])
+        assert await m.write("s1", (4, 0))  # behind: nothing to write
+        row = await store.get(APP, STREAM, "s1")
+        assert row == Checkpoint("s1", (5, 0), 3, "me", ("p",), (), (0, 10))
+        assert not await m.write("s2", (1, 0))  # not held
+        await m.close()
+        row = await store.get(APP, STREAM, "s1")
+        assert row is not None
+        assert (row.owner, row.counter, row.value) == (None, 4, (5, 0))
+
+    asyncio.run(main())
+
+
+def test_a_refused_checkpoint_loses_the_lease_once() -> None:
+    async def main() -> None:
+        store = MemoryCheckpointStore()
+        m = manager(store)
+        await m.create("s1", Sentinel.TRIM_HORIZON, [], None)
+        await m.take_round()
+        row = await store.get(APP, STREAM, "s1")
+        assert row is not None
+        await store.update_lease(APP, STREAM, "s1", expected=row, owner="thief")
+        assert not await m.write("s1", (5, 0))
+        assert not await m.write("s1", (6, 0))
+        assert m.events["lost"] == ["s1"]  # type: ignore[attr-defined]
+        assert m.held() == {}
+        await m.close()
+        stored = await store.get(APP, STREAM, "s1")
+        assert stored is not None
+        assert (stored.owner, stored.value) == ("thief", Sentinel.TRIM_HORIZON)
+
+    asyncio.run(main())
+
+
+def test_release_after_a_write_of_ours_whose_answer_was_lost() -> None:
+    async def main() -> None:
+        store = MemoryCheckpointStore()
+        m = manager(store)
+        await m.create("s1", Sentinel.TRIM_HORIZON, [], None)
+        await m.take_round()
+        row = await store.get(APP, STREAM, "s1")
+        assert row is not None
+        # A renewal went through but its answer never came: the counter moved, still ours.
+        await store.update_lease(APP, STREAM, "s1", expected=row, owner="me")
+        await m.close()
+        stored = await store.get(APP, STREAM, "s1")
+        assert stored is not None
+        assert stored.owner is None
+
+    asyncio.run(main())
+
+
+def test_closing_waits_for_a_take_in_flight_and_releases_it() -> None:
+    """A take cut off in flight may be written; it must not stay ours unknown to us."""
+
+    async def main() -> None:
+        store = SlowStore()
+        m = manager(store)
+        await m.create("s1", Sentinel.TRIM_HORIZON, [], None)
+        store.delay = 0.2
+        m.start()
+        await asyncio.sleep(0.1)  # the first round is taking s1 now
+        await m.close()
+        stored = await store.get(APP, STREAM, "s1")
+        assert stored is not None
+        assert (stored.owner, stored.counter) == (None, 3)  # taken, then released
+
+    asyncio.run(main())
+
+
+def test_renewals_keep_the_lease_and_failures_expire_it() -> None:
+    async def main() -> None:
+        store = SlowStore()
+        now = [0.0]
+        m = manager(store, renew_interval=0.02, clock=lambda: now[0])  # failover: fake clock
+        await m.create("s1", Sentinel.TRIM_HORIZON, [], None)
+        await m.take_round()
+        m.start()
+        await asyncio.sleep(0.1)
+        row = await store.get(APP, STREAM, "s1")
+        assert row is not None
+        assert row.counter > 3  # renewed several times
+        store.delay = 1.0  # renewals now hang (no answer)
+        now[0] = 6.0
+        await asyncio.sleep(0.1)
+        assert m.events["lost"] == ["s1"]  # type: ignore[attr-defined]
+        assert m.held() == {}
+        store.delay = 0.0
+        await m.close()
+
+    asyncio.run(main())
