@@ -19,6 +19,8 @@ from kinesis_core.checkpoint import (
     Checkpoint,
     CheckpointConflictError,
     CheckpointStore,
+    DynamoDBCheckpointStore,
+    LeaseStore,
     MemoryCheckpointStore,
     SQLiteCheckpointStore,
 )
@@ -51,6 +53,7 @@ from kinesis_core.hashing import (
     validate_partition_key,
     validate_record,
 )
+from kinesis_core.lease import LeaseConfig
 from kinesis_core.producer import (
     Attempt,
     BatchResult,
@@ -92,10 +95,13 @@ __all__ = [
     "ClientConfig",
     "ConfigurationError",
     "Consumer",
+    "DynamoDBCheckpointStore",
     "EmulatorError",
     "InitialPosition",
     "KinesisConnectorError",
     "KinesisRecord",
+    "LeaseConfig",
+    "LeaseStore",
     "MemoryCheckpointStore",
     "Position",
     "Producer",
