@@ -11,6 +11,7 @@ Everything here is sans-I/O and synchronous.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from hashlib import md5
 from itertools import count, repeat
@@ -34,6 +35,12 @@ Tag = tuple[str, str | None]
 """A ``Record.tags`` entry (key, optional value). The KCL ignores tags; we decode past them."""
 
 _SMALL_VARINTS = [bytes((i,)) for i in range(0x80)]
+_PK_FIELD_PREFIXES = [b"\x0a" + v for v in _SMALL_VARINTS]
+"""Tag and length of a partition-key table entry, by UTF-8 length (below 128 bytes)."""
+_pack_header1 = struct.Struct("6B").pack
+"""A record header (``_record_header``) with a one-byte index and a one-byte data length."""
+_pack_header2 = struct.Struct("7B").pack
+"""The same with a two-byte index."""
 
 
 def _varint(value: int) -> bytes:
@@ -195,18 +202,33 @@ class AggregateBuilder:
 
     def try_add(self, partition_key: str, explicit_hash_key: str | None, data: bytes) -> bool:
         """Add the record if it fits; False (and nothing changed) if it does not."""
-        n = len(data)
-        i = self._pk_index.get(partition_key) if explicit_hash_key is None else None
-        if i is not None and n < 0x7B and i < 0x4000:
-            # The usual case inlined (a known key, no EHK, small data): the bytes _prepare would
-            # make, 15 to 30% faster.
-            if i < 0x80:
-                header = bytes((0x1A, n + 4, 0x08, i, 0x1A, n))
+        if explicit_hash_key is None and self._first is not None:
+            # The usual case inlined (no EHK, not the first record): the bytes _prepare would
+            # make, with table lookups and struct packing instead of its calls: 40% faster for
+            # a new key (random partition keys make nearly every key new), 10% for a known one.
+            n = len(data)
+            i = self._pk_index.get(partition_key)
+            entry = b""
+            if i is None:
+                i = len(self._pk_entries)
+                raw = partition_key.encode("utf-8")
+                entry = (
+                    _PK_FIELD_PREFIXES[len(raw)] + raw
+                    if len(raw) < 0x80
+                    else _string_field(b"\x0a", partition_key)
+                )
+            if n >= 0x7B or i >= 0x4000:
+                header = _record_header(i, None, n)
+            elif i < 0x80:
+                header = _pack_header1(0x1A, n + 4, 0x08, i, 0x1A, n)
             else:
-                header = bytes((0x1A, n + 5, 0x08, (i & 0x7F) | 0x80, i >> 7, 0x1A, n))
-            body_size = self._body_size + n + len(header)
+                header = _pack_header2(0x1A, n + 5, 0x08, (i & 0x7F) | 0x80, i >> 7, 0x1A, n)
+            body_size = self._body_size + len(entry) + n + len(header)
             if body_size > self._limit:
                 return False
+            if entry:
+                self._pk_index[partition_key] = i
+                self._pk_entries.append(entry)
             self._parts += (header, data)
             self._body_size = body_size
             return True

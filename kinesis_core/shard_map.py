@@ -106,20 +106,41 @@ class ShardInfo:
         return self.start_hash_key <= hash_key <= self.end_hash_key
 
 
+_SLOT_BITS = 12
+_SLOT_SHIFT = 128 - _SLOT_BITS
+_SLOTS = 1 << _SLOT_BITS
+
+
 class ShardTable:
     """The open shards of a shard list, sorted by end hash key, for bisect lookups.
 
     The owner of ``h`` is the open shard with the smallest end hash key >= ``h``; ranges of
     open shards are contiguous, so ``bisect_left`` over the end keys finds it. Closed shards
     are dropped here (moto ignores ShardFilter and returns them too).
+
+    ``_slots`` answers most lookups without the bisect (a third of ``predict``'s cost): the
+    key space cut in 4096 slots by the top 12 bits of a key, each slot holding the position of
+    the shard that bisect finds for every key in it, or -1 when that varies inside the slot.
     """
 
-    __slots__ = ("_by_id", "_ends", "_shards")
+    __slots__ = ("_by_id", "_ends", "_ids", "_shards", "_slots", "_starts")
 
     def __init__(self, shards: Iterable[ShardInfo]) -> None:
         self._shards = tuple(sorted((s for s in shards if s.is_open), key=lambda s: s.end_hash_key))
         self._ends = tuple(s.end_hash_key for s in self._shards)
+        self._starts = tuple(s.start_hash_key for s in self._shards)
+        self._ids = tuple(s.shard_id for s in self._shards)
         self._by_id = {s.shard_id: s for s in self._shards}
+        slots = [-1] * _SLOTS
+        low = 0  # keys below this have an earlier shard's end >= them
+        for i, shard in enumerate(self._shards):
+            # Slots wholly inside [max(low, start), end]: bisect gives i and i owns them.
+            first = (max(low, shard.start_hash_key) + (1 << _SLOT_SHIFT) - 1) >> _SLOT_SHIFT
+            last = min((shard.end_hash_key + 1) >> _SLOT_SHIFT, _SLOTS)
+            if first < last:
+                slots[first:last] = [i] * (last - first)
+            low = shard.end_hash_key + 1
+        self._slots = slots
 
     @property
     def shards(self) -> tuple[ShardInfo, ...]:
@@ -128,7 +149,7 @@ class ShardTable:
     def index(self, hash_key: int) -> int | None:
         """Position in :attr:`shards` of the owner of ``hash_key``; None if no shard owns it."""
         i = bisect.bisect_left(self._ends, hash_key)
-        if i == len(self._ends) or self._shards[i].start_hash_key > hash_key:
+        if i == len(self._ends) or self._starts[i] > hash_key:
             return None
         return i
 
@@ -241,8 +262,17 @@ class ShardMap:
         """The shard that owns ``hash_key``, or None when not READY or no open shard owns it."""
         if self._state is not ShardMapState.READY:
             return None
-        owner = self._table.owner(hash_key)
-        return None if owner is None else owner.shard_id
+        # The producer asks once per user record: the slot table, else ShardTable.index
+        # inlined; one call instead of three.
+        table = self._table
+        top = hash_key >> _SLOT_SHIFT
+        i = table._slots[top] if 0 <= top < _SLOTS else -1
+        if i < 0:
+            ends = table._ends
+            i = bisect.bisect_left(ends, hash_key)
+            if i == len(ends) or table._starts[i] > hash_key:
+                return None
+        return table._ids[i]
 
     def hash_range(self, shard_id: str) -> tuple[int, int] | None:
         """[start, end] of an open shard, or of a closed one for ``closed_shard_ttl`` seconds."""

@@ -79,7 +79,9 @@ def random_partition_key(_element: object = None) -> str:
 
     Takes and ignores one argument, so it can be passed wherever a :data:`KeyFn` is expected.
     """
-    return f"{random.getrandbits(128):032x}"
+    # The digits of f"{bits:032x}" in less than half its time: the Beam sink's default
+    # configuration makes one key per element.
+    return random.getrandbits(128).to_bytes(16, "big").hex()
 
 
 class BalancedHashKeys:

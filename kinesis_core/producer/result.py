@@ -186,6 +186,18 @@ class RecordSink(Protocol):
         attempts: tuple[Attempt, ...],
     ) -> None: ...
 
+    def succeeded_run(
+        self,
+        indexes: list[int],
+        first_sub: int,
+        shard_id: str,
+        sequence_number: int,
+        attempts: tuple[Attempt, ...],
+    ) -> None:
+        """``succeeded`` for a run of records of one aggregate (sub-sequence numbers
+        ``first_sub``, ``first_sub + 1``, ...) with the same attempts: one call per run
+        instead of one per record."""
+
     def failed(
         self, index: int, code: str, message: str, attempts: tuple[Attempt, ...]
     ) -> None: ...
@@ -242,6 +254,17 @@ class SingleSink(FutureSink):
         attempts: tuple[Attempt, ...],
     ) -> None:
         self._resolve(RecordResult(True, shard_id, sequence_number, sub_sequence_number, attempts))
+
+    def succeeded_run(
+        self,
+        indexes: list[int],
+        first_sub: int,
+        shard_id: str,
+        sequence_number: int,
+        attempts: tuple[Attempt, ...],
+    ) -> None:
+        for sub, index in enumerate(indexes, first_sub):
+            self.succeeded(index, shard_id, sequence_number, sub, attempts)
 
     def failed(self, index: int, code: str, message: str, attempts: tuple[Attempt, ...]) -> None:
         self._resolve(RecordResult(False, None, None, None, attempts, code, message))
@@ -301,6 +324,33 @@ class BatchSink(FutureSink):
         self.remaining -= 1
         if not self.remaining:
             self._finish()
+
+    def succeeded_run(
+        self,
+        indexes: list[int],
+        first_sub: int,
+        shard_id: str,
+        sequence_number: int,
+        attempts: tuple[Attempt, ...],
+    ) -> None:
+        shard_ids = self.shard_ids
+        sequence_numbers = self.sequence_numbers
+        sub_sequence_numbers = self.sub_sequence_numbers
+        all_attempts = self.attempts
+        failures = self.failures
+        done = 0
+        for sub, index in enumerate(indexes, first_sub):
+            if shard_ids[index] is not None or index in failures:
+                continue  # already finished: the first outcome stands
+            shard_ids[index] = shard_id
+            sequence_numbers[index] = sequence_number
+            sub_sequence_numbers[index] = sub
+            all_attempts[index] = attempts
+            done += 1
+        if done:
+            self.remaining -= done
+            if not self.remaining:
+                self._finish()
 
     def failed(self, index: int, code: str, message: str, attempts: tuple[Attempt, ...]) -> None:
         if self.shard_ids[index] is not None or index in self.failures:

@@ -207,6 +207,25 @@ def test_builder_round_trip(records: list[SubRecord]) -> None:
     assert decode_aggregate(builder.build()) == records
 
 
+def test_builder_encodes_every_varint_width_of_index_and_length() -> None:
+    # Key-table indexes past one and two varint bytes, data lengths around the 1-byte header
+    # limit, long keys, and known keys: the fast path of try_add against encode_aggregate.
+    records = [
+        SubRecord(
+            f"{i:x}" if i % 500 else "k" * 130 + str(i),
+            None,
+            bytes(118 + i % 8 if i % 50 == 0 else i % 4),
+        )
+        for i in range(17_000)
+    ]
+    records += [SubRecord(r.partition_key, None, b"again") for r in records[::97]]
+    builder = AggregateBuilder(MAX_RECORD_BYTES)
+    for record in records:
+        builder.add(*record)
+    assert builder.build() == encode_aggregate(records)
+    assert builder.size == reference_size(records)
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(sub_records, st.none() | tags), min_size=1, max_size=20))
 def test_column_views_agree_with_the_official_schema(

@@ -42,6 +42,17 @@ class RecordingSink:
         self.duplicates += index in self.ok or index in self.bad
         self.ok[index] = (shard_id, seq, sub, attempts)
 
+    def succeeded_run(
+        self,
+        indexes: list[int],
+        first_sub: int,
+        shard_id: str,
+        seq: int,
+        attempts: tuple[Attempt, ...],
+    ) -> None:
+        for sub, index in enumerate(indexes, first_sub):
+            self.succeeded(index, shard_id, seq, sub, attempts)
+
     def failed(self, index: int, code: str, message: str, attempts: tuple[Attempt, ...]) -> None:
         self.duplicates += index in self.ok or index in self.bad
         self.bad[index] = (code, message, attempts)

@@ -63,6 +63,14 @@ def test_random_keys_spread_evenly_over_shards() -> None:
     assert len(random_partition_key({"ignored": 1})) == 32
 
 
+@pytest.mark.parametrize("bits", [0, 0xFF, 2**128 - 1])
+def test_random_keys_are_32_lowercase_hex_digits(
+    monkeypatch: pytest.MonkeyPatch, bits: int
+) -> None:
+    monkeypatch.setattr("random.getrandbits", lambda n: bits)
+    assert random_partition_key() == f"{bits:032x}"
+
+
 def test_balanced_hash_keys_are_stable_and_spread_a_few_entities_evenly() -> None:
     keys = BalancedHashKeys()
     tenants = [f"tenant-{i}" for i in range(16)]

@@ -19,6 +19,8 @@ from kinesis_core.producer.result import (
     THROTTLED,
     WRONG_SHARD,
     Attempt,
+    BatchResult,
+    BatchSink,
     RecordSink,
 )
 from kinesis_core.producer.retrier import Retrier, SendOutcome
@@ -256,6 +258,69 @@ def test_fail_records_and_expire_release_the_budget() -> None:
     assert [sink.bad[i][0] for i in (0, 1)] == [EXPIRED, EXPIRED]
     assert retrier.released_records == 2
     assert retrier.released_bytes == record_cost(b"data", "pk0") + record_cost(b"data", "pk1")
+
+
+def test_an_aggregate_of_several_callers_and_retries_numbers_sub_records_in_order() -> None:
+    # One Kinesis record holding runs of two callers' records (the per-run fast path), then
+    # one also holding a retried record (the per-record path): same results, same accounting.
+    retrier, metrics = make()
+    a, b = RecordingSink(), RecordingSink()
+    first, second = aggregate(a, [1, 2], "low"), aggregate(b, [3, 4], "low")
+    third = aggregate(a, [5], "low", first=2)
+    mixed = KinesisRecordOut(
+        b"agg",
+        "pk",
+        None,
+        first.records + second.records + third.records,
+        "low",
+        10,
+        10.1,
+        40.0,
+        10.0,
+    )
+    retrier.handle(batch(mixed), outcome(records=[ok("low", 7)]), NOW)
+    assert {i: v[:3] for i, v in a.ok.items()} == {
+        0: ("low", 7, 0),
+        1: ("low", 7, 1),
+        2: ("low", 7, 4),
+    }
+    assert {i: v[:3] for i, v in b.ok.items()} == {0: ("low", 7, 2), 1: ("low", 7, 3)}
+    costs = sum(record_cost(ur[1], ur[2]) for ur in mixed.records)
+    assert (retrier.released_records, retrier.released_bytes) == (5, costs)
+    assert (metrics.user_records_put, metrics.user_records_data_put) == (5, 20)
+
+    c = RecordingSink()
+    fresh = aggregate(c, [1], "low")
+    failed = retrier.handle(
+        batch(aggregate(c, [2], "low", first=1)), outcome(records=[err("X")]), NOW
+    )
+    both = KinesisRecordOut(
+        b"agg", "pk", None, fresh.records + failed.retries, "low", 10, 13.0, 40.0, 12.0
+    )
+    retrier.handle(batch(both), SendOutcome(12.5, 12.6, records=[ok("low", 9)]), 13.0)
+    assert {i: (v[2], [x.success for x in v[3]]) for i, v in c.ok.items()} == {
+        0: (0, [True]),
+        1: (1, [False, True]),
+    }
+    assert metrics.retries_per_record.max == 1
+
+
+def test_batch_sink_runs_keep_the_first_outcome_and_resolve_once() -> None:
+    async def main() -> None:
+        done: list[object] = []
+        future: asyncio.Future[BatchResult] = asyncio.get_running_loop().create_future()
+        sink = BatchSink(4, future, 0, done.append)
+        sink.failed(1, "Bad", "refused", ())
+        sink.succeeded_run([0, 1], 0, "low", 7, ())
+        assert not future.done()
+        sink.succeeded_run([0, 2, 3], 5, "high", 8, ())  # 0 already finished: ignored
+        result = future.result()
+        assert result.shard_ids == ["low", None, "high", "high"]
+        assert result.sub_sequence_numbers == [0, None, 6, 7]
+        assert result.failures[0][0] == 1
+        assert done == [sink]
+
+    asyncio.run(main())
 
 
 # -- the sender's error mapping ------------------------------------------------------------

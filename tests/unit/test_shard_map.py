@@ -442,6 +442,34 @@ def test_predict_matches_brute_force_owner(
         )
 
 
+SLOT = 2**116  # predict's slot table cuts the key space by the top 12 bits
+near_slot_edges = st.builds(
+    lambda slot, delta: slot * SLOT + delta,
+    st.integers(min_value=0, max_value=4096),
+    st.integers(min_value=-2, max_value=2),
+)
+
+
+@settings(deadline=None)
+@given(
+    st.lists(st.tuples(near_slot_edges, near_slot_edges).map(sorted), min_size=1, max_size=12),
+    st.lists(near_slot_edges | st.integers(min_value=-1, max_value=MAX_HASH_KEY + 1)),
+)
+def test_predict_agrees_with_the_bisect_lookup_on_any_table(
+    ranges: list[list[int]], keys: list[int]
+) -> None:
+    # Gaps, overlaps and bounds on and next to slot edges: predict's slot table must give
+    # what ShardTable.owner's bisect gives for every key, on and off the key space.
+    shards = [shard(f"s{i}", max(lo, 0), hi) for i, (lo, hi) in enumerate(ranges)]
+    m = ShardMap()
+    m.start()
+    m.refresh_succeeded(shards)
+    table = ShardTable(shards)
+    for key in keys + [k + d for s in shards for k in s.hash_range for d in (-1, 0, 1)]:
+        owner = table.owner(key)
+        assert m.predict(key) == (None if owner is None else owner.shard_id)
+
+
 # list_all_shards.
 
 
