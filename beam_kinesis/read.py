@@ -57,7 +57,7 @@ from beam_kinesis.restriction import (
 from kinesis_core.checkpoint import CheckpointStore, CheckpointValue, SQLiteCheckpointStore
 from kinesis_core.client import ClientConfig, create_botocore_client
 from kinesis_core.consumer import fastparse
-from kinesis_core.consumer.consumer import _Checkpointer
+from kinesis_core.consumer.consumer import Checkpointer
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.positions import LATEST, TRIM_HORIZON, AtTimestamp, InitialPosition
 from kinesis_core.consumer.reader import (
@@ -75,7 +75,7 @@ from kinesis_core.consumer.reader import (
 )
 from kinesis_core.errors import ConfigurationError, ValidationError
 from kinesis_core.hashing import hash_key
-from kinesis_core.producer.blocking import _LoopThread
+from kinesis_core.producer.blocking import LoopThread
 from kinesis_core.records import KinesisRecord as CoreRecord
 from kinesis_core.records import Position
 from kinesis_core.shard_map import list_all_shards
@@ -379,10 +379,10 @@ class _ReadFn(beam.DoFn, RestrictionProvider):
         ] = {}
         self._counters = _Counters()
         self._store: CheckpointStore | None = None
-        self._checkpointer: _Checkpointer | None = None
+        self._checkpointer: Checkpointer | None = None
         if spec.checkpoint_store is not None:
             self._store = spec.checkpoint_store()
-            self._checkpointer = _Checkpointer(self._store, spec.application_name, spec.stream)
+            self._checkpointer = Checkpointer(self._store, spec.application_name, spec.stream)
 
     def teardown(self) -> None:
         if self._client is not None:
@@ -391,7 +391,7 @@ class _ReadFn(beam.DoFn, RestrictionProvider):
         store, self._store = getattr(self, "_store", None), None
         if store is not None:
             try:
-                _LoopThread.get().run(store.close(), _STORE_TIMEOUT)
+                LoopThread.get().run(store.close(), _STORE_TIMEOUT)
             except Exception:
                 logger.warning("closing the checkpoint store failed", exc_info=True)
 
@@ -451,7 +451,7 @@ class _ReadFn(beam.DoFn, RestrictionProvider):
                 await store.close()
             return {row.shard_id: row.value for row in rows}
 
-        return _LoopThread.get().run(read(), _STORE_TIMEOUT)
+        return LoopThread.get().run(read(), _STORE_TIMEOUT)
 
     def split(self, element: str, restriction: KinesisRestriction) -> Iterator[KinesisRestriction]:
         if self._spec.max_records is not None:
@@ -547,7 +547,7 @@ class _ReadFn(beam.DoFn, RestrictionProvider):
                 await checkpointer.write(key, value, parents)
 
         try:
-            _LoopThread.get().run(write(), _STORE_TIMEOUT)
+            LoopThread.get().run(write(), _STORE_TIMEOUT)
         except Exception:
             # Beam does not retry finalizers; the next bundle's commit writes further on.
             logger.warning("writing Kinesis checkpoints failed", exc_info=True)

@@ -69,7 +69,7 @@ calls that must stay cheap per record, so nothing wakes a waiter on each; waitin
 happens only at a shard's end and on close, where a short poll costs nothing."""
 
 
-class _Checkpointer:
+class Checkpointer:
     """The store rows of one (application, stream), and the only writer of them.
 
     Writes are serialized per shard. A lost compare-and-set adopts the stored row; the write is
@@ -219,12 +219,12 @@ class Consumer:
         self._store: CheckpointStore = checkpoint_store or SQLiteCheckpointStore(
             DEFAULT_CHECKPOINT_PATH
         )
-        self._checkpointer: _Checkpointer | LeaseManager
+        self._checkpointer: Checkpointer | LeaseManager
         self._leases: LeaseManager | None = None
         self.worker_id: str | None = None
         lease_config = LeaseConfig() if leases is True else leases or None
         if lease_config is None:
-            self._checkpointer = _Checkpointer(self._store, application_name, stream)
+            self._checkpointer = Checkpointer(self._store, application_name, stream)
         else:
             if not isinstance(self._store, LeaseStore):
                 raise ConfigurationError(

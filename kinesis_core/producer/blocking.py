@@ -37,11 +37,11 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class _LoopThread:
+class LoopThread:
     """The process's event-loop thread, started on first use (and again after a fork)."""
 
     _lock = threading.Lock()
-    _instance: _LoopThread | None = None
+    _instance: LoopThread | None = None
 
     def __init__(self) -> None:
         self.pid = os.getpid()
@@ -54,10 +54,10 @@ class _LoopThread:
         self.loop.run_forever()
 
     @classmethod
-    def get(cls) -> _LoopThread:
+    def get(cls) -> LoopThread:
         with cls._lock:
             if cls._instance is None or cls._instance.pid != os.getpid():
-                cls._instance = _LoopThread()
+                cls._instance = LoopThread()
             return cls._instance
 
     def check_caller(self) -> None:
@@ -120,7 +120,7 @@ class BlockingProducer:
     ) -> None:
         self.stream_name = stream_name
         self.config = config if config is not None else ProducerConfig()
-        self._thread = _LoopThread.get()
+        self._thread = LoopThread.get()
         self._producer = Producer(
             stream_name,
             client_config=client_config,
