@@ -21,7 +21,10 @@ from kinesis_core.local._server import LOOPBACK, LocalServer
 __all__ = ["MotoServer"]
 
 # Exits at once when stdin closes (the parent stopped us or died); quiets werkzeug's
-# one-line-per-request log, which costs time in volume tests.
+# one-line-per-request log, which costs time in volume tests; and serves one request at a
+# time: moto's Kinesis backend is not thread-safe (two concurrent PutRecords on a shard can
+# get the same sequence number and one record is lost), and its server is threaded. moto is
+# CPU-bound under one GIL anyway, so the lock costs next to nothing.
 _MOTO_GUARD = """\
 import logging, os, sys, threading
 def _guard():
@@ -29,8 +32,18 @@ def _guard():
     os._exit(0)
 threading.Thread(target=_guard, daemon=True).start()
 logging.getLogger("werkzeug").setLevel(logging.WARNING)
-from moto.server import main
-main(sys.argv[1:])
+import moto.server
+_lock = threading.Lock()
+_run_simple = moto.server.run_simple
+def _one_at_a_time(app):
+    def serve(environ, start_response):
+        with _lock:
+            return list(app(environ, start_response))
+    return serve
+def _run_locked(hostname, port, application, *args, **kwargs):
+    return _run_simple(hostname, port, _one_at_a_time(application), *args, **kwargs)
+moto.server.run_simple = _run_locked
+moto.server.main(sys.argv[1:])
 """
 _NEEDED = ("moto", "werkzeug", "flask", "flask_cors")
 

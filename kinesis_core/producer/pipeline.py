@@ -29,7 +29,7 @@ from kinesis_core.producer.config import (
     ProducerConfig,
     record_cost,
 )
-from kinesis_core.producer.items import HASH, KinesisRecordOut, PutBatch, UserRecord
+from kinesis_core.producer.items import ATTEMPTS, HASH, KinesisRecordOut, PutBatch, UserRecord
 from kinesis_core.producer.limiter import Limiter
 from kinesis_core.producer.metrics import ProducerMetrics
 from kinesis_core.producer.result import VALIDATION_ERROR, RecordSink
@@ -38,6 +38,7 @@ from kinesis_core.producer.retrier import HashRangeFn, Retrier, SendOutcome
 PredictFn = Callable[[int], "str | None"]
 
 LIMITER_EXPIRED = "Expiration reached while waiting in limiter"
+CONNECTION_WAIT_EXPIRED = "Expiration reached while waiting for a free connection"
 
 
 class Pipeline:
@@ -244,13 +245,30 @@ class Pipeline:
             return float("-inf")
         return min(deadlines)
 
-    def next_batch(self) -> PutBatch | None:
-        """The oldest ready request, now counted as in flight."""
-        if not self.ready:
-            return None
-        batch = self.ready.popleft()
-        self.in_flight.add(batch)
-        return batch
+    def next_batch(self, now: float) -> PutBatch | None:
+        """The oldest ready request, now counted as in flight.
+
+        A request can wait in ``ready`` for a free connection; Kinesis records whose TTL ran
+        out meanwhile fail as Expired here rather than being written late, and a request
+        left with none is skipped.
+        """
+        while self.ready:
+            batch = self.ready.popleft()
+            if any(kr.expiration <= now for kr in batch.records):
+                live = []
+                for kr in batch.records:
+                    if kr.expiration <= now:
+                        self.retrier.expire(kr, now, _with_last_error(kr))
+                        batch.size -= kr.size
+                    else:
+                        live.append(kr)
+                batch.records = live
+                self._release()
+                if not live:
+                    continue
+            self.in_flight.add(batch)
+            return batch
+        return None
 
     # -- responses -------------------------------------------------------------------------
 
@@ -335,6 +353,15 @@ class Pipeline:
             self.outstanding_bytes -= retrier.released_bytes
             retrier.released_records = 0
             retrier.released_bytes = 0
+
+
+def _with_last_error(kr: KinesisRecordOut) -> str:
+    """The expiry message, naming the last failed attempt when there was one."""
+    attempts = kr.records[0][ATTEMPTS]
+    if not attempts:
+        return CONNECTION_WAIT_EXPIRED
+    last = attempts[-1]
+    return f"{CONNECTION_WAIT_EXPIRED}; last error: {last.error_code}: {last.error_message}"
 
 
 def record_cost_of(record: Any) -> int:

@@ -474,8 +474,9 @@ class Producer:
         pipeline = self._require_pipeline()
         loop = self._require_loop()
         while pipeline.ready and len(self._sending) < self.config.max_connections:
-            batch = pipeline.next_batch()
-            assert batch is not None
+            batch = pipeline.next_batch(self._clock())
+            if batch is None:
+                break
             task = loop.create_task(self._send(batch))
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
@@ -508,6 +509,9 @@ class Producer:
             assert shard_map is not None
             for seen_at, predicted in invalidations:
                 shard_map.invalidate(seen_at, predicted)
+            # This send is done with its connection: leave _sending before looking for the
+            # next request, or a producer with every connection finishing at once stalls.
+            self._sending.discard(asyncio.current_task())
             self._after_change()
             self._pass_room_on()
         except asyncio.CancelledError:
