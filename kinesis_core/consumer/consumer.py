@@ -465,7 +465,11 @@ class Consumer:
             self._refresh.clear()
             try:
                 await self._discover()
-            except Exception:
+            except Exception as exc:
+                if error_kind(exc) is ErrorKind.GONE:
+                    # The stream was deleted: no retry brings it back; the iterator raises.
+                    self._fail(exc)
+                    return
                 logger.warning("shard discovery of %s failed; retrying", self.stream, exc_info=True)
 
     def _start_ready(self) -> None:
