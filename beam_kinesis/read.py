@@ -71,14 +71,13 @@ from kinesis_core.consumer.reader import (
     ShardReaderMachine,
     Wait,
     error_kind,
-    stream_params,
 )
 from kinesis_core.errors import ConfigurationError, ValidationError
 from kinesis_core.hashing import hash_key
 from kinesis_core.producer.blocking import LoopThread
 from kinesis_core.records import KinesisRecord as CoreRecord
 from kinesis_core.records import Position
-from kinesis_core.shard_map import list_all_shards
+from kinesis_core.shard_map import list_all_shards, stream_params
 
 logger = logging.getLogger(__name__)
 

@@ -365,11 +365,15 @@ def _error_code(exc: BaseException) -> str | None:
     return code if isinstance(code, str) else None
 
 
+def stream_params(stream: str) -> dict[str, str]:
+    """``StreamARN`` for an ARN, ``StreamName`` otherwise: how every Kinesis call names it."""
+    return {"StreamARN": stream} if stream.startswith("arn:") else {"StreamName": stream}
+
+
 def _first_page_kwargs(
     stream: str, shard_filter: Mapping[str, Any] | None, page_size: int
 ) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"MaxResults": page_size}
-    kwargs["StreamARN" if stream.startswith("arn:") else "StreamName"] = stream
+    kwargs: dict[str, Any] = {"MaxResults": page_size, **stream_params(stream)}
     if shard_filter is not None:
         kwargs["ShardFilter"] = dict(shard_filter)
     return kwargs

@@ -30,6 +30,7 @@ from kinesis_core.consumer.lineage import ShardNode, StartPoint
 from kinesis_core.consumer.positions import InitialPosition, resume_params
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.records import KinesisRecord, Position
+from kinesis_core.shard_map import stream_params
 
 MAX_GET_RECORDS_LIMIT = 10_000
 MIN_CALL_INTERVAL = 0.2
@@ -278,11 +279,6 @@ def error_details(exc: BaseException) -> tuple[str | None, int | None]:
         code if isinstance(code, str) else None,
         status if isinstance(status, int) else None,
     )
-
-
-def stream_params(stream: str) -> dict[str, str]:
-    """``StreamARN`` for an ARN, ``StreamName`` otherwise."""
-    return {"StreamARN": stream} if stream.startswith("arn:") else {"StreamName": stream}
 
 
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
