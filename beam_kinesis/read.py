@@ -55,7 +55,8 @@ from beam_kinesis.restriction import (
     restriction_watermark,
 )
 from kinesis_core.checkpoint import CheckpointStore, CheckpointValue, SQLiteCheckpointStore
-from kinesis_core.client import ClientConfig, create_botocore_client
+from kinesis_core.classify import ErrorKind
+from kinesis_core.client import ClientConfig, create_botocore_client, error_kind
 from kinesis_core.consumer import fastparse
 from kinesis_core.consumer.consumer import Checkpointer
 from kinesis_core.consumer.lineage import ShardNode
@@ -64,20 +65,20 @@ from kinesis_core.consumer.reader import (
     MAX_GET_RECORDS_LIMIT,
     MIN_CALL_INTERVAL,
     Ended,
-    ErrorKind,
     GetIterator,
     ReaderOptions,
     ReaderState,
     ShardReaderMachine,
     Wait,
-    error_kind,
+    handled_by_reader,
 )
 from kinesis_core.errors import ConfigurationError, ValidationError
 from kinesis_core.hashing import hash_key
 from kinesis_core.producer.blocking import LoopThread
 from kinesis_core.records import KinesisRecord as CoreRecord
 from kinesis_core.records import Position
-from kinesis_core.shard_map import list_all_shards, stream_params
+from kinesis_core.shard_map import list_all_shards
+from kinesis_core.stream import StreamRef
 
 logger = logging.getLogger(__name__)
 
@@ -657,18 +658,18 @@ class _Run:
         try:
             if isinstance(action, GetIterator):
                 response = client.get_shard_iterator(
-                    **stream_params(self.spec.stream), ShardId=shard_id, **action.params
+                    **StreamRef.of(self.spec.stream).params(), ShardId=shard_id, **action.params
                 )
             else:
                 self.counters.get_records_calls.inc()
                 response = client.get_records(ShardIterator=action.iterator, Limit=action.limit)
         except Exception as exc:
             kind = error_kind(exc)
-            if kind is None or kind is ErrorKind.FATAL:
+            if kind is None or not handled_by_reader(kind):
                 raise
             if kind is ErrorKind.THROTTLED:
                 self.counters.throttles.inc()
-            elif kind is ErrorKind.TRANSIENT:
+            elif kind in (ErrorKind.TRANSIENT, ErrorKind.IN_USE):
                 self.counters.errors.inc()
             self.caught_up.discard(shard_id)
             machine.on_error(time.monotonic(), kind)

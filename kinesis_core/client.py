@@ -12,6 +12,7 @@ pickle round trip; the pickle itself does carry them, since a worker needs them 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -19,11 +20,15 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+import aiohttp
 import botocore.session
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
 from botocore.config import Config
+from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.exceptions import HTTPClientError
 
+from kinesis_core.classify import ErrorKind, classify, error_details
 from kinesis_core.errors import ConfigurationError, ValidationError
 
 if TYPE_CHECKING:
@@ -36,6 +41,7 @@ __all__ = [
     "create_botocore_client",
     "create_dynamodb_client",
     "create_kinesis_client",
+    "error_kind",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -232,3 +238,23 @@ def create_botocore_client(
     session = botocore.session.Session(profile=config.profile_name)
     kwargs = _client_kwargs(config, service, session, _http_config(config, max_attempts, Config))
     return session.create_client(service, **kwargs)
+
+
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncio.TimeoutError,
+    HTTPClientError,
+    BotoConnectionError,
+    aiohttp.ClientError,
+)
+"""No answer from the service (connection refused or reset, timeouts): worth retrying."""
+
+
+def error_kind(exc: BaseException) -> ErrorKind | None:
+    """How to treat an exception a Kinesis or DynamoDB call raised (the table in
+    :mod:`kinesis_core.classify`); None when it is neither a service answer nor a transport
+    error, i.e. a bug, to be raised as it is."""
+    code, status = error_details(exc)
+    if code is None and status is None and not isinstance(exc, TRANSPORT_ERRORS):
+        return None
+    return classify(code, status)

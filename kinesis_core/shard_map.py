@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from kinesis_core.classify import ErrorKind, classify, error_details
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError, ValidationError
 from kinesis_core.hashing import MAX_HASH_KEY, parse_explicit_hash_key
+from kinesis_core.stream import StreamRef
 
 logger = logging.getLogger(__name__)
 
@@ -38,15 +40,14 @@ Sleep = Callable[[float], Awaitable[object]]
 AT_LATEST: Mapping[str, str] = {"Type": "AT_LATEST"}
 """ShardFilter for the shards open now: all the producer can write to."""
 
-_PERMANENT_ERRORS = frozenset(
-    {
-        "AccessDeniedException",
-        "InvalidArgumentException",
-        "ResourceNotFoundException",
-        "ValidationException",
-    }
-)
-"""ListShards errors that retrying will not fix: ``start()`` reports them at once."""
+def _permanent(error: BaseException) -> bool:
+    """A ListShards error that retrying will not fix: ``start()`` reports it at once."""
+    return classify(*error_details(error)) in (
+        ErrorKind.AUTH,
+        ErrorKind.INVALID,
+        ErrorKind.NOT_FOUND,
+        ErrorKind.FATAL,
+    )
 
 
 @dataclass(frozen=True)
@@ -356,24 +357,10 @@ class ShardMap:
                 self._closed.pop(sid, None)
 
 
-def _error_code(exc: BaseException) -> str | None:
-    """The AWS error code of a botocore ClientError, without importing botocore."""
-    response = getattr(exc, "response", None)
-    if not isinstance(response, Mapping):
-        return None
-    code = response.get("Error", {}).get("Code")
-    return code if isinstance(code, str) else None
-
-
-def stream_params(stream: str) -> dict[str, str]:
-    """``StreamARN`` for an ARN, ``StreamName`` otherwise: how every Kinesis call names it."""
-    return {"StreamARN": stream} if stream.startswith("arn:") else {"StreamName": stream}
-
-
 def _first_page_kwargs(
-    stream: str, shard_filter: Mapping[str, Any] | None, page_size: int
+    stream: str | StreamRef, shard_filter: Mapping[str, Any] | None, page_size: int
 ) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"MaxResults": page_size, **stream_params(stream)}
+    kwargs: dict[str, Any] = {"MaxResults": page_size, **StreamRef.of(stream).params()}
     if shard_filter is not None:
         kwargs["ShardFilter"] = dict(shard_filter)
     return kwargs
@@ -381,7 +368,7 @@ def _first_page_kwargs(
 
 async def list_all_shards(
     client: object,
-    stream_name: str,
+    stream: str | StreamRef,
     shard_filter: Mapping[str, Any] | None = None,
     *,
     page_size: int = 1000,
@@ -391,16 +378,17 @@ async def list_all_shards(
     """Every shard ListShards returns, following NextToken.
 
     ``client`` is an aiobotocore Kinesis client or a ``list_shards``-like async callable.
-    ``stream_name`` may be an ARN. Later pages send only NextToken (and MaxResults): Kinesis
-    refuses StreamName or ShardFilter next to a NextToken. LimitExceededException is retried
-    per page up to ``max_attempts`` times, waiting 0.2 s doubling; other errors propagate.
+    ``stream`` is a name, an ARN or a :class:`StreamRef`. Later pages send only NextToken (and
+    MaxResults): Kinesis refuses StreamName or ShardFilter next to a NextToken.
+    LimitExceededException is retried per page up to ``max_attempts`` times, waiting 0.2 s
+    doubling; other errors propagate.
     """
     fn = getattr(client, "list_shards", client)
     if not callable(fn):
         raise TypeError(f"need a Kinesis client or a list_shards callable, got {client!r}")
     if max_attempts < 1:
         raise ConfigurationError(f"max_attempts must be >= 1, got {max_attempts}")
-    kwargs = _first_page_kwargs(stream_name, shard_filter, page_size)
+    kwargs = _first_page_kwargs(stream, shard_filter, page_size)
     shards: list[ShardInfo] = []
     while True:
         delay = 0.2
@@ -409,7 +397,7 @@ async def list_all_shards(
                 response = await fn(**kwargs)
                 break
             except Exception as exc:
-                if _error_code(exc) != "LimitExceededException" or attempt == max_attempts:
+                if error_details(exc)[0] != "LimitExceededException" or attempt == max_attempts:
                     raise
                 await sleep(delay)
                 delay *= 2
@@ -498,7 +486,7 @@ class ShardMapDriver:
             if self._map.state is ShardMapState.READY:
                 return True
             error = self._last_error
-            return fail_fast and error is not None and _error_code(error) in _PERMANENT_ERRORS
+            return fail_fast and error is not None and _permanent(error)
 
         try:
             async with self._changed:

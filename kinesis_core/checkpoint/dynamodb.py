@@ -47,6 +47,7 @@ from kinesis_core.checkpoint.base import (
     apply_lease,
     apply_put,
 )
+from kinesis_core.classify import ErrorKind, classify, error_details
 from kinesis_core.client import ClientConfig, create_dynamodb_client
 from kinesis_core.errors import ConfigurationError, ValidationError
 
@@ -62,7 +63,6 @@ _REMOVED_BY_CHECKPOINT = (
     "pendingCheckpointSubSequenceNumber",
     "pendingCheckpointState",
 )
-_CONDITION_FAILED = "ConditionalCheckFailedException"
 Item = Mapping[str, Any]
 
 
@@ -209,7 +209,8 @@ class _Update:
 
 
 def _failed_condition(exc: ClientError) -> bool:
-    return bool(exc.response.get("Error", {}).get("Code") == _CONDITION_FAILED)
+    """A conditional write lost: the stored row is not the one the write expected."""
+    return classify(*error_details(exc)) is ErrorKind.CONFLICT
 
 
 class DynamoDBCheckpointStore:

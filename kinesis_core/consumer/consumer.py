@@ -41,16 +41,15 @@ from kinesis_core.checkpoint.base import (
     checkpoint_order,
 )
 from kinesis_core.checkpoint.sqlite import SQLiteCheckpointStore
-from kinesis_core.client import ClientConfig, create_kinesis_client
+from kinesis_core.classify import ErrorKind
+from kinesis_core.client import ClientConfig, create_kinesis_client, error_kind
 from kinesis_core.consumer import fastparse
 from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier
 from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
 from kinesis_core.consumer.positions import LATEST, InitialPosition
 from kinesis_core.consumer.reader import (
-    ErrorKind,
     ReaderOptions,
     ShardReaderMachine,
-    error_kind,
     run_shard_reader,
 )
 from kinesis_core.consumer.status import ShardStatus
@@ -451,7 +450,8 @@ class Consumer:
                 await self._discover(first=True)
                 return
             except Exception as exc:
-                retryable = error_kind(exc) in (ErrorKind.THROTTLED, ErrorKind.TRANSIENT)
+                kind = error_kind(exc)
+                retryable = kind is not None and kind.retryable
                 if not retryable or attempt == _START_ATTEMPTS:
                     raise
                 logger.warning("listing the shards of %s failed; retrying", self.stream)
@@ -466,7 +466,7 @@ class Consumer:
             try:
                 await self._discover()
             except Exception as exc:
-                if error_kind(exc) is ErrorKind.GONE:
+                if error_kind(exc) is ErrorKind.NOT_FOUND:
                     # The stream was deleted: no retry brings it back; the iterator raises.
                     self._fail(exc)
                     return

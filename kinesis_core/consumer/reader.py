@@ -19,70 +19,20 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-from botocore.exceptions import ConnectionError as BotoConnectionError
-from botocore.exceptions import HTTPClientError
-
 from kinesis_core.aggregation import deaggregate
+from kinesis_core.classify import ErrorKind
+from kinesis_core.client import error_kind
 from kinesis_core.consumer._gc import gc_paused
 from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier
 from kinesis_core.consumer.lineage import ShardNode, StartPoint
 from kinesis_core.consumer.positions import InitialPosition, resume_params
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.records import KinesisRecord, Position
-from kinesis_core.shard_map import stream_params
+from kinesis_core.stream import StreamRef
 
 MAX_GET_RECORDS_LIMIT = 10_000
 MIN_CALL_INTERVAL = 0.2
 """Kinesis allows 5 GetRecords calls per second per shard."""
-
-
-class ErrorKind(enum.Enum):
-    THROTTLED = "throttled"
-    EXPIRED = "expired"
-    TRANSIENT = "transient"
-    GONE = "gone"
-    FATAL = "fatal"
-
-
-_THROTTLE_CODES = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "LimitExceededException",
-        "KMSThrottlingException",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-    }
-)
-_TRANSIENT_CODES = frozenset(
-    {
-        "InternalFailure",
-        "InternalFailureException",
-        "InternalServerError",
-        "ServiceUnavailable",
-        "ServiceUnavailableException",
-        "RequestTimeout",
-        "RequestTimeoutException",
-    }
-)
-
-
-def classify_error(code: str | None, http_status: int | None = None) -> ErrorKind:
-    """How a reader treats a failed GetShardIterator/GetRecords call.
-
-    ``code`` None means no AWS answer at all (connection reset, timeout): transient.
-    """
-    if code is None:
-        return ErrorKind.TRANSIENT
-    if code in _THROTTLE_CODES:
-        return ErrorKind.THROTTLED
-    if code == "ExpiredIteratorException":
-        return ErrorKind.EXPIRED
-    if code == "ResourceNotFoundException":
-        return ErrorKind.GONE
-    if code in _TRANSIENT_CODES or (http_status is not None and http_status >= 500):
-        return ErrorKind.TRANSIENT
-    return ErrorKind.FATAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,47 +207,20 @@ class ShardReaderMachine:
             self._iterator = None
             self._state = ReaderState.NEEDS_ITERATOR
             return
-        if kind is ErrorKind.GONE:
+        if kind is ErrorKind.NOT_FOUND:
             self._state = ReaderState.ENDED
             self._gone = True
             return
-        if kind is ErrorKind.FATAL:
-            raise ValueError("fatal errors are raised by the driver, not fed to the machine")
+        if not handled_by_reader(kind):
+            raise ValueError(f"{kind} errors are raised by the driver, not fed to the machine")
         self._failures += 1
         delay = min(self.options.backoff_max, self.options.backoff_base * 2 ** (self._failures - 1))
         self._not_before = max(self._not_before, now + delay * (0.5 + 0.5 * self._rng()))
 
 
-def error_details(exc: BaseException) -> tuple[str | None, int | None]:
-    """The AWS error code and HTTP status of a botocore ClientError (None, None otherwise)."""
-    response = getattr(exc, "response", None)
-    if not isinstance(response, Mapping):
-        return None, None
-    code = response.get("Error", {}).get("Code")
-    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return (
-        code if isinstance(code, str) else None,
-        status if isinstance(status, int) else None,
-    )
-
-
-TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,
-    asyncio.TimeoutError,
-    HTTPClientError,
-    BotoConnectionError,
-    aiohttp.ClientError,
-)
-"""No answer from the service (connection refused or reset, timeouts): worth retrying."""
-
-
-def error_kind(exc: BaseException) -> ErrorKind | None:
-    """How to treat an exception a Kinesis call raised; None if it is not a service or
-    network error at all (a bug, to be raised as it is)."""
-    code, status = error_details(exc)
-    if code is None and not isinstance(exc, TRANSPORT_ERRORS):
-        return None
-    return classify_error(code, status)
+def handled_by_reader(kind: ErrorKind | None) -> bool:
+    """Whether a reader recovers from an error of this kind on its own (the rest raise)."""
+    return kind is not None and (kind.retryable or kind in (ErrorKind.EXPIRED, ErrorKind.NOT_FOUND))
 
 
 async def run_shard_reader(
@@ -311,7 +234,7 @@ async def run_shard_reader(
 ) -> Ended:
     """Drive ``machine`` until its shard ends; every non-empty batch is registered in
     ``frontier`` and then handed to ``emit`` (which may block: that is the backpressure)."""
-    stream_kwargs = stream_params(stream)
+    stream_kwargs = StreamRef.of(stream).params()
     shard_id = machine.shard_id
     while True:
         action = machine.next_action(clock())
@@ -331,7 +254,7 @@ async def run_shard_reader(
                 )
         except Exception as exc:
             kind = error_kind(exc)
-            if kind is None or kind is ErrorKind.FATAL:
+            if kind is None or not handled_by_reader(kind):
                 raise
             machine.on_error(clock(), kind)
             continue

@@ -7,18 +7,17 @@ from typing import Any
 import pytest
 
 from kinesis_core.aggregation import encode_aggregate
+from kinesis_core.classify import ErrorKind
 from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.reader import (
     Ended,
-    ErrorKind,
     GetIterator,
     GetRecords,
     ReaderOptions,
     ReaderState,
     ShardReaderMachine,
     Wait,
-    classify_error,
 )
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.hashing import MAX_HASH_KEY, hash_key
@@ -169,10 +168,11 @@ def test_shard_end_reports_the_children() -> None:
 def test_a_vanished_shard_ends_as_gone() -> None:
     machine = ShardReaderMachine(NODE, TRIM_HORIZON)
     machine.next_action(0)
-    machine.on_error(0, ErrorKind.GONE)
+    machine.on_error(0, ErrorKind.NOT_FOUND)
     assert machine.next_action(0) == Ended((), True)
-    with pytest.raises(ValueError, match="fatal"):
-        machine.on_error(0, ErrorKind.FATAL)
+    for kind in (ErrorKind.FATAL, ErrorKind.AUTH, ErrorKind.INVALID):
+        with pytest.raises(ValueError, match="raised by the driver"):
+            machine.on_error(0, kind)
 
 
 def test_hash_range_filter_drops_aggregates_that_straddle_the_shard() -> None:
@@ -192,24 +192,6 @@ def test_hash_range_filter_drops_aggregates_that_straddle_the_shard() -> None:
         },
     )
     assert [r.data for r in records] == [b"c", b"d", b"plain"]
-
-
-@pytest.mark.parametrize(
-    ("code", "status", "kind"),
-    [
-        ("ProvisionedThroughputExceededException", 400, ErrorKind.THROTTLED),
-        ("KMSThrottlingException", 400, ErrorKind.THROTTLED),
-        ("ExpiredIteratorException", 400, ErrorKind.EXPIRED),
-        ("ResourceNotFoundException", 400, ErrorKind.GONE),
-        ("InternalFailure", 500, ErrorKind.TRANSIENT),
-        ("SomethingNew", 503, ErrorKind.TRANSIENT),
-        (None, None, ErrorKind.TRANSIENT),
-        ("AccessDeniedException", 400, ErrorKind.FATAL),
-        ("InvalidArgumentException", 400, ErrorKind.FATAL),
-    ],
-)
-def test_error_classes(code: str | None, status: int | None, kind: ErrorKind) -> None:
-    assert classify_error(code, status) is kind
 
 
 def test_options_are_checked() -> None:

@@ -1,0 +1,64 @@
+"""A reference to a stream, by name or by ARN, and how every Kinesis call names it.
+
+Users may name a stream either way. Calls differ in how they take it: ``StreamARN`` or
+``StreamName`` (never an ARN in ``StreamName``: the service refuses it, or worse, treats it as
+the name of a stream that does not exist). :class:`StreamRef` is the one value every producer,
+consumer, shard map and adapter passes around, so that choice is made in one place.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kinesis_core.errors import ConfigurationError
+
+_NAME = re.compile(r"[a-zA-Z0-9_.\-]{1,128}")
+_ARN = re.compile(
+    r"arn:aws[a-z\-]*:kinesis:(?P<region>[a-z0-9\-]+):(?P<account>\d{12}):stream/(?P<name>[^/]+)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRef:
+    """A Kinesis stream: its name, and its ARN when the user gave one."""
+
+    name: str
+    arn: str | None = None
+
+    @classmethod
+    def of(cls, value: str | StreamRef, field: str = "stream") -> StreamRef:
+        """Parse a stream name or ARN; ``field`` names the argument in the error."""
+        if isinstance(value, StreamRef):
+            return value
+        if not isinstance(value, str) or not value:
+            raise ConfigurationError(
+                f"{field}: must be a stream name or ARN, got {value!r:.80}"
+            )
+        if value.startswith("arn:"):
+            match = _ARN.fullmatch(value)
+            if match is None:
+                raise ConfigurationError(
+                    f"{field}: not a Kinesis stream ARN "
+                    f"(arn:aws:kinesis:REGION:ACCOUNT:stream/NAME): {value!r:.200}"
+                )
+            return cls(match["name"], value)
+        if _NAME.fullmatch(value) is None:
+            raise ConfigurationError(
+                f"{field}: a stream name is 1 to 128 characters of a-z, A-Z, 0-9, '_', '.' and "
+                f"'-', got {value!r:.200}"
+            )
+        return cls(value)
+
+    @property
+    def region(self) -> str | None:
+        """The region in the ARN, if one was given."""
+        match = None if self.arn is None else _ARN.fullmatch(self.arn)
+        return None if match is None else match["region"]
+
+    def params(self) -> dict[str, str]:
+        """``StreamARN`` when the ARN is known, else ``StreamName``: the arguments of a call."""
+        return {"StreamARN": self.arn} if self.arn is not None else {"StreamName": self.name}
+
+    def __str__(self) -> str:
+        return self.arn or self.name
