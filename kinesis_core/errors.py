@@ -6,6 +6,8 @@ the input without reading our code.
 
 from __future__ import annotations
 
+from kinesis_core.classify import ErrorKind, classify, error_details, error_message
+
 
 class KinesisConnectorError(Exception):
     """Base class of every exception this project raises."""
@@ -26,3 +28,41 @@ class ConfigurationError(KinesisConnectorError, ValueError):
 
 class EmulatorError(KinesisConnectorError, RuntimeError):
     """The local Kinesis emulator could not be installed, started or reached."""
+
+
+class KinesisServiceError(KinesisConnectorError):
+    """A Kinesis or DynamoDB call failed in a way no retry fixes (or its retries ran out).
+
+    ``code`` and ``http_status`` are the service's (None for a network failure), ``kind`` the
+    :class:`~kinesis_core.classify.ErrorKind` the error table gives them; the original
+    exception is the ``__cause__``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None,
+        kind: ErrorKind,
+        http_status: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.kind = kind
+        self.http_status = http_status
+
+    @classmethod
+    def wrap(cls, exc: BaseException, doing: str) -> KinesisServiceError:
+        """``doing`` says what failed (``"GetRecords on shardId-000000000001 of orders"``);
+        raise the result ``from exc``."""
+        code, status = error_details(exc)
+        kind = classify(code, status)
+        what = f"{code}: {error_message(exc)}" if code else error_message(exc)
+        hint = _HINTS.get(kind, "")
+        return cls(f"{doing} failed: {what}{hint}", code=code, kind=kind, http_status=status)
+
+
+_HINTS = {
+    ErrorKind.AUTH: " (check the credentials and the IAM permissions of this process)",
+    ErrorKind.NOT_FOUND: " (check the stream name or ARN, and the region)",
+}

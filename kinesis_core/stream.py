@@ -32,9 +32,7 @@ class StreamRef:
         if isinstance(value, StreamRef):
             return value
         if not isinstance(value, str) or not value:
-            raise ConfigurationError(
-                f"{field}: must be a stream name or ARN, got {value!r:.80}"
-            )
+            raise ConfigurationError(f"{field}: must be a stream name or ARN, got {value!r:.80}")
         if value.startswith("arn:"):
             match = _ARN.fullmatch(value)
             if match is None:

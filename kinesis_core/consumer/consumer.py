@@ -46,17 +46,15 @@ from kinesis_core.client import ClientConfig, create_kinesis_client, error_kind
 from kinesis_core.consumer import fastparse
 from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier
 from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
+from kinesis_core.consumer.polling import PollingOptions, PollingRead
 from kinesis_core.consumer.positions import LATEST, InitialPosition
-from kinesis_core.consumer.reader import (
-    ReaderOptions,
-    ShardReaderMachine,
-    run_shard_reader,
-)
+from kinesis_core.consumer.reading import AsyncPolling, run_shard_read
 from kinesis_core.consumer.status import ShardStatus
-from kinesis_core.errors import ConfigurationError
+from kinesis_core.errors import ConfigurationError, KinesisServiceError
 from kinesis_core.lease import LeaseConfig, LeaseManager
 from kinesis_core.records import KinesisRecord
 from kinesis_core.shard_map import list_all_shards
+from kinesis_core.stream import StreamRef
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +134,7 @@ class Checkpointer:
 class _ShardRun:
     node: ShardNode
     frontier: ShardFrontier
-    machine: ShardReaderMachine
+    machine: PollingRead
     task: asyncio.Task[None] | None = field(default=None, repr=False)
     children: tuple[str, ...] = ()
     """Known at the shard's end; written with SHARD_END."""
@@ -209,7 +207,7 @@ class Consumer:
         self.shard_refresh_interval = shard_refresh_interval
         self.close_timeout = close_timeout
         self.auto_ack = auto_ack
-        self._reader_options = ReaderOptions(
+        self._polling_options = PollingOptions(
             limit=max_records_per_call, idle_interval=idle_interval
         )
         self._client_config = client_config
@@ -451,9 +449,12 @@ class Consumer:
                 return
             except Exception as exc:
                 kind = error_kind(exc)
-                retryable = kind is not None and kind.retryable
-                if not retryable or attempt == _START_ATTEMPTS:
+                if kind is None:
                     raise
+                if not kind.retryable or attempt == _START_ATTEMPTS:
+                    raise KinesisServiceError.wrap(
+                        exc, f"listing the shards of {self.stream}"
+                    ) from exc
                 logger.warning("listing the shards of %s failed; retrying", self.stream)
                 await asyncio.sleep(delay)
                 delay *= 2
@@ -486,7 +487,7 @@ class Consumer:
             frontier = ShardFrontier(
                 node.shard_id, start if isinstance(start, tuple) else start.sentinel
             )
-            run = _ShardRun(node, frontier, ShardReaderMachine(node, start, self._reader_options))
+            run = _ShardRun(node, frontier, PollingRead(node, start, self._polling_options))
             run.task = asyncio.create_task(
                 self._read_shard(run), name=f"kinesis-reader-{node.shard_id}"
             )
@@ -495,8 +496,9 @@ class Consumer:
     async def _read_shard(self, run: _ShardRun) -> None:
         shard_id = run.node.shard_id
         try:
-            ended = await run_shard_reader(
-                run.machine, self._client, self.stream, run.frontier, self._queue.put
+            transport = AsyncPolling(self._client, StreamRef.of(self.stream), shard_id)
+            ended = await run_shard_read(
+                run.machine, transport, run.frontier, self._queue.put, where=self.stream
             )
             if ended.gone:
                 logger.warning("shard %s of %s is gone; not reading it", shard_id, self.stream)

@@ -20,21 +20,19 @@ from apache_beam.transforms.core import _BundleFinalizerParam
 from apache_beam.utils.timestamp import Timestamp
 from botocore.exceptions import ClientError
 
-import beam_kinesis.read as read_module
-from beam_kinesis.read import (
-    ReadFromKinesis,
-    _BoundedReadFn,
-    _ReadFn,
-    _UnboundedReadFn,
-    to_timestamp,
-)
+import beam_kinesis._read_fn as read_fn_module
+import beam_kinesis._shard_readers as shard_readers_module
+from beam_kinesis._read_fn import BoundedReadFn, ReadFn, UnboundedReadFn
+from beam_kinesis._read_spec import to_timestamp
+from beam_kinesis.read import ReadFromKinesis
 from beam_kinesis.record import KinesisRecord
 from beam_kinesis.restriction import KinesisRestriction, ShardCursor
 from kinesis_core.aggregation import encode_aggregate
 from kinesis_core.checkpoint import SHARD_END, MemoryCheckpointStore
+from kinesis_core.classify import ErrorKind
 from kinesis_core.client import ClientConfig
 from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp
-from kinesis_core.errors import ConfigurationError, ValidationError
+from kinesis_core.errors import ConfigurationError, KinesisServiceError, ValidationError
 from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.records import SubRecord
 
@@ -177,11 +175,12 @@ class FakeKinesis:
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeKinesis:
     client = FakeKinesis(FakeShard("s0", 0, HALF), FakeShard("s1", HALF + 1, MAX_HASH_KEY))
-    monkeypatch.setattr(read_module, "create_botocore_client", lambda *a, **kw: client)
+    monkeypatch.setattr(read_fn_module, "create_botocore_client", lambda *a, **kw: client)
+    monkeypatch.setattr(shard_readers_module, "create_botocore_client", lambda *a, **kw: client)
     return client
 
 
-def make_fn(*, unbounded: bool = False, **kw: Any) -> _ReadFn:
+def make_fn(*, unbounded: bool = False, **kw: Any) -> ReadFn:
     """The DoFn as a worker has it (after setup); bounded by stop_when_caught_up unless
     ``unbounded``."""
     if not unbounded:
@@ -190,7 +189,7 @@ def make_fn(*, unbounded: bool = False, **kw: Any) -> _ReadFn:
     kw.setdefault("idle_interval", 0.2)
     transform = ReadFromKinesis("stream", client_config=ClientConfig(region_name="us-east-1"), **kw)
     spec = transform._spec
-    fn = _BoundedReadFn(spec) if spec.bounded else _UnboundedReadFn(spec)
+    fn = BoundedReadFn(spec) if spec.bounded else UnboundedReadFn(spec)
     fn.setup()
     return fn
 
@@ -199,7 +198,7 @@ class Bundle:
     """One process() call the way the SDK harness makes it."""
 
     def __init__(
-        self, fn: _ReadFn, restriction: KinesisRestriction, watermark: Timestamp | None = None
+        self, fn: ReadFn, restriction: KinesisRestriction, watermark: Timestamp | None = None
     ) -> None:
         self.tracker = ThreadsafeRestrictionTracker(fn.create_tracker(restriction))
         self.estimator = ManualWatermarkEstimator(watermark)
@@ -225,11 +224,11 @@ class Bundle:
         return self.tracker.current_restriction()  # type: ignore[no-any-return]
 
 
-def whole(fn: _ReadFn) -> KinesisRestriction:
+def whole(fn: ReadFn) -> KinesisRestriction:
     return fn.initial_restriction("stream")
 
 
-def parts(fn: _ReadFn) -> list[KinesisRestriction]:
+def parts(fn: ReadFn) -> list[KinesisRestriction]:
     return list(fn.split("stream", whole(fn)))
 
 
@@ -446,8 +445,11 @@ def test_expired_iterators_are_replaced_after_the_last_record(fake: FakeKinesis)
 def test_fatal_errors_fail_the_bundle(fake: FakeKinesis) -> None:
     fake.faults["s0"] = [client_error("AccessDeniedException")]
     fn = make_fn()
-    with pytest.raises(ClientError, match="AccessDenied"):
+    with pytest.raises(KinesisServiceError, match="GetRecords on s0 of stream failed") as info:
         Bundle(fn, parts(fn)[0])
+    assert info.value.code == "AccessDeniedException"
+    assert info.value.kind is ErrorKind.AUTH
+    assert isinstance(info.value.__cause__, ClientError)
 
 
 # -- checkpoint store -----------------------------------------------------------------------------

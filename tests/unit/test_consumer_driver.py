@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 from kinesis_core.aggregation import encode_aggregate
 from kinesis_core.checkpoint import SHARD_END, MemoryCheckpointStore, Sentinel
 from kinesis_core.consumer import LATEST, TRIM_HORIZON, Consumer, RecordBatch, ShardState
+from kinesis_core.errors import KinesisServiceError
 from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.records import KinesisRecord, SubRecord
 
@@ -331,9 +332,13 @@ def test_a_fatal_error_surfaces_from_the_iterator() -> None:
         fake = FakeKinesis(1)
         fake.faults["GetShardIterator"].append(client_error("AccessDeniedException"))
         async with consumer(fake, MemoryCheckpointStore()) as c:
-            with pytest.raises(ClientError, match="AccessDenied"):
+            with pytest.raises(
+                KinesisServiceError, match=r"GetIterator on shardId-0+ of stream failed"
+            ) as info:
                 await collect(c, 1)
-            with pytest.raises(ClientError):
+            assert info.value.code == "AccessDeniedException"
+            assert isinstance(info.value.__cause__, ClientError)
+            with pytest.raises(KinesisServiceError):
                 await collect(c, 1)
 
     asyncio.run(main())
@@ -343,9 +348,13 @@ def test_a_missing_stream_fails_at_start() -> None:
     async def main() -> None:
         fake = FakeKinesis(1)
         fake.faults["ListShards"].append(client_error("ResourceNotFoundException"))
-        with pytest.raises(ClientError, match="ResourceNotFound"):
+        with pytest.raises(
+            KinesisServiceError, match="listing the shards of stream failed"
+        ) as info:
             async with consumer(fake, MemoryCheckpointStore()):
                 pass
+        assert info.value.code == "ResourceNotFoundException"
+        assert "check the stream name" in str(info.value)
 
     asyncio.run(main())
 

@@ -1,4 +1,4 @@
-"""The shard reader's state machine: rate, backoff, expiry, resume inside an aggregate, end."""
+"""The polling shard reader's machine: rate, backoff, expiry, resume inside an aggregate, end."""
 
 from __future__ import annotations
 
@@ -10,20 +10,14 @@ from kinesis_core.aggregation import encode_aggregate
 from kinesis_core.classify import ErrorKind
 from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp
 from kinesis_core.consumer.lineage import ShardNode
-from kinesis_core.consumer.reader import (
-    Ended,
-    GetIterator,
-    GetRecords,
-    ReaderOptions,
-    ReaderState,
-    ShardReaderMachine,
-    Wait,
-)
+from kinesis_core.consumer.polling import GetIterator, GetRecords, PollingOptions, PollingRead
+from kinesis_core.consumer.transport import Ended, ReadState, Wait
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.records import SubRecord
 
 NODE = ShardNode("shard-1", (), (0, MAX_HASH_KEY), True)
+CALL = GetRecords("it-0", 10_000)
 
 
 def raw(seq: int, data: bytes, pk: str = "pk") -> dict[str, Any]:
@@ -35,31 +29,29 @@ def aggregate(seq: int, count: int) -> dict[str, Any]:
     return raw(seq, encode_aggregate(subs), "k0")
 
 
-def reading(machine: ShardReaderMachine, now: float = 0.0) -> None:
+def reading(machine: PollingRead, now: float = 0.0) -> None:
     action = machine.next_action(now)
     assert isinstance(action, GetIterator)
     machine.on_iterator("it-0")
 
 
 def test_calls_are_spaced_to_five_per_second_per_api() -> None:
-    machine = ShardReaderMachine(NODE, TRIM_HORIZON)
+    machine = PollingRead(NODE, TRIM_HORIZON)
     first = machine.next_action(10.0)
     assert first == GetIterator({"ShardIteratorType": "TRIM_HORIZON"})
     assert machine.next_action(10.05) == Wait(10.2)
     machine.on_iterator("it-1")
     assert machine.next_action(10.05) == GetRecords("it-1", 10_000)
     assert machine.next_action(10.1) == Wait(pytest.approx(10.25))
-    machine.on_error(10.1, ErrorKind.EXPIRED)
+    machine.on_error(10.1, CALL, ErrorKind.EXPIRED)
     assert machine.next_action(10.1) == Wait(10.2)
     assert isinstance(machine.next_action(10.2), GetIterator)
 
 
 def test_initial_positions() -> None:
-    assert ShardReaderMachine(NODE, LATEST).next_action(0) == GetIterator(
-        {"ShardIteratorType": "LATEST"}
-    )
+    assert PollingRead(NODE, LATEST).next_action(0) == GetIterator({"ShardIteratorType": "LATEST"})
     at = AtTimestamp(1_700_000_000.5)
-    action = ShardReaderMachine(NODE, at).next_action(0)
+    action = PollingRead(NODE, at).next_action(0)
     assert isinstance(action, GetIterator)
     assert action.params["ShardIteratorType"] == "AT_TIMESTAMP"
     assert action.params["Timestamp"].timestamp() == 1_700_000_000.5
@@ -73,7 +65,7 @@ def test_shard_filters_of_initial_positions() -> None:
 
 
 def test_resume_inside_an_aggregate_skips_what_was_checkpointed() -> None:
-    machine = ShardReaderMachine(NODE, (500, 2))
+    machine = PollingRead(NODE, (500, 2))
     assert machine.next_action(0) == GetIterator(
         {"ShardIteratorType": "AT_SEQUENCE_NUMBER", "StartingSequenceNumber": "500"}
     )
@@ -87,11 +79,11 @@ def test_resume_inside_an_aggregate_skips_what_was_checkpointed() -> None:
 
 
 def test_resume_skip_holds_across_an_expiry_before_the_first_record() -> None:
-    machine = ShardReaderMachine(NODE, (500, 0))
+    machine = PollingRead(NODE, (500, 0))
     reading(machine)
     machine.next_action(1)
-    machine.on_error(1, ErrorKind.EXPIRED)
-    assert machine.state is ReaderState.NEEDS_ITERATOR
+    machine.on_error(1, CALL, ErrorKind.EXPIRED)
+    assert machine.state is ReadState.CONNECTING
     assert machine.next_action(2) == GetIterator(
         {"ShardIteratorType": "AT_SEQUENCE_NUMBER", "StartingSequenceNumber": "500"}
     )
@@ -103,26 +95,26 @@ def test_resume_skip_holds_across_an_expiry_before_the_first_record() -> None:
 
 
 def test_expired_iterator_resumes_after_the_last_record_read() -> None:
-    machine = ShardReaderMachine(NODE, TRIM_HORIZON)
+    machine = PollingRead(NODE, TRIM_HORIZON)
     reading(machine)
     machine.next_action(1)
     machine.on_records(1, {"Records": [raw(7, b"a"), aggregate(9, 3)], "NextShardIterator": "n"})
     machine.next_action(2)
-    machine.on_error(2, ErrorKind.EXPIRED)
+    machine.on_error(2, CALL, ErrorKind.EXPIRED)
     assert machine.next_action(3) == GetIterator(
         {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": "9"}
     )
 
 
 def test_throttling_backs_off_exponentially_and_resets() -> None:
-    options = ReaderOptions(backoff_base=0.5, backoff_max=2.0)
-    machine = ShardReaderMachine(NODE, TRIM_HORIZON, options, rng=lambda: 1.0)
+    options = PollingOptions(backoff_base=0.5, backoff_max=2.0)
+    machine = PollingRead(NODE, TRIM_HORIZON, options, rng=lambda: 1.0)
     reading(machine)
     now = 1.0
     waits = []
     for _ in range(4):
         assert isinstance(machine.next_action(now), GetRecords)
-        machine.on_error(now, ErrorKind.THROTTLED)
+        machine.on_error(now, CALL, ErrorKind.THROTTLED)
         action = machine.next_action(now)
         assert isinstance(action, Wait)
         waits.append(round(action.until - now, 3))
@@ -130,13 +122,13 @@ def test_throttling_backs_off_exponentially_and_resets() -> None:
     assert waits == [0.5, 1.0, 2.0, 2.0]
     machine.next_action(now)
     machine.on_records(now, {"Records": [], "MillisBehindLatest": 5, "NextShardIterator": "n"})
-    machine.on_error(now, ErrorKind.TRANSIENT)
+    machine.on_error(now, CALL, ErrorKind.TRANSIENT)
     assert machine.next_action(now) == Wait(now + 0.5)
     assert machine.last_error is ErrorKind.TRANSIENT
 
 
 def test_an_idle_caught_up_shard_is_polled_slowly() -> None:
-    machine = ShardReaderMachine(NODE, TRIM_HORIZON, ReaderOptions(idle_interval=1.5))
+    machine = PollingRead(NODE, TRIM_HORIZON, PollingOptions(idle_interval=1.5))
     reading(machine)
     machine.next_action(1)
     machine.on_records(1.01, {"Records": [], "MillisBehindLatest": 0, "NextShardIterator": "n"})
@@ -148,7 +140,7 @@ def test_an_idle_caught_up_shard_is_polled_slowly() -> None:
 
 
 def test_shard_end_reports_the_children() -> None:
-    machine = ShardReaderMachine(NODE, TRIM_HORIZON)
+    machine = PollingRead(NODE, TRIM_HORIZON)
     reading(machine)
     machine.next_action(1)
     child = {
@@ -158,7 +150,7 @@ def test_shard_end_reports_the_children() -> None:
     }
     records = machine.on_records(1, {"Records": [raw(3, b"last")], "ChildShards": [child]})
     assert [r.data for r in records] == [b"last"]
-    assert machine.state is ReaderState.ENDED
+    assert machine.state is ReadState.ENDED
     action = machine.next_action(5)
     assert isinstance(action, Ended)
     assert not action.gone
@@ -166,20 +158,20 @@ def test_shard_end_reports_the_children() -> None:
 
 
 def test_a_vanished_shard_ends_as_gone() -> None:
-    machine = ShardReaderMachine(NODE, TRIM_HORIZON)
+    machine = PollingRead(NODE, TRIM_HORIZON)
     machine.next_action(0)
-    machine.on_error(0, ErrorKind.NOT_FOUND)
+    machine.on_error(0, CALL, ErrorKind.NOT_FOUND)
     assert machine.next_action(0) == Ended((), True)
     for kind in (ErrorKind.FATAL, ErrorKind.AUTH, ErrorKind.INVALID):
         with pytest.raises(ValueError, match="raised by the driver"):
-            machine.on_error(0, kind)
+            machine.on_error(0, CALL, kind)
 
 
 def test_hash_range_filter_drops_aggregates_that_straddle_the_shard() -> None:
     inside = next(f"k{i}" for i in range(1000) if hash_key(f"k{i}") <= MAX_HASH_KEY // 2)
     outside = next(f"k{i}" for i in range(1000) if hash_key(f"k{i}") > MAX_HASH_KEY // 2)
     node = ShardNode("shard-1", (), (0, MAX_HASH_KEY // 2), True)
-    machine = ShardReaderMachine(node, TRIM_HORIZON)
+    machine = PollingRead(node, TRIM_HORIZON)
     reading(machine)
     machine.next_action(1)
     mixed = encode_aggregate([SubRecord(inside, None, b"a"), SubRecord(outside, None, b"b")])
@@ -196,8 +188,8 @@ def test_hash_range_filter_drops_aggregates_that_straddle_the_shard() -> None:
 
 def test_options_are_checked() -> None:
     with pytest.raises(ConfigurationError, match="5 calls/s"):
-        ReaderOptions(min_interval=0.1)
+        PollingOptions(min_interval=0.1)
     with pytest.raises(ConfigurationError, match="limit"):
-        ReaderOptions(limit=10_001)
+        PollingOptions(limit=10_001)
     with pytest.raises(ConfigurationError, match="idle_interval"):
-        ReaderOptions(idle_interval=0.1)
+        PollingOptions(idle_interval=0.1)

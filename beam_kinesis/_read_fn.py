@@ -1,0 +1,228 @@
+"""The splittable DoFn of ``ReadFromKinesis`` and its restriction provider.
+
+The initial restriction lists the shards (and the stored positions, with a checkpoint store);
+``split`` cuts it into one restriction per shard (:mod:`beam_kinesis.restriction`). Each
+``process`` call runs a :class:`~beam_kinesis._read_loop.ReadLoop` over the shard readers of
+this DoFn instance (:mod:`beam_kinesis._shard_readers`), self-checkpoints when the loop asks,
+and registers a bundle finalizer that writes the committed positions to the checkpoint store.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
+from apache_beam.transforms.core import RestrictionProvider
+from apache_beam.utils.timestamp import Duration
+
+from beam_kinesis._read_loop import Counters, ReadLoop
+from beam_kinesis._read_spec import ReadSpec, micros, now_micros
+from beam_kinesis._shard_readers import ShardReaders, list_shards
+from beam_kinesis.restriction import (
+    DeadlineClaim,
+    KinesisRestriction,
+    KinesisRestrictionCoder,
+    KinesisRestrictionTracker,
+    commit_values,
+    initial_restriction,
+    partition,
+)
+from kinesis_core.checkpoint import CheckpointStore, CheckpointValue
+from kinesis_core.client import create_botocore_client
+from kinesis_core.consumer.consumer import Checkpointer
+from kinesis_core.consumer.lineage import ShardNode
+from kinesis_core.consumer.positions import LATEST
+from kinesis_core.producer.blocking import LoopThread
+from kinesis_core.stream import StreamRef
+
+logger = logging.getLogger(__name__)
+
+_STORE_TIMEOUT = 60.0
+
+
+class ReadFn(beam.DoFn, RestrictionProvider):
+    """The splittable DoFn and its own restriction provider."""
+
+    def __init__(self, spec: ReadSpec) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self._spec = spec
+        self._readers: ShardReaders | None = None
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    def setup(self) -> None:
+        spec = self._spec
+        self._readers = ShardReaders(spec)
+        self._counters = Counters()
+        self._store: CheckpointStore | None = None
+        self._checkpointer: Checkpointer | None = None
+        if spec.checkpoint_store is not None:
+            self._store = spec.checkpoint_store()
+            self._checkpointer = Checkpointer(self._store, spec.application_name, spec.stream)
+
+    def teardown(self) -> None:
+        if self._readers is not None:
+            self._readers.close()
+            self._readers = None
+        store, self._store = getattr(self, "_store", None), None
+        if store is not None:
+            try:
+                LoopThread.get().run(store.close(), _STORE_TIMEOUT)
+            except Exception:
+                logger.warning("closing the checkpoint store failed", exc_info=True)
+
+    def display_data(self) -> dict[str, Any]:
+        return self._spec.display_data()
+
+    # -- restriction provider -------------------------------------------------------------
+
+    def initial_restriction(self, element: str) -> KinesisRestriction:
+        """List the shards (and the stored positions, with a checkpoint store) and build the
+        whole-stream restriction that ``split`` cuts into one per shard."""
+        spec = self._spec
+        now = now_micros()
+        position = spec.initial_position
+        if position.timestamp is not None:
+            start: int | None = micros(position.timestamp)
+            child_start = start
+        elif position == LATEST:
+            # Resolved once, here: a restart of the restriction before its first record must
+            # not skip what arrived in between, as a second LATEST iterator would.
+            start, child_start = now, None
+        else:
+            start = child_start = None
+        checkpoints = self._stored_checkpoints(element)
+        client = create_botocore_client(spec.client_config, "kinesis")
+        stream = StreamRef.of(element)
+        try:
+            if checkpoints:
+                shards = list_shards(client, stream, None)
+            elif position.timestamp is not None:
+                shard_filter = {"Type": "AT_TIMESTAMP", "Timestamp": position.timestamp}
+                shards = list_shards(client, stream, shard_filter)
+            elif position == LATEST:
+                listed = list_shards(client, stream, {"Type": "AT_LATEST"})
+                shards = [s for s in listed if s.is_open]  # moto ignores ShardFilter
+            else:
+                shards = list_shards(client, stream, {"Type": "AT_TRIM_HORIZON"})
+        finally:
+            client.close()
+        return initial_restriction(
+            [ShardNode.from_shard_info(s) for s in shards],
+            checkpoints,
+            start=start,
+            child_start=child_start,
+            records_left=spec.max_records,
+        )
+
+    def _stored_checkpoints(self, stream: str) -> dict[str, CheckpointValue]:
+        factory = self._spec.checkpoint_store
+        if factory is None:
+            return {}
+        store = factory()
+
+        async def read() -> dict[str, CheckpointValue]:
+            try:
+                rows = await store.list(self._spec.application_name, stream)
+            finally:
+                await store.close()
+            return {row.shard_id: row.value for row in rows}
+
+        return LoopThread.get().run(read(), _STORE_TIMEOUT)
+
+    def split(self, element: str, restriction: KinesisRestriction) -> Iterator[KinesisRestriction]:
+        if self._spec.max_records is not None:
+            yield restriction
+        else:
+            yield from partition(restriction)
+
+    def create_tracker(self, restriction: KinesisRestriction) -> KinesisRestrictionTracker:
+        return KinesisRestrictionTracker(restriction, bounded=self._spec.bounded)
+
+    def restriction_size(self, element: str, restriction: KinesisRestriction) -> float:
+        return 0.0 if restriction.done else float(len(restriction.cursors))
+
+    def truncate(self, element: str, restriction: KinesisRestriction) -> None:
+        """On drain, stop at once: what was claimed is committed, nothing more is read."""
+        return None
+
+    def restriction_coder(self) -> KinesisRestrictionCoder:
+        return KinesisRestrictionCoder()
+
+    # -- processing -----------------------------------------------------------------------
+
+    def _read(
+        self,
+        bundle_finalizer: Any,
+        tracker: Any,
+        watermark: Any,
+    ) -> Iterator[Any]:
+        restriction: KinesisRestriction = tracker.current_restriction()
+        if restriction.done:
+            return
+        spec = self._spec
+        if spec.max_read_time is not None and restriction.deadline is None:
+            deadline = now_micros() + int(spec.max_read_time * 1e6)
+            tracker.try_claim(DeadlineClaim(deadline))
+            restriction = restriction._replace(deadline=deadline)
+        readers = self._readers
+        assert readers is not None, "setup() was not called"
+        run = ReadLoop(spec, readers, self._counters, restriction, tracker, watermark)
+        yield from run.poll()
+        final: KinesisRestriction = tracker.current_restriction()
+        if run.defer is not None:
+            tracker.defer_remainder(Duration(micros=int(run.defer * 1e6)))
+        readers.keep(final, run.readers, run.clean)
+        if self._checkpointer is not None:
+            values = commit_values(final, run.before, run.ended)
+            if values:
+                bundle_finalizer.register(functools.partial(self._commit, values))
+
+    def _commit(self, values: list[tuple[str, CheckpointValue, tuple[str, ...]]]) -> None:
+        """The bundle finalizer: the runner committed the bundle, its positions may be stored."""
+        checkpointer = self._checkpointer
+        assert checkpointer is not None
+
+        async def write() -> None:
+            for key, value, parents in values:
+                await checkpointer.write(key, value, parents)
+
+        try:
+            LoopThread.get().run(write(), _STORE_TIMEOUT)
+        except Exception:
+            # Beam does not retry finalizers; the next bundle's commit writes further on.
+            logger.warning("writing Kinesis checkpoints failed", exc_info=True)
+
+
+_FINALIZER = beam.DoFn.BundleFinalizerParam
+_RESTRICTION = beam.DoFn.RestrictionParam()
+_WATERMARK = beam.DoFn.WatermarkEstimatorParam(
+    ManualWatermarkEstimator.default_provider()  # type: ignore[no-untyped-call]
+)
+
+
+class BoundedReadFn(ReadFn):
+    def process(
+        self,
+        element: str,
+        bundle_finalizer: Any = _FINALIZER,
+        tracker: Any = _RESTRICTION,
+        watermark: Any = _WATERMARK,
+    ) -> Iterator[Any]:
+        return self._read(bundle_finalizer, tracker, watermark)
+
+
+class UnboundedReadFn(ReadFn):
+    @beam.DoFn.unbounded_per_element()  # type: ignore[no-untyped-call, untyped-decorator]
+    def process(
+        self,
+        element: str,
+        bundle_finalizer: Any = _FINALIZER,
+        tracker: Any = _RESTRICTION,
+        watermark: Any = _WATERMARK,
+    ) -> Iterator[Any]:
+        return self._read(bundle_finalizer, tracker, watermark)

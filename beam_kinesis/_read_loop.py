@@ -1,0 +1,337 @@
+"""The read loop of one ``ReadFromKinesis`` ``process`` call, whatever the transport.
+
+:class:`ReadLoop` round-robins over the restriction's readable shards, executes the call each
+reader asks for (through :func:`kinesis_core.consumer.reading.execute`), claims every record
+before it outputs it, filters the records of a shard that straddles the restriction's range,
+adopts a shard's children at its end, moves the watermark, and stops at the self-checkpoint
+time, a bounded stop or a refused claim. :mod:`beam_kinesis._shard_readers` makes the readers.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Generator
+from typing import Any
+
+from apache_beam.metrics.metric import Metrics
+from apache_beam.transforms.window import TimestampedValue
+from apache_beam.utils.timestamp import Timestamp
+
+from beam_kinesis._read_spec import ReadSpec, now_micros, to_timestamp
+from beam_kinesis._read_spec import micros as to_micros
+from beam_kinesis._shard_readers import Reader, ShardReaders
+from beam_kinesis.record import KinesisRecord
+from beam_kinesis.restriction import (
+    EndClaim,
+    IdleClaim,
+    KinesisRestriction,
+    RecordClaim,
+    ShardCursor,
+    ShardRef,
+    SkipClaim,
+    StopClaim,
+    restriction_watermark,
+)
+from kinesis_core.classify import ErrorKind
+from kinesis_core.consumer.lineage import ShardNode
+from kinesis_core.consumer.reading import ShardReadError, execute
+from kinesis_core.consumer.transport import Call, Ended, Failed, ShardRead, SyncTransport, Wait
+from kinesis_core.hashing import hash_key
+from kinesis_core.records import KinesisRecord as CoreRecord
+from kinesis_core.records import Position
+
+METRICS_NAMESPACE = "ReadFromKinesis"
+
+
+class Counters:
+    """The Beam metrics of a read; per-shard gauges are made on first use."""
+
+    def __init__(self) -> None:
+        self.records: Any = Metrics.counter(METRICS_NAMESPACE, "records")
+        self.bytes: Any = Metrics.counter(METRICS_NAMESPACE, "bytes")
+        self.throttles: Any = Metrics.counter(METRICS_NAMESPACE, "throttles")
+        self.errors: Any = Metrics.counter(METRICS_NAMESPACE, "transient_errors")
+        self._gauges: dict[str, Any] = {}
+        self._calls: dict[type[Call], Any] = {}
+
+    def call(self, call: Call) -> None:
+        """Count a transport call: ``get_records_calls``, ``get_iterator_calls``, ..."""
+        kind = type(call)
+        counter = self._calls.get(kind)
+        if counter is None:
+            name = re.sub(r"(?<!^)(?=[A-Z])", "_", kind.__name__).lower()
+            counter = self._calls[kind] = Metrics.counter(METRICS_NAMESPACE, f"{name}_calls")
+        counter.inc()
+
+    def gauge(self, name: str, shard_id: str) -> Any:
+        key = f"{name}.{shard_id}"
+        gauge = self._gauges.get(key)
+        if gauge is None:
+            gauge = self._gauges[key] = Metrics.gauge(METRICS_NAMESPACE, key)
+        return gauge
+
+
+class ReadLoop:
+    """One ``process`` call: read the readable shards until the self-checkpoint time, a
+    bounded stop, or a refused claim."""
+
+    def __init__(
+        self,
+        spec: ReadSpec,
+        shard_readers: ShardReaders,
+        counters: Counters,
+        restriction: KinesisRestriction,
+        tracker: Any,
+        watermark: Any,
+    ) -> None:
+        self.spec = spec
+        self.shard_readers = shard_readers
+        self.counters = counters
+        self.tracker = tracker
+        self.watermark = watermark
+        self.lo = restriction.lo
+        self.hi = restriction.hi
+        self.records_left = restriction.records_left
+        self.deadline = None if restriction.deadline is None else restriction.deadline / 1e6
+        self.before = {c.shard_id: c.position for c in restriction.cursors}
+        self.cursors = {c.shard_id: c for c in restriction.cursors}
+        self.readers: dict[str, Reader] = {}
+        self.clean: set[str] = set()
+        """Shards whose reader consumed exactly what was claimed (reusable next call)."""
+        self.caught_up: set[str] = set()
+        self.ended: list[ShardCursor] = []
+        self.defer: float | None = None
+        self._start_readers(restriction)
+
+    def _start_readers(self, restriction: KinesisRestriction) -> None:
+        for cursor in restriction.cursors:
+            if cursor.readable and cursor.shard_id not in self.readers:
+                self.readers[cursor.shard_id] = self.shard_readers.open(restriction, cursor)
+                self.clean.add(cursor.shard_id)
+
+    def _bounded_stop_due(self) -> bool:
+        if self.deadline is not None and time.time() >= self.deadline:
+            return True
+        return (
+            self.spec.stop_when_caught_up
+            and bool(self.readers)
+            and self.caught_up >= self.readers.keys()
+            and all(c.readable for c in self.cursors.values())
+        )
+
+    def poll(self) -> Generator[Any, None, None]:
+        """Round-robin over the shards whose next call is due; sleep only while nothing is.
+
+        Returns (setting ``defer``) at the self-checkpoint time, or early once this call did
+        some work and nothing is due before that time. A call that finds nothing due at all
+        sleeps until something is: runners that ignore the defer delay re-invoke at once, and
+        this keeps them from spinning through empty bundles.
+        """
+        interval = self.spec.self_checkpoint_interval
+        checkpoint_at = float("inf") if interval is None else time.monotonic() + interval
+        worked = False
+        while self.cursors:
+            if self._bounded_stop_due():
+                self.tracker.try_claim(StopClaim())
+                return
+            if not self.readers:
+                waiting = {c.shard_id: c.waiting_for for c in self.cursors.values()}
+                raise RuntimeError(f"no shard to read: every shard waits for a parent {waiting}")
+            now = time.monotonic()
+            next_due = float("inf")
+            called = False
+            for shard_id in list(self.readers):
+                machine, transport = self.readers[shard_id]
+                action = machine.next_action(now)
+                if isinstance(action, Wait):
+                    next_due = min(next_due, action.until)
+                    continue
+                called = True
+                if isinstance(action, Ended):
+                    if not self._end(shard_id, action):
+                        return
+                elif isinstance(action, Failed):
+                    raise ShardReadError(
+                        f"gave up reading {shard_id} of {self.spec.stream}: {action.reason}",
+                        code=None,
+                        kind=machine.last_error or ErrorKind.FATAL,
+                    )
+                elif (yield from self._call(shard_id, machine, transport, action)) is not None:
+                    return
+                now = time.monotonic()
+            worked = worked or called
+            now = time.monotonic()
+            if now >= checkpoint_at:
+                self.defer = 0.0
+                return
+            if called:
+                continue
+            if worked and next_due >= checkpoint_at:
+                self.defer = next_due - now
+                return
+            wake = min(next_due, checkpoint_at)
+            if self.deadline is not None:
+                wake = min(wake, now + max(self.deadline - time.time(), 0.0))
+            self.shard_readers.wait(wake - now)
+
+    def _call(
+        self, shard_id: str, machine: ShardRead, transport: SyncTransport, action: Call
+    ) -> Generator[Any, None, str | None]:
+        """One call of the shard's transport and what follows from it. Returns (as the
+        generator's value) None to go on, or "stop" after a refused claim or a bounded stop."""
+        self.counters.call(action)
+        records = execute(machine, transport, action, where=self.spec.stream)
+        if records is None:
+            kind = machine.last_error
+            if kind is ErrorKind.THROTTLED:
+                self.counters.throttles.inc()
+            elif kind in (ErrorKind.TRANSIENT, ErrorKind.IN_USE):
+                self.counters.errors.inc()
+            self.caught_up.discard(shard_id)
+            return None
+        if not machine.data_read:
+            return None
+        millis = machine.millis_behind_latest
+        if millis is not None:
+            self.counters.gauge("millis_behind_latest", shard_id).set(millis)
+        if records:
+            stopped = yield from self._emit(shard_id, records)
+            if stopped:
+                return "stop"
+        if machine.caught_up:
+            self.caught_up.add(shard_id)
+            if machine.idle:
+                idle = int((time.time() - self.spec.idle_threshold) * 1e6)
+                if not self.tracker.try_claim(IdleClaim(shard_id, idle)):
+                    self.clean.discard(shard_id)
+                    return "stop"
+        else:
+            self.caught_up.discard(shard_id)
+        self._advance_watermark()
+        return None
+
+    def _emit(self, shard_id: str, records: list[CoreRecord]) -> Generator[Any, None, bool]:
+        """Claim and output the records of one response that lie in this restriction's range.
+        Returns True when a claim was refused (checkpointed by the runner, or out of
+        ``max_records``)."""
+        cursor = self.cursors[shard_id]
+        lo, hi = self.lo, self.hi
+        inside = lo <= cursor.lo and cursor.hi <= hi
+        in_range: dict[str, bool] = {}
+        with_metadata = self.spec.with_metadata
+        timestamp_fn = self.spec.timestamp_fn
+        try_claim = self.tracker.try_claim
+        left = self.records_left
+        last_seq = -1
+        seq_text = ""
+        arrival: Any = None
+        ts = Timestamp(0)
+        micros = 0
+        emitted = 0
+        nbytes = 0
+        skipped: Position | None = None
+        # tuple.__new__ builds the NamedTuples in C, without their Python-level __new__.
+        new_tuple = tuple.__new__
+        for record in records:
+            if not inside:
+                ehk = record.explicit_hash_key
+                if ehk is not None:
+                    ok = lo <= int(ehk) <= hi
+                else:
+                    pk = record.partition_key
+                    cached = in_range.get(pk)
+                    ok = cached if cached is not None else lo <= hash_key(pk) <= hi
+                    in_range[pk] = ok
+                if not ok:
+                    skipped = (record.sequence_number, record.sub_sequence_number)
+                    continue
+            seq = record.sequence_number
+            if seq != last_seq:
+                last_seq = seq
+                seq_text = str(seq)
+                if record.approximate_arrival_timestamp is not arrival:
+                    arrival = record.approximate_arrival_timestamp
+                    micros = to_micros(arrival) if arrival is not None else now_micros()
+                    ts = Timestamp(micros=micros)
+            sub = record.sub_sequence_number
+            element = new_tuple(
+                KinesisRecord,
+                (
+                    record.data,
+                    record.partition_key,
+                    record.explicit_hash_key,
+                    shard_id,
+                    seq_text,
+                    sub,
+                    ts,
+                ),
+            )
+            out_ts, out_micros = ts, micros
+            if timestamp_fn is not None:
+                out_ts = to_timestamp(timestamp_fn(element))
+                out_micros = out_ts.micros
+            if not try_claim(new_tuple(RecordClaim, (shard_id, seq, sub, out_micros))):
+                self.clean.discard(shard_id)
+                self._count(emitted, nbytes)
+                return True
+            skipped = None
+            yield TimestampedValue(element if with_metadata else record.data, out_ts)
+            emitted += 1
+            nbytes += len(record.data)
+            if left is not None:
+                left -= 1
+                if left == 0:
+                    self._count(emitted, nbytes)
+                    self.records_left = 0
+                    self.clean.discard(shard_id)
+                    return True
+        self.records_left = left
+        self._count(emitted, nbytes)
+        if skipped is not None and not try_claim(SkipClaim(shard_id, *skipped)):
+            self.clean.discard(shard_id)
+            return True
+        return False
+
+    def _count(self, emitted: int, nbytes: int) -> None:
+        if emitted:
+            self.counters.records.inc(emitted)
+            self.counters.bytes.inc(nbytes)
+
+    def _end(self, shard_id: str, ended: Ended) -> bool:
+        """The shard ended (or vanished): adopt its children. False if the claim was refused."""
+        cursor = self.cursors[shard_id]
+        children = ended.children
+        known: tuple[ShardRef, ...] = ()
+        if not children:
+            # No ChildShards (a vanished shard, or a service that does not send them): ask
+            # ListShards who the children are.
+            listing = self.shard_readers.list_shards()
+            children = tuple(ShardNode.from_shard_info(s) for s in listing if shard_id in s.parents)
+            known = tuple(ShardRef(s.shard_id, s.start_hash_key, s.end_hash_key) for s in listing)
+        if not self.tracker.try_claim(EndClaim(shard_id, children, known)):
+            return False
+        self.readers.pop(shard_id)[1].close()
+        self.clean.discard(shard_id)
+        self.caught_up.discard(shard_id)
+        self.ended.append(cursor)
+        restriction: KinesisRestriction = self.tracker.current_restriction()
+        self.cursors = {c.shard_id: c for c in restriction.cursors}
+        self._start_readers(restriction)
+        self._advance_watermark(restriction)
+        return True
+
+    def _advance_watermark(self, restriction: KinesisRestriction | None = None) -> None:
+        current = restriction or self.tracker.current_restriction()
+        mark = restriction_watermark(current)
+        for cursor in current.cursors:
+            if cursor.watermark is not None and cursor.readable:
+                self.counters.gauge("watermark_millis", cursor.shard_id).set(
+                    cursor.watermark // 1000
+                )
+        if mark is None:
+            return
+        new = Timestamp(micros=mark)
+        now = self.watermark.current_watermark()
+        if now is None or new > now:
+            self.watermark.set_watermark(new)

@@ -1,0 +1,115 @@
+"""The transport side of ``ReadFromKinesis``: one shard reader per cursor, kept across bundles.
+
+A :class:`ShardReaders` belongs to one DoFn instance (``setup`` to ``teardown``). For a
+restriction's cursor it makes the core's sans-I/O reader (:mod:`kinesis_core.consumer.polling`)
+and the synchronous transport that executes its calls, and it keeps the readers that stopped
+exactly where their cursors are for the next bundle of the same restriction, so a shard
+iterator and its rate-limit timers carry over instead of costing a GetShardIterator per
+bundle. The read loop (:mod:`beam_kinesis._read_loop`) never sees which transport runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from beam_kinesis._read_spec import ReadSpec
+from beam_kinesis.restriction import KinesisRestriction, ShardCursor
+from kinesis_core.client import create_botocore_client
+from kinesis_core.consumer import fastparse
+from kinesis_core.consumer.lineage import ShardNode
+from kinesis_core.consumer.polling import MIN_CALL_INTERVAL, PollingOptions, PollingRead
+from kinesis_core.consumer.positions import TRIM_HORIZON, AtTimestamp, InitialPosition
+from kinesis_core.consumer.reading import SyncPolling
+from kinesis_core.consumer.transport import ShardRead, SyncTransport
+from kinesis_core.records import Position
+from kinesis_core.shard_map import ShardInfo, list_all_shards
+from kinesis_core.stream import StreamRef
+
+KEEP_SECONDS = 290.0
+"""How long an unused reader is kept: a shard iterator expires after five minutes anyway."""
+
+Reader = tuple[ShardRead, SyncTransport]
+
+
+class ShardReaders:
+    """Readers of the shards this DoFn instance reads, and the client they share."""
+
+    def __init__(self, spec: ReadSpec) -> None:
+        self._spec = spec
+        self._stream = StreamRef.of(spec.stream)
+        # The readers retry on their own terms (rate, backoff, expired iterators).
+        self.client: Any = create_botocore_client(spec.client_config, "kinesis", max_attempts=1)
+        fastparse.install(self.client)
+        self._kept: dict[tuple[int, int, str], tuple[Position | None, Reader, float]] = {}
+
+    def open(self, restriction: KinesisRestriction, cursor: ShardCursor) -> Reader:
+        """The kept reader of this shard if it stopped exactly where the cursor is, else a new
+        one starting from the cursor."""
+        kept = self._kept.pop((restriction.lo, restriction.hi, cursor.shard_id), None)
+        if kept is not None:
+            if kept[0] == cursor.position:
+                return kept[1]
+            kept[1][1].close()
+        start: Position | InitialPosition
+        if cursor.position is not None:
+            start = cursor.position
+        elif cursor.start is not None:
+            start = AtTimestamp(datetime.fromtimestamp(cursor.start / 1e6, timezone.utc))
+        else:
+            start = TRIM_HORIZON
+        straddles = cursor.lo < restriction.lo or cursor.hi > restriction.hi
+        # A straddling shard is polled by two restrictions: they share its 5 calls/s.
+        min_interval = 2 * MIN_CALL_INTERVAL if straddles else MIN_CALL_INTERVAL
+        options = PollingOptions(
+            limit=self._spec.max_records_per_call,
+            min_interval=min_interval,
+            idle_interval=max(self._spec.idle_interval, min_interval),
+        )
+        node = ShardNode(cursor.shard_id, cursor.parents, (cursor.lo, cursor.hi), True)
+        machine = PollingRead(node, start, options)
+        return machine, SyncPolling(self.client, self._stream, cursor.shard_id)
+
+    def keep(
+        self, final: KinesisRestriction, readers: Mapping[str, Reader], reusable: set[str]
+    ) -> None:
+        """After a bundle: keep the ``reusable`` readers (they consumed exactly what was
+        claimed) for the restriction's next bundle, close the others, and forget those not
+        reused within :data:`KEEP_SECONDS` (the restriction went to another worker, or ended)."""
+        now = time.monotonic()
+        for key in [k for k, v in self._kept.items() if now - v[2] > KEEP_SECONDS]:
+            self._kept.pop(key)[1][1].close()
+        positions = {cursor.shard_id: cursor.position for cursor in final.cursors}
+        for shard_id, reader in readers.items():
+            if shard_id in reusable and shard_id in positions:
+                self._kept[(final.lo, final.hi, shard_id)] = (positions[shard_id], reader, now)
+            else:
+                reader[1].close()
+
+    def wait(self, seconds: float) -> None:
+        """Sleep until something may be due (polling: plain sleep)."""
+        time.sleep(max(seconds, 0.0))
+
+    def list_shards(self, shard_filter: Mapping[str, Any] | None = None) -> list[ShardInfo]:
+        """ListShards through the core's paginating helper, on the synchronous client."""
+        return list_shards(self.client, self._stream, shard_filter)
+
+    def close(self) -> None:
+        for _, reader, _ in self._kept.values():
+            reader[1].close()
+        self._kept.clear()
+        self.client.close()
+
+
+def list_shards(
+    client: Any, stream: StreamRef, shard_filter: Mapping[str, Any] | None
+) -> list[ShardInfo]:
+    """ListShards through the core's paginating helper, on a synchronous botocore client."""
+
+    async def call(**kwargs: Any) -> Any:
+        return client.list_shards(**kwargs)
+
+    return asyncio.run(list_all_shards(call, stream, shard_filter))

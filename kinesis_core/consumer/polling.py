@@ -1,0 +1,177 @@
+"""Reading a shard by polling: GetShardIterator, then GetRecords (sans-I/O).
+
+:class:`PollingRead` keeps GetRecords within 5 calls/s per shard (GetShardIterator has its own
+5 calls/s), backs off on throttling and transient errors, re-gets an expired iterator AFTER
+the last record it read (never skipping, never re-reading), resumes AT_SEQUENCE_NUMBER of a
+checkpoint and lets :class:`~.transport.ShardRead` drop the sub-records at or below it, waits
+``idle_interval`` after an empty response at the tip, and ends at a null NextShardIterator
+with the response's ChildShards.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kinesis_core.classify import ErrorKind
+from kinesis_core.consumer.lineage import ShardNode, StartPoint
+from kinesis_core.consumer.positions import InitialPosition, resume_params
+from kinesis_core.consumer.transport import (
+    Ack,
+    Action,
+    Backoff,
+    Call,
+    ReadState,
+    ShardRead,
+    Wait,
+)
+from kinesis_core.errors import ConfigurationError
+from kinesis_core.records import KinesisRecord
+
+MAX_GET_RECORDS_LIMIT = 10_000
+MIN_CALL_INTERVAL = 0.2
+"""Kinesis allows 5 GetRecords calls per second per shard."""
+
+
+@dataclass(frozen=True, slots=True)
+class PollingOptions:
+    """Tuning of a polling reader; the defaults follow the service limits."""
+
+    limit: int = MAX_GET_RECORDS_LIMIT
+    """Records per GetRecords call (Kinesis caps it at 10,000)."""
+    min_interval: float = MIN_CALL_INTERVAL
+    """Seconds between two GetRecords (and between two GetShardIterator) calls on one shard."""
+    idle_interval: float = 1.0
+    """Seconds to wait after an empty response from a shard that is caught up."""
+    backoff_base: float = 0.2
+    backoff_max: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.limit <= MAX_GET_RECORDS_LIMIT:
+            raise ConfigurationError(f"limit must be in [1, 10000], got {self.limit}")
+        if self.min_interval < MIN_CALL_INTERVAL:
+            raise ConfigurationError(
+                f"min_interval must be >= {MIN_CALL_INTERVAL} s (5 calls/s per shard), "
+                f"got {self.min_interval}"
+            )
+        if self.idle_interval < self.min_interval:
+            raise ConfigurationError(
+                f"idle_interval ({self.idle_interval}) must be >= min_interval "
+                f"({self.min_interval})"
+            )
+        self.backoff  # noqa: B018 (validates the pair)
+
+    @property
+    def backoff(self) -> Backoff:
+        return Backoff(self.backoff_base, self.backoff_max)
+
+
+@dataclass(frozen=True, slots=True)
+class GetIterator(Call):
+    """GetShardIterator with these arguments (besides the stream and the shard id)."""
+
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class GetRecords(Call):
+    iterator: str
+    limit: int
+
+
+class PollingRead(ShardRead):
+    """The decisions of one shard's polling reader."""
+
+    transport = "polling"
+
+    def __init__(
+        self,
+        node: ShardNode,
+        start: StartPoint,
+        options: PollingOptions | None = None,
+        *,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.options = options or PollingOptions()
+        super().__init__(node, start, self.options.backoff, rng)
+        self._iterator: str | None = None
+        # GetShardIterator and GetRecords each have their own 5 calls/s per shard; backoff and
+        # idle waits hold both.
+        self._next_iterator_at = 0.0
+        self._next_records_at = 0.0
+
+    def next_action(self, now: float) -> Action:
+        finished = self._finished()
+        if finished is not None:
+            return finished
+        needs_iterator = self._state is ReadState.CONNECTING
+        due = max(
+            self._not_before, self._next_iterator_at if needs_iterator else self._next_records_at
+        )
+        if now < due:
+            return Wait(due)
+        if needs_iterator:
+            self._next_iterator_at = now + self.options.min_interval
+            return GetIterator(self._iterator_params())
+        assert self._iterator is not None
+        self._next_records_at = now + self.options.min_interval
+        return GetRecords(self._iterator, self.options.limit)
+
+    def _iterator_params(self) -> dict[str, Any]:
+        if self._last_sequence is not None:
+            return resume_params(self._last_sequence, after=True)
+        if isinstance(self._start, InitialPosition):
+            return self._start.iterator_params()
+        return resume_params(self._start[0], after=False)
+
+    def on_response(
+        self, now: float, call: Any, response: Any, ack: Ack | None = None
+    ) -> list[KinesisRecord]:
+        if isinstance(call, GetRecords):
+            return self.on_records(now, response, ack)
+        self.on_iterator(response.get("ShardIterator"))
+        return []
+
+    def on_iterator(self, iterator: str | None) -> None:
+        """A GetShardIterator response (None: the shard has nothing more to give)."""
+        self._progress()
+        self.data_read = False
+        if iterator is None:
+            self._end(None)
+            return
+        self._iterator = iterator
+        self._state = ReadState.READING
+
+    def on_records(self, now: float, response: Any, ack: Ack | None = None) -> list[KinesisRecord]:
+        """A GetRecords response: the user records to deliver, in shard order."""
+        self._progress()
+        self.data_read = True
+        raw = response.get("Records") or ()
+        millis = response.get("MillisBehindLatest")
+        self.millis_behind_latest = millis
+        records = self._deliver(raw, ack)
+        if not raw and millis == 0:
+            self._not_before = max(self._not_before, now + self.options.idle_interval)
+        next_iterator = response.get("NextShardIterator")
+        if next_iterator is None:
+            self._iterator = None
+            self._end(response.get("ChildShards"))
+        else:
+            self._iterator = next_iterator
+        self.caught_up = (
+            millis == 0 and len(raw) < self.options.limit and self._state is not ReadState.ENDED
+        )
+        self.idle = self.caught_up and not raw
+        return records
+
+    def on_error(self, now: float, call: Any, kind: ErrorKind) -> None:
+        if kind is ErrorKind.EXPIRED:
+            # A new iterator after the last record read: nothing skipped, nothing read twice.
+            self.last_error = kind
+            self.caught_up = self.idle = self.data_read = False
+            self._iterator = None
+            self._state = ReadState.CONNECTING
+            return
+        super().on_error(now, call, kind)

@@ -1,0 +1,182 @@
+"""The I/O half of the read-transport seam: transports that execute a machine's calls, and
+the asyncio loop that drives one shard's machine.
+
+:func:`run_shard_read` is the same for every transport: ask the machine for its next action,
+execute a call through the transport, classify an error through the one error table, feed the
+outcome back, hand each non-empty batch to the consumer (which may block: that is the
+backpressure). Synchronous engines (the Beam source) drive a machine with a
+:class:`~.transport.SyncTransport` the same way, one step at a time (:func:`execute`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn
+
+from kinesis_core.classify import ErrorKind, error_details, error_message
+from kinesis_core.client import error_kind
+from kinesis_core.consumer._gc import gc_paused
+from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier
+from kinesis_core.consumer.polling import GetIterator, GetRecords
+from kinesis_core.consumer.transport import (
+    Ack,
+    AsyncTransport,
+    Call,
+    Ended,
+    Failed,
+    ShardRead,
+    SyncTransport,
+    Wait,
+    handled_by_reader,
+)
+from kinesis_core.errors import KinesisServiceError
+from kinesis_core.records import KinesisRecord
+from kinesis_core.stream import StreamRef
+
+
+class ShardReadError(KinesisServiceError):
+    """A shard's reader gave up (a :class:`~.transport.Failed` action)."""
+
+
+class AsyncPolling:
+    """GetShardIterator and GetRecords on an aiobotocore Kinesis client (the caller owns it)."""
+
+    def __init__(self, client: Any, stream: StreamRef, shard_id: str) -> None:
+        self._client = client
+        self._stream_params = stream.params()
+        self._shard_id = shard_id
+
+    async def call(self, call: Call) -> Any:
+        if isinstance(call, GetRecords):
+            return await self._client.get_records(ShardIterator=call.iterator, Limit=call.limit)
+        if isinstance(call, GetIterator):
+            return await self._client.get_shard_iterator(
+                **self._stream_params, ShardId=self._shard_id, **call.params
+            )
+        raise TypeError(f"polling cannot execute {call!r}")
+
+    async def aclose(self) -> None:
+        """Nothing to release: the client is the caller's."""
+
+
+class SyncPolling:
+    """The same calls on a synchronous botocore client (the caller owns it)."""
+
+    def __init__(self, client: Any, stream: StreamRef, shard_id: str) -> None:
+        self._client = client
+        self._stream_params = stream.params()
+        self._shard_id = shard_id
+
+    def call(self, call: Call) -> Any:
+        if isinstance(call, GetRecords):
+            return self._client.get_records(ShardIterator=call.iterator, Limit=call.limit)
+        if isinstance(call, GetIterator):
+            return self._client.get_shard_iterator(
+                **self._stream_params, ShardId=self._shard_id, **call.params
+            )
+        raise TypeError(f"polling cannot execute {call!r}")
+
+    def wait(self, seconds: float) -> None:
+        time.sleep(max(seconds, 0.0))
+
+    def close(self) -> None:
+        """Nothing to release: the client is the caller's."""
+
+
+def _raise_failed(machine: ShardRead, failed: Failed, last: BaseException | None) -> NoReturn:
+    code, status = error_details(last) if last is not None else (None, None)
+    detail = ""
+    if last is not None:
+        detail = f"; last error: {code + ': ' if code else ''}{error_message(last)}"
+    raise ShardReadError(
+        f"gave up reading {machine.shard_id}: {failed.reason}{detail}",
+        code=code,
+        kind=machine.last_error or ErrorKind.FATAL,
+        http_status=status,
+    ) from last
+
+
+def _wrap(exc: Exception, machine: ShardRead, call: Call, where: str) -> KinesisServiceError:
+    """A service error no reader recovers from, as a :class:`KinesisServiceError` naming the
+    call and the shard."""
+    what = f"{type(call).__name__} on {machine.shard_id}" + (f" of {where}" if where else "")
+    return KinesisServiceError.wrap(exc, what)
+
+
+def execute(
+    machine: ShardRead,
+    transport: SyncTransport,
+    call: Call,
+    now: Callable[[], float] = time.monotonic,
+    ack: Ack | None = None,
+    *,
+    where: str = "",
+) -> list[KinesisRecord] | None:
+    """One synchronous step: execute ``call``, feed the outcome to ``machine``; the records to
+    deliver, or None when the call failed with an error the machine handles. Other errors
+    raise as :class:`KinesisServiceError` (bugs raise as they are); ``where`` names the stream
+    in their messages."""
+    try:
+        response = transport.call(call)
+    except Exception as exc:
+        kind = error_kind(exc)
+        if kind is None:
+            raise
+        if not handled_by_reader(kind):
+            raise _wrap(exc, machine, call, where) from exc
+        machine.on_error(now(), call, kind)
+        return None
+    return machine.on_response(now(), call, response, ack)
+
+
+async def run_shard_read(
+    machine: ShardRead,
+    transport: AsyncTransport,
+    frontier: ShardFrontier,
+    emit: Callable[[RecordBatch], Awaitable[None]],
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    where: str = "",
+) -> Ended:
+    """Drive ``machine`` until its shard ends; every non-empty batch is registered in
+    ``frontier`` and then handed to ``emit``. Errors no reader recovers from raise as
+    :class:`KinesisServiceError` (``where`` names the stream in their messages); a machine that
+    gives up raises :class:`ShardReadError`."""
+    last: BaseException | None = None
+    while True:
+        action = machine.next_action(clock())
+        if isinstance(action, Ended):
+            return action
+        if isinstance(action, Failed):
+            _raise_failed(machine, action, last)
+        if isinstance(action, Wait):
+            await asyncio.sleep(max(action.until - clock(), 0.0))
+            continue
+        assert isinstance(action, Call)
+        try:
+            response = await transport.call(action)
+        except Exception as exc:
+            kind = error_kind(exc)
+            if kind is None:
+                raise
+            if not handled_by_reader(kind):
+                raise _wrap(exc, machine, action, where) from exc
+            last = exc
+            machine.on_error(clock(), action, kind)
+            continue
+        batch = frontier.new_batch()
+        with gc_paused():
+            records = machine.on_response(clock(), action, response, batch.ack_record)
+        # The raw response (one dict per record) must not stay alive while emit blocks: a
+        # large live heap makes every full garbage collection slow.
+        del response
+        if records:
+            frontier.add(batch, records, machine.millis_behind_latest)
+            try:
+                await emit(batch)
+            except BaseException:
+                # Not handed over (cancelled while the queue was full): nobody can ack it.
+                frontier.discard(batch)
+                raise

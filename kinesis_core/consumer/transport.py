@@ -1,0 +1,247 @@
+"""The read-transport seam: "records of this shard from this position, then children or an
+error", whatever carries them.
+
+Kinesis offers two ways to read a shard: polling (GetShardIterator, then GetRecords at most
+five times a second, :mod:`.polling`) and enhanced fan-out (SubscribeToShard pushes events,
+:mod:`.subscription`). Everything around a shard's reader is the same for both: where it starts
+(a checkpoint, possibly inside a KPL aggregate, or an initial position), how records are
+deaggregated and filtered by the shard's hash range, how a resume skips what the checkpoint
+covers, what the end of a shard says (its children, or that it is gone), and how errors back
+off. :class:`ShardRead` holds that common part as a sans-I/O state machine; a transport adds
+only its calls.
+
+A machine says what to do next (:meth:`ShardRead.next_action`): a transport call (a
+:class:`Call` subclass the transport defines), :class:`Wait` until a time, :class:`Ended`, or
+:class:`Failed`. A driver executes calls through a transport object (:class:`AsyncTransport`
+for the asyncio consumer, :class:`SyncTransport` for synchronous engines such as Beam's
+DoFns) and feeds the response (:meth:`ShardRead.on_response`) or the error's kind
+(:meth:`ShardRead.on_error`) back. The lineage, the ack frontier and the checkpoint stores sit
+above this seam and never see which transport ran, so one checkpoint store serves both.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from kinesis_core.aggregation import deaggregate
+from kinesis_core.classify import ErrorKind
+from kinesis_core.consumer.lineage import ShardNode, StartPoint
+from kinesis_core.consumer.positions import InitialPosition
+from kinesis_core.errors import ConfigurationError
+from kinesis_core.records import KinesisRecord, Position
+
+Ack = Callable[[KinesisRecord], None]
+
+
+class Call:
+    """A request a transport executes for a machine (GetRecords, SubscribeToShard, ...)."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Nothing to do before ``until`` (the driver's clock)."""
+
+    until: float
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """The shard is finished: read to its end (``children`` from the last response), or gone."""
+
+    children: tuple[ShardNode, ...]
+    gone: bool
+    """True when the shard vanished (ResourceNotFound) rather than reaching its end."""
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The reader gave up: ``reason`` says why (the driver raises it with the last error)."""
+
+    reason: str
+
+
+Action = Call | Wait | Ended | Failed
+
+
+class ReadState(enum.Enum):
+    CONNECTING = "connecting"
+    """Needs a shard iterator (polling) or a subscription (fan-out) before it can read."""
+    READING = "reading"
+    ENDED = "ended"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff with jitter after failed calls; reset by the next success."""
+
+    base: float = 0.2
+    maximum: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.base <= self.maximum:
+            raise ConfigurationError(
+                f"backoff: need 0 < base <= maximum, got base={self.base}, maximum={self.maximum}"
+            )
+
+    def delay(self, failures: int, draw: float) -> float:
+        """Seconds to wait after the ``failures``-th failure in a row; ``draw`` in [0, 1)."""
+        capped = min(self.maximum, self.base * 2.0 ** min(failures - 1, 62))
+        return capped * (0.5 + 0.5 * draw)
+
+
+def handled_by_reader(kind: ErrorKind | None) -> bool:
+    """Whether a shard reader recovers from an error of this kind on its own; drivers raise
+    the rest (auth, invalid, fatal, or no service error at all)."""
+    return kind is not None and (kind.retryable or kind in (ErrorKind.EXPIRED, ErrorKind.NOT_FOUND))
+
+
+class ShardRead:
+    """The transport-independent half of one shard's reader (sans-I/O: ``now`` comes in).
+
+    Subclasses implement :meth:`next_action` and :meth:`on_response` for their calls, and
+    call :meth:`_deliver` with the raw records of each response, :meth:`_end` at the end of the
+    shard, :meth:`_backoff` after a failure and :meth:`_progress` after a success.
+    """
+
+    transport: ClassVar[str]
+    """``"polling"`` or ``"subscription"``: for status and metrics."""
+
+    def __init__(
+        self,
+        node: ShardNode,
+        start: StartPoint,
+        backoff: Backoff,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.node = node
+        self.shard_id = node.shard_id
+        self._backoff_policy = backoff
+        self._rng = rng
+        self._start = start
+        self._skip_through: Position | None = None if isinstance(start, InitialPosition) else start
+        self._last_sequence: int | None = None
+        self._state = ReadState.CONNECTING
+        self._not_before = 0.0
+        self._failures = 0
+        self._children: tuple[ShardNode, ...] = ()
+        self._gone = False
+        self._failed_reason = ""
+        self.millis_behind_latest: int | None = None
+        self.last_error: ErrorKind | None = None
+        self.caught_up = False
+        """The last response reached the tip of the shard (MillisBehindLatest 0, nothing more
+        waiting)."""
+        self.idle = False
+        """Caught up and the last response was empty: a quiet shard, whose watermark may move
+        up to now."""
+        self.data_read = False
+        """The last response carried records (or their absence), not a connection step: only
+        then do ``caught_up`` and ``idle`` speak of the last response."""
+
+    @property
+    def state(self) -> ReadState:
+        return self._state
+
+    @property
+    def failures(self) -> int:
+        """Failed calls in a row since the last success."""
+        return self._failures
+
+    @property
+    def last_sequence(self) -> int | None:
+        """Sequence number of the last Kinesis record received, None before the first."""
+        return self._last_sequence
+
+    # -- the transport's part ------------------------------------------------------------
+
+    def next_action(self, now: float) -> Action:
+        """What to do now. A returned call means "send it now" (rate limits count it)."""
+        raise NotImplementedError
+
+    def on_response(
+        self, now: float, call: Call, response: Any, ack: Ack | None = None
+    ) -> list[KinesisRecord]:
+        """The response to ``call``: the user records to deliver, in shard order."""
+        raise NotImplementedError
+
+    def on_error(self, now: float, call: Call, kind: ErrorKind) -> None:
+        """``call`` failed with an error of ``kind`` that :func:`handled_by_reader` accepts."""
+        if not handled_by_reader(kind):
+            raise ValueError(f"{kind} errors are raised by the driver, not fed to the machine")
+        self.last_error = kind
+        self.caught_up = self.idle = self.data_read = False
+        if kind is ErrorKind.NOT_FOUND:
+            self._state = ReadState.ENDED
+            self._gone = True
+            return
+        self._backoff(now)
+
+    # -- the common part -----------------------------------------------------------------
+
+    def _finished(self) -> Ended | Failed | None:
+        if self._state is ReadState.ENDED:
+            return Ended(self._children, self._gone)
+        if self._state is ReadState.FAILED:
+            return Failed(self._failed_reason)
+        return None
+
+    def _deliver(self, raw: Sequence[Mapping[str, Any]], ack: Ack | None) -> list[KinesisRecord]:
+        """Deaggregate ``raw`` with the shard's hash-range filter and drop what the start
+        checkpoint covers (a resume inside an aggregate)."""
+        if not raw:
+            return []
+        self._last_sequence = int(raw[-1]["SequenceNumber"])
+        records = deaggregate(raw, self.shard_id, self.node.hash_range, ack)
+        skip = self._skip_through
+        if skip is not None:
+            records = [r for r in records if (r.sequence_number, r.sub_sequence_number) > skip]
+            if self._last_sequence > skip[0]:
+                self._skip_through = None
+        return records
+
+    def _end(self, children: Sequence[Mapping[str, Any]] | None) -> None:
+        """The shard reached its end; ``children`` are the ChildShards of the last response."""
+        self._state = ReadState.ENDED
+        self._children = tuple(ShardNode.from_child_shard(child) for child in children or ())
+
+    def _fail(self, reason: str) -> None:
+        self._state = ReadState.FAILED
+        self._failed_reason = reason
+
+    def _progress(self) -> None:
+        self._failures = 0
+        self.last_error = None
+
+    def _backoff(self, now: float) -> None:
+        self._failures += 1
+        delay = self._backoff_policy.delay(self._failures, self._rng())
+        self._not_before = max(self._not_before, now + delay)
+
+
+class AsyncTransport(Protocol):
+    """Executes a machine's calls on an event loop."""
+
+    async def call(self, call: Call) -> Any:
+        """The response of ``call``; raises what the service or the network raised."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class SyncTransport(Protocol):
+    """Executes a machine's calls from a synchronous engine (a Beam DoFn)."""
+
+    def call(self, call: Call) -> Any: ...
+
+    def wait(self, seconds: float) -> None:
+        """Sleep up to ``seconds``; may return early when the transport has something new."""
+        ...
+
+    def close(self) -> None: ...
