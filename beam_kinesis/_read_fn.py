@@ -33,7 +33,7 @@ from beam_kinesis.restriction import (
 )
 from kinesis_core.checkpoint import CheckpointStore, CheckpointValue
 from kinesis_core.client import create_botocore_client
-from kinesis_core.consumer.consumer import Checkpointer
+from kinesis_core.consumer import Checkpointer
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.positions import LATEST
 from kinesis_core.producer.blocking import LoopThread

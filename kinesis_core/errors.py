@@ -14,7 +14,8 @@ class KinesisConnectorError(Exception):
 
 
 class ValidationError(KinesisConnectorError, ValueError):
-    """Input refused before anything was sent: names the field, the limit and what was seen."""
+    """Data refused before anything was sent (a record, an element, a key): names the field,
+    the limit and what was seen. Bad arguments raise :class:`ConfigurationError`."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
@@ -23,7 +24,20 @@ class ValidationError(KinesisConnectorError, ValueError):
 
 
 class ConfigurationError(KinesisConnectorError, ValueError):
-    """A configuration value is out of range or inconsistent with another one."""
+    """An argument or configuration value is out of range or inconsistent with another one.
+
+    ``ConfigurationError(field, message)`` names the argument (``field`` is then set);
+    ``ConfigurationError(message)`` is for a mistake that involves several. Bad *data* (a
+    record, an element) raises :class:`ValidationError` instead.
+    """
+
+    def __init__(self, field_or_message: str, message: str | None = None) -> None:
+        if message is None:
+            super().__init__(field_or_message)
+            self.field: str | None = None
+        else:
+            super().__init__(f"{field_or_message}: {message}")
+            self.field = field_or_message
 
 
 class EmulatorError(KinesisConnectorError, RuntimeError):

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -34,24 +34,25 @@ from typing import Any
 from kinesis_core.checkpoint.base import (
     SHARD_END,
     Checkpoint,
-    CheckpointConflictError,
     CheckpointStore,
-    CheckpointValue,
     LeaseStore,
-    checkpoint_order,
 )
 from kinesis_core.checkpoint.sqlite import SQLiteCheckpointStore
 from kinesis_core.classify import ErrorKind
 from kinesis_core.client import ClientConfig, create_kinesis_client, error_kind
 from kinesis_core.consumer import fastparse
+from kinesis_core.consumer.checkpointer import Checkpointer
+from kinesis_core.consumer.config import ConsumerConfig
 from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier
 from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
-from kinesis_core.consumer.polling import PollingOptions, PollingRead
-from kinesis_core.consumer.positions import LATEST, InitialPosition
+from kinesis_core.consumer.polling import PollingRead
+from kinesis_core.consumer.positions import InitialPosition
 from kinesis_core.consumer.reading import AsyncPolling, run_shard_read
 from kinesis_core.consumer.status import ShardStatus
 from kinesis_core.errors import ConfigurationError, KinesisServiceError
-from kinesis_core.lease import LeaseConfig, LeaseManager
+from kinesis_core.lease import LeaseManager
+from kinesis_core.lifecycle import Event, Lifecycle, State
+from kinesis_core.overrides import with_overrides
 from kinesis_core.records import KinesisRecord
 from kinesis_core.shard_map import list_all_shards
 from kinesis_core.stream import StreamRef
@@ -64,70 +65,6 @@ _DRAIN_POLL = 0.02
 """Seconds between looks at a frontier while waiting for acks. Acks are plain synchronous
 calls that must stay cheap per record, so nothing wakes a waiter on each; waiting for acks
 happens only at a shard's end and on close, where a short poll costs nothing."""
-
-
-class Checkpointer:
-    """The store rows of one (application, stream), and the only writer of them.
-
-    Writes are serialized per shard. A lost compare-and-set adopts the stored row; the write is
-    retried only if the stored value is still behind, so a checkpoint never moves backwards.
-    """
-
-    def __init__(self, store: CheckpointStore, application: str, stream: str) -> None:
-        self.store = store
-        self.application = application
-        self.stream = stream
-        self._rows: dict[str, Checkpoint] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
-
-    def row(self, shard_id: str) -> Checkpoint | None:
-        return self._rows.get(shard_id)
-
-    def observe(self, row: Checkpoint) -> None:
-        current = self._rows.get(row.shard_id)
-        if current is None or row.counter > current.counter:
-            self._rows[row.shard_id] = row
-
-    async def write(
-        self,
-        shard_id: str,
-        value: CheckpointValue,
-        parents: Sequence[str] = (),
-        children: Sequence[str] = (),
-    ) -> bool:
-        """Store ``value`` unless the stored one is already there or ahead; True (the
-        signature of :meth:`LeaseManager.write`, which may refuse)."""
-        lock = self._locks.setdefault(shard_id, asyncio.Lock())
-        async with lock:
-            for _ in range(5):
-                current = self._rows.get(shard_id)
-                if current is not None and (
-                    current.value == value
-                    or checkpoint_order(value) < checkpoint_order(current.value)
-                ):
-                    return True
-                # Child ids only when there are some (at SHARD_END): stores written against
-                # the first version of the protocol do not take them.
-                extra: dict[str, Any] = {"child_shard_ids": children} if children else {}
-                try:
-                    self._rows[shard_id] = await self.store.put(
-                        self.application,
-                        self.stream,
-                        shard_id,
-                        value,
-                        expected=current,
-                        parent_shard_ids=parents,
-                        **extra,
-                    )
-                    return True
-                except CheckpointConflictError as exc:
-                    if exc.current is None:
-                        self._rows.pop(shard_id, None)
-                    else:
-                        self._rows[shard_id] = exc.current
-            raise CheckpointConflictError(
-                shard_id, self._rows.get(shard_id), "the stored row kept changing under us"
-            )
 
 
 @dataclass(eq=False)
@@ -150,13 +87,17 @@ class Consumer:
                 handle(record)
                 record.ack()
 
+    How it reads is a :class:`~kinesis_core.consumer.ConsumerConfig` (``consumer_config=``),
+    whose fields can also be given as keyword arguments, which override it
+    (``Consumer("orders", initial_position="TRIM_HORIZON", auto_ack=True)``).
+
     A record's checkpoint moves only once it and every record before it in its shard are
     acked. ``auto_ack=True`` acks a record (or a batch, with :meth:`batches`) when the next one
     is asked for, i.e. after the loop body ran; the last one before the loop stopped is not
     acked (it is read again after a restart). Checkpoints are keyed by
-    (``application_name``, stream, shard); the default store is a SQLite file,
-    ``kinesis-checkpoints.sqlite3`` in the working directory. Acks must come from the event
-    loop's thread.
+    (``application_name``, stream name, shard), so a stream named by its ARN or by its name
+    shares them; the default store is a SQLite file, ``kinesis-checkpoints.sqlite3`` in the
+    working directory. Acks must come from the event loop's thread.
 
     ``leases`` (a :class:`~kinesis_core.lease.LeaseConfig`, or True for the KCL's defaults)
     lets several consumers with the same ``application_name`` share the stream, each reading
@@ -167,49 +108,21 @@ class Consumer:
 
     def __init__(
         self,
-        stream: str,
+        stream: str | StreamRef,
         *,
+        consumer_config: ConsumerConfig | None = None,
         client_config: ClientConfig | None = None,
         client: Any = None,
         checkpoint_store: CheckpointStore | None = None,
-        application_name: str = "default",
-        initial_position: InitialPosition = LATEST,
-        checkpoint_interval: float = 5.0,
-        shard_refresh_interval: float = 30.0,
-        close_timeout: float = 30.0,
-        auto_ack: bool = False,
-        max_queued_batches: int = 8,
-        max_records_per_call: int = 10_000,
-        idle_interval: float = 1.0,
-        leases: LeaseConfig | bool = False,
+        **options: Any,
     ) -> None:
-        if not stream:
-            raise ConfigurationError("stream must be a stream name or ARN")
-        if not isinstance(initial_position, InitialPosition):
-            raise ConfigurationError(
-                "initial_position must be TRIM_HORIZON, LATEST or AtTimestamp(t), "
-                f"got {initial_position!r}"
-            )
-        for name, value in (
-            ("checkpoint_interval", checkpoint_interval),
-            ("shard_refresh_interval", shard_refresh_interval),
-        ):
-            if value <= 0:
-                raise ConfigurationError(f"{name} must be > 0 seconds, got {value}")
-        if close_timeout < 0:
-            raise ConfigurationError(f"close_timeout must be >= 0 seconds, got {close_timeout}")
-        if max_queued_batches < 1:
-            raise ConfigurationError(f"max_queued_batches must be >= 1, got {max_queued_batches}")
-        self.stream = stream
-        self.application_name = application_name
-        self.initial_position = initial_position
-        self.checkpoint_interval = checkpoint_interval
-        self.shard_refresh_interval = shard_refresh_interval
-        self.close_timeout = close_timeout
-        self.auto_ack = auto_ack
-        self._polling_options = PollingOptions(
-            limit=max_records_per_call, idle_interval=idle_interval
-        )
+        self._stream = StreamRef.of(stream)
+        config = with_overrides(consumer_config or ConsumerConfig(), options, "Consumer")
+        self.config = config
+        self.stream = str(self._stream)
+        """The stream as given (name or ARN); checkpoints are kept under its name."""
+        self._life = Lifecycle(f"Consumer({self.stream!r})")
+        self._polling_options = config.polling
         self._client_config = client_config
         self._client = client
         self._owns_store = checkpoint_store is None
@@ -219,19 +132,22 @@ class Consumer:
         self._checkpointer: Checkpointer | LeaseManager
         self._leases: LeaseManager | None = None
         self.worker_id: str | None = None
-        lease_config = LeaseConfig() if leases is True else leases or None
+        lease_config = config.lease_config
         if lease_config is None:
-            self._checkpointer = Checkpointer(self._store, application_name, stream)
+            self._checkpointer = Checkpointer(
+                self._store, config.application_name, self._stream.name, exclusive=True
+            )
         else:
             if not isinstance(self._store, LeaseStore):
                 raise ConfigurationError(
-                    f"leases need a checkpoint store that holds leases (update_lease); "
-                    f"{type(self._store).__name__} does not"
+                    "leases",
+                    "need a checkpoint store that holds leases (update_lease); "
+                    f"{type(self._store).__name__} does not",
                 )
             self._leases = LeaseManager(
                 self._store,
-                application_name,
-                stream,
+                config.application_name,
+                self._stream.name,
                 lease_config,
                 eligible=self._leasable,
                 on_acquired=lambda _: self._start_ready(),
@@ -241,17 +157,15 @@ class Consumer:
             self._checkpointer = self._leases
             self.worker_id = lease_config.worker_id
         self._unknown_leases: set[str] = set()
-        self._lineage = Lineage(initial_position)
+        self._lineage = Lineage(config.initial_position)
         self._shards: dict[str, _ShardRun] = {}
-        self._queue: asyncio.Queue[RecordBatch | None] = asyncio.Queue(max_queued_batches)
+        self._queue: asyncio.Queue[RecordBatch | None] = asyncio.Queue(config.max_queued_batches)
         self._exit = contextlib.AsyncExitStack()
         self._tasks: list[asyncio.Task[None]] = []
         self._refresh = asyncio.Event()
         self._failure: BaseException | None = None
         self._current: RecordBatch | None = None
         self._delivered = 0
-        self._started = False
-        self._closed = False
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -269,9 +183,7 @@ class Consumer:
 
     async def start(self) -> None:
         """Connect, list the shards and start the readers; errors (no such stream) raise here."""
-        if self._started:
-            raise RuntimeError("Consumer already started")
-        self._started = True
+        self._life.handle(Event.START, "start")
         try:
             if self._client is None:
                 # The readers retry on their own terms (rate, backoff, expired iterators):
@@ -284,10 +196,12 @@ class Consumer:
             self._exit.callback(fastparse.install(self._client))
             await self._first_discovery()
         except BaseException:
+            self._life.handle(Event.START_FAILED)
             await self._exit.aclose()
             if self._owns_store:
                 await self._store.close()
             raise
+        self._life.handle(Event.STARTED)
         self._tasks.append(asyncio.create_task(self._discovery_loop(), name="kinesis-discovery"))
         self._tasks.append(asyncio.create_task(self._flush_loop(), name="kinesis-checkpoints"))
         if self._leases is not None:
@@ -302,10 +216,11 @@ class Consumer:
         With leases: no lease is taken any more, the held ones stay renewed while the acks
         come in, and are released after the final checkpoints (a graceful hand-off).
         """
-        if self._closed or not self._started:
-            self._closed = True
+        if self._life.state in (State.NEW, State.CLOSING, State.CLOSED):
+            if self._life.state is State.NEW:
+                self._life.handle(Event.CLOSE)
             return
-        self._closed = True
+        self._life.handle(Event.CLOSE)
         if self._leases is not None:
             await self._leases.stop_taking()
         tasks = self._tasks + [run.task for run in self._shards.values() if run.task is not None]
@@ -314,7 +229,8 @@ class Consumer:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._forget_undelivered()
         # With auto_ack no ack can come once the loop stopped asking for records.
-        deadline = time.monotonic() + (0.0 if self.auto_ack else self.close_timeout)
+        config = self.config
+        deadline = time.monotonic() + (0.0 if config.auto_ack else config.close_timeout)
         while time.monotonic() < deadline and not all(  # noqa: ASYNC110 (see _DRAIN_POLL)
             run.frontier.drained for run in self._shards.values()
         ):
@@ -326,9 +242,12 @@ class Consumer:
                 if self._leases is not None:
                     await self._leases.close()
             finally:
-                await self._exit.aclose()
-                if self._owns_store:
-                    await self._store.close()
+                try:
+                    await self._exit.aclose()
+                    if self._owns_store:
+                        await self._store.close()
+                finally:
+                    self._life.handle(Event.CLOSED)
 
     def _forget_undelivered(self) -> None:
         """Batches still queued never reached the user: they cannot be acked, so the frontier
@@ -372,6 +291,7 @@ class Consumer:
         if self._failure is not None:
             return
         self._failure = exc
+        self._life.handle(Event.FAIL)
         current = asyncio.current_task()
         for task in self._tasks + [r.task for r in self._shards.values() if r.task is not None]:
             if task is not current:
@@ -389,7 +309,7 @@ class Consumer:
         batch = self._current
         i = self._delivered
         if batch is not None:
-            if self.auto_ack and i:
+            if self.config.auto_ack and i:
                 batch.records[i - 1].ack()
             if i < len(batch):
                 self._delivered = i + 1
@@ -406,12 +326,12 @@ class Consumer:
         ``batch.ack()``)."""
         while (batch := await self._next_batch()) is not None:
             yield batch
-            if self.auto_ack:
+            if self.config.auto_ack:
                 batch.ack()
 
     async def _next_batch(self) -> RecordBatch | None:
-        if not self._started:
-            raise RuntimeError("start the Consumer first (async with Consumer(...) as c)")
+        if self._life.state in (State.NEW, State.STARTING):
+            self._life.require("read records")
         batch = await self._queue.get()
         if batch is None:
             self._queue.put_nowait(None)
@@ -422,9 +342,9 @@ class Consumer:
     # -- discovery and readers --------------------------------------------------------------
 
     async def _discover(self, *, first: bool = False) -> None:
-        rows = await self._store.list(self.application_name, self.stream)
-        shard_filter = self.initial_position.shard_filter() if first and not rows else None
-        shards = await list_all_shards(self._client, self.stream, shard_filter)
+        rows = await self._store.list(self.config.application_name, self._stream.name)
+        shard_filter = self.config.initial_position.shard_filter() if first and not rows else None
+        shards = await list_all_shards(self._client, self._stream, shard_filter)
         for row in rows:
             self._checkpointer.observe(row)
         self._lineage.update(
@@ -462,7 +382,7 @@ class Consumer:
     async def _discovery_loop(self) -> None:
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._refresh.wait(), self.shard_refresh_interval)
+                await asyncio.wait_for(self._refresh.wait(), self.config.shard_refresh_interval)
             self._refresh.clear()
             try:
                 await self._discover()
@@ -474,7 +394,7 @@ class Consumer:
                 logger.warning("shard discovery of %s failed; retrying", self.stream, exc_info=True)
 
     def _start_ready(self) -> None:
-        if self._closed or self._failure is not None:
+        if self._life.stopping:
             return
         held = None
         if self._leases is not None:
@@ -496,7 +416,7 @@ class Consumer:
     async def _read_shard(self, run: _ShardRun) -> None:
         shard_id = run.node.shard_id
         try:
-            transport = AsyncPolling(self._client, StreamRef.of(self.stream), shard_id)
+            transport = AsyncPolling(self._client, self._stream, shard_id)
             ended = await run_shard_read(
                 run.machine, transport, run.frontier, self._queue.put, where=self.stream
             )
@@ -604,9 +524,8 @@ class Consumer:
                 if self._lineage.state(parent) is ShardState.WAITING_FOR_PARENT
             }
             try:
-                rows = await asyncio.gather(
-                    *(self._store.get(self.application_name, self.stream, p) for p in parents)
-                )
+                app, name = self.config.application_name, self._stream.name
+                rows = await asyncio.gather(*(self._store.get(app, name, p) for p in parents))
             except Exception:
                 logger.warning("reading parent leases failed; retrying", exc_info=True)
                 continue
@@ -617,7 +536,7 @@ class Consumer:
 
     async def _flush_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.checkpoint_interval)
+            await asyncio.sleep(self.config.checkpoint_interval)
             try:
                 await self._flush()
             except Exception:

@@ -1,4 +1,5 @@
-"""Where a consumer starts reading a shard it has no checkpoint for."""
+"""Where a consumer starts reading a shard it has no checkpoint for, and the positions it
+resumes from."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from kinesis_core.checkpoint.base import Sentinel
-from kinesis_core.errors import ValidationError
+from kinesis_core.errors import ConfigurationError
 
 
 class InitialPosition:
@@ -16,9 +17,9 @@ class InitialPosition:
 
     def __init__(self, sentinel: Sentinel, timestamp: datetime | None = None) -> None:
         if sentinel is Sentinel.SHARD_END:
-            raise ValidationError("initial_position", "SHARD_END is not a start position")
+            raise ConfigurationError("initial_position", "SHARD_END is not a start position")
         if (sentinel is Sentinel.AT_TIMESTAMP) != (timestamp is not None):
-            raise ValidationError(
+            raise ConfigurationError(
                 "initial_position", "a timestamp goes with AT_TIMESTAMP and only with it"
             )
         self.sentinel = sentinel
@@ -63,7 +64,7 @@ class AtTimestamp(InitialPosition):
 
     def __init__(self, timestamp: datetime | float) -> None:
         if isinstance(timestamp, bool) or not isinstance(timestamp, (datetime, int, float)):
-            raise ValidationError(
+            raise ConfigurationError(
                 "timestamp", f"must be a datetime or epoch seconds, got {type(timestamp).__name__}"
             )
         if not isinstance(timestamp, datetime):
@@ -77,6 +78,31 @@ TRIM_HORIZON = InitialPosition(Sentinel.TRIM_HORIZON)
 """The oldest record still in the shard."""
 LATEST = InitialPosition(Sentinel.LATEST)
 """Only records written after the reader starts."""
+
+
+_NAMED = {"TRIM_HORIZON": TRIM_HORIZON, "LATEST": LATEST}
+_ACCEPTED = (
+    "TRIM_HORIZON or LATEST (the constants of kinesis_core.consumer, or those names as strings "
+    "in any case), AtTimestamp(t), or a datetime"
+)
+
+
+def parse_initial_position(value: object, field: str = "initial_position") -> InitialPosition:
+    """The start position ``value`` names; the one parser behind every ``initial_position``
+    argument (core, Beam and Faust), so they all accept the same spellings.
+
+    Accepts the constants, the strings ``"TRIM_HORIZON"``/``"LATEST"`` in any case, an
+    :class:`AtTimestamp`, or a datetime (naive means UTC).
+    """
+    if isinstance(value, InitialPosition):
+        return value
+    if isinstance(value, str):
+        named = _NAMED.get(value.strip().upper())
+        if named is not None:
+            return named
+    if isinstance(value, datetime):
+        return AtTimestamp(value)
+    raise ConfigurationError(field, f"must be {_ACCEPTED}; got {value!r:.80}")
 
 
 def resume_params(sequence_number: int, *, after: bool) -> dict[str, Any]:

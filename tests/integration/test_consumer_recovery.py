@@ -224,3 +224,34 @@ def test_a_crash_between_ack_and_checkpoint_write_replays_only_the_unwritten(
     first, replayed, checkpoint = asyncio.run(main())
     assert checkpoint == first[-1].position
     assert [r.data for r in replayed] == [f"r{i}".encode() for i in range(12, 20)]
+
+
+def test_two_consumers_sharing_a_store_without_leases_are_warned(
+    kinesis_stream: Any, tmp_path: Any
+) -> None:
+    """Both would deliver every record; the second writer of a checkpoint row says so."""
+    from kinesis_core.checkpoint import SQLiteCheckpointStore
+    from kinesis_core.consumer import SharedCheckpointsWarning
+
+    stream = kinesis_stream(shards=1)
+    put(stream, [(f"k{i}", f"r{i}".encode()) for i in range(6)])
+    path = tmp_path / "shared.sqlite3"
+
+    async def main() -> tuple[list[KinesisRecord], list[KinesisRecord]]:
+        async with (
+            SQLiteCheckpointStore(path) as one,
+            SQLiteCheckpointStore(path) as two,
+            consumer(stream, one) as first,
+            consumer(stream, two) as second,
+        ):
+            a = await take(first, 3)
+            await first.checkpoint()
+            b = await take(second, 6)
+            await second.checkpoint()
+            return a, b
+
+    with pytest.warns(SharedCheckpointsWarning, match="leases=True") as caught:
+        a, b = asyncio.run(main())
+    assert [r.data for r in a] == [b"r0", b"r1", b"r2"]
+    assert [r.data for r in b] == [f"r{i}".encode() for i in range(6)]
+    assert "written by another consumer" in str(caught[0].message)
