@@ -62,7 +62,9 @@ class ReadFn(beam.DoFn, RestrictionProvider):
         self._checkpointer: Checkpointer | None = None
         if spec.checkpoint_store is not None:
             self._store = spec.checkpoint_store()
-            self._checkpointer = Checkpointer(self._store, spec.application_name, spec.stream)
+            self._checkpointer = Checkpointer(
+                self._store, spec.application_name, StreamRef.of(spec.stream).name
+            )
 
     def teardown(self) -> None:
         if self._readers is not None:
@@ -127,7 +129,7 @@ class ReadFn(beam.DoFn, RestrictionProvider):
 
         async def read() -> dict[str, CheckpointValue]:
             try:
-                rows = await store.list(self._spec.application_name, stream)
+                rows = await store.list(self._spec.application_name, StreamRef.of(stream).name)
             finally:
                 await store.close()
             return {row.shard_id: row.value for row in rows}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+from datetime import datetime
 from typing import Any
 
 import apache_beam as beam
@@ -31,9 +32,10 @@ from beam_kinesis.options import client_config_from_options, warn_if_credentials
 from beam_kinesis.record import KinesisRecord
 from kinesis_core.checkpoint import SQLiteCheckpointStore
 from kinesis_core.client import ClientConfig
-from kinesis_core.consumer.polling import MAX_GET_RECORDS_LIMIT, MIN_CALL_INTERVAL
-from kinesis_core.consumer.positions import LATEST, TRIM_HORIZON, InitialPosition
-from kinesis_core.errors import ConfigurationError, ValidationError
+from kinesis_core.consumer import ConsumerConfig, InitialPosition
+from kinesis_core.errors import ConfigurationError
+from kinesis_core.overrides import with_overrides
+from kinesis_core.stream import StreamRef
 
 _MAX_SECONDS = 365 * 24 * 3600.0
 
@@ -45,32 +47,49 @@ def _store_factory(
         return store
     if isinstance(store, (str, os.PathLike)):
         return functools.partial(SQLiteCheckpointStore, os.fspath(store))
-    raise ValidationError(
+    raise ConfigurationError(
         "checkpoint_store",
         "must be a SQLite file path or a picklable zero-argument callable returning a "
         f"CheckpointStore (a store object cannot travel to the workers), got {store!r:.60}",
     )
 
 
-def _initial_position(value: InitialPosition | str) -> InitialPosition:
-    if isinstance(value, InitialPosition):
-        return value
-    named = {"TRIM_HORIZON": TRIM_HORIZON, "LATEST": LATEST}
-    if isinstance(value, str) and value.upper() in named:
-        return named[value.upper()]
-    raise ValidationError(
-        "initial_position",
-        f"must be TRIM_HORIZON, LATEST or AtTimestamp(t), got {value!r:.60}",
-    )
+_NOT_FOR_BEAM = {
+    "checkpoint_interval": "positions are written from bundle finalizers, after each commit",
+    "shard_refresh_interval": "restrictions adopt children from ChildShards at a shard's end",
+    "close_timeout": "the runner decides when a bundle ends",
+    "auto_ack": "a record is committed with its bundle",
+    "max_queued_batches": "the runner's bundles are the backpressure",
+    "leases": "the runner distributes the restrictions over its workers",
+}
+"""ConsumerConfig fields the Beam source has no use for, and why."""
+
+
+def _consumer_config(config: ConsumerConfig | None, **given: Any) -> ConsumerConfig:
+    """``config`` with the transform's own keyword arguments on top; refuses settings that
+    mean nothing here rather than ignoring them."""
+    base = config if config is not None else ConsumerConfig()
+    if not isinstance(base, ConsumerConfig):
+        raise ConfigurationError(
+            "consumer_config", f"must be a ConsumerConfig, got {type(base).__name__}"
+        )
+    default = ConsumerConfig()
+    for name, why in _NOT_FOR_BEAM.items():
+        if getattr(base, name) != getattr(default, name):
+            raise ConfigurationError(
+                "consumer_config", f"{name} does not apply to ReadFromKinesis: {why}"
+            )
+    overrides = {name: value for name, value in given.items() if value is not None}
+    return with_overrides(base, overrides, "ReadFromKinesis")
 
 
 def _check_seconds(field: str, value: float | None, *, minimum: float = 0.0) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValidationError(field, f"must be a number of seconds, got {value!r:.60}")
+        raise ConfigurationError(field, f"must be a number of seconds, got {value!r:.60}")
     if not minimum <= value <= _MAX_SECONDS:
-        raise ValidationError(
+        raise ConfigurationError(
             field, f"must be in [{minimum:g}, {_MAX_SECONDS:g}] seconds, got {value!r}"
         )
 
@@ -94,14 +113,22 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
     :class:`CheckpointStore`. Positions are written to it only from a bundle finalizer (after
     the runner durably committed the bundle), under ``application_name``; a new job given the
     same store starts from there instead of ``initial_position``.
+
+    ``consumer_config``: a :class:`~kinesis_core.consumer.ConsumerConfig` shared with the core
+    consumer or a Faust channel; its ``application_name``, ``initial_position``,
+    ``idle_interval`` and ``max_records_per_call`` apply (the keyword arguments of the same
+    names override them), and settings that mean nothing to a Beam source (leases, auto_ack,
+    ...) are refused rather than ignored. ``initial_position`` takes what
+    :func:`~kinesis_core.consumer.parse_initial_position` takes.
     """
 
     def __init__(
         self,
-        stream: str,
+        stream: str | StreamRef,
         *,
+        consumer_config: ConsumerConfig | None = None,
         client_config: ClientConfig | None = None,
-        initial_position: InitialPosition | str = LATEST,
+        initial_position: InitialPosition | str | datetime | None = None,
         with_metadata: bool = True,
         timestamp_fn: TimestampFn | None = None,
         max_records: int | None = None,
@@ -109,38 +136,36 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
         stop_when_caught_up: bool = False,
         idle_threshold: float = 10.0,
         checkpoint_store: CheckpointStoreFactory | str | os.PathLike[str] | None = None,
-        application_name: str = "default",
+        application_name: str | None = None,
         self_checkpoint_interval: float = 1.0,
-        idle_interval: float = 1.0,
-        max_records_per_call: int = MAX_GET_RECORDS_LIMIT,
+        idle_interval: float | None = None,
+        max_records_per_call: int | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(stream, str) or not stream:
-            raise ValidationError("stream", f"must be a stream name or ARN, got {stream!r:.60}")
+        ref = StreamRef.of(stream)
+        consumer = _consumer_config(
+            consumer_config,
+            initial_position=initial_position,
+            application_name=application_name,
+            idle_interval=idle_interval,
+            max_records_per_call=max_records_per_call,
+        )
         if max_records is not None and (
             isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1
         ):
-            raise ValidationError("max_records", f"must be an int >= 1, got {max_records!r}")
+            raise ConfigurationError("max_records", f"must be an int >= 1, got {max_records!r}")
         _check_seconds("max_read_time", max_read_time)
         _check_seconds("idle_threshold", idle_threshold)
         _check_seconds("self_checkpoint_interval", self_checkpoint_interval, minimum=0.01)
-        _check_seconds("idle_interval", idle_interval, minimum=MIN_CALL_INTERVAL)
-        if not 1 <= max_records_per_call <= MAX_GET_RECORDS_LIMIT:
-            raise ValidationError(
-                "max_records_per_call",
-                f"must be in [1, {MAX_GET_RECORDS_LIMIT}], got {max_records_per_call!r}",
-            )
         if timestamp_fn is not None and not callable(timestamp_fn):
-            raise ValidationError("timestamp_fn", f"must be callable, got {timestamp_fn!r:.60}")
-        if not application_name:
-            raise ValidationError("application_name", "must not be empty")
+            raise ConfigurationError("timestamp_fn", f"must be callable, got {timestamp_fn!r:.60}")
         if client_config is not None:
             warn_if_credentials(client_config, "ReadFromKinesis")
         self._client_config = client_config
         self._spec = ReadSpec(
-            stream=stream,
+            stream=str(ref),
             client_config=client_config or ClientConfig(),
-            initial_position=_initial_position(initial_position),
+            initial_position=consumer.initial_position,
             with_metadata=with_metadata,
             timestamp_fn=timestamp_fn,
             max_records=max_records,
@@ -148,10 +173,10 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
             stop_when_caught_up=stop_when_caught_up,
             idle_threshold=idle_threshold,
             checkpoint_store=_store_factory(checkpoint_store),
-            application_name=application_name,
+            application_name=consumer.application_name,
             self_checkpoint_interval=self_checkpoint_interval,
-            idle_interval=idle_interval,
-            max_records_per_call=max_records_per_call,
+            idle_interval=consumer.idle_interval,
+            max_records_per_call=consumer.max_records_per_call,
         )
 
     def expand(self, pbegin: Any) -> Any:

@@ -32,19 +32,21 @@ class StreamRef:
         if isinstance(value, StreamRef):
             return value
         if not isinstance(value, str) or not value:
-            raise ConfigurationError(f"{field}: must be a stream name or ARN, got {value!r:.80}")
+            raise ConfigurationError(field, f"must be a stream name or ARN, got {value!r:.80}")
         if value.startswith("arn:"):
             match = _ARN.fullmatch(value)
             if match is None:
                 raise ConfigurationError(
-                    f"{field}: not a Kinesis stream ARN "
-                    f"(arn:aws:kinesis:REGION:ACCOUNT:stream/NAME): {value!r:.200}"
+                    field,
+                    "not a Kinesis stream ARN (arn:aws:kinesis:REGION:ACCOUNT:stream/NAME): "
+                    f"{value!r:.200}",
                 )
             return cls(match["name"], value)
         if _NAME.fullmatch(value) is None:
             raise ConfigurationError(
-                f"{field}: a stream name is 1 to 128 characters of a-z, A-Z, 0-9, '_', '.' and "
-                f"'-', got {value!r:.200}"
+                field,
+                "a stream name is 1 to 128 characters of a-z, A-Z, 0-9, '_', '.' and '-', "
+                f"got {value!r:.200}",
             )
         return cls(value)
 

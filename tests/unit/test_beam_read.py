@@ -31,7 +31,7 @@ from kinesis_core.aggregation import encode_aggregate
 from kinesis_core.checkpoint import SHARD_END, MemoryCheckpointStore
 from kinesis_core.classify import ErrorKind
 from kinesis_core.client import ClientConfig
-from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp
+from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp, ConsumerConfig
 from kinesis_core.errors import ConfigurationError, KinesisServiceError, ValidationError
 from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.records import SubRecord
@@ -524,9 +524,33 @@ def test_initial_restriction_at_a_timestamp(fake: FakeKinesis) -> None:
 )
 def test_bad_arguments_name_the_field(kwargs: dict[str, Any], field: str) -> None:
     args = {"stream": "s", **kwargs}
-    with pytest.raises(ValidationError) as info:
+    with pytest.raises(ConfigurationError) as info:
         ReadFromKinesis(args.pop("stream"), **args)
     assert info.value.field == field
+    assert str(info.value).startswith(f"{field}: ")
+
+
+def test_a_consumer_config_is_shared_and_keywords_override_it() -> None:
+    config = ConsumerConfig(
+        application_name="app", initial_position="trim_horizon", max_records_per_call=500
+    )
+    read = ReadFromKinesis("s", consumer_config=config, max_records_per_call=100)
+    spec = read._spec
+    assert (spec.application_name, spec.initial_position) == ("app", TRIM_HORIZON)
+    assert spec.max_records_per_call == 100
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    assert ReadFromKinesis("s", initial_position=start)._spec.initial_position == AtTimestamp(
+        start
+    )
+
+
+@pytest.mark.parametrize(
+    "config",
+    [ConsumerConfig(leases=True), ConsumerConfig(auto_ack=True), ConsumerConfig(close_timeout=1)],
+)
+def test_consumer_settings_that_mean_nothing_to_beam_are_refused(config: ConsumerConfig) -> None:
+    with pytest.raises(ConfigurationError, match=r"^consumer_config: .* does not apply"):
+        ReadFromKinesis("s", consumer_config=config)
 
 
 def test_bounded_modes_give_a_bounded_pcollection() -> None:
