@@ -18,8 +18,7 @@ from apache_beam.metrics.metric import Metrics
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
-from beam_kinesis._read_spec import ReadSpec, now_micros, to_timestamp
-from beam_kinesis._read_spec import micros as to_micros
+from beam_kinesis._read_spec import ReadSpec, micros as to_micros, now_micros, to_timestamp
 from beam_kinesis._shard_readers import Reader, ShardReaders
 from beam_kinesis.record import KinesisRecord
 from beam_kinesis.restriction import (
@@ -38,8 +37,7 @@ from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.reading import ShardReadError, execute
 from kinesis_core.consumer.transport import Call, Ended, Failed, ShardRead, SyncTransport, Wait
 from kinesis_core.hashing import hash_key
-from kinesis_core.records import KinesisRecord as CoreRecord
-from kinesis_core.records import Position
+from kinesis_core.records import KinesisRecord as CoreRecord, Position
 
 METRICS_NAMESPACE = "ReadFromKinesis"
 

@@ -25,8 +25,7 @@ import botocore.session
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
 from botocore.config import Config
-from botocore.exceptions import ConnectionError as BotoConnectionError
-from botocore.exceptions import HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError, HTTPClientError
 
 from kinesis_core.classify import ErrorKind, classify, error_details
 from kinesis_core.errors import ConfigurationError, ValidationError

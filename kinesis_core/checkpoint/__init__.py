@@ -4,30 +4,29 @@ Every store's rows can also be held as leases by several consumer workers (memor
 process; SQLite: the processes of one host; DynamoDB: anywhere, in the KCL's table format).
 """
 
-from kinesis_core.checkpoint.base import (
-    SHARD_END,
-    Checkpoint,
-    CheckpointConflictError,
-    CheckpointStore,
-    CheckpointValue,
-    LeaseStore,
-    Sentinel,
-    checkpoint_order,
-)
-from kinesis_core.checkpoint.dynamodb import DynamoDBCheckpointStore
-from kinesis_core.checkpoint.memory import MemoryCheckpointStore
-from kinesis_core.checkpoint.sqlite import SQLiteCheckpointStore
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "SHARD_END",
-    "Checkpoint",
-    "CheckpointConflictError",
-    "CheckpointStore",
-    "CheckpointValue",
-    "DynamoDBCheckpointStore",
-    "LeaseStore",
-    "MemoryCheckpointStore",
-    "SQLiteCheckpointStore",
-    "Sentinel",
-    "checkpoint_order",
-]
+from kinesis_core._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from kinesis_core.checkpoint.base import (
+        SHARD_END as SHARD_END,
+        Checkpoint as Checkpoint,
+        CheckpointConflictError as CheckpointConflictError,
+        CheckpointStore as CheckpointStore,
+        CheckpointValue as CheckpointValue,
+        LeaseStore as LeaseStore,
+        Sentinel as Sentinel,
+        checkpoint_order as checkpoint_order,
+    )
+    from kinesis_core.checkpoint.dynamodb import (
+        DynamoDBCheckpointStore as DynamoDBCheckpointStore,
+    )
+    from kinesis_core.checkpoint.memory import (
+        MemoryCheckpointStore as MemoryCheckpointStore,
+    )
+    from kinesis_core.checkpoint.sqlite import (
+        SQLiteCheckpointStore as SQLiteCheckpointStore,
+    )
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

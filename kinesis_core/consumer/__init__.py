@@ -7,34 +7,39 @@ the transports and the step function that execute them (:mod:`.reading`), and th
 :class:`Checkpointer`, the one writer of checkpoint rows.
 """
 
-from kinesis_core.consumer.checkpointer import Checkpointer, SharedCheckpointsWarning
-from kinesis_core.consumer.config import ConsumerConfig
-from kinesis_core.consumer.consumer import Consumer
-from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier
-from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
-from kinesis_core.consumer.positions import (
-    LATEST,
-    TRIM_HORIZON,
-    AtTimestamp,
-    InitialPosition,
-    parse_initial_position,
-)
-from kinesis_core.consumer.status import ShardStatus
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "LATEST",
-    "TRIM_HORIZON",
-    "AtTimestamp",
-    "Checkpointer",
-    "Consumer",
-    "ConsumerConfig",
-    "InitialPosition",
-    "Lineage",
-    "RecordBatch",
-    "ShardFrontier",
-    "ShardNode",
-    "ShardState",
-    "ShardStatus",
-    "SharedCheckpointsWarning",
-    "parse_initial_position",
-]
+from kinesis_core._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from kinesis_core.consumer.checkpointer import (
+        Checkpointer as Checkpointer,
+        SharedCheckpointsWarning as SharedCheckpointsWarning,
+    )
+    from kinesis_core.consumer.config import (
+        ConsumerConfig as ConsumerConfig,
+    )
+    from kinesis_core.consumer.consumer import (
+        Consumer as Consumer,
+    )
+    from kinesis_core.consumer.frontier import (
+        RecordBatch as RecordBatch,
+        ShardFrontier as ShardFrontier,
+    )
+    from kinesis_core.consumer.lineage import (
+        Lineage as Lineage,
+        ShardNode as ShardNode,
+        ShardState as ShardState,
+    )
+    from kinesis_core.consumer.positions import (
+        LATEST as LATEST,
+        TRIM_HORIZON as TRIM_HORIZON,
+        AtTimestamp as AtTimestamp,
+        InitialPosition as InitialPosition,
+        parse_initial_position as parse_initial_position,
+    )
+    from kinesis_core.consumer.status import (
+        ShardStatus as ShardStatus,
+    )
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -7,7 +7,19 @@ its lease loses the counter condition. The decisions are sans-I/O
 (:class:`LeaseCoordinator`); :class:`LeaseManager` runs them.
 """
 
-from kinesis_core.lease.coordinator import LeaseConfig, LeaseCoordinator, Take, default_worker_id
-from kinesis_core.lease.manager import LeaseManager
+from typing import TYPE_CHECKING
 
-__all__ = ["LeaseConfig", "LeaseCoordinator", "LeaseManager", "Take", "default_worker_id"]
+from kinesis_core._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from kinesis_core.lease.coordinator import (
+        LeaseConfig as LeaseConfig,
+        LeaseCoordinator as LeaseCoordinator,
+        Take as Take,
+        default_worker_id as default_worker_id,
+    )
+    from kinesis_core.lease.manager import (
+        LeaseManager as LeaseManager,
+    )
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -8,7 +8,7 @@ server mode, fast, with DynamoDB) run a Kinesis API server on a free 127.0.0.1 p
         ...  # use stream.client_config with kinesis_core.client factories
 
 ``python -m kinesis_core.local up --stream demo:4`` does the same from a shell; the pytest plugin
-(``kinesis_core.local.pytest_plugin``, registered by entry point) offers it as fixtures.
+(``kinesis_core.local.pytest_plugin``, opt-in with ``-p``) offers it as fixtures.
 """
 
 from kinesis_core.local._server import (

@@ -1,4 +1,5 @@
-"""pytest fixtures for testing against a local Kinesis (registered by the package's entry point).
+"""pytest fixtures for testing against a local Kinesis; opt in with
+``pytest -p kinesis_core.local.pytest_plugin`` (or ``addopts`` / ``pytest_plugins``).
 
 - ``kinesis_mock`` / ``moto_server``: a server per test session (``KinesisMock`` / ``MotoServer``,
   with ``endpoint_url`` and ``client_config()``), started on first use and always stopped at the

@@ -209,6 +209,23 @@ def test_missing_node_fails_with_what_to_install(
         KinesisMock(cache_dir=tmp_path / "cache").start()
 
 
+PLUGIN = "kinesis_core.local.pytest_plugin"
+
+
+def test_the_plugin_is_opt_in(tmp_path: Path) -> None:
+    """Installing the package adds nothing to other projects' pytest runs."""
+    (tmp_path / "test_other.py").write_text("def test_plain(kinesis_stream):\n    pass\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stdout
+    assert "fixture 'kinesis_stream' not found" in result.stdout
+
+
 def test_fixture_without_node_is_a_failure_not_a_skip(tmp_path: Path) -> None:
     (tmp_path / "test_needs_node.py").write_text(
         textwrap.dedent(
@@ -220,7 +237,17 @@ def test_fixture_without_node_is_a_failure_not_a_skip(tmp_path: Path) -> None:
     )
     env = {**os.environ, "PATH": str(tmp_path / "no-bin")}
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            PLUGIN,
+            str(tmp_path),
+        ],
         cwd=tmp_path,
         env=env,
         capture_output=True,

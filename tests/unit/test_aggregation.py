@@ -7,8 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from kinesis_core._kpl_messages import MESSAGES
 from kinesis_core.aggregation import (

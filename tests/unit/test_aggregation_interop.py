@@ -9,8 +9,7 @@ from types import ModuleType
 from typing import Any
 
 import aiokpl
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from kinesis_core._kpl_messages import MESSAGES
 from kinesis_core.aggregation import (

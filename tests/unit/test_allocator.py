@@ -6,8 +6,7 @@ import random
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from kinesis_core.allocator import BalancedKeyAllocator
 from kinesis_core.errors import ValidationError

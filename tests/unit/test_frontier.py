@@ -4,8 +4,7 @@ order of the acks."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from kinesis_core.checkpoint import SHARD_END, Sentinel
 from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier

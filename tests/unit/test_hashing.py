@@ -6,8 +6,7 @@ import hashlib
 from array import array
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from kinesis_core.errors import ValidationError
 from kinesis_core.hashing import (

@@ -8,8 +8,7 @@ import os
 import random
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from kinesis_core.checkpoint import Checkpoint, CheckpointConflictError, Sentinel
 from kinesis_core.checkpoint.base import apply_lease

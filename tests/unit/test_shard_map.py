@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from kinesis_core.errors import KinesisConnectorError, ValidationError
 from kinesis_core.hashing import MAX_HASH_KEY
