@@ -30,6 +30,7 @@ PURE = [
     "kinesis_core.consumer.lineage",
     "kinesis_core.consumer.polling",
     "kinesis_core.consumer.positions",
+    "kinesis_core.consumer.subscription",
     "kinesis_core.consumer.transport",
     "kinesis_core.lease",
     "kinesis_core.lease.coordinator",

@@ -1,0 +1,232 @@
+"""Reading a shard by enhanced fan-out: SubscribeToShard, then the events it pushes (sans-I/O).
+
+:class:`SubscriptionRead` subscribes at most once per ``subscribe_interval`` (Kinesis allows
+one SubscribeToShard per second per shard and consumer), reads events one at a time (the
+transport asks the server for more only when the reader takes one: that is the backpressure),
+renews the subscription when it ends (after at most five minutes on AWS) from the last
+ContinuationSequenceNumber so nothing is lost or read twice, backs off on ResourceInUse (the
+previous subscription is still open), LimitExceeded, ResourceNotFound, internal failures and
+connections cut mid-stream, and gives up (:class:`~.transport.Failed`) after
+``max_failures`` failures in a row with no event in between. A shard ends at an event with
+no ContinuationSequenceNumber, whose ChildShards go to the lineage as with polling. The start
+point, the skip past a checkpoint inside an aggregate and the hash-range filter are the
+common part (:class:`~.transport.ShardRead`), so checkpoints mean the same in both modes.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kinesis_core.classify import ErrorKind
+from kinesis_core.consumer.lineage import ShardNode, StartPoint
+from kinesis_core.consumer.positions import InitialPosition
+from kinesis_core.consumer.transport import (
+    Ack,
+    Action,
+    Backoff,
+    Call,
+    ReadState,
+    ShardRead,
+    Wait,
+)
+from kinesis_core.errors import ConfigurationError
+from kinesis_core.records import KinesisRecord
+
+MAX_SUBSCRIPTION_SECONDS = 300.0
+"""AWS ends a subscription after five minutes."""
+
+CONTINUATION_TYPE = "AFTER_SEQUENCE_NUMBER"
+"""How a renewal starts from a ContinuationSequenceNumber: the KCL's FanOutRecordsPublisher
+renews AFTER_SEQUENCE_NUMBER of it, and so do we."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionOptions:
+    """Tuning of a fan-out reader; the defaults follow the service limits."""
+
+    subscribe_interval: float = 1.0
+    """Seconds between two SubscribeToShard calls on one shard (the service allows 1/s)."""
+    pending_interval: float = 0.05
+    """Seconds before a synchronous driver looks again when no event was waiting."""
+    backoff_base: float = 0.5
+    backoff_max: float = 10.0
+    max_failures: int = 20
+    """Failures in a row (no event in between) before the reader gives up with an error."""
+
+    def __post_init__(self) -> None:
+        if self.subscribe_interval < 1.0:
+            raise ConfigurationError(
+                "subscribe_interval",
+                f"must be >= 1 s (one SubscribeToShard per second per shard), "
+                f"got {self.subscribe_interval!r}",
+            )
+        if not 0 < self.pending_interval <= 1.0:
+            raise ConfigurationError(
+                "pending_interval", f"must be in (0, 1] seconds, got {self.pending_interval!r}"
+            )
+        if self.max_failures < 1:
+            raise ConfigurationError("max_failures", f"must be >= 1, got {self.max_failures!r}")
+        self.backoff  # noqa: B018 (validates the pair)
+
+    @property
+    def backoff(self) -> Backoff:
+        return Backoff(self.backoff_base, self.backoff_max)
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe(Call):
+    """SubscribeToShard from ``starting_position`` (the API's StartingPosition)."""
+
+    starting_position: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class NextEvent(Call):
+    """The next event of the open subscription. The response is a :class:`SubscribeEvent`,
+    None when the subscription ended normally, or :data:`PENDING` from a synchronous transport
+    that has nothing yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribeEvent:
+    """One SubscribeToShardEvent: records shaped like GetRecords' (``Data`` bytes,
+    ``SequenceNumber`` str, ...)."""
+
+    records: Sequence[Mapping[str, Any]]
+    continuation_sequence_number: str | None
+    millis_behind_latest: int | None
+    child_shards: Sequence[Mapping[str, Any]] | None = field(default=None)
+
+
+class _Pending:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "PENDING"
+
+
+PENDING: Any = _Pending()
+"""A synchronous transport's answer to NextEvent when no event is waiting."""
+
+
+def starting_position(start: InitialPosition) -> dict[str, Any]:
+    """The StartingPosition of an initial position."""
+    if start.timestamp is not None:
+        return {"Type": "AT_TIMESTAMP", "Timestamp": start.timestamp}
+    return {"Type": start.sentinel.value}
+
+
+class SubscriptionRead(ShardRead):
+    """The decisions of one shard's fan-out reader."""
+
+    transport = "subscription"
+
+    def __init__(
+        self,
+        node: ShardNode,
+        start: StartPoint,
+        options: SubscriptionOptions | None = None,
+        *,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.options = options or SubscriptionOptions()
+        super().__init__(node, start, self.options.backoff, rng)
+        self._continuation: str | None = None
+        self._next_subscribe_at = 0.0
+        self.subscriptions = 0
+        """SubscribeToShard calls made (renewals included)."""
+
+    def next_action(self, now: float) -> Action:
+        finished = self._finished()
+        if finished is not None:
+            return finished
+        if self._state is ReadState.READING:
+            if now < self._not_before:
+                return Wait(self._not_before)
+            return NextEvent()
+        due = max(self._not_before, self._next_subscribe_at)
+        if now < due:
+            return Wait(due)
+        self._next_subscribe_at = now + self.options.subscribe_interval
+        self.subscriptions += 1
+        return Subscribe(self._starting_position())
+
+    def _starting_position(self) -> dict[str, Any]:
+        if self._continuation is not None:
+            return {"Type": CONTINUATION_TYPE, "SequenceNumber": self._continuation}
+        if self._last_sequence is not None:
+            return {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": str(self._last_sequence)}
+        if isinstance(self._start, InitialPosition):
+            return starting_position(self._start)
+        return {"Type": "AT_SEQUENCE_NUMBER", "SequenceNumber": str(self._start[0])}
+
+    def on_response(
+        self, now: float, call: Call, response: Any, ack: Ack | None = None
+    ) -> list[KinesisRecord]:
+        if isinstance(call, Subscribe):
+            self._state = ReadState.READING
+            self._not_before = 0.0
+            self.data_read = False
+            return []
+        if response is PENDING:
+            self.data_read = False
+            self._not_before = now + self.options.pending_interval
+            return []
+        if response is None:
+            # The subscription ended (five minutes, or the server closed it): renew it from
+            # the continuation, as soon as the subscribe rate allows.
+            self.data_read = False
+            self._state = ReadState.CONNECTING
+            return []
+        return self.on_event(response, ack)
+
+    def on_event(self, event: SubscribeEvent, ack: Ack | None = None) -> list[KinesisRecord]:
+        """One SubscribeToShardEvent: the user records to deliver, in shard order."""
+        self._progress()
+        self.data_read = True
+        records = self._deliver(event.records, ack)
+        millis = event.millis_behind_latest
+        self.millis_behind_latest = millis
+        continuation = event.continuation_sequence_number
+        if continuation is None:
+            self._end(event.child_shards)
+        else:
+            self._continuation = continuation
+        self.caught_up = millis == 0 and self._state is not ReadState.ENDED
+        self.idle = self.caught_up and not event.records
+        return records
+
+    def on_error(self, now: float, call: Call, kind: ErrorKind) -> None:
+        """Every failure (of the subscribe or mid-stream) closes the subscription: subscribe
+        again after a backoff, from where the last event left off; give up after
+        ``max_failures`` in a row."""
+        if kind not in (ErrorKind.NOT_FOUND, ErrorKind.EXPIRED) and not kind.retryable:
+            raise ValueError(f"{kind} errors are raised by the driver, not fed to the machine")
+        self.last_error = kind
+        self.caught_up = self.idle = self.data_read = False
+        self._state = ReadState.CONNECTING
+        self._backoff(now)
+        if self._failures >= self.options.max_failures:
+            what = "SubscribeToShard" if isinstance(call, Subscribe) else "the subscription"
+            self._fail(
+                f"{what} failed {self._failures} times in a row ({kind.value})"
+                + (
+                    "; does the consumer still exist, and is it ACTIVE?"
+                    if kind is ErrorKind.NOT_FOUND
+                    else ""
+                )
+            )
+
+
+def event_from_api(payload: Mapping[str, Any]) -> SubscribeEvent:
+    """A SubscribeToShardEvent as botocore parses it (or as our own parser gives it)."""
+    return SubscribeEvent(
+        records=payload.get("Records") or (),
+        continuation_sequence_number=payload.get("ContinuationSequenceNumber"),
+        millis_behind_latest=payload.get("MillisBehindLatest"),
+        child_shards=payload.get("ChildShards"),
+    )
+

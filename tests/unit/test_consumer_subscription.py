@@ -1,0 +1,228 @@
+"""The fan-out shard reader's machine: subscribe rate, events, renewal from the continuation,
+resume inside an aggregate, errors with backoff and a limit, the end of a shard."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kinesis_core.aggregation import encode_aggregate
+from kinesis_core.classify import ErrorKind
+from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp
+from kinesis_core.consumer.lineage import ShardNode
+from kinesis_core.consumer.subscription import (
+    PENDING,
+    NextEvent,
+    Subscribe,
+    SubscribeEvent,
+    SubscriptionOptions,
+    SubscriptionRead,
+    event_from_api,
+)
+from kinesis_core.consumer.transport import Ended, Failed, ReadState, Wait
+from kinesis_core.errors import ConfigurationError
+from kinesis_core.hashing import MAX_HASH_KEY, hash_key
+from kinesis_core.records import SubRecord
+
+NODE = ShardNode("shard-1", (), (0, MAX_HASH_KEY), True)
+
+
+def raw(seq: int, data: bytes, pk: str = "pk") -> dict[str, Any]:
+    return {"SequenceNumber": str(seq), "Data": data, "PartitionKey": pk}
+
+
+def event(
+    *records: dict[str, Any], cont: str | None = "c", millis: int = 0, children: Any = None
+) -> SubscribeEvent:
+    return SubscribeEvent(list(records), cont, millis, children)
+
+
+def subscribed(machine: SubscriptionRead, now: float = 0.0) -> Subscribe:
+    action = machine.next_action(now)
+    assert isinstance(action, Subscribe)
+    machine.on_response(now, action, object())
+    return action
+
+
+def test_initial_positions_and_a_checkpoint() -> None:
+    def first(start: Any) -> dict[str, Any]:
+        action = SubscriptionRead(NODE, start).next_action(0)
+        assert isinstance(action, Subscribe)
+        return action.starting_position
+
+    assert first(TRIM_HORIZON) == {"Type": "TRIM_HORIZON"}
+    assert first(LATEST) == {"Type": "LATEST"}
+    at = AtTimestamp(1_700_000_000.5)
+    assert first(at) == {"Type": "AT_TIMESTAMP", "Timestamp": at.timestamp}
+    assert first((42, 3)) == {"Type": "AT_SEQUENCE_NUMBER", "SequenceNumber": "42"}
+
+
+def test_events_are_read_one_at_a_time_and_deaggregated() -> None:
+    machine = SubscriptionRead(NODE, TRIM_HORIZON)
+    subscribed(machine)
+    assert machine.state is ReadState.READING
+    assert machine.next_action(0.1) == NextEvent()
+    agg = encode_aggregate([SubRecord("a", None, b"1"), SubRecord("b", None, b"2")])
+    records = machine.on_response(0.1, NextEvent(), event(raw(5, agg), raw(6, b"3"), millis=9))
+    assert [(r.data, r.sequence_number, r.sub_sequence_number) for r in records] == [
+        (b"1", 5, 0),
+        (b"2", 5, 1),
+        (b"3", 6, 0),
+    ]
+    assert machine.millis_behind_latest == 9
+    assert machine.data_read
+    assert not machine.caught_up
+    assert not machine.idle
+    assert machine.next_action(0.1) == NextEvent()
+
+
+def test_renewal_starts_after_the_continuation_and_respects_the_subscribe_rate() -> None:
+    machine = SubscriptionRead(NODE, TRIM_HORIZON)
+    subscribed(machine, now=10.0)
+    machine.on_response(10.2, NextEvent(), event(raw(5, b"x"), cont="77"))
+    machine.on_response(10.3, NextEvent(), None)  # the subscription ended
+    assert machine.state is ReadState.CONNECTING
+    assert not machine.data_read
+    assert machine.next_action(10.5) == Wait(11.0)
+    again = machine.next_action(11.0)
+    assert again == Subscribe({"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": "77"})
+    assert machine.subscriptions == 2
+
+
+def test_resume_inside_an_aggregate_skips_what_the_checkpoint_covers() -> None:
+    machine = SubscriptionRead(NODE, (5, 1))
+    subscribed(machine)
+    subs = [SubRecord(f"k{i}", None, f"s{i}".encode()) for i in range(4)]
+    records = machine.on_response(0, NextEvent(), event(raw(5, encode_aggregate(subs), "k0")))
+    assert [r.data for r in records] == [b"s2", b"s3"]
+    later = machine.on_response(0, NextEvent(), event(raw(9, b"next")))
+    assert [r.data for r in later] == [b"next"]
+
+
+def test_the_hash_range_filter_applies_as_with_polling() -> None:
+    inside = next(f"k{i}" for i in range(1000) if hash_key(f"k{i}") <= MAX_HASH_KEY // 2)
+    outside = next(f"k{i}" for i in range(1000) if hash_key(f"k{i}") > MAX_HASH_KEY // 2)
+    machine = SubscriptionRead(ShardNode("shard-1", (), (0, MAX_HASH_KEY // 2), True), TRIM_HORIZON)
+    subscribed(machine)
+    mixed = encode_aggregate([SubRecord(inside, None, b"a"), SubRecord(outside, None, b"b")])
+    records = machine.on_response(0, NextEvent(), event(raw(1, mixed, inside), raw(2, b"c")))
+    assert [r.data for r in records] == [b"c"]
+
+
+def test_an_empty_event_at_the_tip_is_idle() -> None:
+    machine = SubscriptionRead(NODE, TRIM_HORIZON)
+    subscribed(machine)
+    assert machine.on_response(0, NextEvent(), event(millis=0)) == []
+    assert machine.caught_up
+    assert machine.idle
+    assert machine.data_read
+    machine.on_response(0, NextEvent(), event(raw(1, b"x"), millis=0))
+    assert machine.caught_up
+    assert not machine.idle
+
+
+def test_pending_means_look_again_shortly() -> None:
+    machine = SubscriptionRead(NODE, TRIM_HORIZON, SubscriptionOptions(pending_interval=0.05))
+    subscribed(machine)
+    assert machine.on_response(1.0, NextEvent(), PENDING) == []
+    assert machine.next_action(1.01) == Wait(1.05)
+    assert machine.next_action(1.05) == NextEvent()
+
+
+def test_the_last_event_ends_the_shard_with_its_children() -> None:
+    machine = SubscriptionRead(NODE, TRIM_HORIZON)
+    subscribed(machine)
+    child = {
+        "ShardId": "shard-2",
+        "ParentShards": ["shard-1"],
+        "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": str(MAX_HASH_KEY)},
+    }
+    records = machine.on_response(
+        0, NextEvent(), event(raw(3, b"last"), cont=None, children=[child])
+    )
+    assert [r.data for r in records] == [b"last"]
+    assert not machine.caught_up
+    action = machine.next_action(5)
+    assert isinstance(action, Ended)
+    assert not action.gone
+    assert [c.shard_id for c in action.children] == ["shard-2"]
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [ErrorKind.IN_USE, ErrorKind.THROTTLED, ErrorKind.TRANSIENT, ErrorKind.NOT_FOUND],
+)
+def test_errors_back_off_and_resubscribe_from_where_the_events_left_off(kind: ErrorKind) -> None:
+    machine = SubscriptionRead(NODE, TRIM_HORIZON, rng=lambda: 0.0)
+    subscribed(machine, now=100.0)
+    machine.on_response(100.1, NextEvent(), event(raw(8, b"x"), cont="8"))
+    machine.on_error(100.2, NextEvent(), kind)
+    assert machine.state is ReadState.CONNECTING
+    assert machine.last_error is kind
+    assert machine.next_action(100.2) == Wait(101.0)  # the subscribe rate holds
+    action = machine.next_action(101.0)
+    assert action == Subscribe({"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": "8"})
+
+
+def test_backoff_grows_and_an_event_resets_it() -> None:
+    options = SubscriptionOptions(backoff_base=0.5, backoff_max=4.0)
+    machine = SubscriptionRead(NODE, TRIM_HORIZON, options, rng=lambda: 0.999999)
+    now = 0.0
+    delays = []
+    for _ in range(5):
+        action = machine.next_action(now)
+        while isinstance(action, Wait):
+            now = action.until
+            action = machine.next_action(now)
+        machine.on_error(now, action, ErrorKind.IN_USE)
+        wait = machine.next_action(now)
+        assert isinstance(wait, Wait)
+        delays.append(round(wait.until - now, 3))
+    assert delays == [1.0, 1.0, 2.0, 4.0, 4.0]  # the subscribe rate floors the first two
+    subscribed(machine, now=now + 10)
+    machine.on_response(now + 10, NextEvent(), event())
+    assert machine.failures == 0
+
+
+def test_giving_up_after_max_failures_says_why() -> None:
+    machine = SubscriptionRead(NODE, TRIM_HORIZON, SubscriptionOptions(max_failures=3))
+    now = 0.0
+    for _ in range(3):
+        action = machine.next_action(now)
+        while isinstance(action, Wait):
+            now = action.until
+            action = machine.next_action(now)
+        assert isinstance(action, Subscribe)
+        machine.on_error(now, action, ErrorKind.NOT_FOUND)
+    final = machine.next_action(now + 100)
+    assert isinstance(final, Failed)
+    assert "SubscribeToShard failed 3 times in a row (not_found)" in final.reason
+    assert "does the consumer still exist" in final.reason
+    assert machine.state is ReadState.FAILED
+
+
+@pytest.mark.parametrize("kind", [ErrorKind.AUTH, ErrorKind.INVALID, ErrorKind.FATAL])
+def test_errors_no_retry_fixes_belong_to_the_driver(kind: ErrorKind) -> None:
+    machine = SubscriptionRead(NODE, TRIM_HORIZON)
+    with pytest.raises(ValueError, match="raised by the driver"):
+        machine.on_error(0, Subscribe({"Type": "LATEST"}), kind)
+
+
+def test_options_are_checked() -> None:
+    with pytest.raises(ConfigurationError, match=r"^subscribe_interval: must be >= 1 s"):
+        SubscriptionOptions(subscribe_interval=0.5)
+    with pytest.raises(ConfigurationError, match=r"^max_failures"):
+        SubscriptionOptions(max_failures=0)
+    with pytest.raises(ConfigurationError, match=r"^pending_interval"):
+        SubscriptionOptions(pending_interval=0)
+    with pytest.raises(ConfigurationError, match="backoff"):
+        SubscriptionOptions(backoff_base=5, backoff_max=1)
+
+
+def test_events_from_the_api_shape() -> None:
+    parsed = event_from_api(
+        {"Records": [raw(1, b"x")], "ContinuationSequenceNumber": "1", "MillisBehindLatest": 0}
+    )
+    assert parsed == SubscribeEvent([raw(1, b"x")], "1", 0, None)
+    assert event_from_api({}).records == ()
