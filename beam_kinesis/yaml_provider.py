@@ -26,18 +26,19 @@ from collections.abc import Mapping
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.pvalue import Row
 from apache_beam.typehints.row_type import RowTypeConstraint
 
 from beam_kinesis.read import ReadFromKinesis
-from beam_kinesis.write import FailedRecord
+from beam_kinesis.write import FailedRecord, OnFailure
 from beam_kinesis.write import WriteToKinesis as _WriteToKinesis
 from kinesis_core.errors import ConfigurationError
 
 __all__ = ["ReadFromKinesis", "WriteToKinesis"]
 
 
-def _error_row(failed: FailedRecord) -> beam.Row:
-    return beam.Row(element=failed.element, error_code=failed.error_code, msg=failed.error_message)
+def _error_row(failed: FailedRecord) -> Row:
+    return Row(element=failed.element, error_code=failed.error_code, msg=failed.error_message)  # type: ignore[no-untyped-call]
 
 
 class WriteToKinesis(beam.PTransform):  # type: ignore[type-arg]
@@ -59,7 +60,7 @@ class WriteToKinesis(beam.PTransform):  # type: ignore[type-arg]
                     f"error_handling: must be {{output: NAME}}, got {error_handling!r}"
                 )
             self._errors = output
-        on_failure = "output" if self._errors else "raise"
+        on_failure: OnFailure = "output" if self._errors else "raise"
         self._write = _WriteToKinesis(stream, on_failure=on_failure, **options)
 
     def expand(self, pcoll: Any) -> dict[str, Any]:
