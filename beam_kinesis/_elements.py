@@ -9,7 +9,7 @@ lengths are checked once, by the producer, which reports them per record.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kinesis_core.errors import ValidationError
@@ -32,7 +32,8 @@ def to_bytes(value: object) -> bytes:
     raise ValidationError(
         "data",
         f"must be bytes or str, got {type(value).__name__}; pass serializer= to write "
-        "other types (e.g. serializer=lambda e: json.dumps(e))",
+        "other types (e.g. serializer=lambda e: json.dumps(e)), or data_field= to write one "
+        "field of a row",
     )
 
 
@@ -87,6 +88,25 @@ def _pair(element: Any) -> tuple[Any, Any]:
     return key, value
 
 
+def field_getter(name: str) -> Callable[[Any], Any]:
+    """``element -> element[name]`` for a mapping, else ``element.name`` (a NamedTuple, a
+    ``beam.Row``, any object); a missing field is a bad element."""
+
+    def get(element: Any) -> Any:
+        if isinstance(element, Mapping):
+            if name not in element:
+                raise ValidationError(name, "the element has no such field")
+            return element[name]
+        try:
+            return getattr(element, name)
+        except AttributeError:
+            raise ValidationError(
+                name, f"the element ({type(element).__name__}) has no such field"
+            ) from None
+
+    return get
+
+
 def key(element_key: object) -> object:
     """The key of a (key, value) element, as is (named so that errors read ``key: ...``)."""
     return element_key
@@ -98,15 +118,24 @@ def make_record_fn(
     partition_key: str | Callable[[Any], object] | None,
     explicit_hash_key: HashKeyFn | None,
     keyed: bool,
+    data_field: str | None = None,
 ) -> RecordFn:
     """One function element -> producer record for this configuration.
 
     ``keyed``: elements are ``(key, value)`` pairs; the key (str, int or UTF-8 bytes) is the
     partition key and the value is serialized. Otherwise ``partition_key`` (a field name or a
     callable) gives the key, and without one every element gets a fresh random key, which
-    spreads the load evenly over every shard.
+    spreads the load evenly over every shard. ``data_field``: the data is that field of the
+    element (of the value, with ``keyed``), serialized.
     """
     serialize = to_bytes if serializer is None else _wrap_serializer(serializer)
+    if data_field is not None:
+        get_data = field_getter(data_field)
+        serialize_value = serialize
+
+        def serialize(value: Any) -> bytes:
+            return serialize_value(get_data(value))
+
     ehk = None
     if explicit_hash_key is not None:
         ehk = _guard(explicit_hash_key, _named(explicit_hash_key, "explicit_hash_key"))
@@ -122,7 +151,7 @@ def make_record_fn(
         return keyed_record
     if partition_key is None:
         if ehk is None:
-            if serializer is None:
+            if serializer is None and data_field is None:
                 return _default_record
             return lambda element: (serialize(element), random_partition_key())
         return lambda element: (serialize(element), random_partition_key(), ehk(element))

@@ -1,14 +1,20 @@
-"""Beam sink throughput: WriteToKinesis against a no-op sink and a hand-written boto3 DoFn.
+"""Beam sink throughput: WriteToKinesis against the core producer it wraps, a no-op sink and a
+hand-written boto3 DoFn.
 
 One pipeline, 200,000 elements of 100 bytes (4,000 with ``--quick``), on the in-process
-FnApiRunner, into a 16-shard moto stream (a fresh one per subject). Three sinks:
+FnApiRunner, into a 16-shard moto stream (a fresh one per subject). Three sinks and the core:
 
 * ``no-op sink``: a DoFn that drops its input, the ceiling Beam itself sets for the pipeline;
 * ``WriteToKinesis``: this project's sink with its defaults (random keys, KPL aggregation,
   rate limit 150 % of the shard limits, each bundle acknowledged before it commits);
 * ``boto3 DoFn``: what people write by hand: a boto3 client in ``setup``, ``put_records`` per
   500 elements and at the end of the bundle, failed entries resent. It writes 20,000 elements
-  (see ``BOTO3_ELEMENTS``): its rate per element does not depend on the count, moto's does.
+  (see ``BOTO3_ELEMENTS``): its rate per element does not depend on the count, moto's does;
+* ``kinesis_core producer``: no Beam at all: the same records (the same payloads, a random key
+  each, made in the timed loop as the sink makes them) handed to a ``BlockingProducer`` with the
+  sink's default configuration in chunks of 1,000, as the sink hands them over, then flushed.
+  ``WriteToKinesis`` from the Impulse source against it is what the adapter costs on top of the
+  producer (target: at least 0.8x), measured in turns with the sinks in the same run.
 
 Two sources, because they put the sink's cost in very different light:
 
@@ -38,15 +44,18 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from beam_kinesis import WriteToKinesis
+from beam_kinesis.write import CHUNK_RECORDS
 from benchmarks._table import Row, best_rates
+from kinesis_core.client import ClientConfig
 from kinesis_core.local import LOCAL_REGION, MotoServer
-from kinesis_core.producer import random_partition_key
+from kinesis_core.producer import BlockingProducer, random_partition_key
 
 SHARDS = 16
 RECORD_BYTES = 100
 NOOP = "no-op sink"
 OURS = "WriteToKinesis"
 BOTO3 = "boto3 DoFn"
+CORE = "kinesis_core producer"
 BOTO3_ELEMENTS = 20_000
 """The boto3 DoFn writes this many elements at most: moto lists every record of a shard to
 number each new one, so past a few thousand raw records per shard a run would time moto's
@@ -133,6 +142,28 @@ def _pipeline(
     return run
 
 
+def _core_producer(stream: str, client_config: ClientConfig, count: int) -> Callable[[], None]:
+    """The producer without Beam: the sink's records, hand-off and final flush."""
+    payloads = _payloads()
+
+    def run() -> None:
+        with BlockingProducer(stream, client_config=client_config) as producer:
+            futures = []
+            chunk: list[tuple[bytes, str]] = []
+            for i in range(count):
+                chunk.append((payloads[i & 1023], random_partition_key()))
+                if len(chunk) == CHUNK_RECORDS:
+                    futures.append(producer.submit_many(chunk))
+                    chunk = []
+            if chunk:
+                futures.append(producer.submit_many(chunk))
+            producer.flush()
+            for future in futures:
+                future.result().raise_for_failures()
+
+    return run
+
+
 def run(quick: bool) -> list[Row]:
     count = 4_000 if quick else 200_000
     boto_count = min(count, BOTO3_ELEMENTS)
@@ -145,20 +176,18 @@ def run(quick: bool) -> list[Row]:
         options = PipelineOptions(
             [f"--kinesis_endpoint_url={moto.endpoint_url}", f"--kinesis_region_name={LOCAL_REGION}"]
         )
+        client_config = ClientConfig(endpoint_url=moto.endpoint_url, region_name=LOCAL_REGION)
         for source in ("Impulse", "Create"):
             ours_stream = moto.create_stream(f"ours-{uuid.uuid4().hex[:8]}", SHARDS)
             boto_stream = moto.create_stream(f"boto-{uuid.uuid4().hex[:8]}", SHARDS)
-            fast = best_rates(
-                {
-                    NOOP: _pipeline(source, count, lambda: beam.ParDo(_NoOp()), options),
-                    OURS: _pipeline(
-                        source, count, partial(WriteToKinesis, ours_stream.name), options
-                    ),
-                },
-                count,
-                repeat=repeat,
-                warmup=0 if quick else 1,
-            )
+            core_stream = moto.create_stream(f"core-{uuid.uuid4().hex[:8]}", SHARDS)
+            subjects = {
+                NOOP: _pipeline(source, count, lambda: beam.ParDo(_NoOp()), options),
+                OURS: _pipeline(source, count, partial(WriteToKinesis, ours_stream.name), options),
+            }
+            if source == "Impulse":
+                subjects[CORE] = _core_producer(core_stream.name, client_config, count)
+            fast = best_rates(subjects, count, repeat=repeat, warmup=0 if quick else 1)
             slow = best_rates(
                 {
                     BOTO3: _pipeline(
@@ -174,7 +203,13 @@ def run(quick: bool) -> list[Row]:
             )
             ours_stream.delete()
             boto_stream.delete()
+            core_stream.delete()
             group = f"beam write, {source} source, {count:,} x {RECORD_BYTES} B"
+            if source == "Impulse":
+                rows += [
+                    Row(f"{group}, vs core", CORE, fast[CORE], "rec/s"),
+                    Row(f"{group}, vs core", OURS, fast[OURS], "el/s", CORE, 0.8),
+                ]
             rows += [
                 Row(f"{group}, vs Beam", NOOP, fast[NOOP], "el/s"),
                 Row(f"{group}, vs Beam", OURS, fast[OURS], "el/s", NOOP, 0.6),

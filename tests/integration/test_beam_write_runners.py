@@ -362,9 +362,11 @@ def test_the_benchmark_runs_in_quick_mode() -> None:
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     subjects = {(row["group"], row["subject"]) for row in rows}
-    assert len(rows) == 8
+    assert len(rows) == 10
     for row in rows:
         assert row["value"] > 0, row
         if row["baseline"] is not None:
             assert (row["group"], row["baseline"]) in subjects, row
-    assert sorted(row["target"] for row in rows if row["target"]) == [0.6, 0.6, 10.0, 10.0]
+    assert sorted(row["target"] for row in rows if row["target"]) == [0.6, 0.6, 0.8, 10.0, 10.0]
+    core = [row for row in rows if row["baseline"] == "kinesis_core producer"]
+    assert [row["subject"] for row in core] == ["WriteToKinesis"]

@@ -10,17 +10,19 @@ import pickle
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import apache_beam as beam
 import pytest
 from apache_beam.internal import pickler
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.pvalue import TaggedOutput
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import window
 from apache_beam.transforms.display import DisplayData
+from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_kinesis import (
@@ -150,8 +152,11 @@ def stream() -> str:
     return f"s-{uuid.uuid4().hex[:8]}"
 
 
-def make_fn(**kwargs: Any) -> Any:
-    transform = WriteToKinesis(kwargs.pop("stream_name", stream()), **kwargs)
+def make_fn(windowed: bool = False, **kwargs: Any) -> Any:
+    """The sink's DoFn: the one of globally windowed inputs, or the per-window one."""
+    transform = WriteToKinesis(kwargs.pop("stream", stream()), **kwargs)
+    if windowed:
+        return write._WindowedWriteToKinesisFn(transform._spec)
     return write._WriteToKinesisFn(transform._spec)
 
 
@@ -163,11 +168,18 @@ def windowed(value: Any, ts: float = 10.0, windows: Any = GLOBAL) -> Any:
 
 
 def run_bundle(fn: Any, elements: Sequence[Any]) -> list[Any]:
+    """Outputs of one bundle: what ``process`` returned (Beam puts it in the element's windows
+    at its timestamp, as here) and what ``finish_bundle`` yielded."""
     fn.start_bundle()
+    out = []
     for element in elements:
         wv = element if isinstance(element, WindowedValue) else windowed(element)
-        fn.process(wv.value, wv)
-    return list(fn.finish_bundle())
+        if isinstance(fn, write._WindowedWriteToKinesisFn):
+            returned = fn.process(wv.value, wv)
+        else:
+            returned = fn.process(wv.value)
+        out += [TaggedOutput(r.tag, wv.with_value(r.value)) for r in returned or ()]
+    return out + list(fn.finish_bundle())
 
 
 # -- element -> record --------------------------------------------------------------------------
@@ -237,7 +249,7 @@ def test_user_functions_that_raise_or_return_junk_make_a_bad_element() -> None:
 
 
 def test_configuration_is_checked_at_construction() -> None:
-    with pytest.raises(ConfigurationError, match="stream_name"):
+    with pytest.raises(ConfigurationError, match="stream: must be a stream name or ARN"):
         WriteToKinesis("")
     with pytest.raises(ConfigurationError, match="on_failure"):
         WriteToKinesis("s", on_failure="ignore")  # type: ignore[arg-type]
@@ -322,7 +334,7 @@ def test_display_data_says_where_and_how() -> None:
         record_ttl=60.0,
     )
     items = {item.key: item.value for item in DisplayData.create_from(transform).items}
-    assert items["stream_name"] == "orders"
+    assert items["stream"] == "orders"
     assert items["region"] == "eu-west-1"
     assert items["partition_key"] == "field 'user'"
     assert items["on_failure"] == "fail the bundle"
@@ -356,7 +368,7 @@ def test_large_elements_are_handed_off_by_bytes(fake: type[FakeProducer]) -> Non
 def test_finish_bundle_waits_for_every_chunk(fake: type[FakeProducer]) -> None:
     fake.defer = True
     fake.outcome = lambda rec: (EXPIRED, "too slow") if rec[0] == b"e1500" else None
-    fn = make_fn()
+    fn = make_fn(windowed=True)
     fn.setup()
     ts = 123.0
     win = window.IntervalWindow(100, 200)
@@ -376,7 +388,7 @@ def test_finish_bundle_waits_for_every_chunk(fake: type[FakeProducer]) -> None:
 
 
 def test_bad_input_fails_alone_and_keeps_its_window(fake: type[FakeProducer]) -> None:
-    fn = make_fn(partition_key=lambda e: "" if e == "empty-key" else "k")
+    fn = make_fn(windowed=True, partition_key=lambda e: "" if e == "empty-key" else "k")
     fn.setup()
     win = window.IntervalWindow(0, 10)
     out = run_bundle(
@@ -400,6 +412,47 @@ def test_bad_input_fails_alone_and_keeps_its_window(fake: type[FakeProducer]) ->
     # the key and type are refused in the DoFn, the size by the producer
     assert [rec[0] for rec in fake.made[0].chunks[0]] == [b"ok", b"x" * 1048576]
     fn.teardown()
+
+
+def test_globally_windowed_failures_keep_the_global_window(fake: type[FakeProducer]) -> None:
+    """The cheap path (process takes the element only): a refused element is returned from
+    process, so it keeps its timestamp; a later failure goes out in the global window at the
+    time it was known."""
+    fake.outcome = lambda rec: (EXPIRED, "too slow") if rec[0] == b"late" else None
+    fn = make_fn()
+    fn.setup()
+    before = Timestamp.now()
+    out = run_bundle(fn, [windowed(b"ok", 5.0), windowed(7, 6.0), windowed(b"late", 7.0)])
+    after = Timestamp.now()
+    by_element = {o.value.value.element: o.value for o in out}
+    assert set(by_element) == {7, b"late"}
+    assert by_element[7].timestamp == 6.0
+    assert by_element[7].value.error_code == VALIDATION_ERROR
+    assert by_element[b"late"].value.error_code == EXPIRED
+    assert before <= by_element[b"late"].timestamp <= after
+    assert all(o.value.windows == GLOBAL for o in out)
+    fn.teardown()
+
+
+def test_the_transform_picks_the_cheap_dofn_unless_windows_are_needed() -> None:
+    def fn_of(pcoll: Any, **kwargs: Any) -> Any:
+        result = pcoll | str(uuid.uuid4()) >> WriteToKinesis("s", **kwargs)
+        return result.failed_records.producer.transform.fn
+
+    p = beam.Pipeline()
+    elements = p | beam.Create([b"a"])
+    fixed = elements | beam.WindowInto(window.FixedWindows(10))
+    assert type(fn_of(elements)) is write._WriteToKinesisFn
+    assert type(fn_of(fixed)) is write._WindowedWriteToKinesisFn
+    assert type(fn_of(fixed, on_failure="raise")) is write._WriteToKinesisFn
+
+
+def test_stream_name_is_the_deprecated_spelling_of_stream() -> None:
+    with pytest.warns(DeprecationWarning, match=r"use WriteToKinesis\(stream=\.\.\.\)"):
+        transform = WriteToKinesis(stream_name="orders")
+    assert transform._spec.stream == "orders"
+    with pytest.raises(ConfigurationError, match="given twice"):
+        WriteToKinesis("orders", stream_name="orders")
 
 
 def test_on_failure_raise_fails_the_bundle(fake: type[FakeProducer]) -> None:
@@ -442,10 +495,10 @@ def test_a_crashed_producer_is_replaced_for_the_next_bundle(fake: type[FakeProdu
 
 def test_dofn_instances_share_one_producer_per_configuration(fake: type[FakeProducer]) -> None:
     name = stream()
-    fns = [make_fn(stream_name=name) for _ in range(3)]
+    fns = [make_fn(stream=name) for _ in range(3)]
     for fn in fns:
         fn.setup()
-    other = make_fn(stream_name=name, record_ttl=60.0)
+    other = make_fn(stream=name, record_ttl=60.0)
     other.setup()
     assert len(fake.made) == 2
     shared = fake.made[0]
@@ -528,3 +581,37 @@ def test_keyed_pairs_and_a_serializer(fake: type[FakeProducer]) -> None:
         assert_that(result[FAILED_RECORDS], equal_to([]))
     records = sorted(rec for chunk in fake.made[0].chunks for rec in chunk)
     assert records == [(b"n=1", "user-1"), (b"n=2", "user-2")]
+
+
+class Click(NamedTuple):
+    user_id: str
+    payload: bytes
+
+
+beam.coders.registry.register_coder(Click, beam.coders.RowCoder)
+
+
+def test_schema_rows_name_their_key_and_data_fields(fake: type[FakeProducer]) -> None:
+    """beam.Row and a registered NamedTuple: partition_key and data_field are field names; a
+    row without the field fails alone, naming it."""
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        rows = p | "Rows" >> beam.Create(
+            [beam.Row(user_id="u-1", payload=b"a"), beam.Row(user_id="u-2", payload=b"b")]
+        )
+        named = p | "Named" >> beam.Create([Click("u-3", b"c")]).with_output_types(Click)
+        wrong = p | "Wrong" >> beam.Create([beam.Row(user="u-4", payload=b"d")])
+        write = WriteToKinesis(stream(), partition_key="user_id", data_field="payload")
+        result = (rows, named, wrong) | beam.Flatten() | write
+        assert_that(
+            result.failed_records | beam.Map(lambda f: (f.element.payload, f.error_message)),
+            equal_to([(b"d", "user_id: the element has no such attribute")]),
+        )
+    records = sorted(rec for chunk in fake.made[0].chunks for rec in chunk)
+    assert records == [(b"a", "u-1"), (b"b", "u-2"), (b"c", "u-3")]
+    record = make_record_fn(
+        serializer=None, partition_key=None, explicit_hash_key=None, keyed=False, data_field="x"
+    )
+    with pytest.raises(ValidationError, match=r"x: the element \(Row\) has no such field"):
+        record(beam.Row(y=1))
+    with pytest.raises(ValidationError, match="x: the element has no such field"):
+        record({"y": 1})

@@ -1,0 +1,414 @@
+"""ReadFromKinesis and WriteToKinesis on the portable runner, with SDK workers in other processes.
+
+The path Flink and Dataflow take, on one machine: the pipeline goes to a job service over the
+Job API (``local_job_service_main``, one process for the session), which runs it by asking a
+worker pool (``worker_pool_main``, one process for the session) to start SDK harnesses
+(``--environment_type=EXTERNAL``): separate Python processes that get the pickled DoFns, the
+restriction coder, self-checkpoints, splits and bundle finalization over the Fn API (gRPC on
+127.0.0.1). Workers get their credentials from their environment, as on a real cluster.
+
+- Reading while a shard splits and a child merges with the other initial shard, bounded and
+  with ``--streaming``: nothing lost, nothing twice, per key in order.
+- Writing, bounded and streaming: every element arrives.
+- An SDK worker SIGKILLed mid-bundle, while reading and while writing. The job service (the
+  FnApiRunner behind ``--job_endpoint=embed`` too) retries no bundle and does not notice that an
+  EXTERNAL worker died (it watches Docker workers only): the job hangs. The test cancels it
+  and runs the job again, which is what a production runner's retry amounts to (Flink restarts
+  from its last checkpoint, Dataflow re-runs the work item). The read resumes from the positions
+  its bundle finalizers stored, the write writes again: nothing lost, per key in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import apache_beam as beam
+import psutil
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.runner import PipelineState
+from test_beam_read_runners import KEYS, append_lines, put_round, read_lines
+from test_beam_write_runners import read_back
+
+from beam_kinesis import ReadFromKinesis, WriteToKinesis
+from kinesis_core.checkpoint import SQLiteCheckpointStore
+from kinesis_core.consumer import TRIM_HORIZON
+from kinesis_core.hashing import hash_key
+from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LocalStream
+
+pytestmark = pytest.mark.integration
+
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
+WORKER_POOL = "apache_beam.runners.worker.worker_pool_main"
+JOB_SERVICE = "apache_beam.runners.portability.local_job_service_main"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"exited with {proc.returncode}: {log.read_text()[-2000:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"port {port} did not open in 60 s: {log.read_text()[-2000:]}")
+
+
+class Service:
+    """A Beam service in a process of its own: the worker pool or the job service."""
+
+    def __init__(self, module: str, tmp: Path, port_flag: str) -> None:
+        self.port = _free_port()
+        self.log = tmp / f"{module.rsplit('.', 1)[-1]}-{self.port}.log"
+        env = dict(os.environ)
+        # The pool starts workers as `python -c ...`: this interpreter, with the test modules
+        # (their DoFns are pickled by reference) and the workers' credentials.
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE)])
+        env["AWS_ACCESS_KEY_ID"] = DUMMY_ACCESS_KEY_ID
+        env["AWS_SECRET_ACCESS_KEY"] = DUMMY_SECRET_ACCESS_KEY
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", module, f"{port_flag}={self.port}"],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        try:
+            _wait_for_port(self.port, self.proc, self.log)
+        except BaseException:
+            self.stop()
+            raise
+
+    def workers(self) -> list[psutil.Process]:
+        """The live SDK harness processes this pool started."""
+        try:
+            children = psutil.Process(self.proc.pid).children()
+        except psutil.NoSuchProcess:
+            return []
+        return [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+
+    def stop(self) -> None:
+        for child in self.workers():
+            child.kill()
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+
+
+class Portable:
+    """The session's worker pool and job service, and pipelines that run on them."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.pool = Service(WORKER_POOL, tmp, "--service_port")
+        self.jobs = self.job_service()
+
+    def pipeline(
+        self, stream: LocalStream, *extra: str, jobs: Service | None = None
+    ) -> beam.Pipeline:
+        flags = [
+            "--runner=PortableRunner",
+            f"--job_endpoint=127.0.0.1:{(jobs or self.jobs).port}",
+            "--environment_type=EXTERNAL",
+            f"--environment_config=127.0.0.1:{self.pool.port}",
+            f"--kinesis_endpoint_url={stream.endpoint_url}",
+            f"--kinesis_region_name={stream.client_config.region_name}",
+            *extra,
+        ]
+        return beam.Pipeline(options=PipelineOptions(flags))
+
+    def job_service(self) -> Service:
+        """A job service of one test's own: one whose job hangs on a dead worker is killed."""
+        return Service(JOB_SERVICE, self.tmp, "--port")
+
+    def stop(self) -> None:
+        self.jobs.stop()
+        self.pool.stop()
+
+
+@pytest.fixture(scope="session")
+def portable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Portable]:
+    services = Portable(tmp_path_factory.mktemp("portable"))
+    try:
+        yield services
+    finally:
+        services.stop()
+
+
+def run(pipeline: beam.Pipeline, timeout: float = 240) -> None:
+    result = pipeline.run()
+    state = result.wait_until_finish(duration=int(timeout * 1000))
+    assert state == PipelineState.DONE, f"the job ended {state}"
+
+
+def kill_a_worker_when(
+    portable: Portable, ready: Callable[[], bool], timeout: float = 120
+) -> psutil.Process:
+    """SIGKILL a worker of the pool as soon as ``ready()``; the caller's job is running."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        workers = portable.pool.workers()
+        if workers and ready():
+            victim = workers[0]
+            os.kill(victim.pid, signal.SIGKILL)
+            while victim in portable.pool.workers():  # dead, or a zombie the pool never reaps
+                time.sleep(0.05)
+            return victim
+        time.sleep(0.05)
+    raise AssertionError("the job never got far enough to kill a worker mid-bundle")
+
+
+def run_until_a_worker_is_killed(
+    portable: Portable, pipeline_of: Callable[[Service], beam.Pipeline], ready: Callable[[], bool]
+) -> None:
+    """Start a job on a job service of its own, kill a worker mid-bundle, check the job does
+    not finish (nothing retries the bundle), cancel it and stop that job service."""
+    jobs = portable.job_service()
+    try:
+        result = pipeline_of(jobs).run()
+        kill_a_worker_when(portable, ready)
+        state = result.wait_until_finish(duration=3000)
+        assert state not in (PipelineState.DONE, PipelineState.FAILED), state
+        result.cancel()
+    finally:
+        jobs.stop()
+
+
+def check_per_key_order(lines: list[tuple[str, int, str]]) -> None:
+    last: dict[str, int] = {}
+    for key, n, _ in lines:
+        assert n > last.get(key, -1), f"{key}: {n} came after {last[key]}"
+        last[key] = n
+
+
+# -- reading --------------------------------------------------------------------------------------
+
+ROUNDS = 20
+
+
+@pytest.mark.parametrize("mode", ["bounded", "streaming"])
+def test_read_while_a_shard_splits_and_merges(
+    portable: Portable, kinesis_stream: Any, tmp_path: Path, mode: str
+) -> None:
+    stream: LocalStream = kinesis_stream(shards=2)
+    low, high = sorted(stream.shards(), key=lambda s: int(s["HashKeyRange"]["StartingHashKey"]))
+    out = tmp_path / "records.txt"
+    for n in range(3):
+        put_round(stream, n)
+    resharded: list[str] = []
+    failure: list[BaseException] = []
+
+    def write_while_reading() -> None:
+        try:
+            deadline = time.monotonic() + 120
+            while not read_lines(out) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            for n in range(3, ROUNDS):
+                put_round(stream, n)
+                if n == 8:
+                    resharded.extend(stream.split(low["ShardId"]))
+                if n == 13:
+                    resharded.append(stream.merge(resharded[1], high["ShardId"]))
+        except BaseException as exc:
+            failure.append(exc)
+
+    writer = threading.Thread(target=write_while_reading)
+    writer.start()
+    p = portable.pipeline(stream, *(["--streaming"] if mode == "streaming" else []))
+    _ = (
+        p
+        | ReadFromKinesis(
+            stream.name,
+            initial_position=TRIM_HORIZON,
+            max_read_time=12.0,
+            idle_interval=0.2,
+            self_checkpoint_interval=0.5,
+        )
+        | beam.Map(append_lines(str(out)))
+    )
+    try:
+        run(p)
+    finally:
+        writer.join()
+    assert not failure, failure
+    assert len(resharded) == 3
+    got = read_lines(out)
+    written = sorted((key, n) for key in KEYS for n in range(ROUNDS))
+    assert sorted((key, n) for key, n, _ in got) == written  # none lost, none twice
+    check_per_key_order(got)
+    assert set(resharded) <= {shard_id for _, _, shard_id in got}
+    boundary = int(low["HashKeyRange"]["EndingHashKey"])
+    merged_keys = {key for key, _, shard_id in got if shard_id == resharded[2]}
+    assert {hash_key(k) <= boundary for k in merged_keys} == {True, False}
+
+
+def test_read_resumes_from_finalized_positions_after_a_worker_is_killed(
+    portable: Portable, kinesis_stream: Any, tmp_path: Path
+) -> None:
+    """Positions reach the store only from bundle finalizers; the killed bundle's never do, so
+    the second job re-reads from the last finalized positions: nothing lost, per key in order
+    in each job (records after those positions come again: at least once)."""
+    stream: LocalStream = kinesis_stream(shards=2)
+    for n in range(6):
+        put_round(stream, n)
+    store = str(tmp_path / "checkpoints.sqlite3")
+    first, second = tmp_path / "first.txt", tmp_path / "second.txt"
+    stop_writing = threading.Event()
+
+    def keep_writing() -> None:
+        n = 6
+        while not stop_writing.is_set() and n < 40:
+            put_round(stream, n)
+            n += 1
+            time.sleep(0.3)
+        rounds.append(n)
+
+    def read(out: Path, jobs: Service | None = None, **bounds: Any) -> beam.Pipeline:
+        p = portable.pipeline(stream, "--streaming", jobs=jobs)
+        _ = (
+            p
+            | ReadFromKinesis(
+                stream.name,
+                initial_position=TRIM_HORIZON,
+                checkpoint_store=store,
+                application_name="killed",
+                idle_interval=0.2,
+                self_checkpoint_interval=0.3,
+                **bounds,
+            )
+            | beam.Map(append_lines(str(out)))
+        )
+        return p
+
+    def stored() -> dict[str, Any]:
+        async def rows() -> dict[str, Any]:
+            async with SQLiteCheckpointStore(store) as s:
+                return {r.shard_id: r.value for r in await s.list("killed", stream.name)}
+
+        return asyncio.run(rows()) if Path(store).exists() else {}
+
+    rounds: list[int] = []
+    writer = threading.Thread(target=keep_writing)
+    writer.start()
+    try:
+        run_until_a_worker_is_killed(
+            portable,
+            lambda jobs: read(first, jobs, max_read_time=120.0),
+            lambda: len(read_lines(first)) > 6 * len(KEYS) and len(stored()) == 2,
+        )
+    finally:
+        stop_writing.set()
+        writer.join()
+    before_second = stored()
+    assert len(before_second) == 2
+    run(read(second, stop_when_caught_up=True))
+    got_first, got_second = read_lines(first), read_lines(second)
+    check_per_key_order(got_first)
+    check_per_key_order(got_second)
+    written = {(key, n) for key in KEYS for n in range(rounds[0])}
+    assert {(k, n) for k, n, _ in got_first + got_second} == written  # nothing lost
+    assert len(got_second) < len(written)  # the second job started from stored positions
+
+
+# -- writing --------------------------------------------------------------------------------------
+
+ELEMENTS = 3000
+
+
+def keyed_payload(i: int) -> tuple[str, bytes]:
+    return (f"key-{i % 7}", f"{i}".encode())
+
+
+@pytest.mark.parametrize("mode", ["bounded", "streaming"])
+def test_write(portable: Portable, moto_stream: Any, mode: str) -> None:
+    stream: LocalStream = moto_stream(shards=4)
+    p = portable.pipeline(stream, *(["--streaming"] if mode == "streaming" else []))
+    _ = (
+        p
+        | beam.Create(range(ELEMENTS))
+        | beam.Map(keyed_payload)
+        | WriteToKinesis(stream.name, keyed=True, on_failure="raise")
+    )
+    run(p)
+    expected = {str(i).encode() for i in range(ELEMENTS)}
+    got = read_back(stream, expected)
+    assert {r.data for r in got} == expected
+    assert {(r.partition_key, r.data) for r in got} == {keyed_payload(i) for i in range(ELEMENTS)}
+
+
+class SlowAfter(beam.DoFn):
+    """Passes elements on; at element ``after`` creates ``marker``, and from there on slows
+    down, so that the bundle is still running when the test kills it."""
+
+    def __init__(self, after: int, marker: str) -> None:
+        self.after = after
+        self.marker = marker
+
+    def process(self, element: int) -> Iterator[int]:
+        if element == self.after:
+            Path(self.marker).touch()
+        if element >= self.after:
+            time.sleep(0.005)
+        yield element
+
+
+def test_write_after_a_worker_is_killed_mid_bundle(
+    portable: Portable, moto_stream: Any, tmp_path: Path
+) -> None:
+    """The first job dies mid-bundle after it handed 2,000 elements to the producer (two chunks,
+    written); the second writes everything again. Nothing is lost; what the dead bundle wrote
+    is there twice (at least once)."""
+    stream: LocalStream = moto_stream(shards=4)
+    marker = tmp_path / "slow"
+
+    def pipeline(jobs: Service | None = None) -> beam.Pipeline:
+        p = portable.pipeline(stream, jobs=jobs)
+        _ = (
+            p
+            | beam.Impulse()
+            | beam.FlatMap(lambda _: range(ELEMENTS))
+            | beam.ParDo(SlowAfter(2100, str(marker)))
+            | beam.Map(keyed_payload)
+            | WriteToKinesis(stream.name, keyed=True, on_failure="raise")
+        )
+        return p
+
+    def handed_off_a_second_ago() -> bool:
+        """The chunks handed off before the marker are sent by now (0.1 s buffering)."""
+        return marker.exists() and time.time() - marker.stat().st_mtime > 1.0
+
+    run_until_a_worker_is_killed(portable, pipeline, handed_off_a_second_ago)
+    written_before = {str(i).encode() for i in range(2000)}
+    assert {r.data for r in read_back(stream, written_before)} >= written_before
+    run(pipeline())
+    expected = {str(i).encode() for i in range(ELEMENTS)}
+    got = read_back(stream, expected)
+    assert {r.data for r in got} == expected
+    # Per key, in the stream's order: what the first job wrote, in element order, then all of
+    # the key's elements again, in element order.
+    per_key: dict[str, list[int]] = {}
+    for record in got:
+        per_key.setdefault(record.partition_key, []).append(int(record.data))
+    for key, values in per_key.items():
+        restart = next(i for i in range(1, len(values)) if values[i] <= values[i - 1])
+        assert values[:restart] == sorted(values[:restart]), key
+        assert values[restart:] == [i for i in range(ELEMENTS) if keyed_payload(i)[0] == key]
