@@ -24,8 +24,8 @@ import apache_beam as beam
 from beam_kinesis.read import ReadFromKinesis
 from beam_kinesis.write import WriteToKinesis as _WriteToKinesis
 from kinesis_core.client import ClientConfig
+from kinesis_core.consumer.polling import MIN_CALL_INTERVAL
 from kinesis_core.consumer.positions import LATEST, TRIM_HORIZON, AtTimestamp, InitialPosition
-from kinesis_core.consumer.reader import MIN_CALL_INTERVAL
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.producer import ProducerConfig
 

@@ -30,8 +30,7 @@ from apache_beam.pvalue import Row
 from apache_beam.typehints.row_type import RowTypeConstraint
 
 from beam_kinesis.read import ReadFromKinesis
-from beam_kinesis.write import FailedRecord, OnFailure
-from beam_kinesis.write import WriteToKinesis as _WriteToKinesis
+from beam_kinesis.write import FailedRecord, OnFailure, WriteToKinesis as _WriteToKinesis
 from kinesis_core.errors import ConfigurationError
 
 __all__ = ["ReadFromKinesis", "WriteToKinesis"]
