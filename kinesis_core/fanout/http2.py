@@ -30,6 +30,9 @@ Headers = Sequence[tuple[bytes, bytes]]
 
 MAX_WINDOW = 2**31 - 1
 """The largest flow-control window HTTP/2 allows."""
+_FRAME_HEADER = 9
+_SETTINGS = 0x4
+"""A server's connection preface starts with a SETTINGS frame (type 4)."""
 DEFAULT_MAX_STREAMS = 100
 """Our own cap of concurrent streams on one connection (servers often announce 100 or 128)."""
 
@@ -89,6 +92,7 @@ class Http2ClientProtocol:
         self._streams: dict[int, StreamState] = {}
         self._pending_bodies: dict[int, bytes] = {}
         self._settings_received = False
+        self._first_bytes = bytearray()
         self.error: FanOutTransportError | None = None
         """Set when the whole connection failed or was told to go away: open no more streams."""
 
@@ -175,6 +179,15 @@ class Http2ClientProtocol:
         headers, body bytes, end, failure), whose readers should look again."""
         if self.error is not None:
             return set()
+        if len(self._first_bytes) < _FRAME_HEADER:
+            taken = _FRAME_HEADER - len(self._first_bytes)
+            self._first_bytes += data[:taken]
+            if len(self._first_bytes) == _FRAME_HEADER and self._first_bytes[3] != _SETTINGS:
+                # h2 would wait for the whole "frame" an HTTP/1.1 answer seems to announce.
+                seen = (bytes(self._first_bytes) + data[taken:])[:48]
+                return self._fail_connection(
+                    FanOutTransportError(f"{self.peer} does not speak HTTP/2: it sent {seen!r}")
+                )
         try:
             events = self._conn.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
