@@ -17,13 +17,19 @@ import h2.errors
 import h2.events
 import h2.settings
 import pytest
+from botocore.exceptions import ClientError
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from kinesis_core.client import ClientConfig
-from kinesis_core.fanout import FanOutClient, FanOutTransportError, SubscribeEvent
+from kinesis_core.fanout import (
+    FanOutClient,
+    FanOutTimeoutError,
+    FanOutTransportError,
+    SubscribeEvent,
+)
 from tests.fanout_frames import CONSUMER_ARN, initial_response, record, subscribe_event
 
 pytestmark = pytest.mark.integration
@@ -93,6 +99,17 @@ class _Connection(asyncio.Protocol):
         for event in self.conn.receive_data(data):
             if isinstance(event, h2.events.RequestReceived):
                 self.server.requests.append(dict(event.headers or ()))
+                if self.server.error is not None:
+                    status, body = self.server.error
+                    self.conn.send_headers(
+                        event.stream_id,
+                        [
+                            (b":status", str(status).encode()),
+                            (b"content-type", b"application/json"),
+                        ],
+                    )
+                    self.conn.send_data(event.stream_id, body, end_stream=True)
+                    continue
                 self.conn.send_headers(
                     event.stream_id,
                     [
@@ -147,8 +164,10 @@ class H2Server:
         finish: str = "open",
         max_concurrent_streams: int | None = None,
         tls: ssl.SSLContext | None = None,
+        error: tuple[int, bytes] | None = None,
     ) -> None:
         self.body = body
+        self.error = error
         self.finish = finish
         self.max_concurrent_streams = max_concurrent_streams
         self.tls = tls
@@ -178,13 +197,14 @@ def server_tls(certificate: tuple[Path, Path]) -> ssl.SSLContext:
     return context
 
 
-def config(endpoint: str, verify: bool | str = True) -> ClientConfig:
+def config(endpoint: str, verify: bool | str = True, read_timeout: float = 30.0) -> ClientConfig:
     return ClientConfig(
         region_name="us-east-1",
         endpoint_url=endpoint,
         aws_access_key_id="AKIDEXAMPLE",
         aws_secret_access_key="secret",
         verify=verify,
+        read_timeout=read_timeout,
     )
 
 
@@ -297,3 +317,51 @@ def test_max_subscription_seconds_ends_the_subscription_normally() -> None:
     assert end is None
     assert 0.8 <= elapsed < 5
     assert cancelled == [1]
+
+
+def test_an_error_answer_is_a_client_error_with_its_code_and_status() -> None:
+    body = b'{"__type": "LimitExceededException", "message": "Rate exceeded for consumer"}'
+
+    async def run() -> ClientError:
+        server = H2Server(b"", error=(400, body))
+        async with server as endpoint, FanOutClient(config(endpoint), http_version="h2") as client:
+            with pytest.raises(ClientError) as raised:
+                await client.subscribe(CONSUMER_ARN, SHARD, TRIM_HORIZON)
+            assert client.subscriptions == 0
+            return raised.value
+
+    error = asyncio.run(run())
+    assert error.response["Error"] == {
+        "Code": "LimitExceededException",
+        "Message": "Rate exceeded for consumer",
+    }
+    assert error.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+
+
+def test_silence_longer_than_the_read_timeout_is_a_timeout_error() -> None:
+    async def run() -> FanOutTimeoutError:
+        server = H2Server(initial_response())  # then nothing, the stream stays open
+        async with server as endpoint:
+            client = FanOutClient(config(endpoint, read_timeout=0.5), http_version="h2")
+            async with client:
+                subscription = await client.subscribe(CONSUMER_ARN, SHARD, TRIM_HORIZON)
+                with pytest.raises(FanOutTimeoutError) as raised:
+                    await subscription.next_event()
+                return raised.value
+
+    error = asyncio.run(run())
+    assert isinstance(error, OSError)
+    assert isinstance(error, TimeoutError)
+    assert "for 0.5 s (read timeout)" in str(error)
+
+
+def test_nobody_listening_is_a_transport_error() -> None:
+    async def run() -> None:
+        server = H2Server(b"")
+        async with server as endpoint:
+            pass  # closed again: the port is free
+        async with FanOutClient(config(endpoint)) as client:
+            with pytest.raises(FanOutTransportError, match="could not connect to http://127"):
+                await client.subscribe(CONSUMER_ARN, SHARD, TRIM_HORIZON)
+
+    asyncio.run(run())
