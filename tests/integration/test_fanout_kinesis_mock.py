@@ -15,6 +15,7 @@ from kinesis_core.aggregation import deaggregate
 from kinesis_core.client import ClientConfig, create_kinesis_client
 from kinesis_core.errors import ValidationError
 from kinesis_core.fanout import (
+    ConsumerRegistrationError,
     FanOutClient,
     FanOutTransportError,
     RegisteredConsumer,
@@ -91,23 +92,46 @@ def test_register_reuse_by_name_by_arn_and_deregister(kinesis_stream: Any) -> No
     asyncio.run(main())
 
 
-def test_consumer_that_is_creating_is_waited_for() -> None:
+def test_consumers_that_are_creating_are_waited_for_and_the_create_limit_retried() -> None:
+    """kinesis-mock keeps a consumer CREATING for REGISTER_STREAM_CONSUMER_DURATION and
+    refuses a sixth one while five are CREATING (LimitExceededException): the rate case,
+    retried with backoff until every consumer is ACTIVE."""
     with KinesisMock(status_delay=1.0) as server:
         stream = server.create_stream("slow-consumers", shards=1)
         try:
 
-            async def main() -> tuple[str, float]:
+            async def main() -> tuple[list[str], float]:
                 async with create_kinesis_client(stream.client_config) as client:
                     stream_arn = await describe_stream_arn(client, stream.name)
                     started = time.monotonic()
-                    consumer = await register_consumer(client, stream_arn, "slow")
-                    return consumer.status, time.monotonic() - started
+                    consumers = await asyncio.gather(
+                        *(register_consumer(client, stream_arn, f"slow-{i}") for i in range(7))
+                    )
+                    return [c.status for c in consumers], time.monotonic() - started
 
-            status, waited = asyncio.run(main())
-            assert status == "ACTIVE"
-            assert waited >= 0.9  # CREATING for REGISTER_STREAM_CONSUMER_DURATION
+            statuses, waited = asyncio.run(main())
+            assert statuses == ["ACTIVE"] * 7
+            assert waited >= 1.9  # two rounds of CREATING: five, then the two refused at first
         finally:
             stream.close()
+
+
+def test_the_twentieth_consumer_is_the_last(kinesis_stream: Any) -> None:
+    stream = kinesis_stream(shards=1)
+
+    async def main() -> None:
+        async with create_kinesis_client(stream.client_config) as client:
+            stream_arn = await describe_stream_arn(client, stream.name)
+            for i in range(20):
+                await register_consumer(client, stream_arn, f"c{i:02d}")
+            with pytest.raises(
+                ConsumerRegistrationError, match="already has 20 registered consumers"
+            ):
+                await register_consumer(client, stream_arn, "one-too-many")
+            reused = await register_consumer(client, stream_arn, "c07")  # existing: still fine
+            assert reused.consumer_name == "c07"
+
+    asyncio.run(main())
 
 
 def test_plain_and_aggregated_records_arrive_in_order(kinesis_stream: Any) -> None:
