@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import binascii
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -29,11 +29,20 @@ def parse_get_records(body: bytes) -> dict[str, Any]:
     parsed = json.loads(body)
     if not isinstance(parsed, dict):
         raise TypeError("GetRecords response is not a JSON object")
+    decode_records(parsed.get("Records") or ())
+    return parsed
+
+
+def decode_records(records: Iterable[dict[str, Any]]) -> None:
+    """Turn JSON records into botocore's shape, in place: ``Data`` base64 -> bytes, the epoch
+    ``ApproximateArrivalTimestamp`` -> an aware UTC datetime. GetRecords bodies and the
+    SubscribeToShard events of enhanced fan-out carry records in the same JSON form.
+    Raises ValueError/TypeError/KeyError (binascii.Error is a ValueError) on a surprise."""
     utc = timezone.utc
     b64decode = binascii.a2b_base64  # what base64.b64decode calls, without its wrapper
     # Records written by one PutRecords call share their arrival time: one datetime each.
     stamps: dict[float, datetime] = {}
-    for record in parsed.get("Records") or ():
+    for record in records:
         record["Data"] = b64decode(record["Data"])
         arrival = record.get("ApproximateArrivalTimestamp")
         if arrival is not None:
@@ -43,7 +52,6 @@ def parse_get_records(body: bytes) -> dict[str, Any]:
                     raise TypeError(f"ApproximateArrivalTimestamp is {type(arrival).__name__}")
                 stamp = stamps[arrival] = datetime.fromtimestamp(arrival, utc)
             record["ApproximateArrivalTimestamp"] = stamp
-    return parsed
 
 
 def _before_parse(

@@ -30,6 +30,8 @@ _HELP = {
     FaultKind.TRUNCATE: "send the headers and part of the upstream answer, then close",
     FaultKind.PUT_RECORD_THROTTLE: "per PutRecords record: ProvisionedThroughputExceededException",
     FaultKind.PUT_RECORD_INTERNAL_ERROR: "per PutRecords record: InternalFailure",
+    FaultKind.STREAM_CUT: "SubscribeToShard: forward the event stream, then close the "
+    "connection after --stream-cut-after-events events (or --stream-cut-after-bytes bytes)",
 }
 
 
@@ -91,6 +93,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--stall-seconds", type=float, default=30.0, help="duration of a stall")
     parser.add_argument(
+        "--stream-cut-after-events",
+        type=int,
+        default=1,
+        metavar="N",
+        help="events a --stream-cut lets through before it cuts (default 1)",
+    )
+    parser.add_argument(
+        "--stream-cut-after-bytes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="cut after N body bytes instead (usually in the middle of an event)",
+    )
+    parser.add_argument(
+        "--stream-delay-ms",
+        type=float,
+        default=0.0,
+        help="hold every chunk of an event stream (SubscribeToShard) this long",
+    )
+    parser.add_argument(
+        "--stream-delay-rate",
+        type=_rate,
+        action="append",
+        default=[],
+        metavar="RATE[@OPS]",
+        help="fraction of subscriptions whose chunks are delayed (default 1 once "
+        "--stream-delay-ms > 0)",
+    )
+    parser.add_argument(
         "--only",
         default="",
         metavar="OPS",
@@ -115,17 +146,38 @@ def config_from_args(args: argparse.Namespace) -> FaultConfig:
     if args.latency_ms > 0 or args.latency_jitter_ms > 0:
         for rate, ops in args.latency_rate or [(1.0, frozenset())]:
             rules.append(FaultRule(FaultKind.LATENCY, rate, ops or only))
-    return FaultConfig(tuple(rules), args.latency_ms, args.latency_jitter_ms, args.stall_seconds)
+    if args.stream_delay_ms > 0:
+        for rate, ops in args.stream_delay_rate or [(1.0, frozenset())]:
+            rules.append(FaultRule(FaultKind.STREAM_DELAY, rate, ops or only))
+    return FaultConfig(
+        tuple(rules),
+        args.latency_ms,
+        args.latency_jitter_ms,
+        args.stall_seconds,
+        stream_cut_after_events=args.stream_cut_after_events,
+        stream_cut_after_bytes=args.stream_cut_after_bytes,
+        stream_delay_ms=args.stream_delay_ms,
+    )
 
 
 def _describe(config: FaultConfig) -> str:
     parts = []
     for rule in config.rules:
         ops = "@" + ",".join(sorted(rule.operations)) if rule.operations else ""
-        name = "latency_rate" if rule.kind is FaultKind.LATENCY else rule.kind.value
+        names = {FaultKind.LATENCY: "latency_rate", FaultKind.STREAM_DELAY: "stream_delay_rate"}
+        name = names.get(rule.kind, rule.kind.value)
         parts.append(f"{name}={rule.rate:g}{ops}")
     if config.latency_ms or config.latency_jitter_ms:
         parts.append(f"latency={config.latency_ms:g}ms+{config.latency_jitter_ms:g}ms jitter")
+    if any(rule.kind is FaultKind.STREAM_CUT for rule in config.rules):
+        after = config.stream_cut_after_bytes
+        parts.append(
+            f"stream_cut after {after} bytes"
+            if after is not None
+            else f"stream_cut after {config.stream_cut_after_events} events"
+        )
+    if config.stream_delay_ms:
+        parts.append(f"stream_delay={config.stream_delay_ms:g}ms per chunk")
     return " ".join(parts) or "none (pure pass-through)"
 
 

@@ -1,9 +1,11 @@
 """The fault-injecting HTTP proxy: an aiohttp reverse proxy driven by a sans-I/O FaultPlan.
 
 Put it between a client and kinesis-mock or moto on loopback; the plan (kinesis_core.local.faults)
-decides per request whether to forward it or to inject a fault. Usable from async code
-(`async with FaultProxy(...)`), from synchronous tests (`with FaultProxy(...)`, which runs the
-proxy's event loop in a background thread) and from the command line (fault_cli).
+decides per request whether to forward it or to inject a fault. Event-stream answers
+(SubscribeToShard) are passed through as they flow, chunk by chunk, where the plan may delay
+them or cut the connection mid-stream; every other answer is read whole first. Usable from
+async code (`async with FaultProxy(...)`), from synchronous tests (`with FaultProxy(...)`, which
+runs the proxy's event loop in a background thread) and from the command line (fault_cli).
 """
 
 from __future__ import annotations
@@ -21,7 +23,16 @@ import aiohttp
 from aiohttp import web
 
 from kinesis_core.errors import ConfigurationError, ValidationError
-from kinesis_core.local.faults import Action, FaultConfig, FaultPlan, FaultStats, Response
+from kinesis_core.local.faults import (
+    STREAMING_OPERATIONS,
+    Action,
+    Decision,
+    FaultConfig,
+    FaultPlan,
+    FaultStats,
+    Response,
+    StreamCutter,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -219,6 +230,8 @@ class FaultProxy:
             return web.Response()
         if decision.action is Action.RESPOND and decision.response is not None:
             return _to_web(decision.response)
+        if decision.operation in STREAMING_OPERATIONS:
+            return await self._stream(request, decision)
         answer = self.plan.finish(decision, await self._forward(request, decision.body))
         if decision.action is not Action.TRUNCATE:
             return _to_web(answer)
@@ -229,11 +242,47 @@ class FaultProxy:
         _close(request)
         return response
 
+    async def _stream(self, request: web.Request, decision: Decision) -> web.StreamResponse:
+        """Forward an answer that may be an event stream as it flows, with the stream faults."""
+        assert self._session is not None
+        try:
+            async with self._session.request(
+                request.method,
+                self.upstream_url + request.path_qs,
+                headers=_upstream_headers(request),
+                data=decision.body,
+                allow_redirects=False,
+            ) as upstream:
+                content_type = upstream.headers.get("Content-Type", "")
+                if upstream.status != 200 or not content_type.startswith(_EVENT_STREAM):
+                    payload = await upstream.read()
+                    headers = tuple(upstream.headers.items())
+                    return _to_web(Response(upstream.status, headers, payload))
+                head = Response(200, tuple(upstream.headers.items()), b"")
+                response = web.StreamResponse(status=200, headers=_headers(head))
+                await response.prepare(request)
+                cutter = StreamCutter(*decision.stream_cut) if decision.stream_cut else None
+                async for chunk in upstream.content.iter_any():
+                    if decision.chunk_delay > 0:
+                        await asyncio.sleep(decision.chunk_delay)
+                    cut = False
+                    if cutter is not None:
+                        chunk, cut = cutter.feed(chunk)
+                    if chunk:
+                        await response.write(chunk)
+                    if cut:
+                        _close(request)
+                        return response
+                await response.write_eof()
+                return response
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            _log.warning("fault proxy: upstream %s failed: %r", self.upstream_url, exc)
+            message = f"fault proxy: upstream {self.upstream_url} failed: {exc!r}"
+            return _to_web(Response(502, (("Content-Type", "text/plain"),), message.encode()))
+
     async def _forward(self, request: web.Request, body: bytes) -> Response:
         assert self._session is not None
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
-        # No compression on loopback, so that the plan can read and rewrite bodies.
-        headers["Accept-Encoding"] = "identity"
+        headers = _upstream_headers(request)
         try:
             async with self._session.request(
                 request.method,
@@ -252,6 +301,16 @@ class FaultProxy:
             _log.warning("fault proxy: upstream %s failed: %r", self.upstream_url, exc)
             message = f"fault proxy: upstream {self.upstream_url} failed: {exc!r}"
             return Response(502, (("Content-Type", "text/plain"),), message.encode())
+
+
+_EVENT_STREAM = "application/vnd.amazon.eventstream"
+
+
+def _upstream_headers(request: web.Request) -> dict[str, str]:
+    headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+    # No compression on loopback, so that the plan can read and rewrite bodies.
+    headers["Accept-Encoding"] = "identity"
+    return headers
 
 
 def _headers(response: Response) -> list[tuple[str, str]]:

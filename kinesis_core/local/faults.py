@@ -3,8 +3,10 @@
 Given a seed, a FaultConfig and one request (its X-Amz-Target, body and content type), the plan
 decides what the proxy does with it: forward it untouched, answer with an AWS error the way the
 service would, fail some records of a PutRecords call, reset or stall the connection, cut the
-answer short, or add latency first. It does no I/O, so the same seed and the same sequence of
-requests always give the same faults, and unit tests need no network.
+answer short, or add latency first. Streaming answers (SubscribeToShard's event stream, which
+lasts minutes) are forwarded chunk by chunk and can be delayed per chunk or cut after a number
+of events or bytes (``StreamCutter`` finds the place). It does no I/O, so the same seed and the
+same sequence of requests always give the same faults, and unit tests need no network.
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ class FaultKind(str, enum.Enum):
     """Per record of PutRecords: ErrorCode InternalFailure."""
     LATENCY = "latency"
     """Delay before anything else happens: latency_ms plus a uniform jitter."""
+    STREAM_CUT = "stream_cut"
+    """Forward a streaming answer, then close the connection after stream_cut_after_events
+    event-stream messages (or stream_cut_after_bytes body bytes), mid-stream."""
+    STREAM_DELAY = "stream_delay"
+    """Hold every chunk of a streaming answer for stream_delay_ms before forwarding it."""
 
 
 REQUEST_KINDS = (
@@ -56,8 +63,13 @@ REQUEST_KINDS = (
     FaultKind.RESET,
     FaultKind.STALL,
     FaultKind.TRUNCATE,
+    FaultKind.STREAM_CUT,
 )
 """Mutually exclusive per request: one draw picks at most one of them."""
+STREAMING_OPERATIONS = frozenset({"SubscribeToShard"})
+"""Operations whose answer is a long event stream: forwarded as it flows, never buffered whole,
+so ``truncate`` skips them and the ``stream_*`` kinds apply to them alone."""
+_STREAM_KINDS = frozenset({FaultKind.STREAM_CUT, FaultKind.STREAM_DELAY})
 RECORD_KINDS = (FaultKind.PUT_RECORD_THROTTLE, FaultKind.PUT_RECORD_INTERNAL_ERROR)
 """Mutually exclusive per record of a PutRecords call: one draw per record."""
 _BODY_KINDS = frozenset(
@@ -123,6 +135,11 @@ class FaultRule:
             return False
         if self.kind in RECORD_KINDS and (service, operation) != ("Kinesis", "PutRecords"):
             return False
+        streaming = operation in STREAMING_OPERATIONS
+        if self.kind in _STREAM_KINDS and not streaming:
+            return False
+        if self.kind is FaultKind.TRUNCATE and streaming:
+            return False
         if self.operations:
             return bool(self.operations & {service, operation, target})
         data_plane = operation in _THROTTLED_OPERATIONS.get(service, frozenset())
@@ -141,12 +158,25 @@ class FaultConfig:
     latency_ms: float = 0.0
     latency_jitter_ms: float = 0.0
     stall_seconds: float = 30.0
+    stream_cut_after_events: int = 1
+    """Event-stream messages a stream_cut lets through before it closes the connection."""
+    stream_cut_after_bytes: int | None = None
+    """When set, cut after this many body bytes instead (usually in the middle of an event)."""
+    stream_delay_ms: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("latency_ms", "latency_jitter_ms", "stall_seconds"):
+        for name in ("latency_ms", "latency_jitter_ms", "stall_seconds", "stream_delay_ms"):
             value = getattr(self, name)
             if not value >= 0.0:
                 raise ValidationError(name, f"must be >= 0, got {value}")
+        if self.stream_cut_after_events < 0:
+            raise ValidationError(
+                "stream_cut_after_events", f"must be >= 0, got {self.stream_cut_after_events}"
+            )
+        if self.stream_cut_after_bytes is not None and self.stream_cut_after_bytes < 0:
+            raise ValidationError(
+                "stream_cut_after_bytes", f"must be >= 0, got {self.stream_cut_after_bytes}"
+            )
         for group, what in ((REQUEST_KINDS, "per request"), (RECORD_KINDS, "per record")):
             total = sum(r.rate for r in self.rules if r.kind in group and not r.operations)
             if total > 1.0:
@@ -174,12 +204,18 @@ class FaultConfig:
         latency_jitter_ms: float = 0.0,
         latency_rate: float = 1.0,
         stall_seconds: float = 30.0,
+        stream_cut: float = 0.0,
+        stream_cut_after_events: int = 1,
+        stream_cut_after_bytes: int | None = None,
+        stream_delay_ms: float = 0.0,
+        stream_delay_rate: float = 1.0,
         operations: Iterable[str] = (),
     ) -> FaultConfig:
         """One rule per non-zero rate, all narrowed to `operations` when it is given.
 
         Latency applies to a fraction `latency_rate` of the requests once latency_ms or
-        latency_jitter_ms is above zero.
+        latency_jitter_ms is above zero; likewise stream delays with `stream_delay_rate` once
+        stream_delay_ms is above zero.
         """
         ops = frozenset(operations)
         rates = {
@@ -194,9 +230,19 @@ class FaultConfig:
             FaultKind.PUT_RECORD_THROTTLE: put_record_throttle,
             FaultKind.PUT_RECORD_INTERNAL_ERROR: put_record_internal_error,
             FaultKind.LATENCY: latency_rate if latency_ms > 0 or latency_jitter_ms > 0 else 0.0,
+            FaultKind.STREAM_CUT: stream_cut,
+            FaultKind.STREAM_DELAY: stream_delay_rate if stream_delay_ms > 0 else 0.0,
         }
         rules = tuple(FaultRule(kind, rate, ops) for kind, rate in rates.items() if rate > 0)
-        return cls(rules, latency_ms, latency_jitter_ms, stall_seconds)
+        return cls(
+            rules,
+            latency_ms,
+            latency_jitter_ms,
+            stall_seconds,
+            stream_cut_after_events,
+            stream_cut_after_bytes,
+            stream_delay_ms,
+        )
 
 
 class Action(str, enum.Enum):
@@ -246,6 +292,10 @@ class Decision:
     """Records in the original PutRecords request, when record_failures is not empty."""
     stall_seconds: float = 0.0
     truncate_fraction: float = 0.0
+    stream_cut: tuple[int | None, int | None] | None = None
+    """(after_events, after_bytes) of a stream_cut: give them to StreamCutter."""
+    chunk_delay: float = 0.0
+    """Seconds to hold each chunk of a streaming answer (stream_delay fault)."""
 
     def truncate_at(self, length: int) -> int:
         """Bytes of a `length`-byte answer to send before closing: always fewer than length."""
@@ -332,6 +382,8 @@ class FaultPlan:
         delay = self._draw_delay(rules)
         if delay > 0:
             self._count(FaultKind.LATENCY, operation)
+        if operation in STREAMING_OPERATIONS:
+            return self._stream_faults(rules, kind, service, operation, body, content_type, delay)
         if kind is not None:
             self._count(kind, operation)
             return self._request_fault(kind, service, operation, body, content_type, delay)
@@ -381,6 +433,44 @@ class FaultPlan:
             return 0.0
         jitter = self.config.latency_jitter_ms * self._random.random()
         return (self.config.latency_ms + jitter) / 1000.0
+
+    def _stream_faults(
+        self,
+        rules: Sequence[FaultRule],
+        kind: FaultKind | None,
+        service: str,
+        operation: str,
+        body: bytes,
+        content_type: str,
+        delay: float,
+    ) -> Decision:
+        """A streaming operation: request-level faults as usual, else forward with the stream's
+        own faults (a cut, chunk delays)."""
+        chunk_delay = 0.0
+        delay_rate = min(1.0, sum(r.rate for r in rules if r.kind is FaultKind.STREAM_DELAY))
+        if delay_rate > 0 and self._random.random() < delay_rate:
+            chunk_delay = self.config.stream_delay_ms / 1000.0
+            self._count(FaultKind.STREAM_DELAY, operation)
+        if kind is not None:
+            self._count(kind, operation)
+        if kind is not None and kind is not FaultKind.STREAM_CUT:
+            return self._request_fault(kind, service, operation, body, content_type, delay)
+        cut = None
+        if kind is FaultKind.STREAM_CUT:
+            config = self.config
+            after_events = None if config.stream_cut_after_bytes is not None else (
+                config.stream_cut_after_events
+            )
+            cut = (after_events, config.stream_cut_after_bytes)
+        return Decision(
+            Action.FORWARD,
+            operation,
+            body,
+            kind,
+            delay,
+            stream_cut=cut,
+            chunk_delay=chunk_delay,
+        )
 
     def _count(self, kind: FaultKind, operation: str) -> None:
         key = (kind, operation)
@@ -521,3 +611,68 @@ _RECORD_ERRORS: Mapping[FaultKind, tuple[str, str]] = {
     ),
     FaultKind.PUT_RECORD_INTERNAL_ERROR: ("InternalFailure", "Internal service failure."),
 }
+
+
+class StreamCutter:
+    """Where to cut a streaming answer: after ``after_events`` complete event-stream messages,
+    or after ``after_bytes`` body bytes, whichever comes first.
+
+    Feed it the body as it arrives (HTTP framing removed); each ``feed`` returns the part of
+    the chunk to forward and whether to close the connection after it. Message boundaries come
+    from each message's prelude (its first four bytes are its total length).
+    """
+
+    def __init__(self, after_events: int | None = None, after_bytes: int | None = None) -> None:
+        if after_events is None and after_bytes is None:
+            raise ValueError("give after_events or after_bytes")
+        self._after_events = after_events
+        self._after_bytes = after_bytes
+        self._seen = 0
+        self._events = 0
+        self._next_start = 0
+        self._length_bytes = bytearray()
+        self._current_end: int | None = None
+        self.cut = False
+
+    @property
+    def events(self) -> int:
+        """Complete messages seen so far."""
+        return self._events
+
+    def feed(self, chunk: bytes) -> tuple[bytes, bool]:
+        if self.cut:
+            return b"", True
+        start, end = self._seen, self._seen + len(chunk)
+        candidates = []
+        if self._after_bytes is not None and self._after_bytes <= end:
+            candidates.append(max(self._after_bytes, start))
+        boundary = self._boundary(chunk, start, end)
+        if boundary is not None:
+            candidates.append(boundary)
+        self._seen = end
+        if not candidates:
+            return chunk, False
+        self.cut = True
+        return chunk[: min(candidates) - start], True
+
+    def _boundary(self, chunk: bytes, start: int, end: int) -> int | None:
+        """The absolute position just after the last message to let through, if in reach."""
+        if self._after_events is None:
+            return None
+        while True:
+            if self._events >= self._after_events:
+                return max(self._next_start, start)
+            if self._current_end is None:
+                offset = self._next_start + len(self._length_bytes) - start
+                if offset >= len(chunk):
+                    return None
+                self._length_bytes += chunk[offset : offset + 4 - len(self._length_bytes)]
+                if len(self._length_bytes) < 4:
+                    return None
+                self._current_end = self._next_start + int.from_bytes(self._length_bytes, "big")
+                self._length_bytes.clear()
+            if self._current_end > end:
+                return None
+            self._events += 1
+            self._next_start = self._current_end
+            self._current_end = None

@@ -1,0 +1,325 @@
+"""Registered stream consumers: register or reuse by name, wait until ACTIVE, deregister.
+
+Async, on an aiobotocore Kinesis client from ``kinesis_core.client.create_kinesis_client``; the
+decisions (which call next, how long to back off, when to give up) are
+``kinesis_core.fanout.registration.ConsumerActivation``'s.
+
+A consumer ARN looks like
+``arn:aws:kinesis:us-east-1:123456789012:stream/orders/consumer/reader:1700000000``: the stream
+it belongs to is part of it, which ``parse_consumer_arn`` checks without a call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+from kinesis_core.consumer.reader import error_details
+from kinesis_core.errors import ValidationError
+from kinesis_core.fanout.registration import (
+    Active,
+    Call,
+    ConsumerActivation,
+    ConsumerRegistrationError,
+    Send,
+    Wait,
+)
+from kinesis_core.shard_map import stream_params
+
+_ARN = re.compile(
+    r"^arn:(?P<partition>aws[a-zA-Z-]*):kinesis:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
+    r"stream/(?P<stream>[a-zA-Z0-9_.-]{1,128})/consumer/(?P<consumer>[a-zA-Z0-9_.-]{1,128})"
+    r":(?P<created>\d+)$"
+)
+_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
+_TRANSIENT_CODES = frozenset(
+    {"ThrottlingException", "InternalFailure", "InternalFailureException", "ServiceUnavailable"}
+)
+
+
+@dataclass(frozen=True)
+class ConsumerArn:
+    """The parts of a consumer ARN."""
+
+    arn: str
+    partition: str
+    region: str
+    account_id: str
+    stream_name: str
+    consumer_name: str
+    creation_timestamp: int
+
+    @property
+    def stream_arn(self) -> str:
+        return (
+            f"arn:{self.partition}:kinesis:{self.region}:{self.account_id}:"
+            f"stream/{self.stream_name}"
+        )
+
+
+@dataclass(frozen=True)
+class StreamConsumer:
+    """A registered consumer as DescribeStreamConsumer describes it."""
+
+    consumer_name: str
+    consumer_arn: str
+    stream_arn: str
+    status: str
+    creation_timestamp: datetime | None = None
+
+
+def parse_consumer_arn(consumer_arn: str) -> ConsumerArn:
+    """The parts of ``consumer_arn``; ValidationError naming the expected shape otherwise."""
+    match = _ARN.match(consumer_arn) if isinstance(consumer_arn, str) else None
+    if match is None:
+        raise ValidationError(
+            "consumer_arn",
+            "must look like arn:aws:kinesis:REGION:ACCOUNT:stream/STREAM/consumer/NAME:"
+            f"CREATION_TIMESTAMP, got {consumer_arn!r}",
+        )
+    return ConsumerArn(
+        arn=consumer_arn,
+        partition=match["partition"],
+        region=match["region"],
+        account_id=match["account"],
+        stream_name=match["stream"],
+        consumer_name=match["consumer"],
+        creation_timestamp=int(match["created"]),
+    )
+
+
+def check_consumer_of_stream(consumer_arn: str, stream_arn: str) -> ConsumerArn:
+    """Parse ``consumer_arn`` and check that it is a consumer of ``stream_arn``."""
+    parsed = parse_consumer_arn(consumer_arn)
+    if parsed.stream_arn != stream_arn:
+        raise ValidationError(
+            "consumer_arn",
+            f"{consumer_arn} is a consumer of {parsed.stream_arn}, not of {stream_arn}",
+        )
+    return parsed
+
+
+async def describe_stream_arn(client: Any, stream: str) -> str:
+    """The ARN of ``stream`` (a name or an ARN, the latter returned as it is)."""
+    if stream.startswith("arn:"):
+        return stream
+    summary = await client.describe_stream_summary(**stream_params(stream))
+    return str(summary["StreamDescriptionSummary"]["StreamARN"])
+
+
+async def register_consumer(
+    client: Any,
+    stream_arn: str,
+    consumer_name: str,
+    *,
+    timeout: float = 120.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> StreamConsumer:
+    """Register ``consumer_name`` on the stream, or reuse the consumer of that name, and wait
+    until it is ACTIVE. ConsumerRegistrationError when the stream has its 20 consumers or the
+    consumer is not ACTIVE within ``timeout`` seconds; ClientError for other refusals."""
+    if not isinstance(consumer_name, str) or not _NAME.match(consumer_name):
+        raise ValidationError(
+            "consumer_name", f"must be 1..128 characters of [a-zA-Z0-9_.-], got {consumer_name!r}"
+        )
+    machine = ConsumerActivation(
+        consumer_name=consumer_name, stream=stream_arn, now=clock(), timeout=timeout
+    )
+    return await _drive(client, machine, stream_arn, clock)
+
+
+async def wait_for_consumer(
+    client: Any,
+    consumer_arn: str,
+    *,
+    stream_arn: str | None = None,
+    timeout: float = 120.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> StreamConsumer:
+    """Wait until the consumer ``consumer_arn`` is ACTIVE (checking first, when ``stream_arn``
+    is given, that it belongs to that stream)."""
+    parsed = (
+        check_consumer_of_stream(consumer_arn, stream_arn)
+        if stream_arn is not None
+        else parse_consumer_arn(consumer_arn)
+    )
+    machine = ConsumerActivation(
+        consumer_name=parsed.consumer_name,
+        stream=parsed.stream_arn,
+        consumer_arn=consumer_arn,
+        now=clock(),
+        timeout=timeout,
+    )
+    return await _drive(client, machine, parsed.stream_arn, clock)
+
+
+async def deregister_consumer(
+    client: Any,
+    consumer_arn: str,
+    *,
+    wait: bool = True,
+    timeout: float = 120.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Deregister the consumer; with ``wait``, until DescribeStreamConsumer no longer finds it.
+    A consumer that is already gone is fine."""
+    parse_consumer_arn(consumer_arn)
+    try:
+        await client.deregister_stream_consumer(ConsumerARN=consumer_arn)
+    except Exception as exc:
+        if _code(exc) != "ResourceNotFoundException":
+            raise
+        return
+    deadline = clock() + timeout
+    delay = 0.05
+    while wait:
+        try:
+            response = await client.describe_stream_consumer(ConsumerARN=consumer_arn)
+        except Exception as exc:
+            if _code(exc) == "ResourceNotFoundException":
+                return
+            if _code(exc) not in _TRANSIENT_CODES | {"LimitExceededException"}:
+                raise
+            status = "unknown"
+        else:
+            status = response["ConsumerDescription"]["ConsumerStatus"]
+        if clock() >= deadline:
+            raise ConsumerRegistrationError(
+                f"consumer {consumer_arn} is still {status} {timeout:g} s after "
+                "DeregisterStreamConsumer"
+            )
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 2.0)
+
+
+class RegisteredConsumer:
+    """``async with`` a consumer that is ACTIVE inside the block.
+
+    Give ``consumer_name`` (registered, or reused when it exists) or ``consumer_arn`` (checked
+    against the stream, then waited for); ``deregister_on_close`` deregisters it on exit.
+    ``stream`` is a stream name or ARN.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        stream: str,
+        *,
+        consumer_name: str | None = None,
+        consumer_arn: str | None = None,
+        deregister_on_close: bool = False,
+        timeout: float = 120.0,
+    ) -> None:
+        if (consumer_name is None) == (consumer_arn is None):
+            raise ValidationError(
+                "consumer_name", "give exactly one of consumer_name and consumer_arn"
+            )
+        self._client = client
+        self._stream = stream
+        self._name = consumer_name
+        self._arn = consumer_arn
+        self._deregister = deregister_on_close
+        self._timeout = timeout
+        self.consumer: StreamConsumer | None = None
+
+    async def __aenter__(self) -> StreamConsumer:
+        stream_arn = await describe_stream_arn(self._client, self._stream)
+        if self._arn is not None:
+            self.consumer = await wait_for_consumer(
+                self._client, self._arn, stream_arn=stream_arn, timeout=self._timeout
+            )
+        else:
+            assert self._name is not None
+            self.consumer = await register_consumer(
+                self._client, stream_arn, self._name, timeout=self._timeout
+            )
+        return self.consumer
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._deregister and self.consumer is not None:
+            await deregister_consumer(
+                self._client, self.consumer.consumer_arn, timeout=self._timeout
+            )
+
+
+async def _drive(
+    client: Any, machine: ConsumerActivation, stream_arn: str, clock: Callable[[], float]
+) -> StreamConsumer:
+    while True:
+        action = machine.next_action(clock())
+        if isinstance(action, Active):
+            response = await client.describe_stream_consumer(ConsumerARN=action.consumer_arn)
+            return _consumer(response["ConsumerDescription"], stream_arn)
+        if isinstance(action, Wait):
+            await asyncio.sleep(max(0.0, action.until - clock()))
+            continue
+        assert isinstance(action, Send)
+        try:
+            if action.call is Call.REGISTER:
+                response = await client.register_stream_consumer(
+                    StreamARN=stream_arn, ConsumerName=machine.consumer_name
+                )
+                described = response["Consumer"]
+            elif action.call is Call.DESCRIBE:
+                if machine.consumer_arn is not None:
+                    kwargs = {"ConsumerARN": machine.consumer_arn}
+                else:
+                    kwargs = {"StreamARN": stream_arn, "ConsumerName": machine.consumer_name}
+                response = await client.describe_stream_consumer(**kwargs)
+                described = response["ConsumerDescription"]
+            else:
+                names = await _consumer_names(client, stream_arn)
+                machine.on_listed(names, clock())
+                continue
+        except Exception as exc:
+            code = _code(exc)
+            if code == "ResourceInUseException" and action.call is Call.REGISTER:
+                machine.on_in_use(clock())
+            elif code == "ResourceNotFoundException" and action.call is Call.DESCRIBE:
+                machine.on_not_found(clock())
+            elif code == "LimitExceededException":
+                machine.on_limit_exceeded(action.call, clock())
+            elif code in _TRANSIENT_CODES:
+                machine.on_transient_error(action.call, clock())
+            else:
+                raise
+            continue
+        machine.on_consumer(described["ConsumerARN"], described["ConsumerStatus"], clock())
+
+
+async def _consumer_names(client: Any, stream_arn: str) -> list[str]:
+    names: list[str] = []
+    kwargs: dict[str, Any] = {"StreamARN": stream_arn}
+    while True:
+        response = await client.list_stream_consumers(**kwargs)
+        names += [c["ConsumerName"] for c in response.get("Consumers", ())]
+        token = response.get("NextToken")
+        if not token:
+            return names
+        kwargs = {"StreamARN": stream_arn, "NextToken": token}
+
+
+def _consumer(description: dict[str, Any], stream_arn: str) -> StreamConsumer:
+    return StreamConsumer(
+        consumer_name=description["ConsumerName"],
+        consumer_arn=description["ConsumerARN"],
+        stream_arn=description.get("StreamARN", stream_arn),
+        status=description["ConsumerStatus"],
+        creation_timestamp=description.get("ConsumerCreationTimestamp"),
+    )
+
+
+
+def _code(exc: BaseException) -> str | None:
+    return error_details(exc)[0]

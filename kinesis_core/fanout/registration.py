@@ -1,0 +1,175 @@
+"""Sans-I/O decisions of a registered consumer's life cycle: register or reuse, wait for ACTIVE.
+
+RegisterStreamConsumer answers with the consumer in CREATING (kinesis-mock: for its
+REGISTER_STREAM_CONSUMER_DURATION, 500 ms by default; AWS: several seconds), and
+ResourceInUseException when a consumer of that name exists: then it is described and reused.
+LimitExceededException means either the call rate (5/s per stream) or the 20 consumers a stream
+may have: the consumers are listed to tell which, and only the rate case is retried. A consumer
+that is DELETING is waited out and registered again. Every wait backs off (with jitter) until a
+deadline, after which the machine fails with the last status it saw.
+
+The driver asks ``next_action(now)``, performs it, and reports what came back.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kinesis_core.errors import KinesisConnectorError
+
+MAX_CONSUMERS_PER_STREAM = 20
+
+
+class ConsumerRegistrationError(KinesisConnectorError, RuntimeError):
+    """The consumer could not be registered or did not become ACTIVE; the message says why."""
+
+
+class Call(enum.Enum):
+    REGISTER = "RegisterStreamConsumer"
+    DESCRIBE = "DescribeStreamConsumer"
+    LIST = "ListStreamConsumers"
+
+
+@dataclass(frozen=True)
+class Send:
+    """Make this call now."""
+
+    call: Call
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Sleep until ``until`` (same clock as ``now``), then ask again."""
+
+    until: float
+
+
+@dataclass(frozen=True)
+class Active:
+    """The consumer is ACTIVE: done."""
+
+    consumer_arn: str
+
+
+Action = Send | Wait | Active
+
+
+class ConsumerActivation:
+    """Register ``consumer_name`` (or describe ``consumer_arn``) until it is ACTIVE.
+
+    With ``consumer_arn`` the machine only describes (an ARN cannot be registered): a consumer
+    that is not found fails at once.
+    """
+
+    def __init__(
+        self,
+        *,
+        consumer_name: str,
+        stream: str,
+        now: float,
+        timeout: float = 120.0,
+        consumer_arn: str | None = None,
+        backoff_base: float = 0.05,
+        backoff_max: float = 2.0,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0, got {timeout}")
+        self.consumer_name = consumer_name
+        self.stream = stream
+        self.consumer_arn = consumer_arn
+        self.status: str | None = None
+        self._by_arn = consumer_arn is not None
+        self._deadline = now + timeout
+        self._timeout = timeout
+        self._base = backoff_base
+        self._max = backoff_max
+        self._rng = rng
+        self._waits = 0
+        self._next: Action = Send(Call.DESCRIBE if self._by_arn else Call.REGISTER)
+        self._after_wait = self._next
+
+    def next_action(self, now: float) -> Action:
+        action = self._next
+        if isinstance(action, Wait) and now >= action.until:
+            self._next = self._after_wait
+            return self._next
+        return action
+
+    # -- what came back ---------------------------------------------------------------------
+
+    def on_consumer(self, consumer_arn: str, status: str, now: float) -> None:
+        """Register or Describe returned the consumer with this status."""
+        self.consumer_arn = consumer_arn
+        self.status = status
+        if status == "ACTIVE":
+            self._next = Active(consumer_arn)
+        elif status == "DELETING" and not self._by_arn:
+            self._wait(now, Send(Call.DESCRIBE))
+        elif status == "DELETING":
+            raise ConsumerRegistrationError(
+                f"consumer {consumer_arn} of stream {self.stream} is being deregistered"
+            )
+        else:
+            self._wait(now, Send(Call.DESCRIBE))
+
+    def on_in_use(self, now: float) -> None:
+        """Register said a consumer of this name exists: reuse it."""
+        self._next = Send(Call.DESCRIBE)
+
+    def on_not_found(self, now: float) -> None:
+        """Describe found no such consumer (deleted meanwhile, or a wrong ARN)."""
+        if self._by_arn:
+            raise ConsumerRegistrationError(
+                f"consumer {self.consumer_arn} not found on stream {self.stream}: an ARN "
+                "given directly must name a registered consumer"
+            )
+        self.status = None
+        self._wait(now, Send(Call.REGISTER))
+
+    def on_limit_exceeded(self, call: Call, now: float) -> None:
+        """The call got LimitExceededException: find out which limit, or back off."""
+        if call is Call.REGISTER:
+            self._next = Send(Call.LIST)
+        else:
+            self._wait(now, Send(call))
+
+    def on_listed(self, consumer_names: list[str], now: float) -> None:
+        """The stream's consumers, after Register hit LimitExceededException."""
+        if self.consumer_name in consumer_names:
+            self._next = Send(Call.DESCRIBE)
+        elif len(consumer_names) >= MAX_CONSUMERS_PER_STREAM:
+            raise ConsumerRegistrationError(
+                f"stream {self.stream} already has {len(consumer_names)} registered consumers, "
+                f"the limit is {MAX_CONSUMERS_PER_STREAM} per stream: deregister one of "
+                f"{sorted(consumer_names)} or reuse it by name"
+            )
+        else:
+            self._wait(now, Send(Call.REGISTER))
+
+    def on_transient_error(self, call: Call, now: float) -> None:
+        """Throttling or a server error: try the same call again after a backoff."""
+        self._wait(now, Send(call))
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _wait(self, now: float, then: Send) -> None:
+        """Back off before ``then``; the last wait ends at the deadline, and a wait asked for
+        after it gives up."""
+        if now >= self._deadline:
+            raise self._gave_up()
+        self._waits += 1
+        delay = min(self._max, self._base * 2 ** (self._waits - 1))
+        self._after_wait = then
+        self._next = Wait(min(self._deadline, now + delay * (0.5 + 0.5 * self._rng())))
+
+    def _gave_up(self) -> ConsumerRegistrationError:
+        what = self.consumer_arn or f"consumer {self.consumer_name!r}"
+        seen = f"still {self.status}" if self.status else "not registered"
+        return ConsumerRegistrationError(
+            f"{what} of stream {self.stream} is {seen} after {self._timeout:g} s; "
+            "gave up waiting for ACTIVE"
+        )

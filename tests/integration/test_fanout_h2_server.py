@@ -1,0 +1,367 @@
+"""FanOutClient against a small HTTP/2 server on loopback (h2's server side, TLS with ALPN and a
+throwaway self-signed certificate): flow control over a real socket, stream limits, GOAWAY,
+RST_STREAM and a server that ends the stream."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import ipaddress
+import ssl
+from pathlib import Path
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.settings
+import pytest
+from botocore.exceptions import ClientError
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from kinesis_core.client import ClientConfig
+from kinesis_core.fanout import (
+    FanOutClient,
+    FanOutTimeoutError,
+    FanOutTransportError,
+    SubscribeEvent,
+)
+from tests.fanout_frames import CONSUMER_ARN, initial_response, record, subscribe_event
+
+pytestmark = pytest.mark.integration
+
+SHARD = "shardId-000000000000"
+TRIM_HORIZON = {"Type": "TRIM_HORIZON"}
+EVENTS = [subscribe_event([record(n, bytes([n]) * 16_000)], str(n)) for n in range(1, 41)]
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key (PEM files)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    folder = tmp_path_factory.mktemp("tls")
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, server: H2Server) -> None:
+        self.server = server
+        settings = {}
+        if server.max_concurrent_streams is not None:
+            settings[h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS] = (
+                server.max_concurrent_streams
+            )
+        self.conn = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=False, header_encoding=None)
+        )
+        self.conn.local_settings = h2.settings.Settings(client=False, initial_values=settings)
+        self.pending: dict[int, bytes] = {}
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.server.connections += 1
+        self.conn.initiate_connection()
+        self.flush()
+
+    def data_received(self, data: bytes) -> None:
+        for event in self.conn.receive_data(data):
+            if isinstance(event, h2.events.RequestReceived):
+                self.server.requests.append(dict(event.headers or ()))
+                if self.server.error is not None:
+                    status, body = self.server.error
+                    self.conn.send_headers(
+                        event.stream_id,
+                        [
+                            (b":status", str(status).encode()),
+                            (b"content-type", b"application/json"),
+                        ],
+                    )
+                    self.conn.send_data(event.stream_id, body, end_stream=True)
+                    continue
+                self.conn.send_headers(
+                    event.stream_id,
+                    [
+                        (b":status", b"200"),
+                        (b"content-type", b"application/vnd.amazon.eventstream"),
+                    ],
+                )
+                self.pending[event.stream_id] = self.server.body
+                self.server.sent[event.stream_id] = 0
+            elif isinstance(event, h2.events.StreamReset):
+                self.pending.pop(event.stream_id, None)
+                self.server.cancelled.append(event.stream_id)
+        self.push()
+        self.flush()
+
+    def push(self) -> None:
+        for stream_id, body in list(self.pending.items()):
+            while body:
+                window = min(
+                    self.conn.local_flow_control_window(stream_id),
+                    self.conn.max_outbound_frame_size,
+                )
+                if window <= 0:
+                    break
+                self.conn.send_data(stream_id, body[:window])
+                self.server.sent[stream_id] += min(window, len(body))
+                body = body[window:]
+            self.pending[stream_id] = body
+            if not body:
+                del self.pending[stream_id]
+                self.finish(stream_id)
+
+    def finish(self, stream_id: int) -> None:
+        if self.server.finish == "end":
+            self.conn.end_stream(stream_id)
+        elif self.server.finish == "reset":
+            self.conn.reset_stream(stream_id, h2.errors.ErrorCodes.INTERNAL_ERROR)
+        elif self.server.finish == "goaway":
+            self.conn.close_connection(h2.errors.ErrorCodes.NO_ERROR, last_stream_id=stream_id)
+
+    def flush(self) -> None:
+        data = self.conn.data_to_send()
+        if data and self.transport is not None:
+            self.transport.write(data)
+
+
+class H2Server:
+    def __init__(
+        self,
+        body: bytes,
+        *,
+        finish: str = "open",
+        max_concurrent_streams: int | None = None,
+        tls: ssl.SSLContext | None = None,
+        error: tuple[int, bytes] | None = None,
+    ) -> None:
+        self.body = body
+        self.error = error
+        self.finish = finish
+        self.max_concurrent_streams = max_concurrent_streams
+        self.tls = tls
+        self.connections = 0
+        self.requests: list[dict[bytes, bytes]] = []
+        self.sent: dict[int, int] = {}
+        self.cancelled: list[int] = []
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> str:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _Connection(self), "127.0.0.1", 0, ssl=self.tls
+        )
+        port = self._server.sockets[0].getsockname()[1]
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{port}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+
+def server_tls(certificate: tuple[Path, Path]) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*certificate)
+    context.set_alpn_protocols(["h2"])
+    return context
+
+
+def config(endpoint: str, verify: bool | str = True, read_timeout: float = 30.0) -> ClientConfig:
+    return ClientConfig(
+        region_name="us-east-1",
+        endpoint_url=endpoint,
+        aws_access_key_id="AKIDEXAMPLE",
+        aws_secret_access_key="secret",
+        verify=verify,
+        read_timeout=read_timeout,
+    )
+
+
+def test_tls_alpn_h2_with_a_verified_certificate_and_flow_control(
+    certificate: tuple[Path, Path],
+) -> None:
+    body = initial_response() + b"".join(EVENTS)
+    window = 65_535
+
+    async def run() -> tuple[H2Server, list[SubscribeEvent], int, int]:
+        server = H2Server(body, finish="end", tls=server_tls(certificate))
+        async with server as endpoint:
+            client = FanOutClient(
+                config(endpoint, verify=str(certificate[0])), max_buffered_bytes=window
+            )
+            async with client:
+                subscription = await client.subscribe(CONSUMER_ARN, SHARD, TRIM_HORIZON)
+                first = await subscription.next_event()
+                assert first is not None
+                await asyncio.sleep(0.5)  # the application is slow: the server must wait
+                sent_while_slow = server.sent[1]
+                events = [first]
+                while (event := await subscription.next_event()) is not None:
+                    events.append(event)
+                return server, events, sent_while_slow, first.size
+
+    server, events, sent_while_slow, first_size = asyncio.run(run())
+    request = server.requests[0]
+    assert request[b":scheme"] == b"https"
+    assert request[b"x-amz-target"] == b"Kinesis_20131202.SubscribeToShard"
+    assert request[b"authorization"].startswith(b"AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
+    # While nobody read, the server could send the consumed bytes plus one window, no more.
+    assert window <= sent_while_slow <= len(initial_response()) + first_size + window
+    assert [e.records[0]["Data"] for e in events] == [bytes([n]) * 16_000 for n in range(1, 41)]
+    assert server.sent[1] == len(body)
+
+
+def test_tls_verification_fails_against_an_unknown_certificate(
+    certificate: tuple[Path, Path],
+) -> None:
+    async def run() -> None:
+        server = H2Server(b"", tls=server_tls(certificate))
+        async with server as endpoint, FanOutClient(config(endpoint)) as client:
+            with pytest.raises(FanOutTransportError, match="CERTIFICATE_VERIFY_FAILED"):
+                await client.subscribe(CONSUMER_ARN, SHARD, TRIM_HORIZON)
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    ("finish", "message"),
+    [("reset", "RST_STREAM INTERNAL_ERROR"), ("goaway", "GOAWAY NO_ERROR")],
+)
+def test_reset_and_goaway_mid_stream_are_transport_errors(finish: str, message: str) -> None:
+    body = initial_response() + EVENTS[0] + EVENTS[1][:100]
+
+    async def run() -> SubscribeEvent | None:
+        server = H2Server(body, finish=finish)
+        async with server as endpoint, FanOutClient(config(endpoint), http_version="h2") as client:
+            subscription = await client.subscribe(CONSUMER_ARN, SHARD, TRIM_HORIZON)
+            first = await subscription.next_event()
+            with pytest.raises(FanOutTransportError, match=message):
+                await subscription.next_event()
+            return first
+
+    first = asyncio.run(run())
+    assert first is not None
+    assert first.continuation_sequence_number == "1"
+
+
+def test_the_servers_stream_limit_opens_another_connection() -> None:
+    async def run() -> tuple[int, int, list[int]]:
+        server = H2Server(initial_response(), max_concurrent_streams=1)
+        async with server as endpoint:
+            async with FanOutClient(config(endpoint), http_version="h2") as client:
+                first = await client.subscribe(CONSUMER_ARN, SHARD, TRIM_HORIZON)
+                second = await client.subscribe(CONSUMER_ARN, "shardId-000000000001", TRIM_HORIZON)
+                connections = client.connections
+                await first.aclose()
+                await asyncio.sleep(0.2)
+                third = await client.subscribe(CONSUMER_ARN, "shardId-000000000002", TRIM_HORIZON)
+                after = client.connections
+                await second.aclose()
+                await third.aclose()
+                await asyncio.sleep(0.2)
+            return connections, after, server.cancelled
+
+    connections, after, cancelled = asyncio.run(run())
+    assert connections == 2
+    assert after == 2  # the freed stream was reused
+    assert len(cancelled) == 3  # every closed subscription reset its stream (CANCEL)
+
+
+def test_max_subscription_seconds_ends_the_subscription_normally() -> None:
+    async def run() -> tuple[Any, float, list[int]]:
+        server = H2Server(initial_response() + EVENTS[0])
+        async with server as endpoint:
+            client = FanOutClient(config(endpoint), http_version="h2", max_subscription_seconds=1)
+            async with client:
+                subscription = await client.subscribe(CONSUMER_ARN, SHARD, TRIM_HORIZON)
+                loop = asyncio.get_running_loop()
+                started = loop.time()
+                assert await subscription.next_event() is not None
+                end = await subscription.next_event()  # nothing more comes: the deadline ends it
+                elapsed = loop.time() - started
+                await asyncio.sleep(0.2)
+                return end, elapsed, server.cancelled
+
+    end, elapsed, cancelled = asyncio.run(run())
+    assert end is None
+    assert 0.8 <= elapsed < 5
+    assert cancelled == [1]
+
+
+def test_an_error_answer_is_a_client_error_with_its_code_and_status() -> None:
+    body = b'{"__type": "LimitExceededException", "message": "Rate exceeded for consumer"}'
+
+    async def run() -> ClientError:
+        server = H2Server(b"", error=(400, body))
+        async with server as endpoint, FanOutClient(config(endpoint), http_version="h2") as client:
+            with pytest.raises(ClientError) as raised:
+                await client.subscribe(CONSUMER_ARN, SHARD, TRIM_HORIZON)
+            assert client.subscriptions == 0
+            return raised.value
+
+    error = asyncio.run(run())
+    assert error.response["Error"] == {
+        "Code": "LimitExceededException",
+        "Message": "Rate exceeded for consumer",
+    }
+    assert error.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+
+
+def test_silence_longer_than_the_read_timeout_is_a_timeout_error() -> None:
+    async def run() -> FanOutTimeoutError:
+        server = H2Server(initial_response())  # then nothing, the stream stays open
+        async with server as endpoint:
+            client = FanOutClient(config(endpoint, read_timeout=0.5), http_version="h2")
+            async with client:
+                subscription = await client.subscribe(CONSUMER_ARN, SHARD, TRIM_HORIZON)
+                with pytest.raises(FanOutTimeoutError) as raised:
+                    await subscription.next_event()
+                return raised.value
+
+    error = asyncio.run(run())
+    assert isinstance(error, OSError)
+    assert isinstance(error, TimeoutError)
+    assert "for 0.5 s (read timeout)" in str(error)
+
+
+def test_nobody_listening_is_a_transport_error() -> None:
+    async def run() -> None:
+        server = H2Server(b"")
+        async with server as endpoint:
+            pass  # closed again: the port is free
+        async with FanOutClient(config(endpoint)) as client:
+            with pytest.raises(FanOutTransportError, match="could not connect to http://127"):
+                await client.subscribe(CONSUMER_ARN, SHARD, TRIM_HORIZON)
+
+    asyncio.run(run())

@@ -1,0 +1,239 @@
+"""The consumer life-cycle machine, consumer ARNs, and FanOutClient's argument checks."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+
+from kinesis_core.client import ClientConfig
+from kinesis_core.errors import ConfigurationError, ValidationError
+from kinesis_core.fanout import FanOutClient, check_consumer_of_stream, parse_consumer_arn
+from kinesis_core.fanout.registration import (
+    Active,
+    Call,
+    ConsumerActivation,
+    ConsumerRegistrationError,
+    Send,
+    Wait,
+)
+from tests.fanout_frames import CONSUMER_ARN
+
+STREAM = "arn:aws:kinesis:us-east-1:123456789012:stream/orders"
+
+
+def machine(**kwargs: object) -> ConsumerActivation:
+    options: dict[str, object] = {
+        "consumer_name": "reader",
+        "stream": STREAM,
+        "now": 0.0,
+        "timeout": 10.0,
+        "rng": lambda: 1.0,
+    }
+    options.update(kwargs)
+    return ConsumerActivation(**options)  # type: ignore[arg-type]
+
+
+def wait_out(m: ConsumerActivation, now: float) -> tuple[float, Send | Active]:
+    action = m.next_action(now)
+    assert isinstance(action, Wait)
+    assert m.next_action(action.until - 0.001) == action  # nothing before its time
+    after = m.next_action(action.until)
+    assert isinstance(after, (Send, Active))
+    return action.until, after
+
+
+def test_register_creating_then_describe_until_active() -> None:
+    m = machine()
+    assert m.next_action(0.0) == Send(Call.REGISTER)
+    m.on_consumer(CONSUMER_ARN, "CREATING", 0.0)
+    now, action = wait_out(m, 0.0)
+    assert action == Send(Call.DESCRIBE)
+    m.on_consumer(CONSUMER_ARN, "CREATING", now)
+    later, action = wait_out(m, now)
+    assert later - now > now  # backs off (doubling)
+    m.on_consumer(CONSUMER_ARN, "ACTIVE", later)
+    assert m.next_action(later) == Active(CONSUMER_ARN)
+
+
+def test_register_active_at_once() -> None:
+    m = machine()
+    m.on_consumer(CONSUMER_ARN, "ACTIVE", 0.0)
+    assert m.next_action(0.0) == Active(CONSUMER_ARN)
+
+
+def test_existing_name_is_reused() -> None:
+    m = machine()
+    m.on_in_use(0.0)
+    assert m.next_action(0.0) == Send(Call.DESCRIBE)
+    m.on_consumer(CONSUMER_ARN, "ACTIVE", 0.0)
+    assert m.next_action(0.0) == Active(CONSUMER_ARN)
+
+
+def test_deleting_consumer_of_the_name_is_waited_out_then_registered_again() -> None:
+    m = machine()
+    m.on_in_use(0.0)
+    m.on_consumer(CONSUMER_ARN, "DELETING", 0.0)
+    now, action = wait_out(m, 0.0)
+    assert action == Send(Call.DESCRIBE)
+    m.on_not_found(now)
+    _, action = wait_out(m, now)
+    assert action == Send(Call.REGISTER)
+
+
+def test_twenty_consumers_is_a_clear_error() -> None:
+    m = machine()
+    m.on_limit_exceeded(Call.REGISTER, 0.0)
+    assert m.next_action(0.0) == Send(Call.LIST)
+    with pytest.raises(ConsumerRegistrationError, match="already has 20 registered consumers"):
+        m.on_listed([f"c{i}" for i in range(20)], 0.0)
+
+
+def test_rate_limit_on_register_is_retried() -> None:
+    m = machine()
+    m.on_limit_exceeded(Call.REGISTER, 0.0)
+    m.on_listed(["other"], 0.0)
+    _, action = wait_out(m, 0.0)
+    assert action == Send(Call.REGISTER)
+
+
+def test_limit_with_our_name_listed_describes_it() -> None:
+    m = machine()
+    m.on_limit_exceeded(Call.REGISTER, 0.0)
+    m.on_listed([f"c{i}" for i in range(19)] + ["reader"], 0.0)
+    assert m.next_action(0.0) == Send(Call.DESCRIBE)
+
+
+def test_throttled_describe_backs_off() -> None:
+    m = machine()
+    m.on_in_use(0.0)
+    m.on_limit_exceeded(Call.DESCRIBE, 0.0)
+    _, action = wait_out(m, 0.0)
+    assert action == Send(Call.DESCRIBE)
+    m.on_transient_error(Call.DESCRIBE, 1.0)
+    _, action = wait_out(m, 1.0)
+    assert action == Send(Call.DESCRIBE)
+
+
+def test_gives_up_at_the_deadline_with_the_last_status() -> None:
+    m = machine(timeout=1.0)
+    m.on_consumer(CONSUMER_ARN, "CREATING", 0.0)
+    now = 0.0
+    while now < 1.0:
+        now, _ = wait_out(m, now)
+        assert now <= 1.0  # never waits past the deadline
+        if now < 1.0:
+            m.on_consumer(CONSUMER_ARN, "CREATING", now)
+    with pytest.raises(ConsumerRegistrationError, match=r"still CREATING after 1 s"):
+        m.on_consumer(CONSUMER_ARN, "CREATING", now)
+
+
+def test_by_arn_only_describes_and_a_missing_arn_fails() -> None:
+    m = machine(consumer_arn=CONSUMER_ARN)
+    assert m.next_action(0.0) == Send(Call.DESCRIBE)
+    with pytest.raises(ConsumerRegistrationError, match="must name a registered consumer"):
+        m.on_not_found(0.0)
+
+
+def test_by_arn_deleting_fails() -> None:
+    m = machine(consumer_arn=CONSUMER_ARN)
+    with pytest.raises(ConsumerRegistrationError, match="being deregistered"):
+        m.on_consumer(CONSUMER_ARN, "DELETING", 0.0)
+
+
+def test_parse_consumer_arn() -> None:
+    parsed = parse_consumer_arn(CONSUMER_ARN)
+    assert (parsed.region, parsed.account_id, parsed.stream_name, parsed.consumer_name) == (
+        "us-east-1",
+        "123456789012",
+        "orders",
+        "reader",
+    )
+    assert parsed.creation_timestamp == 1700000000
+    assert parsed.stream_arn == STREAM
+    china = "arn:aws-cn:kinesis:cn-north-1:123456789012:stream/s/consumer/c:1"
+    assert parse_consumer_arn(china).partition == "aws-cn"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "arn:aws:kinesis:us-east-1:123456789012:stream/orders",
+        "arn:aws:kinesis:us-east-1:1234:stream/orders/consumer/reader:1",
+        "arn:aws:sqs:us-east-1:123456789012:stream/orders/consumer/reader:1",
+        "arn:aws:kinesis:us-east-1:123456789012:stream/orders/consumer/reader",
+        CONSUMER_ARN + " ",
+    ],
+)
+def test_bad_consumer_arns(bad: str) -> None:
+    with pytest.raises(ValidationError, match="consumer_arn: must look like"):
+        parse_consumer_arn(bad)
+
+
+def test_consumer_of_another_stream() -> None:
+    assert check_consumer_of_stream(CONSUMER_ARN, STREAM).consumer_name == "reader"
+    with pytest.raises(ValidationError, match=r"is a consumer of .*stream/orders, not of"):
+        check_consumer_of_stream(CONSUMER_ARN, STREAM + "-2")
+
+
+CONFIG = ClientConfig(region_name="us-east-1", aws_access_key_id="a", aws_secret_access_key="b")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"max_subscription_seconds": 0}, "max_subscription_seconds"),
+        ({"max_subscription_seconds": 301}, "max_subscription_seconds"),
+        ({"max_buffered_bytes": 1000}, "max_buffered_bytes"),
+        ({"http_version": "h3"}, "http_version"),
+        ({"max_streams_per_connection": 0}, "max_streams_per_connection"),
+    ],
+)
+def test_client_options_are_checked(kwargs: dict[str, object], field: str) -> None:
+    with pytest.raises(ValidationError, match=f"^{field}: "):
+        FanOutClient(CONFIG, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("consumer_arn", "shard_id", "position", "field"),
+    [
+        ("nope", "shardId-000000000000", {"Type": "LATEST"}, "consumer_arn"),
+        (CONSUMER_ARN, "", {"Type": "LATEST"}, "shard_id"),
+        (CONSUMER_ARN, "shard/1", {"Type": "LATEST"}, "shard_id"),
+        (CONSUMER_ARN, "shardId-000000000000", {"Type": "FIRST"}, "starting_position"),
+        (CONSUMER_ARN, "shardId-000000000000", {"Type": "AT_SEQUENCE_NUMBER"}, "starting_position"),
+        (
+            CONSUMER_ARN,
+            "shardId-000000000000",
+            {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": "12a"},
+            "starting_position",
+        ),
+        (CONSUMER_ARN, "shardId-000000000000", {"Type": "AT_TIMESTAMP"}, "starting_position"),
+    ],
+)
+def test_subscribe_arguments_are_checked_before_anything_is_sent(
+    consumer_arn: str, shard_id: str, position: dict[str, str], field: str
+) -> None:
+    async def main() -> None:
+        client = FanOutClient(CONFIG)
+        try:
+            with pytest.raises(ValidationError, match=f"^{field}: "):
+                await client.subscribe(consumer_arn, shard_id, position)
+            assert client.subscriptions == 0
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+def test_missing_h2_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kinesis_core.fanout
+
+    for module in ("connection", "http2", "http11"):
+        monkeypatch.delitem(sys.modules, f"kinesis_core.fanout.{module}", raising=False)
+        monkeypatch.delattr(kinesis_core.fanout, module, raising=False)
+    monkeypatch.setitem(sys.modules, "h2", None)
+    with pytest.raises(ConfigurationError, match=r"pip install 'kinesis-connectors\[efo\]'"):
+        FanOutClient(CONFIG)
