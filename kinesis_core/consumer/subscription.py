@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kinesis_core.classify import ErrorKind
@@ -38,9 +38,14 @@ from kinesis_core.records import KinesisRecord
 MAX_SUBSCRIPTION_SECONDS = 300.0
 """AWS ends a subscription after five minutes."""
 
-CONTINUATION_TYPE = "AFTER_SEQUENCE_NUMBER"
-"""How a renewal starts from a ContinuationSequenceNumber: the KCL's FanOutRecordsPublisher
-renews AFTER_SEQUENCE_NUMBER of it, and so do we."""
+
+
+def renewal_position(continuation_sequence_number: str) -> dict[str, str]:
+    """The StartingPosition that renews a subscription after an event with this continuation
+    sequence number: AFTER_SEQUENCE_NUMBER, as the KCL's FanOutRecordsPublisher reconnects (the
+    continuation is the sequence number of the last record delivered, or of the last record
+    before the subscription's start when no record came)."""
+    return {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": continuation_sequence_number}
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,13 +97,28 @@ class NextEvent(Call):
 
 @dataclass(frozen=True, slots=True)
 class SubscribeEvent:
-    """One SubscribeToShardEvent: records shaped like GetRecords' (``Data`` bytes,
-    ``SequenceNumber`` str, ...)."""
+    """One SubscribeToShardEvent.
+
+    ``records`` are shaped like GetRecords records (``Data`` bytes, ``PartitionKey``,
+    ``SequenceNumber`` str, ``ApproximateArrivalTimestamp`` aware datetime, ...), so
+    :func:`~kinesis_core.aggregation.deaggregate` takes them as they are.
+    ``continuation_sequence_number`` is where the next subscription starts
+    (:func:`renewal_position`); AWS leaves it out at the end of a shard, where
+    ``child_shards`` (GetRecords' ChildShards shape) lists the children. ``size`` is the
+    event's length on the wire, for memory accounting.
+    """
 
     records: Sequence[Mapping[str, Any]]
     continuation_sequence_number: str | None
     millis_behind_latest: int | None
-    child_shards: Sequence[Mapping[str, Any]] | None = field(default=None)
+    child_shards: Sequence[Mapping[str, Any]] = ()
+    size: int = 0
+
+    @property
+    def shard_ended(self) -> bool:
+        """The shard is closed and this was its last event (AWS; kinesis-mock 0.6.2 never
+        says so over a subscription, see docs/efo.md)."""
+        return bool(self.child_shards) or self.continuation_sequence_number is None
 
 
 class _Pending:
@@ -156,7 +176,7 @@ class SubscriptionRead(ShardRead):
 
     def _starting_position(self) -> dict[str, Any]:
         if self._continuation is not None:
-            return {"Type": CONTINUATION_TYPE, "SequenceNumber": self._continuation}
+            return renewal_position(self._continuation)
         if self._last_sequence is not None:
             return {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": str(self._last_sequence)}
         if isinstance(self._start, InitialPosition):
@@ -191,10 +211,10 @@ class SubscriptionRead(ShardRead):
         millis = event.millis_behind_latest
         self.millis_behind_latest = millis
         continuation = event.continuation_sequence_number
-        if continuation is None:
-            self._end(event.child_shards)
-        else:
+        if continuation is not None:
             self._continuation = continuation
+        if event.shard_ended:
+            self._end(event.child_shards)
         self.caught_up = millis == 0 and self._state is not ReadState.ENDED
         self.idle = self.caught_up and not event.records
         return records
@@ -227,6 +247,6 @@ def event_from_api(payload: Mapping[str, Any]) -> SubscribeEvent:
         records=payload.get("Records") or (),
         continuation_sequence_number=payload.get("ContinuationSequenceNumber"),
         millis_behind_latest=payload.get("MillisBehindLatest"),
-        child_shards=payload.get("ChildShards"),
+        child_shards=payload.get("ChildShards") or (),
     )
 

@@ -38,6 +38,7 @@ drivers and the connection pool), ``tls``, ``signing``, ``eventstream`` (decoder
 (sans-I/O consumer life cycle) and ``consumers`` (its async driver and ARN helpers).
 """
 
+from kinesis_core.consumer.subscription import SubscribeEvent, renewal_position
 from kinesis_core.fanout.client import FanOutClient, ShardSubscription
 from kinesis_core.fanout.consumers import (
     ConsumerArn,
@@ -51,7 +52,6 @@ from kinesis_core.fanout.consumers import (
     wait_for_consumer,
 )
 from kinesis_core.fanout.errors import FanOutTimeoutError, FanOutTransportError
-from kinesis_core.fanout.eventstream import SubscribeEvent, renewal_position
 from kinesis_core.fanout.registration import ConsumerRegistrationError
 
 __all__ = [

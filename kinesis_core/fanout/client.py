@@ -23,14 +23,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from kinesis_core.client import ClientConfig, create_kinesis_client
-from kinesis_core.errors import ConfigurationError, ValidationError
+from kinesis_core.consumer.subscription import SubscribeEvent, renewal_position
+from kinesis_core.errors import ConfigurationError
 from kinesis_core.fanout.errors import FanOutTimeoutError, FanOutTransportError, missing_dependency
-from kinesis_core.fanout.eventstream import (
-    EventStreamDecoder,
-    SubscribeEvent,
-    http_error,
-    renewal_position,
-)
+from kinesis_core.fanout.eventstream import EventStreamDecoder, http_error
 from kinesis_core.fanout.signing import RequestSigner
 
 if TYPE_CHECKING:
@@ -179,22 +175,22 @@ class FanOutClient:
         max_streams_per_connection: int = 100,
     ) -> None:
         if not 0 < max_subscription_seconds <= MAX_SUBSCRIPTION_SECONDS:
-            raise ValidationError(
+            raise ConfigurationError(
                 "max_subscription_seconds",
                 f"must be in (0, {MAX_SUBSCRIPTION_SECONDS:g}] seconds, "
                 f"got {max_subscription_seconds!r}",
             )
         if max_buffered_bytes < 65_535:
-            raise ValidationError(
+            raise ConfigurationError(
                 "max_buffered_bytes",
                 f"must be >= 65535 (HTTP/2's smallest window), got {max_buffered_bytes!r}",
             )
         if http_version not in ("auto", "h2", "http/1.1"):
-            raise ValidationError(
+            raise ConfigurationError(
                 "http_version", f"must be 'auto', 'h2' or 'http/1.1', got {http_version!r}"
             )
         if max_streams_per_connection < 1:
-            raise ValidationError(
+            raise ConfigurationError(
                 "max_streams_per_connection", f"must be >= 1, got {max_streams_per_connection!r}"
             )
         try:
@@ -242,7 +238,7 @@ class FanOutClient:
     ) -> ShardSubscription:
         """Open a subscription; returns once the server answered 200 with an event stream.
 
-        Raises ValidationError for bad arguments, ClientError for an error answer (status and
+        Raises ConfigurationError for bad arguments, ClientError for an error answer (status and
         code as AWS sent them), FanOutTransportError when no answer came. Errors the server
         sends inside the stream (kinesis-mock's ResourceInUseException, AWS's mid-stream
         failures) come from ``next_event``.
@@ -320,20 +316,20 @@ def _validate(consumer_arn: str, shard_id: str, starting_position: Mapping[str, 
 
     parse_consumer_arn(consumer_arn)
     if not isinstance(shard_id, str) or not _SHARD_ID.match(shard_id):
-        raise ValidationError(
+        raise ConfigurationError(
             "shard_id", f"must be 1..128 characters of [a-zA-Z0-9_.-], got {shard_id!r}"
         )
     kind = starting_position.get("Type") if isinstance(starting_position, Mapping) else None
     if kind not in _STARTING_TYPES:
-        raise ValidationError(
+        raise ConfigurationError(
             "starting_position",
             f"Type must be one of {sorted(_STARTING_TYPES)}, got {starting_position!r}",
         )
     if kind in ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER"):
         sequence = starting_position.get("SequenceNumber")
         if not isinstance(sequence, str) or not sequence.isdigit():
-            raise ValidationError(
+            raise ConfigurationError(
                 "starting_position", f"{kind} needs a decimal SequenceNumber, got {sequence!r}"
             )
     if kind == "AT_TIMESTAMP" and starting_position.get("Timestamp") is None:
-        raise ValidationError("starting_position", "AT_TIMESTAMP needs a Timestamp")
+        raise ConfigurationError("starting_position", "AT_TIMESTAMP needs a Timestamp")

@@ -20,8 +20,8 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any
 
-from kinesis_core.consumer.reader import error_details
-from kinesis_core.errors import ValidationError
+from kinesis_core.classify import error_details
+from kinesis_core.errors import ConfigurationError
 from kinesis_core.fanout.registration import (
     Active,
     Call,
@@ -30,7 +30,7 @@ from kinesis_core.fanout.registration import (
     Send,
     Wait,
 )
-from kinesis_core.shard_map import stream_params
+from kinesis_core.stream import StreamRef
 
 _ARN = re.compile(
     r"^arn:(?P<partition>aws[a-zA-Z-]*):kinesis:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
@@ -75,10 +75,10 @@ class StreamConsumer:
 
 
 def parse_consumer_arn(consumer_arn: str) -> ConsumerArn:
-    """The parts of ``consumer_arn``; ValidationError naming the expected shape otherwise."""
+    """The parts of ``consumer_arn``; ConfigurationError naming the expected shape otherwise."""
     match = _ARN.match(consumer_arn) if isinstance(consumer_arn, str) else None
     if match is None:
-        raise ValidationError(
+        raise ConfigurationError(
             "consumer_arn",
             "must look like arn:aws:kinesis:REGION:ACCOUNT:stream/STREAM/consumer/NAME:"
             f"CREATION_TIMESTAMP, got {consumer_arn!r}",
@@ -98,7 +98,7 @@ def check_consumer_of_stream(consumer_arn: str, stream_arn: str) -> ConsumerArn:
     """Parse ``consumer_arn`` and check that it is a consumer of ``stream_arn``."""
     parsed = parse_consumer_arn(consumer_arn)
     if parsed.stream_arn != stream_arn:
-        raise ValidationError(
+        raise ConfigurationError(
             "consumer_arn",
             f"{consumer_arn} is a consumer of {parsed.stream_arn}, not of {stream_arn}",
         )
@@ -109,7 +109,7 @@ async def describe_stream_arn(client: Any, stream: str) -> str:
     """The ARN of ``stream`` (a name or an ARN, the latter returned as it is)."""
     if stream.startswith("arn:"):
         return stream
-    summary = await client.describe_stream_summary(**stream_params(stream))
+    summary = await client.describe_stream_summary(**StreamRef.of(stream).params())
     return str(summary["StreamDescriptionSummary"]["StreamARN"])
 
 
@@ -125,7 +125,7 @@ async def register_consumer(
     until it is ACTIVE. ConsumerRegistrationError when the stream has its 20 consumers or the
     consumer is not ACTIVE within ``timeout`` seconds; ClientError for other refusals."""
     if not isinstance(consumer_name, str) or not _NAME.match(consumer_name):
-        raise ValidationError(
+        raise ConfigurationError(
             "consumer_name", f"must be 1..128 characters of [a-zA-Z0-9_.-], got {consumer_name!r}"
         )
     machine = ConsumerActivation(
@@ -217,7 +217,7 @@ class RegisteredConsumer:
         timeout: float = 120.0,
     ) -> None:
         if (consumer_name is None) == (consumer_arn is None):
-            raise ValidationError(
+            raise ConfigurationError(
                 "consumer_name", "give exactly one of consumer_name and consumer_arn"
             )
         self._client = client

@@ -25,13 +25,13 @@ import binascii
 import json
 import logging
 import struct
-from dataclasses import dataclass
 from typing import Any
 
 from botocore.eventstream import EventStreamBuffer, ParserError
 from botocore.exceptions import ClientError
 
 from kinesis_core.consumer.fastparse import decode_records
+from kinesis_core.consumer.subscription import SubscribeEvent
 from kinesis_core.fanout.errors import FanOutTransportError
 
 LOG = logging.getLogger(__name__)
@@ -42,40 +42,6 @@ MAX_MESSAGE_LENGTH = PRELUDE_LENGTH + 128 * 1024 + 24 * 1024 * 1024 + 4
 """botocore's limits: 128 KiB of headers and 24 MiB of payload per message."""
 _MIN_MESSAGE_LENGTH = PRELUDE_LENGTH + 4
 _SERVER_SIDE_CODES = frozenset({"InternalFailureException", "InternalFailure"})
-
-
-@dataclass(frozen=True, slots=True)
-class SubscribeEvent:
-    """One SubscribeToShardEvent.
-
-    ``records`` are shaped like GetRecords records (``Data`` bytes, ``PartitionKey``,
-    ``SequenceNumber`` str, ``ApproximateArrivalTimestamp`` aware datetime, plus whatever else
-    the service sent, e.g. ``EncryptionType``), so ``kinesis_core.aggregation.deaggregate``
-    takes them as they are. ``continuation_sequence_number`` is where the next subscription
-    starts (AFTER_SEQUENCE_NUMBER, see ``renewal_position``); AWS leaves it out at the end of
-    a shard, where ``child_shards`` (GetRecords' ChildShards shape) lists the children.
-    ``size`` is the event's length on the wire, for memory accounting.
-    """
-
-    records: list[dict[str, Any]]
-    continuation_sequence_number: str | None
-    millis_behind_latest: int | None
-    child_shards: list[dict[str, Any]]
-    size: int
-
-    @property
-    def shard_ended(self) -> bool:
-        """The shard is closed and this was its last event (AWS only: kinesis-mock 0.6.2 never
-        says so over a subscription, see docs/efo.md)."""
-        return bool(self.child_shards) or self.continuation_sequence_number is None
-
-
-def renewal_position(continuation_sequence_number: str) -> dict[str, str]:
-    """The StartingPosition that renews a subscription after an event with this
-    continuation sequence number: AFTER_SEQUENCE_NUMBER, as the KCL's FanOutRecordsPublisher
-    reconnects (the continuation is the sequence number of the last record delivered, or of the
-    last record before the subscription's start when no record came)."""
-    return {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": continuation_sequence_number}
 
 
 def client_error(code: str, message: str, status: int) -> ClientError:

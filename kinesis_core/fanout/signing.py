@@ -91,7 +91,7 @@ class RequestSigner:
     async def subscribe_request(
         self, consumer_arn: str, shard_id: str, starting_position: Mapping[str, Any]
     ) -> SignedRequest:
-        """The signed request; botocore's ParamValidationError for bad parameters."""
+        """The signed request; botocore's ParamConfigurationError for bad parameters."""
         try:
             await self._client.subscribe_to_shard(
                 ConsumerARN=consumer_arn, ShardId=shard_id, StartingPosition=dict(starting_position)

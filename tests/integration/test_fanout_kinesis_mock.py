@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 
 from kinesis_core.aggregation import deaggregate
 from kinesis_core.client import ClientConfig, create_kinesis_client
-from kinesis_core.errors import ValidationError
+from kinesis_core.errors import ConfigurationError
 from kinesis_core.fanout import (
     ConsumerRegistrationError,
     FanOutClient,
@@ -75,7 +75,7 @@ def test_register_reuse_by_name_by_arn_and_deregister(kinesis_stream: Any) -> No
                 client, stream.name, consumer_arn=first.consumer_arn
             ) as by_arn:
                 assert by_arn.consumer_name == "reader"
-            with pytest.raises(ValidationError, match="is a consumer of"):
+            with pytest.raises(ConfigurationError, match="is a consumer of"):
                 async with RegisteredConsumer(client, other.name, consumer_arn=first.consumer_arn):
                     pass
             async with RegisteredConsumer(

@@ -224,5 +224,5 @@ def test_events_from_the_api_shape() -> None:
     parsed = event_from_api(
         {"Records": [raw(1, b"x")], "ContinuationSequenceNumber": "1", "MillisBehindLatest": 0}
     )
-    assert parsed == SubscribeEvent([raw(1, b"x")], "1", 0, None)
+    assert parsed == SubscribeEvent([raw(1, b"x")], "1", 0)
     assert event_from_api({}).records == ()

@@ -8,15 +8,11 @@ import pytest
 from botocore.exceptions import ClientError
 
 from kinesis_core.aggregation import deaggregate, encode_aggregate
-from kinesis_core.consumer.reader import ErrorKind, error_kind
+from kinesis_core.classify import ErrorKind
+from kinesis_core.client import error_kind
+from kinesis_core.consumer.subscription import SubscribeEvent, renewal_position
 from kinesis_core.fanout.errors import FanOutTransportError
-from kinesis_core.fanout.eventstream import (
-    MAX_MESSAGE_LENGTH,
-    EventStreamDecoder,
-    SubscribeEvent,
-    http_error,
-    renewal_position,
-)
+from kinesis_core.fanout.eventstream import MAX_MESSAGE_LENGTH, EventStreamDecoder, http_error
 from kinesis_core.fanout.http11 import Http11ClientProtocol
 from kinesis_core.records import SubRecord
 from tests.fanout_frames import (
@@ -151,10 +147,10 @@ def test_internal_failure_exception_is_a_server_error_and_retryable() -> None:
     assert error_kind(raised.value) is ErrorKind.TRANSIENT
 
 
-def test_resource_not_found_classifies_as_gone() -> None:
+def test_resource_not_found_classifies_as_not_found() -> None:
     with pytest.raises(ClientError) as raised:
         decode_all(exception("ResourceNotFoundException", "Shard gone"))
-    assert error_kind(raised.value) is ErrorKind.GONE
+    assert error_kind(raised.value) is ErrorKind.NOT_FOUND
 
 
 def test_error_messages_use_their_headers() -> None:
@@ -208,7 +204,7 @@ def test_http_error_from_kinesis_mock_400() -> None:
     assert error.response["Error"]["Code"] == "SerializationException"
     assert "Could not decode JSON" in error.response["Error"]["Message"]
     assert error.response["ResponseMetadata"]["HTTPStatusCode"] == 400
-    assert error_kind(error) is ErrorKind.FATAL
+    assert error_kind(error) is ErrorKind.INVALID
 
 
 def test_http_error_shapes() -> None:

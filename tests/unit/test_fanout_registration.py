@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from kinesis_core.client import ClientConfig
-from kinesis_core.errors import ConfigurationError, ValidationError
+from kinesis_core.errors import ConfigurationError
 from kinesis_core.fanout import FanOutClient, check_consumer_of_stream, parse_consumer_arn
 from kinesis_core.fanout.registration import (
     Active,
@@ -168,13 +168,13 @@ def test_parse_consumer_arn() -> None:
     ],
 )
 def test_bad_consumer_arns(bad: str) -> None:
-    with pytest.raises(ValidationError, match="consumer_arn: must look like"):
+    with pytest.raises(ConfigurationError, match="consumer_arn: must look like"):
         parse_consumer_arn(bad)
 
 
 def test_consumer_of_another_stream() -> None:
     assert check_consumer_of_stream(CONSUMER_ARN, STREAM).consumer_name == "reader"
-    with pytest.raises(ValidationError, match=r"is a consumer of .*stream/orders, not of"):
+    with pytest.raises(ConfigurationError, match=r"is a consumer of .*stream/orders, not of"):
         check_consumer_of_stream(CONSUMER_ARN, STREAM + "-2")
 
 
@@ -192,7 +192,7 @@ CONFIG = ClientConfig(region_name="us-east-1", aws_access_key_id="a", aws_secret
     ],
 )
 def test_client_options_are_checked(kwargs: dict[str, object], field: str) -> None:
-    with pytest.raises(ValidationError, match=f"^{field}: "):
+    with pytest.raises(ConfigurationError, match=f"^{field}: "):
         FanOutClient(CONFIG, **kwargs)  # type: ignore[arg-type]
 
 
@@ -219,7 +219,7 @@ def test_subscribe_arguments_are_checked_before_anything_is_sent(
     async def main() -> None:
         client = FanOutClient(CONFIG)
         try:
-            with pytest.raises(ValidationError, match=f"^{field}: "):
+            with pytest.raises(ConfigurationError, match=f"^{field}: "):
                 await client.subscribe(consumer_arn, shard_id, position)
             assert client.subscriptions == 0
         finally:
