@@ -43,6 +43,7 @@ _TRANSITIONS: dict[tuple[State, Event], State] = {
     (State.STARTING, Event.STARTED): State.RUNNING,
     (State.STARTING, Event.START_FAILED): State.CLOSED,
     (State.STARTING, Event.CLOSE): State.CLOSING,
+    (State.STARTING, Event.FAIL): State.FAILED,
     (State.RUNNING, Event.FAIL): State.FAILED,
     (State.RUNNING, Event.CLOSE): State.CLOSING,
     (State.FAILED, Event.FAIL): State.FAILED,

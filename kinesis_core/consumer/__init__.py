@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     )
     from kinesis_core.consumer.config import (
         ConsumerConfig as ConsumerConfig,
+        EnhancedFanOut as EnhancedFanOut,
     )
     from kinesis_core.consumer.consumer import (
         Consumer as Consumer,

@@ -7,12 +7,77 @@ a mistake is reported where it was written rather than when a worker starts.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Literal
 
 from kinesis_core.consumer.polling import MAX_GET_RECORDS_LIMIT, MIN_CALL_INTERVAL, PollingOptions
 from kinesis_core.consumer.positions import LATEST, InitialPosition, parse_initial_position
+from kinesis_core.consumer.subscription import SubscriptionOptions
 from kinesis_core.errors import ConfigurationError
+from kinesis_core.fanout.consumers import check_consumer_name, parse_consumer_arn
 from kinesis_core.lease import LeaseConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnhancedFanOut:
+    """Read with enhanced fan-out (SubscribeToShard) instead of polling; see docs/efo.md.
+
+    - ``consumer_name``: register a consumer of this name, or reuse the one that exists
+      (None: the application name); or ``consumer_arn``: a consumer registered beforehand.
+    - ``deregister_on_close``: deregister the consumer when the reader closes (a registered
+      consumer costs money by the hour; leave it registered when several workers share it).
+    - ``max_subscription_seconds``: renew each subscription after this long (AWS ends them
+      after 300 s; lower it to exercise renewal).
+    - ``http_version``: "auto" (TLS: ALPN, h2 preferred; http://: HTTP/1.1), "h2" or
+      "http/1.1".
+    - ``max_buffered_bytes``: unread bytes per subscription (the HTTP/2 flow-control window):
+      the memory a slow application can make a shard's subscription hold.
+    - ``register_timeout``: seconds to wait for the consumer to become ACTIVE.
+    - ``max_failures``: failed subscribes or cut streams in a row (no event in between) before
+      a shard's reader gives up with an error.
+    - ``closed_check_interval``: seconds between listings of a caught-up shard, for servers
+      that do not end a closed shard's subscription (kinesis-mock).
+    """
+
+    consumer_name: str | None = None
+    consumer_arn: str | None = None
+    deregister_on_close: bool = False
+    max_subscription_seconds: float = 300.0
+    http_version: Literal["auto", "h2", "http/1.1"] = "auto"
+    max_buffered_bytes: int = 2 * 1024 * 1024
+    register_timeout: float = 120.0
+    max_failures: int = 20
+    closed_check_interval: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.consumer_name is not None and self.consumer_arn is not None:
+            raise ConfigurationError(
+                "consumer_name", "give consumer_name or consumer_arn, not both"
+            )
+        if self.consumer_name is not None:
+            check_consumer_name(self.consumer_name)
+        if self.consumer_arn is not None:
+            parse_consumer_arn(self.consumer_arn)
+        if not 0 < self.max_subscription_seconds <= 300:
+            raise ConfigurationError(
+                "max_subscription_seconds",
+                f"must be in (0, 300] seconds, got {self.max_subscription_seconds!r}",
+            )
+        if self.http_version not in ("auto", "h2", "http/1.1"):
+            raise ConfigurationError(
+                "http_version", f"must be 'auto', 'h2' or 'http/1.1', got {self.http_version!r}"
+            )
+        _integer("max_buffered_bytes", self.max_buffered_bytes, 65_535, None)
+        _seconds("register_timeout", self.register_timeout, minimum=0.0, inclusive=False)
+        self.subscription  # noqa: B018 (validates max_failures and closed_check_interval)
+
+    @property
+    def subscription(self) -> SubscriptionOptions:
+        """The options of each shard's fan-out reader."""
+        return SubscriptionOptions(
+            max_failures=self.max_failures, closed_check_interval=self.closed_check_interval
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,6 +96,9 @@ class ConsumerConfig:
     - ``idle_interval``: seconds a caught-up shard waits after an empty read (>= 0.2).
     - ``leases``: a :class:`~kinesis_core.lease.LeaseConfig`, or True for the KCL's
       defaults, to share the stream with other workers of the same application.
+    - ``enhanced_fan_out``: an :class:`EnhancedFanOut`, or True for one whose consumer is
+      named after the application: read by SubscribeToShard instead of polling. Checkpoints
+      are the same either way, so an application can switch on one store.
     """
 
     application_name: str = "default"
@@ -43,15 +111,14 @@ class ConsumerConfig:
     max_records_per_call: int = MAX_GET_RECORDS_LIMIT
     idle_interval: float = 1.0
     leases: LeaseConfig | bool = False
+    enhanced_fan_out: EnhancedFanOut | bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.application_name, str) or not self.application_name:
             raise ConfigurationError(
                 "application_name", f"must be a non-empty string, got {self.application_name!r}"
             )
-        object.__setattr__(
-            self, "initial_position", parse_initial_position(self.initial_position)
-        )
+        object.__setattr__(self, "initial_position", parse_initial_position(self.initial_position))
         for name in ("checkpoint_interval", "shard_refresh_interval"):
             _seconds(name, getattr(self, name), minimum=0.0, inclusive=False)
         _seconds("close_timeout", self.close_timeout, minimum=0.0, inclusive=True)
@@ -64,6 +131,13 @@ class ConsumerConfig:
             raise ConfigurationError(
                 "leases", f"must be a LeaseConfig, True or False, got {self.leases!r:.80}"
             )
+        if not isinstance(self.enhanced_fan_out, (bool, EnhancedFanOut)):
+            raise ConfigurationError(
+                "enhanced_fan_out",
+                f"must be an EnhancedFanOut, True or False, got {self.enhanced_fan_out!r:.80}",
+            )
+        if self.enhanced_fan_out is True:
+            check_consumer_name(self.application_name, "application_name")
 
     @property
     def lease_config(self) -> LeaseConfig | None:
@@ -71,6 +145,18 @@ class ConsumerConfig:
         if self.leases is True:
             return LeaseConfig()
         return self.leases or None
+
+    @property
+    def fan_out(self) -> EnhancedFanOut | None:
+        """The fan-out settings with the consumer named, or None when reading by polling."""
+        efo = self.enhanced_fan_out
+        if efo is False:
+            return None
+        if efo is True:
+            efo = EnhancedFanOut()
+        if efo.consumer_name is None and efo.consumer_arn is None:
+            efo = dataclasses.replace(efo, consumer_name=self.application_name)
+        return efo
 
     @property
     def polling(self) -> PollingOptions:
@@ -89,8 +175,11 @@ def _seconds(name: str, value: object, *, minimum: float, inclusive: bool) -> No
 
 
 def _integer(name: str, value: object, minimum: int, maximum: int | None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (
-        maximum is not None and value > maximum
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < minimum
+        or (maximum is not None and value > maximum)
     ):
         span = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
         raise ConfigurationError(name, f"must be an int {span}, got {value!r}")

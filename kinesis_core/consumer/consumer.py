@@ -42,13 +42,20 @@ from kinesis_core.classify import ErrorKind
 from kinesis_core.client import ClientConfig, create_kinesis_client, error_kind
 from kinesis_core.consumer import fastparse
 from kinesis_core.consumer.checkpointer import Checkpointer
-from kinesis_core.consumer.config import ConsumerConfig
+from kinesis_core.consumer.config import ConsumerConfig, EnhancedFanOut
 from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier
 from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
 from kinesis_core.consumer.polling import PollingRead
 from kinesis_core.consumer.positions import InitialPosition
-from kinesis_core.consumer.reading import AsyncPolling, run_shard_read
+from kinesis_core.consumer.reading import (
+    AsyncPolling,
+    AsyncShardListing,
+    AsyncSubscribing,
+    run_shard_read,
+)
 from kinesis_core.consumer.status import ShardStatus
+from kinesis_core.consumer.subscription import SubscriptionRead
+from kinesis_core.consumer.transport import AsyncTransport, ShardRead
 from kinesis_core.errors import ConfigurationError, KinesisServiceError
 from kinesis_core.lease import LeaseManager
 from kinesis_core.lifecycle import Event, Lifecycle, State
@@ -71,7 +78,7 @@ happens only at a shard's end and on close, where a short poll costs nothing."""
 class _ShardRun:
     node: ShardNode
     frontier: ShardFrontier
-    machine: PollingRead
+    machine: ShardRead
     task: asyncio.Task[None] | None = field(default=None, repr=False)
     children: tuple[str, ...] = ()
     """Known at the shard's end; written with SHARD_END."""
@@ -132,6 +139,10 @@ class Consumer:
         self._checkpointer: Checkpointer | LeaseManager
         self._leases: LeaseManager | None = None
         self.worker_id: str | None = None
+        self.consumer_arn: str | None = None
+        """The stream consumer this one reads as, with enhanced fan-out (after ``start``)."""
+        self._fanout: Any = None
+        self._listing: AsyncShardListing | None = None
         lease_config = config.lease_config
         if lease_config is None:
             self._checkpointer = Checkpointer(
@@ -194,6 +205,8 @@ class Consumer:
                     )
                 )
             self._exit.callback(fastparse.install(self._client))
+            if self.config.fan_out is not None:
+                await self._start_fan_out(self.config.fan_out)
             await self._first_discovery()
         except BaseException:
             self._life.handle(Event.START_FAILED)
@@ -201,7 +214,8 @@ class Consumer:
             if self._owns_store:
                 await self._store.close()
             raise
-        self._life.handle(Event.STARTED)
+        if self._life.state is State.STARTING:  # not FAILED by a reader meanwhile
+            self._life.handle(Event.STARTED)
         self._tasks.append(asyncio.create_task(self._discovery_loop(), name="kinesis-discovery"))
         self._tasks.append(asyncio.create_task(self._flush_loop(), name="kinesis-checkpoints"))
         if self._leases is not None:
@@ -209,6 +223,37 @@ class Consumer:
             self._tasks.append(
                 asyncio.create_task(self._parent_poll_loop(), name="kinesis-parent-poll")
             )
+
+    async def _start_fan_out(self, efo: EnhancedFanOut) -> None:
+        """Register (or reuse, or check) the stream consumer and open the HTTP/2 client that
+        every shard's subscription goes through."""
+        from kinesis_core.fanout import FanOutClient, RegisteredConsumer
+
+        registered = await self._exit.enter_async_context(
+            RegisteredConsumer(
+                self._client,
+                str(self._stream),
+                consumer_name=efo.consumer_name,
+                consumer_arn=efo.consumer_arn,
+                deregister_on_close=efo.deregister_on_close,
+                timeout=efo.register_timeout,
+            )
+        )
+        self.consumer_arn = registered.consumer_arn
+        self._fanout = await self._exit.enter_async_context(
+            FanOutClient(
+                self._client_config or ClientConfig.from_env(),
+                max_subscription_seconds=efo.max_subscription_seconds,
+                max_buffered_bytes=efo.max_buffered_bytes,
+                http_version=efo.http_version,
+            )
+        )
+        self._listing = AsyncShardListing(
+            self._client, self._stream, max_age=efo.closed_check_interval / 2
+        )
+        logger.info(
+            "reading %s by enhanced fan-out as consumer %s", self.stream, self.consumer_arn
+        )
 
     async def close(self) -> None:
         """Stop reading, wait for the acks of delivered records, write the final checkpoints.
@@ -407,19 +452,35 @@ class Consumer:
             frontier = ShardFrontier(
                 node.shard_id, start if isinstance(start, tuple) else start.sentinel
             )
-            run = _ShardRun(node, frontier, PollingRead(node, start, self._polling_options))
+            efo = self.config.fan_out
+            machine: ShardRead = (
+                PollingRead(node, start, self._polling_options)
+                if efo is None
+                else SubscriptionRead(node, start, efo.subscription)
+            )
+            run = _ShardRun(node, frontier, machine)
             run.task = asyncio.create_task(
                 self._read_shard(run), name=f"kinesis-reader-{node.shard_id}"
             )
             self._shards[node.shard_id] = run
 
+    def _transport(self, shard_id: str) -> AsyncTransport:
+        """What executes the calls of a shard's reader: GetRecords, or SubscribeToShard."""
+        if self.consumer_arn is None:
+            return AsyncPolling(self._client, self._stream, shard_id)
+        assert self._listing is not None
+        return AsyncSubscribing(self._fanout, self.consumer_arn, shard_id, self._listing)
+
     async def _read_shard(self, run: _ShardRun) -> None:
         shard_id = run.node.shard_id
+        transport = self._transport(shard_id)
         try:
-            transport = AsyncPolling(self._client, self._stream, shard_id)
-            ended = await run_shard_read(
-                run.machine, transport, run.frontier, self._queue.put, where=self.stream
-            )
+            try:
+                ended = await run_shard_read(
+                    run.machine, transport, run.frontier, self._queue.put, where=self.stream
+                )
+            finally:
+                await transport.aclose()
             if ended.gone:
                 logger.warning("shard %s of %s is gone; not reading it", shard_id, self.stream)
                 self._lineage.shard_gone(shard_id)
@@ -574,6 +635,8 @@ class Consumer:
                     checkpoint=row.value if row else None,
                     millis_behind_latest=run.machine.millis_behind_latest if run else None,
                     pending_acks=run.frontier.pending if run else 0,
+                    transport=run.machine.transport if run else None,
+                    connects=run.machine.connects if run else 0,
                 )
             )
         return out

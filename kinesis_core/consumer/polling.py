@@ -114,6 +114,7 @@ class PollingRead(ShardRead):
             return Wait(due)
         if needs_iterator:
             self._next_iterator_at = now + self.options.min_interval
+            self.connects += 1
             return GetIterator(self._iterator_params())
         assert self._iterator is not None
         self._next_records_at = now + self.options.min_interval

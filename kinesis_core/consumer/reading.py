@@ -19,7 +19,9 @@ from kinesis_core.classify import ErrorKind, error_details, error_message
 from kinesis_core.client import error_kind
 from kinesis_core.consumer._gc import gc_paused
 from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier
+from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.polling import GetIterator, GetRecords
+from kinesis_core.consumer.subscription import CheckShard, NextEvent, ShardCheck, Subscribe
 from kinesis_core.consumer.transport import (
     Ack,
     AsyncTransport,
@@ -33,6 +35,7 @@ from kinesis_core.consumer.transport import (
 )
 from kinesis_core.errors import KinesisServiceError
 from kinesis_core.records import KinesisRecord
+from kinesis_core.shard_map import ShardInfo, list_all_shards
 from kinesis_core.stream import StreamRef
 
 
@@ -83,6 +86,85 @@ class SyncPolling:
 
     def close(self) -> None:
         """Nothing to release: the client is the caller's."""
+
+
+class AsyncShardListing:
+    """One ListShards listing shared by the readers of a consumer, refreshed when older than
+    ``max_age`` seconds: how a fan-out reader learns that its shard closed when the server
+    does not say so (:class:`~.subscription.CheckShard`)."""
+
+    def __init__(
+        self,
+        client: Any,
+        stream: StreamRef,
+        max_age: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._stream = stream
+        self._max_age = max_age
+        self._clock = clock
+        self._shards: list[ShardInfo] = []
+        self._at = float("-inf")
+        self._lock = asyncio.Lock()
+
+    async def check(self, shard_id: str) -> ShardCheck:
+        async with self._lock:
+            if self._clock() - self._at > self._max_age:
+                self._shards = await list_all_shards(self._client, self._stream)
+                self._at = self._clock()
+        return shard_check(self._shards, shard_id)
+
+
+def shard_check(shards: list[ShardInfo], shard_id: str) -> ShardCheck:
+    """What a complete listing says of ``shard_id``."""
+    info = next((s for s in shards if s.shard_id == shard_id), None)
+    if info is None:
+        return ShardCheck(listed=False, closed=False)
+    children = tuple(ShardNode.from_shard_info(s) for s in shards if shard_id in s.parents)
+    return ShardCheck(listed=True, closed=not info.is_open, children=children)
+
+
+class AsyncSubscribing:
+    """SubscribeToShard for one shard through a :class:`~kinesis_core.fanout.FanOutClient`
+    (the caller owns it): one open subscription at a time, closed on every error, at its
+    end, and by :meth:`aclose`."""
+
+    def __init__(
+        self, fanout: Any, consumer_arn: str, shard_id: str, listing: AsyncShardListing
+    ) -> None:
+        self._fanout = fanout
+        self._consumer_arn = consumer_arn
+        self._shard_id = shard_id
+        self._listing = listing
+        self._subscription: Any = None
+
+    async def call(self, call: Call) -> Any:
+        if isinstance(call, NextEvent):
+            if self._subscription is None:
+                return None
+            try:
+                event = await self._subscription.next_event()
+            except BaseException:
+                await self.aclose()
+                raise
+            if event is None:
+                await self.aclose()
+            return event
+        if isinstance(call, Subscribe):
+            await self.aclose()
+            self._subscription = await self._fanout.subscribe(
+                self._consumer_arn, self._shard_id, call.starting_position
+            )
+            return self._subscription
+        if isinstance(call, CheckShard):
+            return await self._listing.check(self._shard_id)
+        raise TypeError(f"a subscription cannot execute {call!r}")
+
+    async def aclose(self) -> None:
+        subscription, self._subscription = self._subscription, None
+        if subscription is not None:
+            await subscription.aclose()
 
 
 def _raise_failed(machine: ShardRead, failed: Failed, last: BaseException | None) -> NoReturn:

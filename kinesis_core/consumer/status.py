@@ -19,6 +19,10 @@ class ShardStatus:
     checkpoint: CheckpointValue | None
     """The value last written to the checkpoint store."""
     millis_behind_latest: int | None
-    """How far the last GetRecords response was behind the tip of the shard."""
+    """How far the last response (GetRecords, or a fan-out event) was behind the shard's tip."""
     pending_acks: int
     """Records read and not yet acked."""
+    transport: str | None = None
+    """How the shard is read: ``"polling"`` or ``"subscription"`` (None when not read here)."""
+    connects: int = 0
+    """Shard iterators got (polling) or subscriptions opened, renewals included."""

@@ -11,6 +11,13 @@ connections cut mid-stream, and gives up (:class:`~.transport.Failed`) after
 no ContinuationSequenceNumber, whose ChildShards go to the lineage as with polling. The start
 point, the skip past a checkpoint inside an aggregate and the hash-range filter are the
 common part (:class:`~.transport.ShardRead`), so checkpoints mean the same in both modes.
+
+A server that never sends that last event (kinesis-mock 0.6.2 keeps a closed shard's
+subscription open with empty events) is covered too: a reader that is caught up at the tip
+looks up its shard in a listing every ``closed_check_interval`` seconds
+(:class:`CheckShard`); once the shard is known closed, the next empty event at the tip means
+every record was delivered (a closed shard takes no more writes), and the shard ends with the
+children the listing names.
 """
 
 from __future__ import annotations
@@ -35,10 +42,6 @@ from kinesis_core.consumer.transport import (
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.records import KinesisRecord
 
-MAX_SUBSCRIPTION_SECONDS = 300.0
-"""AWS ends a subscription after five minutes."""
-
-
 
 def renewal_position(continuation_sequence_number: str) -> dict[str, str]:
     """The StartingPosition that renews a subscription after an event with this continuation
@@ -60,6 +63,9 @@ class SubscriptionOptions:
     backoff_max: float = 10.0
     max_failures: int = 20
     """Failures in a row (no event in between) before the reader gives up with an error."""
+    closed_check_interval: float = 30.0
+    """Seconds between listings of a caught-up shard, to learn that it closed when the server
+    does not say so in an event."""
 
     def __post_init__(self) -> None:
         if self.subscribe_interval < 1.0:
@@ -74,6 +80,10 @@ class SubscriptionOptions:
             )
         if self.max_failures < 1:
             raise ConfigurationError("max_failures", f"must be >= 1, got {self.max_failures!r}")
+        if not self.closed_check_interval > 0:
+            raise ConfigurationError(
+                "closed_check_interval", f"must be > 0 seconds, got {self.closed_check_interval!r}"
+            )
         self.backoff  # noqa: B018 (validates the pair)
 
     @property
@@ -93,6 +103,22 @@ class NextEvent(Call):
     """The next event of the open subscription. The response is a :class:`SubscribeEvent`,
     None when the subscription ended normally, or :data:`PENDING` from a synchronous transport
     that has nothing yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckShard(Call):
+    """Look the shard up in a (recent) ListShards listing. The response is a
+    :class:`ShardCheck`."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShardCheck:
+    """What a listing says of a shard: ``listed`` False when it is gone (past retention);
+    ``closed`` with its ``children`` when it was split or merged."""
+
+    listed: bool
+    closed: bool
+    children: tuple[ShardNode, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +182,9 @@ class SubscriptionRead(ShardRead):
         super().__init__(node, start, self.options.backoff, rng)
         self._continuation: str | None = None
         self._next_subscribe_at = 0.0
-        self.subscriptions = 0
-        """SubscribeToShard calls made (renewals included)."""
+        self._closed = not node.is_open
+        self._closed_children: tuple[ShardNode, ...] = ()
+        self._next_check_at = 0.0
 
     def next_action(self, now: float) -> Action:
         finished = self._finished()
@@ -166,12 +193,15 @@ class SubscriptionRead(ShardRead):
         if self._state is ReadState.READING:
             if now < self._not_before:
                 return Wait(self._not_before)
+            if self.idle and not self._closed and now >= self._next_check_at:
+                self._next_check_at = now + self.options.closed_check_interval
+                return CheckShard()
             return NextEvent()
         due = max(self._not_before, self._next_subscribe_at)
         if now < due:
             return Wait(due)
         self._next_subscribe_at = now + self.options.subscribe_interval
-        self.subscriptions += 1
+        self.connects += 1
         return Subscribe(self._starting_position())
 
     def _starting_position(self) -> dict[str, Any]:
@@ -190,6 +220,9 @@ class SubscriptionRead(ShardRead):
             self._state = ReadState.READING
             self._not_before = 0.0
             self.data_read = False
+            return []
+        if isinstance(call, CheckShard):
+            self.on_check(response)
             return []
         if response is PENDING:
             self.data_read = False
@@ -215,9 +248,22 @@ class SubscriptionRead(ShardRead):
             self._continuation = continuation
         if event.shard_ended:
             self._end(event.child_shards)
+        elif self._closed and millis == 0 and not event.records:
+            # At the tip of a shard known to be closed: nothing more can come.
+            self._state = ReadState.ENDED
+            self._children = self._closed_children
         self.caught_up = millis == 0 and self._state is not ReadState.ENDED
         self.idle = self.caught_up and not event.records
         return records
+
+    def on_check(self, check: ShardCheck) -> None:
+        """A listing's view of the shard (the response to :class:`CheckShard`)."""
+        if not check.listed:
+            self._state = ReadState.ENDED
+            self._gone = True
+        elif check.closed:
+            self._closed = True
+            self._closed_children = check.children
 
     def on_error(self, now: float, call: Call, kind: ErrorKind) -> None:
         """Every failure (of the subscribe or mid-stream) closes the subscription: subscribe

@@ -144,6 +144,8 @@ class ShardRead:
         self.data_read = False
         """The last response carried records (or their absence), not a connection step: only
         then do ``caught_up`` and ``idle`` speak of the last response."""
+        self.connects = 0
+        """Connection steps asked for: shard iterators (polling) or subscriptions (fan-out)."""
 
     @property
     def state(self) -> ReadState:

@@ -38,37 +38,36 @@ drivers and the connection pool), ``tls``, ``signing``, ``eventstream`` (decoder
 (sans-I/O consumer life cycle) and ``consumers`` (its async driver and ARN helpers).
 """
 
-from kinesis_core.consumer.subscription import SubscribeEvent, renewal_position
-from kinesis_core.fanout.client import FanOutClient, ShardSubscription
-from kinesis_core.fanout.consumers import (
-    ConsumerArn,
-    RegisteredConsumer,
-    StreamConsumer,
-    check_consumer_of_stream,
-    deregister_consumer,
-    describe_stream_arn,
-    parse_consumer_arn,
-    register_consumer,
-    wait_for_consumer,
-)
-from kinesis_core.fanout.errors import FanOutTimeoutError, FanOutTransportError
-from kinesis_core.fanout.registration import ConsumerRegistrationError
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "ConsumerArn",
-    "ConsumerRegistrationError",
-    "FanOutClient",
-    "FanOutTimeoutError",
-    "FanOutTransportError",
-    "RegisteredConsumer",
-    "ShardSubscription",
-    "StreamConsumer",
-    "SubscribeEvent",
-    "check_consumer_of_stream",
-    "deregister_consumer",
-    "describe_stream_arn",
-    "parse_consumer_arn",
-    "register_consumer",
-    "renewal_position",
-    "wait_for_consumer",
-]
+from kinesis_core._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from kinesis_core.consumer.subscription import (
+        SubscribeEvent as SubscribeEvent,
+        renewal_position as renewal_position,
+    )
+    from kinesis_core.fanout.client import (
+        FanOutClient as FanOutClient,
+        ShardSubscription as ShardSubscription,
+    )
+    from kinesis_core.fanout.consumers import (
+        ConsumerArn as ConsumerArn,
+        RegisteredConsumer as RegisteredConsumer,
+        StreamConsumer as StreamConsumer,
+        check_consumer_of_stream as check_consumer_of_stream,
+        deregister_consumer as deregister_consumer,
+        describe_stream_arn as describe_stream_arn,
+        parse_consumer_arn as parse_consumer_arn,
+        register_consumer as register_consumer,
+        wait_for_consumer as wait_for_consumer,
+    )
+    from kinesis_core.fanout.errors import (
+        FanOutTimeoutError as FanOutTimeoutError,
+        FanOutTransportError as FanOutTransportError,
+    )
+    from kinesis_core.fanout.registration import (
+        ConsumerRegistrationError as ConsumerRegistrationError,
+    )
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

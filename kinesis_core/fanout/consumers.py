@@ -20,7 +20,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any
 
-from kinesis_core.classify import error_details
+from kinesis_core.classify import ErrorKind, classify, error_details
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.fanout.registration import (
     Active,
@@ -38,9 +38,6 @@ _ARN = re.compile(
     r":(?P<created>\d+)$"
 )
 _NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
-_TRANSIENT_CODES = frozenset(
-    {"ThrottlingException", "InternalFailure", "InternalFailureException", "ServiceUnavailable"}
-)
 
 
 @dataclass(frozen=True)
@@ -94,6 +91,15 @@ def parse_consumer_arn(consumer_arn: str) -> ConsumerArn:
     )
 
 
+def check_consumer_name(name: object, field: str = "consumer_name") -> str:
+    """A valid consumer name (1 to 128 of ``[a-zA-Z0-9_.-]``), or ConfigurationError."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigurationError(
+            field, f"a consumer name is 1..128 characters of [a-zA-Z0-9_.-], got {name!r}"
+        )
+    return name
+
+
 def check_consumer_of_stream(consumer_arn: str, stream_arn: str) -> ConsumerArn:
     """Parse ``consumer_arn`` and check that it is a consumer of ``stream_arn``."""
     parsed = parse_consumer_arn(consumer_arn)
@@ -124,10 +130,7 @@ async def register_consumer(
     """Register ``consumer_name`` on the stream, or reuse the consumer of that name, and wait
     until it is ACTIVE. ConsumerRegistrationError when the stream has its 20 consumers or the
     consumer is not ACTIVE within ``timeout`` seconds; ClientError for other refusals."""
-    if not isinstance(consumer_name, str) or not _NAME.match(consumer_name):
-        raise ConfigurationError(
-            "consumer_name", f"must be 1..128 characters of [a-zA-Z0-9_.-], got {consumer_name!r}"
-        )
+    check_consumer_name(consumer_name)
     machine = ConsumerActivation(
         consumer_name=consumer_name, stream=stream_arn, now=clock(), timeout=timeout
     )
@@ -173,7 +176,7 @@ async def deregister_consumer(
     try:
         await client.deregister_stream_consumer(ConsumerARN=consumer_arn)
     except Exception as exc:
-        if _code(exc) != "ResourceNotFoundException":
+        if _kind(exc) is not ErrorKind.NOT_FOUND:
             raise
         return
     deadline = clock() + timeout
@@ -182,9 +185,10 @@ async def deregister_consumer(
         try:
             response = await client.describe_stream_consumer(ConsumerARN=consumer_arn)
         except Exception as exc:
-            if _code(exc) == "ResourceNotFoundException":
+            kind = _kind(exc)
+            if kind is ErrorKind.NOT_FOUND:
                 return
-            if _code(exc) not in _TRANSIENT_CODES | {"LimitExceededException"}:
+            if kind not in (ErrorKind.TRANSIENT, ErrorKind.THROTTLED):
                 raise
             status = "unknown"
         else:
@@ -283,14 +287,15 @@ async def _drive(
                 machine.on_listed(names, clock())
                 continue
         except Exception as exc:
-            code = _code(exc)
-            if code == "ResourceInUseException" and action.call is Call.REGISTER:
+            kind = _kind(exc)
+            if kind is ErrorKind.IN_USE and action.call is Call.REGISTER:
                 machine.on_in_use(clock())
-            elif code == "ResourceNotFoundException" and action.call is Call.DESCRIBE:
+            elif kind is ErrorKind.NOT_FOUND and action.call is Call.DESCRIBE:
                 machine.on_not_found(clock())
-            elif code == "LimitExceededException":
+            elif kind is ErrorKind.THROTTLED:
+                # The machine lists the consumers to tell the 20-consumer limit from a rate.
                 machine.on_limit_exceeded(action.call, clock())
-            elif code in _TRANSIENT_CODES:
+            elif kind is ErrorKind.TRANSIENT:
                 machine.on_transient_error(action.call, clock())
             else:
                 raise
@@ -321,5 +326,5 @@ def _consumer(description: dict[str, Any], stream_arn: str) -> StreamConsumer:
 
 
 
-def _code(exc: BaseException) -> str | None:
-    return error_details(exc)[0]
+def _kind(exc: BaseException) -> ErrorKind:
+    return classify(*error_details(exc))

@@ -30,6 +30,7 @@ from typing import Any
 from botocore.eventstream import EventStreamBuffer, ParserError
 from botocore.exceptions import ClientError
 
+from kinesis_core.classify import ErrorKind, classify
 from kinesis_core.consumer.fastparse import decode_records
 from kinesis_core.consumer.subscription import SubscribeEvent
 from kinesis_core.fanout.errors import FanOutTransportError
@@ -41,7 +42,6 @@ PRELUDE_LENGTH = 12
 MAX_MESSAGE_LENGTH = PRELUDE_LENGTH + 128 * 1024 + 24 * 1024 * 1024 + 4
 """botocore's limits: 128 KiB of headers and 24 MiB of payload per message."""
 _MIN_MESSAGE_LENGTH = PRELUDE_LENGTH + 4
-_SERVER_SIDE_CODES = frozenset({"InternalFailureException", "InternalFailure"})
 
 
 def client_error(code: str, message: str, status: int) -> ClientError:
@@ -134,7 +134,7 @@ class EventStreamDecoder:
         message_type = headers.get(":message-type")
         if message_type == "exception":
             code = str(headers.get(":exception-type") or "UnknownException")
-            status = 500 if code in _SERVER_SIDE_CODES else 400
+            status = 500 if classify(code) is ErrorKind.TRANSIENT else 400
             raise client_error(code, _payload_message(payload), status)
         if message_type == "error":
             # A failure of the stream itself, not of the request: a server-side status, so

@@ -13,7 +13,9 @@ from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.subscription import (
     PENDING,
+    CheckShard,
     NextEvent,
+    ShardCheck,
     Subscribe,
     SubscribeEvent,
     SubscriptionOptions,
@@ -87,7 +89,7 @@ def test_renewal_starts_after_the_continuation_and_respects_the_subscribe_rate()
     assert machine.next_action(10.5) == Wait(11.0)
     again = machine.next_action(11.0)
     assert again == Subscribe({"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": "77"})
-    assert machine.subscriptions == 2
+    assert machine.connects == 2
 
 
 def test_resume_inside_an_aggregate_skips_what_the_checkpoint_covers() -> None:
@@ -226,3 +228,49 @@ def test_events_from_the_api_shape() -> None:
     )
     assert parsed == SubscribeEvent([raw(1, b"x")], "1", 0)
     assert event_from_api({}).records == ()
+
+
+CHILD = ShardNode("shard-2", ("shard-1",), (0, MAX_HASH_KEY), True)
+
+
+def test_a_server_that_never_ends_the_shard_is_covered_by_a_listing() -> None:
+    """kinesis-mock keeps a closed shard's subscription open with empty events."""
+    options = SubscriptionOptions(closed_check_interval=5.0)
+    machine = SubscriptionRead(NODE, TRIM_HORIZON, options)
+    subscribed(machine, now=0.0)
+    machine.on_response(1.0, NextEvent(), event(raw(1, b"a"), millis=0))
+    assert machine.next_action(1.0) == NextEvent()  # records came: no look-up yet
+    machine.on_response(2.0, NextEvent(), event(millis=0))  # idle at the tip
+    assert machine.next_action(2.0) == CheckShard()
+    machine.on_response(2.1, CheckShard(), ShardCheck(listed=True, closed=False))
+    assert machine.next_action(2.1) == NextEvent()
+    machine.on_response(3.0, NextEvent(), event(millis=0))
+    assert machine.next_action(3.0) == NextEvent()  # the next look-up is due at 7.0
+    machine.on_response(7.0, NextEvent(), event(millis=0))
+    assert machine.next_action(7.0) == CheckShard()
+    machine.on_response(7.1, CheckShard(), ShardCheck(listed=True, closed=True, children=(CHILD,)))
+    # Records written before the close may still come: the shard ends only at the tip.
+    late = machine.on_response(8.0, NextEvent(), event(raw(2, b"late"), millis=0))
+    assert [r.data for r in late] == [b"late"]
+    assert machine.next_action(8.0) == NextEvent()
+    machine.on_response(9.0, NextEvent(), event(millis=0))
+    assert machine.next_action(9.0) == Ended((CHILD,), False)
+
+
+def test_a_shard_closed_from_the_start_ends_at_its_tip() -> None:
+    closed = ShardNode("shard-1", (), (0, MAX_HASH_KEY), False)
+    machine = SubscriptionRead(closed, TRIM_HORIZON)
+    subscribed(machine)
+    machine.on_response(0, NextEvent(), event(raw(1, b"a"), millis=100))
+    assert machine.next_action(0) == NextEvent()
+    machine.on_response(0, NextEvent(), event(millis=0))
+    assert machine.next_action(0) == Ended((), False)
+
+
+def test_a_shard_missing_from_the_listing_is_gone() -> None:
+    machine = SubscriptionRead(NODE, TRIM_HORIZON)
+    subscribed(machine)
+    machine.on_response(0, NextEvent(), event(millis=0))
+    assert machine.next_action(0) == CheckShard()
+    machine.on_response(0, CheckShard(), ShardCheck(listed=False, closed=False))
+    assert machine.next_action(0) == Ended((), True)

@@ -15,6 +15,7 @@ ALLOWED = {
     (State.STARTING, Event.STARTED): State.RUNNING,
     (State.STARTING, Event.START_FAILED): State.CLOSED,
     (State.STARTING, Event.CLOSE): State.CLOSING,
+    (State.STARTING, Event.FAIL): State.FAILED,
     (State.RUNNING, Event.FAIL): State.FAILED,
     (State.RUNNING, Event.CLOSE): State.CLOSING,
     (State.FAILED, Event.FAIL): State.FAILED,
