@@ -1,8 +1,8 @@
 """The faust-streaming and mode internals the channel cannot do without, in one place.
 
 Checked against faust-streaming 0.15.3 and mode-streaming 0.7.1. Each one says why there is no
-public way; an upgrade that breaks one breaks it here, and ``tests/unit/test_faust_parts.py``
-and the Faust integration tests say so.
+public way; an upgrade that breaks one breaks it here, and the Faust unit tests
+(``tests/unit/test_faust_*.py``) and integration tests say so.
 
 Faust behaviour the channel relies on without reading an internal (public attributes, private
 rules), for whoever upgrades Faust:

@@ -174,6 +174,30 @@ def test_clones_are_subscribers_of_the_root(tmp_path: Path) -> None:
     assert kinesis_services(app) == [channel.writer, channel.reader]
 
 
+def test_the_writer_stops_after_the_reader(tmp_path: Path) -> None:
+    """Shutdown drains the reader first (agents may still send), then closes the writer."""
+    app = make_app(tmp_path)
+    channel = KinesisChannel(app, "orders")
+    stopped: list[str] = []
+    for name, service in [("reader", channel.reader), ("writer", channel.writer)]:
+        on_stop = service.on_stop
+
+        async def record(name: str = name, on_stop: Any = on_stop) -> None:
+            stopped.append(name)
+            await on_stop()
+
+        service.on_stop = record  # type: ignore[method-assign]
+
+    async def main() -> None:
+        await app.start()
+        assert channel.reader.started
+        assert channel.writer.started
+        await app.stop()
+
+    asyncio.run(main())
+    assert stopped == ["reader", "writer"]
+
+
 class Recorder:
     def __init__(self) -> None:
         self.finished: list[bool] = []
