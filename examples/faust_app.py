@@ -32,6 +32,7 @@ import faust
 
 from faust_kinesis import KinesisChannel, KinesisSink, kinesis_sensor
 from kinesis_core.client import ClientConfig
+from kinesis_core.consumer import ConsumerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -59,12 +60,13 @@ app = faust.App("orders-enricher", web_enabled=False)
 app.boot_strategy.enable_kafka = False  # Kinesis only: no Kafka broker, no Kafka consumer
 
 client_config = ClientConfig.from_env()  # AWS_ENDPOINT_URL_KINESIS etc.
+consumer_config = ConsumerConfig(checkpoint_interval=1.0, idle_interval=0.5)
 orders = KinesisChannel(
     app,
     ORDERS,
     value_type=Order,
     client_config=client_config,
-    consumer_options={"checkpoint_interval": 1.0, "idle_interval": 0.5},
+    consumer_config=consumer_config,
 )
 enriched_out = KinesisSink(app, ENRICHED, key="customer", client_config=client_config)
 enriched_in = KinesisChannel(
@@ -72,7 +74,7 @@ enriched_in = KinesisChannel(
     ENRICHED,
     value_type=EnrichedOrder,
     client_config=client_config,
-    consumer_options={"checkpoint_interval": 1.0, "idle_interval": 0.5},
+    consumer_config=consumer_config,
 )
 written = 0
 

@@ -1,12 +1,13 @@
 """KinesisChannel: a Faust channel whose events are Kinesis records, and whose sends are writes.
 
 Reading lives in :mod:`faust_kinesis.reader` (a service started with the app), writing in
-:mod:`faust_kinesis.writer` (a core Producer started on the first send); this module is the
-Faust channel that ties them to agents, clones and queues.
+:mod:`faust_kinesis.writer` (a service whose core Producer starts on the first send); this
+module is the Faust channel that ties them to agents, clones and queues.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
@@ -15,15 +16,25 @@ from faust.types import AppT, ChannelT, CodecArg, FutureMessage, RecordMetadata
 from faust.types.tuples import MessageSentCallback
 from mode.utils.queues import ThrowableQueue
 
-from faust_kinesis.reader import KinesisQueue, Reader
+from faust_kinesis.faust_internals import subscribers
+from faust_kinesis.queues import KinesisQueue
+from faust_kinesis.reader import Reader
+from faust_kinesis.sensor import kinesis_sensor
+from faust_kinesis.settings import ReadSettings, consumer_config_with_options, stream_argument
 from faust_kinesis.writer import Writer
-from kinesis_core.checkpoint import MemoryCheckpointStore
-from kinesis_core.consumer import Consumer, InitialPosition, ShardStatus
-from kinesis_core.errors import ConfigurationError, ValidationError
+from kinesis_core.consumer import (
+    ConsumerConfig,
+    InitialPosition,
+    ShardStatus,
+    parse_initial_position,
+)
 from kinesis_core.producer import Producer, ProducerConfig
-from kinesis_core.producer.partitioning import key_from
+from kinesis_core.producer.partitioning import KeyFn, key_from
+from kinesis_core.stream import StreamRef
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from faust.types import SchemaT
     from faust.types.core import HeadersArg
     from faust.types.models import ModelArg
@@ -32,18 +43,6 @@ if TYPE_CHECKING:
     from kinesis_core.client import ClientConfig
 
 __all__ = ["KinesisChannel"]
-
-_RESERVED_CONSUMER_OPTIONS = frozenset(
-    {
-        "stream",
-        "client_config",
-        "checkpoint_store",
-        "application_name",
-        "initial_position",
-        "auto_ack",
-        "close_timeout",
-    }
-)
 
 
 class KinesisChannel(SerializedChannel[Any]):
@@ -58,9 +57,10 @@ class KinesisChannel(SerializedChannel[Any]):
             async for order in stream:
                 ...
 
-    Create it before the app starts (at module level, like a topic). Keys and values use
-    Faust's serializers (``key_serializer``/``value_serializer``, ``key_type``/``value_type``,
-    or a ``schema``); the key is the record's partition key.
+    ``stream`` is the stream's name or ARN. Create the channel before the app starts (at
+    module level, like a topic). Keys and values use Faust's serializers
+    (``key_serializer``/``value_serializer``, ``key_type``/``value_type``, or a ``schema``);
+    the key is the record's partition key.
 
     ``safe_acks`` (default True): an event is acked only if its processing finished. Faust
     acks the event an agent raised on (or was cancelled or stopped in) as well; with
@@ -68,26 +68,39 @@ class KinesisChannel(SerializedChannel[Any]):
     and it is delivered again after a restart or :meth:`redeliver`.
 
     Checkpoints go to ``checkpoint_store`` (default: a SQLite file in the app's ``datadir``)
-    under ``application_name`` (default: the app id). ``initial_position`` defaults to
-    Faust's ``consumer_auto_offset_reset`` (earliest: TRIM_HORIZON). ``consumer_options`` go
-    to the core Consumer as they are (``checkpoint_interval``, lease settings, ...).
-    ``drain_timeout`` is how long shutdown and re-delivery wait for in-flight events.
+    under ``application_name`` (default: the app id). ``initial_position`` (``TRIM_HORIZON``,
+    ``LATEST``, also as strings in any case, ``AtTimestamp(t)`` or a datetime) defaults to
+    Faust's ``consumer_auto_offset_reset`` (earliest: TRIM_HORIZON). ``consumer_config`` (a
+    core :class:`~kinesis_core.consumer.ConsumerConfig`) says how the consumer reads
+    (``checkpoint_interval``, ``leases``, ...); the channel sets its ``application_name``,
+    ``initial_position``, ``auto_ack`` and ``close_timeout`` itself. ``drain_timeout`` is how
+    long shutdown and re-delivery wait for in-flight events. ``producer_config`` (a core
+    :class:`~kinesis_core.producer.ProducerConfig`) configures the writes of ``send()``.
     ``default_key`` (a field name or a callable) gives the key of a value sent without one;
     with neither, the partition key is random.
+
+    Deprecated spellings, still accepted with a ``DeprecationWarning``: ``stream_name=`` for
+    ``stream``, and ``consumer_options={...}`` for ``consumer_config=ConsumerConfig(...)``.
     """
+
+    reader: Reader
+    """The service that reads the stream for the agents (started with the app)."""
+    writer: Writer
+    """The service that writes what ``send()`` is given (its producer starts on first use)."""
+    default_key: KeyFn | None
 
     def __init__(
         self,
         app: AppT,
-        stream_name: str,
+        stream: str | StreamRef | None = None,
         *,
         client_config: ClientConfig | None = None,
         checkpoint_store: CheckpointStore | None = None,
         application_name: str | None = None,
-        initial_position: InitialPosition | None = None,
+        initial_position: InitialPosition | str | datetime | None = None,
         safe_acks: bool = True,
         drain_timeout: float = 30.0,
-        consumer_options: Mapping[str, Any] | None = None,
+        consumer_config: ConsumerConfig | None = None,
         producer_config: ProducerConfig | None = None,
         default_key: str | Callable[[Any], object] | None = None,
         schema: SchemaT[Any, Any] | None = None,
@@ -98,11 +111,26 @@ class KinesisChannel(SerializedChannel[Any]):
         allow_empty: bool | None = None,
         maxsize: int | None = None,
         root: ChannelT[Any] | None = None,
+        queue: ThrowableQueue[Any] | None = None,
+        stream_name: str | None = None,
+        consumer_options: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        if not stream_name:
-            raise ValidationError("stream_name", "must be a stream name or ARN")
-        self.stream_name = stream_name
+        ref = stream_argument(stream, stream_name, "KinesisChannel")
+        self.stream_name = str(ref)
+        """The stream as given (name or ARN): the topic of this channel's messages."""
+        if root is not None:
+            # A subscriber's clone: it shares the root's reader and writer, and has a queue
+            # that tells the reader what Faust throws away.
+            origin = cast(KinesisChannel, root)
+            self.reader = origin.reader
+            self.writer = origin.writer
+            self.default_key = origin.default_key
+            if queue is None:
+                size = maxsize if maxsize is not None else app.conf.stream_buffer_maxsize
+                queue = KinesisQueue(
+                    self.reader.on_cleared, size, flow_control=app.flow_control
+                )
         super().__init__(
             app,
             schema=schema,
@@ -113,61 +141,72 @@ class KinesisChannel(SerializedChannel[Any]):
             allow_empty=allow_empty,
             maxsize=maxsize,
             root=root,
+            queue=queue,
             **kwargs,
         )
         if root is not None:
-            return  # a subscriber's clone: everything else lives on the root channel
-        if drain_timeout < 0:
-            raise ValidationError("drain_timeout", f"must be >= 0 seconds, got {drain_timeout}")
-        options = dict(consumer_options or {})
-        reserved = sorted(_RESERVED_CONSUMER_OPTIONS & options.keys())
-        if reserved:
-            raise ConfigurationError(
-                f"consumer_options: {', '.join(reserved)} are set by KinesisChannel; use its "
-                "own arguments (drain_timeout instead of close_timeout)"
+            return
+        if consumer_options is not None:
+            warnings.warn(
+                "KinesisChannel(consumer_options={...}) is deprecated; pass "
+                "consumer_config=ConsumerConfig(...) (kinesis_core.consumer)",
+                DeprecationWarning,
+                stacklevel=2,
             )
-        try:  # refuse bad consumer options now, not when the first agent subscribes
-            Consumer(stream_name, checkpoint_store=MemoryCheckpointStore(), **options)
-        except TypeError as exc:
-            raise ConfigurationError(f"consumer_options: {exc}") from None
-        self.client_config = client_config
-        self.checkpoint_store = checkpoint_store
-        self.application_name = application_name
-        self.initial_position = initial_position
-        self.safe_acks = safe_acks
-        self.drain_timeout = drain_timeout
-        self.consumer_options: dict[str, Any] = options
-        self.producer_config = producer_config
+            consumer_config = consumer_config_with_options(consumer_config, consumer_options)
+        settings = ReadSettings(
+            stream=ref,
+            client_config=client_config,
+            checkpoint_store=checkpoint_store,
+            consumer_config=consumer_config if consumer_config is not None else ConsumerConfig(),
+            application_name=application_name,
+            initial_position=(
+                None if initial_position is None else parse_initial_position(initial_position)
+            ),
+            safe_acks=safe_acks,
+            drain_timeout=drain_timeout,
+        )
         self.default_key = key_from(default_key) if default_key is not None else None
-        self._writer = Writer(self)
-        self._reader = Reader(self, beacon=app.beacon)
-        app.service(cast(Any, self._reader))
+        owner = f"KinesisChannel({self.stream_name})"
+        # The writer is registered first so that it stops last: a reader's drain may send.
+        self.writer = Writer(
+            app,
+            ref,
+            client_config=client_config,
+            producer_config=producer_config,
+            owner=owner,
+            beacon=app.beacon,
+        )
+        self.reader = Reader(
+            app,
+            settings,
+            schema=self.schema,
+            subscribers=subscribers(self),
+            on_decode_error=self.on_decode_error,
+            beacon=app.beacon,
+        )
+        app.service(cast(Any, self.writer))
+        app.service(cast(Any, self.reader))
+        sensor = kinesis_sensor(app)
+        sensor.add_reader(self.reader)
+        sensor.add_writer(self.writer)
+
+    @property
+    def settings(self) -> ReadSettings:
+        """How this channel reads (stream, checkpoints, consumer configuration, acks)."""
+        return self.reader.settings
 
     # -- Faust channel plumbing ---------------------------------------------------------------
 
-    @property
-    def _kinesis_root(self) -> KinesisChannel:
-        return cast(KinesisChannel, self._root) if self._root is not None else self
-
     def _clone_args(self) -> Mapping[str, Any]:
-        return {**super()._clone_args(), "stream_name": self.stream_name}
+        # Faust's hook for what a clone is made from (faust.Topic extends it the same way).
+        return {**super()._clone_args(), "stream": self.stream_name}
 
     def clone(self, *, is_iterator: bool | None = None, **kwargs: Any) -> ChannelT[Any]:
         subchannel = super().clone(is_iterator=is_iterator, **kwargs)
         if cast(SerializedChannel[Any], subchannel).is_iterator:
-            self._kinesis_root._reader.subscribed()
+            self.reader.subscribed()
         return subchannel
-
-    @property
-    def queue(self) -> ThrowableQueue[Any]:
-        if self._queue is None:
-            maxsize = self.maxsize
-            if maxsize is None:
-                maxsize = self.app.conf.stream_buffer_maxsize
-            self._queue = KinesisQueue(
-                self._kinesis_root._reader, maxsize, flow_control=self.app.flow_control
-            )
-        return self._queue
 
     def get_topic_name(self) -> str:
         return self.stream_name
@@ -194,9 +233,8 @@ class KinesisChannel(SerializedChannel[Any]):
         """Write one record; returns (once the producer accepted it) a future that resolves
         with its ``RecordMetadata`` (``offset`` = sequence number) when Kinesis has it, or
         raises :class:`~kinesis_core.producer.PutFailedError`."""
-        root = self._kinesis_root
-        if key is None and root.default_key is not None:
-            key = root.default_key(value)
+        if key is None and self.default_key is not None:
+            key = self.default_key(value)
         fut = self.as_future_message(
             key,
             value,
@@ -214,30 +252,27 @@ class KinesisChannel(SerializedChannel[Any]):
         self, fut: FutureMessage, wait: bool = True
     ) -> Awaitable[RecordMetadata]:
         """Write a prepared message (Faust's interface); ``wait`` waits for Kinesis."""
-        await self._kinesis_root._writer.publish(fut)
+        await self.writer.publish(fut)
         if wait:
             await fut
         return fut
 
-    async def _close_writer(self) -> None:
-        await self._writer.close()
+    @property
+    def producer(self) -> Producer | None:
+        """The core Producer behind ``send()`` once started (its ``metrics()``)."""
+        return self.writer.producer
 
     # -- reading ------------------------------------------------------------------------------
 
     def redeliver(self) -> None:
         """Deliver everything not acked again: the consumer restarts from the checkpoints
         (after the in-flight events finish). Events held back by ``safe_acks`` come again."""
-        self._kinesis_root._reader.redeliver()
+        self.reader.redeliver()
 
     def stats(self) -> dict[str, Any]:
         """Event counts and, per shard, position, checkpoint, lag (ms) and pending acks."""
-        return self._kinesis_root._reader.stats()
+        return self.reader.stats()
 
     def status(self) -> list[ShardStatus]:
         """The core consumer's ``ShardStatus`` list (empty while no consumer runs)."""
-        return self._kinesis_root._reader.status()
-
-    @property
-    def producer(self) -> Producer | None:
-        """The core Producer behind ``send()`` once started (its ``metrics()``)."""
-        return self._kinesis_root._writer.producer
+        return self.reader.status()

@@ -15,12 +15,10 @@ from typing import TYPE_CHECKING, Protocol
 from faust.types import TP, Message
 
 from faust_kinesis.acks import Outcome
+from faust_kinesis.faust_internals import ACKED, REFCOUNT
 
 if TYPE_CHECKING:
     from kinesis_core.records import KinesisRecord, Position
-
-_ACKED = Message.__dict__["acked"]
-_REFCOUNT = Message.__dict__["refcount"]
 
 
 class Run(Protocol):
@@ -68,8 +66,8 @@ class KinesisMessage(Message):
         self.checksum = None
         self.serialized_key_size = len(key)
         self.serialized_value_size = len(record.data)
-        _ACKED.__set__(self, False)
-        _REFCOUNT.__set__(self, 0)
+        ACKED.__set__(self, False)
+        REFCOUNT.__set__(self, 0)
         self.tracked = True
         self.time_in = None
         self.time_out = None
@@ -78,32 +76,32 @@ class KinesisMessage(Message):
 
     @property
     def acked(self) -> bool:
-        value: bool = _ACKED.__get__(self)
+        value: bool = ACKED.__get__(self)
         return value
 
     @acked.setter
     def acked(self, value: bool) -> None:
-        if value and not self._settled and not _ACKED.__get__(self):
-            _ACKED.__set__(self, True)
+        if value and not self._settled and not ACKED.__get__(self):
+            ACKED.__set__(self, True)
             self._settled = True
             self._run.finish(self, sys.exc_info()[0] is not None)
             return
-        _ACKED.__set__(self, value)
+        ACKED.__set__(self, value)
 
     @property
     def refcount(self) -> int:
-        value: int = _REFCOUNT.__get__(self)
+        value: int = REFCOUNT.__get__(self)
         return value
 
     @refcount.setter
     def refcount(self, value: int) -> None:
-        if value < _REFCOUNT.__get__(self) and sys.exc_info()[0] is not None:
+        if value < REFCOUNT.__get__(self) and sys.exc_info()[0] is not None:
             self._failed = True
-        _REFCOUNT.__set__(self, value)
+        REFCOUNT.__set__(self, value)
 
     def deliver_to(self, subscribers: int, generation_id: int | None) -> None:
         """Expect one release per subscriber; stamp the consumer generation Faust checks."""
-        _REFCOUNT.__set__(self, subscribers)
+        REFCOUNT.__set__(self, subscribers)
         self.generation_id = generation_id
 
     def drop(self) -> None:

@@ -10,6 +10,10 @@ Faust may throw queued events away (a Kafka rebalance, ``flow_control.clear()``,
 Then the run ends: the in-flight events get ``drain_timeout`` seconds to finish, the consumer
 writes its final checkpoints and closes, and a new consumer starts from the checkpoints, which
 delivers everything not acked again. Shutdown drains the same way.
+
+The reader is given what it needs (:class:`~faust_kinesis.settings.ReadSettings`, the
+channel's schema, its live set of subscribers and its decode-error hook); it never sees the
+channel itself.
 """
 
 from __future__ import annotations
@@ -17,91 +21,36 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from faust.exceptions import DecodeError
-from faust.types import TP, AppT, CodecArg, EventT
+from faust.types import TP, AppT, ChannelT, CodecArg, EventT, Message
 from mode import Service
-from mode.utils.queues import FlowControlEvent, ThrowableQueue
+from mode.utils.queues import FlowControlEvent
 
 from faust_kinesis.acks import Ledger, Outcome, decide
+from faust_kinesis.faust_internals import kafka_consumer_enabled
 from faust_kinesis.message import KinesisMessage
-from faust_kinesis.sensor import kinesis_sensor
+from faust_kinesis.partitions import shard_tp
+from faust_kinesis.queues import KinesisQueue
 from kinesis_core.checkpoint import SQLiteCheckpointStore
-from kinesis_core.consumer import LATEST, TRIM_HORIZON, Consumer, InitialPosition, ShardStatus
-from kinesis_core.errors import ValidationError
+from kinesis_core.consumer import Consumer, ShardStatus
 
 if TYPE_CHECKING:
-    from faust_kinesis.channel import KinesisChannel
+    from faust.types import SchemaT
+
+    from faust_kinesis.settings import ReadSettings
     from kinesis_core.checkpoint import CheckpointStore
     from kinesis_core.records import KinesisRecord
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "kinesis-checkpoints.sqlite3"
+"""The default checkpoint store of a channel: this SQLite file in the app's ``datadir``."""
 _DRAIN_POLL = 0.02
 _MONITOR_INTERVAL = 1.0
-
-
-def shard_number(shard_id: str) -> int:
-    """The number in ``shardId-000000000007`` (Faust partitions are ints)."""
-    digits = shard_id.rpartition("-")[2]
-    if not digits.isdigit():
-        raise ValidationError("shard_id", f"not a Kinesis shard id: {shard_id!r}")
-    return int(digits)
-
-
-def kafka_consumer_enabled(app: AppT) -> bool:
-    """Whether Faust runs its Kafka consumer, whose table recovery resumes flow control."""
-    boot = app.boot_strategy
-    if boot.enable_kafka_consumer is not None:
-        return boot.enable_kafka_consumer
-    return boot.enable_kafka
-
-
-def _initial_position(app: AppT) -> InitialPosition:
-    """Faust's own choice for a consumer group with no offsets: earliest or latest."""
-    return LATEST if app.conf.consumer_auto_offset_reset == "latest" else TRIM_HORIZON
-
-
-class KinesisQueue(ThrowableQueue[Any]):
-    """A subscriber's queue that tells the reader when Faust empties it, and when it has room.
-
-    The reader never blocks in ``put`` (Faust's ``clear()`` cancels blocked putters); it
-    waits for room here and then uses ``put_nowait``.
-    """
-
-    def __init__(self, reader: Reader, maxsize: int, *, flow_control: FlowControlEvent) -> None:
-        super().__init__(maxsize=maxsize, flow_control=flow_control, clear_on_resume=True)
-        self._reader = reader
-        self._room: asyncio.Future[None] | None = None
-
-    def get_nowait(self) -> Any:
-        item = super().get_nowait()
-        self._wake()
-        return item
-
-    def clear(self) -> None:
-        items: list[Any] = list(getattr(self, "_queue", ()))
-        super().clear()
-        self._wake()
-        self._reader.on_cleared(items)
-
-    async def wait_for_room(self) -> None:
-        """Wait until the queue is down to half full: refilling in bulk costs one task
-        switch per half queue instead of one per event."""
-        while self.full():
-            self._room = asyncio.get_running_loop().create_future()
-            await self._room
-
-    def _wake(self) -> None:
-        room = self._room
-        if room is not None and 2 * self.qsize() <= self.maxsize:
-            self._room = None
-            if not room.done():
-                room.set_result(None)
 
 
 class ConsumerRun:
@@ -152,11 +101,26 @@ class Reader(Service):
     flow: FlowControlEvent
     """The app's flow control; looked up at start, not at import (it binds the loop)."""
 
-    def __init__(self, channel: KinesisChannel, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        app: AppT,
+        settings: ReadSettings,
+        *,
+        schema: SchemaT[Any, Any],
+        subscribers: Collection[ChannelT[Any]],
+        on_decode_error: Callable[[Exception, Message], Awaitable[None]],
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
-        self.channel = channel
-        self.app = channel.app
-        self.safe_acks = channel.safe_acks
+        self.app = app
+        self.settings = settings
+        self.topic = str(settings.stream)
+        """The stream as given (name or ARN): the topic of the events' messages."""
+        self.schema = schema
+        self.subscribers = subscribers
+        """The channel's subscribers (live): each event goes into each one's queue."""
+        self.on_decode_error = on_decode_error
+        self.safe_acks = settings.safe_acks
         self.redeliveries = 0
         self.decode_errors = 0
         self._totals = Ledger()
@@ -168,14 +132,12 @@ class Reader(Service):
         self._queues: list[KinesisQueue] = []
         self._tps: dict[str, TP] = {}
         self._committed: dict[TP, int] = {}
-        self._stopping = False
-        self.on_message_out = self.app.sensors.on_message_out
-        self._on_message_in = self.app.sensors.on_message_in
+        self.on_message_out = app.sensors.on_message_out
+        self._on_message_in = app.sensors.on_message_in
 
     # -- life cycle -------------------------------------------------------------------------
 
     async def on_start(self) -> None:
-        kinesis_sensor(self.app).add_channel(self.channel)
         self.flow = self.app.flow_control
         if not kafka_consumer_enabled(self.app) and not self.flow.is_active():
             # Without a Kafka consumer no table recovery ever resumes flow control, and
@@ -184,20 +146,18 @@ class Reader(Service):
         self._supervisor = asyncio.create_task(self._supervise(), name=f"kinesis-{self}")
 
     async def on_stop(self) -> None:
-        self._stopping = True
         if self._supervisor is not None:
             self._supervisor.cancel()
             await asyncio.gather(self._supervisor, return_exceptions=True)
         run = self._run
         if run is not None:
             await self._end_run(run)
-        await self.channel._close_writer()
-        if self._store is not None and self.channel.checkpoint_store is None:
+        if self._store is not None and self.settings.checkpoint_store is None:
             await self._store.close()
             self._store = None
 
     def __str__(self) -> str:
-        return f"KinesisChannel({self.channel.stream_name})"
+        return f"KinesisChannel({self.topic})"
 
     @property
     def label(self) -> str:
@@ -207,6 +167,10 @@ class Reader(Service):
     def shortlabel(self) -> str:
         return str(self)
 
+    @property
+    def subscriber_count(self) -> int:
+        return len(self.subscribers)
+
     # -- signals from the channel and its queues -------------------------------------------
 
     def subscribed(self) -> None:
@@ -215,7 +179,7 @@ class Reader(Service):
 
     def redeliver(self) -> None:
         """End the current run and start a new consumer from the checkpoints."""
-        if not (self._stopping or self.app.should_stop):
+        if not (self.should_stop or self.app.should_stop):
             self._redeliver.set()
 
     def on_cleared(self, items: list[Any]) -> None:
@@ -257,20 +221,15 @@ class Reader(Service):
             await self.crash(exc)
 
     async def _start_run(self) -> ConsumerRun:
-        channel = self.channel
+        settings = self.settings
         if self._store is None:
-            self._store = channel.checkpoint_store or self._default_store()
+            self._store = settings.checkpoint_store or self._default_store()
+        conf = self.app.conf
         consumer = Consumer(
-            channel.stream_name,
-            client_config=channel.client_config,
+            settings.stream,
+            consumer_config=settings.consumer_config_for(conf.id, conf.consumer_auto_offset_reset),
+            client_config=settings.client_config,
             checkpoint_store=self._store,
-            application_name=channel.application_name or self.app.conf.id,
-            initial_position=channel.initial_position or _initial_position(self.app),
-            auto_ack=False,
-            # The channel waits for Faust's in-flight events itself: the consumer cannot
-            # tell which of the records it handed over Faust has thrown away.
-            close_timeout=0.0,
-            **channel.consumer_options,
         )
         await consumer.start()
         run = ConsumerRun(self, consumer)
@@ -298,7 +257,8 @@ class Reader(Service):
         # are waited for.
         for queue in self._subscriber_queues():
             queue.clear()
-        deadline = time.monotonic() + self.channel.drain_timeout
+        drain_timeout = self.settings.drain_timeout
+        deadline = time.monotonic() + drain_timeout
         while run.ledger.in_flight and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(_DRAIN_POLL)
         if run.ledger.in_flight:
@@ -306,7 +266,7 @@ class Reader(Service):
                 "%s: %d events still in flight after %s s; they will be delivered again",
                 self,
                 run.ledger.in_flight,
-                self.channel.drain_timeout,
+                drain_timeout,
             )
         try:
             await run.consumer.close()
@@ -320,23 +280,23 @@ class Reader(Service):
     # -- delivery ---------------------------------------------------------------------------
 
     async def _pump(self, run: ConsumerRun) -> None:
-        channel = self.channel
         app = self.app
+        schema = self.schema
         make_event = cast(Any, app.conf.Event)
         serializers = app.serializers
-        loads_key = _loads(
+        loads_key = decoder(
             serializers.loads_key,
-            channel.key_type,
-            channel.key_serializer,
+            schema.key_type,
+            schema.key_serializer,
             serializers.key_serializer,
         )
-        loads_value = _loads(
+        loads_value = decoder(
             serializers.loads_value,
-            channel.value_type,
-            channel.value_serializer,
+            schema.value_type,
+            schema.value_serializer,
             serializers.value_serializer,
         )
-        allow_empty = channel.allow_empty
+        allow_empty = schema.allow_empty
         tps = self._tps
         async for batch in run.consumer.batches():
             for record in batch:
@@ -359,7 +319,7 @@ class Reader(Service):
         """A record the serializers cannot read is logged and acked: it never will be read."""
         self.decode_errors += 1
         logger.error("%s: cannot decode %s %s: %r", self, record.shard_id, record.position, exc)
-        await self.channel.on_decode_error(exc, message)
+        await self.on_decode_error(exc, message)
         record.ack()
 
     async def _put(self, event: EventT[Any], message: KinesisMessage, run: ConsumerRun) -> None:
@@ -387,13 +347,13 @@ class Reader(Service):
         self._on_message_in(message.tp, message.offset, message)
 
     def _subscriber_queues(self) -> list[KinesisQueue]:
-        subscribers = self.channel._subscribers
+        subscribers = self.subscribers
         if len(subscribers) != len(self._queues):
             self._queues = [cast(KinesisQueue, s.queue) for s in list(subscribers)]
         return self._queues
 
     def _tp(self, shard_id: str) -> TP:
-        tp = self._tps[shard_id] = TP(self.channel.stream_name, shard_number(shard_id))
+        tp = self._tps[shard_id] = shard_tp(self.topic, shard_id)
         return tp
 
     # -- monitoring -------------------------------------------------------------------------
@@ -420,8 +380,8 @@ class Reader(Service):
             for status in run.consumer.status():
                 shards[status.shard_id] = {
                     "state": status.state.value,
-                    "position": _position_text(status.position),
-                    "checkpoint": _position_text(status.checkpoint),
+                    "position": position_text(status.position),
+                    "checkpoint": position_text(status.checkpoint),
                     "millis_behind_latest": status.millis_behind_latest,
                     "pending_acks": status.pending_acks,
                 }
@@ -441,22 +401,23 @@ class Reader(Service):
         return run.consumer.status() if run is not None else []
 
 
-def _loads(
+def decoder(
     loads: Callable[..., Any], typ: Any, serializer: CodecArg, default: CodecArg
 ) -> Callable[[bytes], Any]:
     """One decode function for keys or values; raw bytes without a type are passed as they
     are (what Faust's raw codec would return, minus its dispatch per record)."""
     codec = serializer or default
     if codec == "raw" and typ in (None, bytes):
-        return _same
+        return same
     return lambda data: loads(typ, data, serializer=codec)
 
 
-def _same(data: bytes) -> bytes:
+def same(data: bytes) -> bytes:
+    """The raw decoder: the bytes as they are."""
     return data
 
 
-def _position_text(value: object) -> str | None:
+def position_text(value: object) -> str | None:
     """Sequence numbers as decimal text (JSON readers lose digits of 56-digit numbers)."""
     if value is None:
         return None

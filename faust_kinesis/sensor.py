@@ -18,44 +18,49 @@ from faust.sensors import Sensor
 from faust.types import AppT
 
 if TYPE_CHECKING:
-    from faust_kinesis.channel import KinesisChannel
+    from faust_kinesis.reader import Reader
+    from faust_kinesis.writer import Writer
 
 __all__ = ["KinesisSensor", "kinesis_sensor"]
 
 
 class KinesisSensor(Sensor):
-    """The Kinesis channels of an app, read live: ``asdict()`` gives, under ``reading``, per
-    stream read by agents, the event counts and per shard the position, the checkpoint,
-    ``millis_behind_latest`` and the pending acks; under ``writing``, per stream written, the
-    records put and failed."""
+    """The Kinesis channels and sinks of an app, read live: ``asdict()`` gives, under
+    ``reading``, per stream read by agents, the event counts and per shard the position, the
+    checkpoint, ``millis_behind_latest`` and the pending acks; under ``writing``, per stream
+    written, the records put and failed. Channels and sinks add themselves when made."""
 
     def __post_init__(self) -> None:
-        self._channels: list[KinesisChannel] = []
+        self._readers: list[Reader] = []
+        self._writers: list[Writer] = []
 
-    def add_channel(self, channel: KinesisChannel) -> None:
-        if channel not in self._channels:
-            self._channels.append(channel)
+    def add_reader(self, reader: Reader) -> None:
+        if reader not in self._readers:
+            self._readers.append(reader)
+
+    def add_writer(self, writer: Writer) -> None:
+        if writer not in self._writers:
+            self._writers.append(writer)
 
     def asdict(self) -> Mapping[str, Any]:
         reading: dict[str, Any] = {}
         writing: dict[str, dict[str, int]] = {}
-        for channel in self._channels:
-            if channel.subscriber_count:
-                reading[channel.stream_name] = channel.stats()
-            producer = channel.producer
+        for reader in self._readers:
+            if reader.subscriber_count:
+                reading[reader.topic] = reader.stats()
+        for writer in self._writers:
+            producer = writer.producer
             if producer is not None:
                 metrics = producer.metrics()
-                counts = writing.setdefault(
-                    channel.stream_name, {"records_put": 0, "records_failed": 0}
-                )
+                counts = writing.setdefault(writer.topic, {"records_put": 0, "records_failed": 0})
                 counts["records_put"] += metrics.user_records_put
                 counts["records_failed"] += metrics.user_records_failed
         return {"reading": reading, "writing": writing}
 
     def millis_behind_latest(self, stream_name: str) -> dict[str, int | None]:
         """Shard id -> how far its last read was behind the tip of the shard."""
-        for channel in self._channels:
-            status = channel.status() if channel.stream_name == stream_name else []
+        for reader in self._readers:
+            status = reader.status() if reader.topic == stream_name else []
             if status:
                 return {s.shard_id: s.millis_behind_latest for s in status}
         return {}

@@ -10,6 +10,9 @@ The stream's ack then only drops its own reference; the final ack, which moves t
 checkpoint or Kafka offset, comes with the last write. A write that fails for good never
 releases it: the source is not checkpointed past the event, the failure is logged, and the
 next call raises it in the agent.
+
+A sink only writes: it is a :class:`~faust_kinesis.writer.Writer` (a core Producer, one app
+service) and a Faust schema for the values, with no reader and no channel.
 """
 
 from __future__ import annotations
@@ -17,13 +20,27 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from faust import current_event
-from faust.types import AppT, EventT, RecordMetadata
+from faust.types import AppT, EventT, FutureMessage, RecordMetadata
+from faust.types.tuples import PendingMessage
 
-from faust_kinesis.channel import KinesisChannel
 from faust_kinesis.message import KinesisMessage
+from faust_kinesis.sensor import kinesis_sensor
+from faust_kinesis.settings import stream_argument
+from faust_kinesis.writer import Writer
+from kinesis_core.producer import Producer
+from kinesis_core.producer.partitioning import key_from
+
+if TYPE_CHECKING:
+    from faust.types import ChannelT, CodecArg, SchemaT
+    from faust.types.core import OpenHeadersArg
+    from faust.types.models import ModelArg
+
+    from kinesis_core.client import ClientConfig
+    from kinesis_core.producer import ProducerConfig
+    from kinesis_core.stream import StreamRef
 
 __all__ = ["KinesisSink"]
 
@@ -33,41 +50,104 @@ logger = logging.getLogger(__name__)
 class KinesisSink:
     """``@app.agent(source, sink=[KinesisSink(app, "out")])``: write what the agent yields.
 
-    ``key`` (a field name or a callable of the value) gives the record's key, hence its
-    partition key; without it records spread at random. The other keyword arguments
-    (serializers, ``client_config``, ``producer_config``, ...) are :class:`KinesisChannel`'s.
+    ``stream`` is the stream's name or ARN. ``key`` (a field name or a callable of the value)
+    gives the record's key, hence its partition key; without it records spread at random.
+    Values (and keys) are serialized as on a Faust topic: ``value_serializer``,
+    ``key_serializer``, ``value_type``, ``key_type`` or a ``schema``, else the app's defaults.
+    ``client_config`` and ``producer_config`` configure the core Producer.
 
     ``wait=True`` returns only once the write is confirmed, instead of holding the source
     event: use it when the agent acks events itself in batches (``stream.take()`` acks the
     whole batch when the next one starts, not event by event).
+
+    ``stream_name=`` is the deprecated spelling of ``stream`` (a ``DeprecationWarning``).
     """
 
     def __init__(
         self,
         app: AppT,
-        stream_name: str,
+        stream: str | StreamRef | None = None,
         *,
         key: str | Callable[[Any], object] | None = None,
         wait: bool = False,
-        **channel_options: Any,
+        client_config: ClientConfig | None = None,
+        producer_config: ProducerConfig | None = None,
+        schema: SchemaT[Any, Any] | None = None,
+        key_type: ModelArg | None = None,
+        value_type: ModelArg | None = None,
+        key_serializer: CodecArg = None,
+        value_serializer: CodecArg = None,
+        stream_name: str | None = None,
     ) -> None:
-        self.channel = KinesisChannel(app, stream_name, default_key=key, **channel_options)
+        ref = stream_argument(stream, stream_name, "KinesisSink")
+        self.app = app
+        self.stream_name = str(ref)
+        """The stream as given (name or ARN)."""
+        self.key = key_from(key) if key is not None else None
         self.wait = wait
         self.failures = 0
         self._error: BaseException | None = None
+        if schema is None:  # as a Faust channel makes its schema
+            schema_class: Any = app.conf.Schema
+            schema = cast("SchemaT[Any, Any]", schema_class())
+        schema.update(
+            key_type=key_type,
+            value_type=value_type,
+            key_serializer=key_serializer,
+            value_serializer=value_serializer,
+        )
+        self.schema = schema
+        self.writer = Writer(
+            app,
+            ref,
+            client_config=client_config,
+            producer_config=producer_config,
+            owner=repr(self),
+            beacon=app.beacon,
+        )
+        app.service(cast(Any, self.writer))
+        kinesis_sensor(app).add_writer(self.writer)
+
+    @property
+    def producer(self) -> Producer | None:
+        """The core Producer once started (its ``metrics()``)."""
+        return self.writer.producer
 
     async def __call__(self, value: Any) -> None:
         if self._error is not None:
             error, self._error = self._error, None
             raise error
         event = current_event()
-        fut = await self.channel.send(value=value)
+        fut = await self.writer.publish(self.message(value))
         if self.wait or event is None:
             await fut
             return
         event.message.incref()
         future = asyncio.ensure_future(fut)
         future.add_done_callback(lambda done: self._release(event, done))
+
+    def message(self, value: Any) -> FutureMessage:
+        """``value`` (and its key) serialized, as the writer takes it. A sink is no channel:
+        the message's ``channel`` is None, its ``topic`` the stream."""
+        headers: OpenHeadersArg = {}
+        key: Any = None
+        if self.key is not None:
+            key, headers = self.schema.dumps_key(self.app, self.key(value), headers=headers)
+        data, headers = self.schema.dumps_value(self.app, value, headers=headers)
+        return FutureMessage(
+            PendingMessage(
+                cast("ChannelT[Any]", None),
+                key,
+                data,
+                partition=None,
+                timestamp=None,
+                headers=headers,
+                key_serializer=None,
+                value_serializer=None,
+                callback=None,
+                topic=self.stream_name,
+            )
+        )
 
     def _release(self, event: EventT[Any], done: asyncio.Future[RecordMetadata]) -> None:
         error = asyncio.CancelledError() if done.cancelled() else done.exception()
@@ -79,7 +159,7 @@ class KinesisSink:
         message = event.message
         logger.error(
             "write to %s failed; the source event %r stays unacked: %s",
-            self.channel.stream_name,
+            self.stream_name,
             message,
             error,
         )
@@ -87,4 +167,4 @@ class KinesisSink:
             message.fail()
 
     def __repr__(self) -> str:
-        return f"KinesisSink({self.channel.stream_name!r})"
+        return f"KinesisSink({self.stream_name!r})"

@@ -1,4 +1,9 @@
-"""The writing half of a KinesisChannel: Faust's ``publish_message`` on the core Producer."""
+"""Writing Faust messages to a stream: Faust's ``publish_message`` on the core Producer.
+
+One :class:`Writer` per KinesisChannel (behind ``send()``) and per KinesisSink. It is a service
+of the app: its producer starts on the first write, and is flushed and closed when the app
+stops.
+"""
 
 from __future__ import annotations
 
@@ -7,40 +12,84 @@ import contextlib
 import time
 from typing import TYPE_CHECKING, Any, cast
 
-from faust.types import TP, FutureMessage, RecordMetadata
+from faust.types import FutureMessage, RecordMetadata
+from mode import Service
 from mode.utils.futures import maybe_async
 
-from faust_kinesis.reader import shard_number
+from faust_kinesis.partitions import shard_tp
 from kinesis_core.errors import ValidationError
+from kinesis_core.lifecycle import LifecycleError, State
 from kinesis_core.producer import Producer, PutFailedError, RecordResult
 from kinesis_core.producer.partitioning import random_partition_key
 
 if TYPE_CHECKING:
-    from faust.types import ProducerT
+    from faust.types import AppT, ProducerT
 
-    from faust_kinesis.channel import KinesisChannel
+    from kinesis_core.client import ClientConfig
+    from kinesis_core.producer import ProducerConfig
+    from kinesis_core.stream import StreamRef
 
 
-class Writer:
-    """The producing half: one core Producer per channel, started on the first send."""
+class Writer(Service):
+    """Writes one stream for one app: a core Producer, started on the first write.
 
-    def __init__(self, channel: KinesisChannel) -> None:
-        self.channel = channel
+    A producer that fails to start is not kept: the next write tries again. Once the app
+    stops, writes raise :class:`~kinesis_core.lifecycle.LifecycleError`.
+    """
+
+    mundane_level = "debug"
+
+    def __init__(
+        self,
+        app: AppT,
+        stream: StreamRef,
+        *,
+        client_config: ClientConfig | None = None,
+        producer_config: ProducerConfig | None = None,
+        owner: str,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.app = app
+        self.stream = stream
+        self.topic = str(stream)
+        """The stream as given (name or ARN): the topic of its messages and metadata."""
+        self.owner = owner
+        self.client_config = client_config
+        self.producer_config = producer_config
         self.producer: Producer | None = None
         self._starting: asyncio.Task[Producer] | None = None
         self._callbacks: set[asyncio.Future[Any]] = set()
 
-    async def started(self) -> Producer:
+    async def on_stop(self) -> None:
+        if self._starting is not None:
+            with contextlib.suppress(Exception):
+                await self._starting
+        if self.producer is not None:
+            await self.producer.close()
+
+    def __str__(self) -> str:
+        return f"{self.owner} writer"
+
+    @property
+    def label(self) -> str:
+        return str(self)
+
+    @property
+    def shortlabel(self) -> str:
+        return str(self)
+
+    async def running_producer(self) -> Producer:
+        """The producer, started on the first call (once, however many calls wait)."""
         if self.producer is not None:
             return self.producer
         if self._starting is None:
-            self._starting = asyncio.ensure_future(self._start())
+            self._starting = asyncio.ensure_future(self._start_producer())
         return await asyncio.shield(self._starting)
 
-    async def _start(self) -> Producer:
-        channel = self.channel
+    async def _start_producer(self) -> Producer:
         producer = Producer(
-            channel.stream_name, client_config=channel.client_config, config=channel.producer_config
+            self.topic, client_config=self.client_config, config=self.producer_config
         )
         try:
             await producer.start()
@@ -51,6 +100,10 @@ class Writer:
         return producer
 
     async def publish(self, fut: FutureMessage) -> FutureMessage:
+        """Hand a serialized message to the producer; ``fut`` resolves with its
+        ``RecordMetadata`` once Kinesis has it, or raises ``PutFailedError``."""
+        if self.should_stop:
+            raise LifecycleError(str(self), State.CLOSED, "write")
         pending = fut.message
         if pending.headers:
             raise ValidationError("headers", "Kinesis records have no headers")
@@ -69,20 +122,16 @@ class Writer:
                 raise ValidationError(
                     "key", "the serialized key is the partition key, so it must be UTF-8 text"
                 ) from None
-        producer = await self.started()
+        producer = await self.running_producer()
         result = await producer.submit(data, partition_key)
-        state = self.channel.app.sensors.on_send_initiated(
-            cast("ProducerT", producer),
-            self.channel.stream_name,
-            pending,
-            len(partition_key),
-            len(data),
+        state = self.app.sensors.on_send_initiated(
+            cast("ProducerT", producer), self.topic, pending, len(partition_key), len(data)
         )
         result.add_done_callback(lambda done: self._done(fut, state, done))
         return fut
 
     def _done(self, fut: FutureMessage, state: Any, done: asyncio.Future[RecordResult]) -> None:
-        sensors = self.channel.app.sensors
+        sensors = self.app.sensors
         faust_producer = cast("ProducerT", self.producer)
         error = asyncio.CancelledError() if done.cancelled() else done.exception()
         if error is None:
@@ -90,7 +139,7 @@ class Writer:
             if result.success:
                 assert result.shard_id is not None
                 assert result.sequence_number is not None
-                tp = TP(self.channel.stream_name, shard_number(result.shard_id))
+                tp = shard_tp(self.topic, result.shard_id)
                 metadata = RecordMetadata(
                     topic=tp.topic,
                     partition=tp.partition,
@@ -115,13 +164,6 @@ class Writer:
                 task = asyncio.ensure_future(maybe_async(outcome))
                 self._callbacks.add(task)
                 task.add_done_callback(self._callbacks.discard)
-
-    async def close(self) -> None:
-        if self._starting is not None:
-            with contextlib.suppress(Exception):
-                await self._starting
-        if self.producer is not None:
-            await self.producer.close()
 
 
 def _as_bytes(value: object, field: str) -> bytes:

@@ -15,6 +15,7 @@ from typing import Any
 import faust
 
 from faust_kinesis import KinesisChannel
+from kinesis_core.consumer import ConsumerConfig
 from kinesis_core.local import local_client_config
 from reliability._children import APPLICATION, log_line
 
@@ -30,7 +31,7 @@ channel = KinesisChannel(
     os.environ["RELIABILITY_STREAM"],
     client_config=local_client_config(os.environ["RELIABILITY_ENDPOINT"]),
     application_name=APPLICATION,
-    consumer_options={"checkpoint_interval": 0.5, "idle_interval": 0.2},
+    consumer_config=ConsumerConfig(checkpoint_interval=0.5, idle_interval=0.2),
 )
 
 

@@ -38,7 +38,7 @@ async def checkpoints(
 
 
 def channel_for(app: faust.App, stream: LocalStream, **kwargs: Any) -> KinesisChannel:
-    kwargs.setdefault("consumer_options", FAST_CONSUMER)
+    kwargs.setdefault("consumer_config", FAST_CONSUMER)
     return KinesisChannel(app, stream.name, client_config=stream.client_config, **kwargs)
 
 
@@ -81,14 +81,10 @@ def test_concurrency_4_every_record_once_checkpoints_contiguous(
                 "events after the held one",
             )
             # ... but its checkpoint stops right before the held event, and stays there.
-            await wait_until(
-                lambda: (
-                    store._rows.get((app.conf.id, stream.name, held_shard)) is not None
-                    and store._rows[(app.conf.id, stream.name, held_shard)].value == before_held
-                ),
-                10,
-                "the checkpoint before the held event",
-            )
+            async def held_back() -> bool:
+                return (await checkpoints(store, app, stream)).get(held_shard) == before_held
+
+            await wait_until(held_back, 10, "the checkpoint before the held event")
             await asyncio.sleep(0.3)
             assert (await checkpoints(store, app, stream))[held_shard] == before_held
             release.set()
@@ -294,7 +290,7 @@ def test_in_an_app_that_also_uses_kafka_topics(kinesis_stream: Any, tmp_path: Pa
             app, stream, checkpoint_store=MemoryCheckpointStore(), value_serializer="raw"
         )
         subscriber = channel.clone(is_iterator=True)  # what an agent's stream does
-        await channel._reader.start()
+        await channel.reader.start()
         try:
             await asyncio.sleep(1.0)
             assert not app.flow_control.is_active()
@@ -305,7 +301,7 @@ def test_in_an_app_that_also_uses_kafka_topics(kinesis_stream: Any, tmp_path: Pa
             assert event.value == b"0"
             event.ack()
         finally:
-            await channel._reader.stop()
+            await channel.reader.stop()
 
     asyncio.run(kafka_disabled())
     asyncio.run(kafka_consumer_enabled())
@@ -331,6 +327,6 @@ def test_a_stream_that_does_not_exist_crashes_the_app(kinesis_mock: Any, tmp_pat
             await wait_until(lambda: app.crashed, 20, "the app to crash")
         finally:
             await app.stop()
-        assert "ResourceNotFoundException" in repr(channel._reader.crash_reason)
+        assert "ResourceNotFoundException" in repr(channel.reader.crash_reason)
 
     asyncio.run(main())

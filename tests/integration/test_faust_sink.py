@@ -53,7 +53,7 @@ def test_read_transform_write_moves_every_record(kinesis_stream: Any, tmp_path: 
             source.name,
             client_config=source.client_config,
             checkpoint_store=store,
-            consumer_options=FAST_CONSUMER,
+            consumer_config=FAST_CONSUMER,
         )
         sink = KinesisSink(
             app,

@@ -13,20 +13,19 @@ from faust.types import TP
 
 from faust_kinesis import KinesisChannel, KinesisSensor, KinesisSink, kinesis_sensor
 from faust_kinesis.acks import Outcome
+from faust_kinesis.faust_internals import kafka_consumer_enabled
 from faust_kinesis.message import KinesisMessage
-from faust_kinesis.reader import (
-    KinesisQueue,
-    _initial_position,
-    _loads,
-    _position_text,
-    _same,
-    kafka_consumer_enabled,
-    shard_number,
-)
-from kinesis_core.consumer import LATEST, TRIM_HORIZON
+from faust_kinesis.partitions import shard_number, shard_tp
+from faust_kinesis.queues import KinesisQueue
+from faust_kinesis.reader import Reader, decoder, position_text, same
+from faust_kinesis.settings import start_position
+from faust_kinesis.writer import Writer
+from kinesis_core.consumer import LATEST, TRIM_HORIZON, ConsumerConfig
 from kinesis_core.errors import ConfigurationError, ValidationError
+from kinesis_core.lifecycle import LifecycleError
 from kinesis_core.producer import PutFailedError
 from kinesis_core.records import KinesisRecord
+from kinesis_core.stream import StreamRef
 
 
 def make_app(tmp_path: Path, **conf: Any) -> faust.App:
@@ -38,6 +37,7 @@ def make_app(tmp_path: Path, **conf: Any) -> faust.App:
 def test_shard_number() -> None:
     assert shard_number("shardId-000000000007") == 7
     assert shard_number("shardId-000000001234") == 1234
+    assert shard_tp("orders", "shardId-000000000003") == TP("orders", 3)
     with pytest.raises(ValidationError, match="shard_id"):
         shard_number("not-a-shard")
 
@@ -53,24 +53,107 @@ def test_kafka_consumer_enabled() -> None:
     assert not kafka_consumer_enabled(app)
 
 
-def test_initial_position_follows_faust(tmp_path: Path) -> None:
-    assert _initial_position(make_app(tmp_path)) == TRIM_HORIZON
-    latest = make_app(tmp_path, consumer_auto_offset_reset="latest")
-    assert _initial_position(latest) == LATEST
+def test_initial_position_follows_faust() -> None:
+    assert start_position("earliest") == TRIM_HORIZON
+    assert start_position("latest") == LATEST
 
 
 def test_bad_arguments(tmp_path: Path) -> None:
     app = make_app(tmp_path)
-    with pytest.raises(ValidationError, match="stream_name"):
+    with pytest.raises(ConfigurationError, match="stream"):
         KinesisChannel(app, "")
-    with pytest.raises(ValidationError, match="drain_timeout"):
+    with pytest.raises(ConfigurationError, match="stream"):
+        KinesisChannel(app)
+    with pytest.raises(ConfigurationError, match="stream"):
+        KinesisSink(app, "not a stream name")
+    with pytest.raises(ConfigurationError, match="drain_timeout"):
         KinesisChannel(app, "s", drain_timeout=-1)
-    with pytest.raises(ConfigurationError, match="close_timeout"):
-        KinesisChannel(app, "s", consumer_options={"close_timeout": 1.0})
-    with pytest.raises(ConfigurationError, match="no_such_option"):
-        KinesisChannel(app, "s", consumer_options={"no_such_option": 1})
+    with pytest.raises(ConfigurationError, match="initial_position"):
+        KinesisChannel(app, "s", initial_position="EARLIEST")
+    with pytest.raises(ConfigurationError, match="application_name"):
+        KinesisChannel(app, "s", application_name="")
+    with pytest.raises(ConfigurationError, match="consumer_config: must be a ConsumerConfig"):
+        KinesisChannel(app, "s", consumer_config={"checkpoint_interval": 1})  # type: ignore[arg-type]
+    for field, value, instead in [
+        ("close_timeout", 1.0, "drain_timeout"),
+        ("application_name", "other", "application_name="),
+        ("initial_position", "TRIM_HORIZON", "initial_position="),
+        ("auto_ack", True, "Faust"),
+    ]:
+        config = ConsumerConfig(**{field: value})
+        refused = f"{field} is set by KinesisChannel.*{instead}"
+        with pytest.raises(ConfigurationError, match=refused):
+            KinesisChannel(app, "s", consumer_config=config)
+    # Refused when made, not when the first agent subscribes.
     with pytest.raises(ConfigurationError, match="checkpoint_interval"):
-        KinesisChannel(app, "s", consumer_options={"checkpoint_interval": 0})
+        KinesisChannel(app, "s", consumer_config=ConsumerConfig(checkpoint_interval=0))
+
+
+def test_settings_follow_the_app_unless_given(tmp_path: Path) -> None:
+    app = make_app(tmp_path)
+    config = ConsumerConfig(checkpoint_interval=0.5, max_records_per_call=10)
+    channel = KinesisChannel(app, "orders", consumer_config=config, drain_timeout=2)
+    settings = channel.settings
+    assert settings.stream == StreamRef("orders")
+    assert (settings.safe_acks, settings.drain_timeout) == (True, 2)
+    resolved = settings.consumer_config_for("app-id", "earliest")
+    assert resolved == ConsumerConfig(
+        application_name="app-id",
+        initial_position=TRIM_HORIZON,
+        checkpoint_interval=0.5,
+        max_records_per_call=10,
+        auto_ack=False,
+        close_timeout=0.0,
+    )
+    assert settings.consumer_config_for("app-id", "latest").initial_position == LATEST
+
+    arn = "arn:aws:kinesis:us-east-1:123456789012:stream/orders"
+    given = KinesisChannel(
+        app, arn, application_name="billing", initial_position="trim_horizon"
+    ).settings
+    assert given.stream == StreamRef("orders", arn)
+    resolved = given.consumer_config_for("app-id", "latest")
+    assert (resolved.application_name, resolved.initial_position) == ("billing", TRIM_HORIZON)
+
+
+def test_old_spellings_still_work_and_warn(tmp_path: Path) -> None:
+    app = make_app(tmp_path)
+    with pytest.warns(DeprecationWarning, match=r"stream_name=.*stream="):
+        channel = KinesisChannel(app, stream_name="orders")
+    assert channel.stream_name == "orders"
+    assert channel.settings.stream == StreamRef("orders")
+    with pytest.warns(DeprecationWarning, match=r"consumer_options=.*consumer_config="):
+        channel = KinesisChannel(app, "orders", consumer_options={"checkpoint_interval": 0.5})
+    assert channel.settings.consumer_config == ConsumerConfig(checkpoint_interval=0.5)
+    with pytest.warns(DeprecationWarning, match="consumer_options"):
+        channel = KinesisChannel(
+            app,
+            "orders",
+            consumer_config=ConsumerConfig(idle_interval=0.5),
+            consumer_options={"checkpoint_interval": 0.5},
+        )
+    assert channel.settings.consumer_config == ConsumerConfig(
+        idle_interval=0.5, checkpoint_interval=0.5
+    )
+    with pytest.warns(DeprecationWarning, match=r"KinesisSink\(stream_name=...\)"):
+        sink = KinesisSink(app, stream_name="out")
+    assert sink.stream_name == "out"
+    assert sink.writer.stream == StreamRef("out")
+    # What the old spellings refused, they still refuse.
+    for arguments, refused in [
+        ({"consumer_options": {"close_timeout": 1.0}}, "close_timeout"),
+        ({"consumer_options": {"no_such_option": 1}}, "no_such_option"),
+        ({"stream_name": "s"}, "twice"),
+    ]:
+        warned = pytest.warns(DeprecationWarning, match="deprecated")
+        with warned, pytest.raises(ConfigurationError, match=refused):
+            KinesisChannel(app, "s", **arguments)
+
+
+def kinesis_services(app: faust.App) -> list[Any]:
+    """The readers and writers made for ``app`` (each service's beacon is a child of the
+    app's)."""
+    return [n.data for n in app.beacon.children if isinstance(n.data, (Reader, Writer))]
 
 
 def test_clones_are_subscribers_of_the_root(tmp_path: Path) -> None:
@@ -83,20 +166,45 @@ def test_clones_are_subscribers_of_the_root(tmp_path: Path) -> None:
     assert iterator.stream_name == "orders"
     assert iterator.value_serializer == "raw"
     assert channel.subscriber_count == 1
+    assert channel.reader.subscriber_count == 1
     assert isinstance(iterator.queue, KinesisQueue)
     assert iterator.queue.maxsize == 10
-    assert iterator._kinesis_root is channel
-    assert channel._kinesis_root is channel
-    # One service per root channel, registered with the app.
-    assert app._extra_services == [channel._reader]
+    assert (iterator.reader, iterator.writer) == (channel.reader, channel.writer)
+    # One reader and one writer per root channel; clones make none.
+    assert kinesis_services(app) == [channel.writer, channel.reader]
+
+
+def test_the_writer_stops_after_the_reader(tmp_path: Path) -> None:
+    """Shutdown drains the reader first (agents may still send), then closes the writer."""
+    app = make_app(tmp_path)
+    channel = KinesisChannel(app, "orders")
+    stopped: list[str] = []
+    for name, service in [("reader", channel.reader), ("writer", channel.writer)]:
+        on_stop = service.on_stop
+
+        async def record(name: str = name, on_stop: Any = on_stop) -> None:
+            stopped.append(name)
+            await on_stop()
+
+        service.on_stop = record  # type: ignore[method-assign]
+
+    async def main() -> None:
+        await app.start()
+        assert channel.reader.started
+        assert channel.writer.started
+        await app.stop()
+
+    asyncio.run(main())
+    assert stopped == ["reader", "writer"]
 
 
 class Recorder:
     def __init__(self) -> None:
+        self.finished: list[bool] = []
         self.settled: list[Outcome] = []
 
     def finish(self, message: KinesisMessage, exception_in_flight: bool) -> None:
-        raise AssertionError("not expected")
+        self.finished.append(exception_in_flight)
 
     def settle(self, message: KinesisMessage, outcome: Outcome) -> None:
         self.settled.append(outcome)
@@ -115,7 +223,7 @@ def test_queue_clear_drops_kinesis_events_and_room_comes_at_half(tmp_path: Path)
     async def main() -> None:
         queue = channel.clone(is_iterator=True).queue
         assert isinstance(queue, KinesisQueue)
-        queue = KinesisQueue(channel._reader, 4, flow_control=app.flow_control)
+        queue = KinesisQueue(channel.reader.on_cleared, 4, flow_control=app.flow_control)
         for _ in range(4):
             queue.put_nowait(app.create_event(None, None, None, kinesis_message(run)))
         waiter = asyncio.ensure_future(queue.wait_for_room())
@@ -146,32 +254,33 @@ def test_send_refuses_what_kinesis_cannot_carry(tmp_path: Path) -> None:
         with pytest.raises(ValidationError, match="UTF-8"):
             await channel.send(key=b"\xff\xfe", value=b"v")
         with pytest.raises(ValidationError, match="bytes"):
-            await channel._writer.publish(channel.as_future_message(None, 12))
+            await channel.writer.publish(channel.as_future_message(None, 12))
 
     asyncio.run(main())
     assert channel.producer is None  # nothing was started
 
 
 def test_decoders() -> None:
-    assert _loads(lambda *a, **k: None, None, None, "raw") is _same
-    assert _loads(lambda *a, **k: None, bytes, "raw", "json") is _same
+    assert decoder(lambda *a, **k: None, None, None, "raw") is same
+    assert decoder(lambda *a, **k: None, bytes, "raw", "json") is same
     calls: list[Any] = []
-    decode = _loads(lambda *a, **k: calls.append((a, k)) or "x", str, None, "json")
+    decode = decoder(lambda *a, **k: calls.append((a, k)) or "x", str, None, "json")
     assert decode(b"d") == "x"
     assert calls == [((str, b"d"), {"serializer": "json"})]
-    assert _position_text(None) is None
-    assert _position_text((12, 3)) == "12.3"
-    assert _position_text(TRIM_HORIZON.sentinel) == "TRIM_HORIZON"
+    assert position_text(None) is None
+    assert position_text((12, 3)) == "12.3"
+    assert position_text(TRIM_HORIZON.sentinel) == "TRIM_HORIZON"
 
 
 def test_sensor_is_one_per_app(tmp_path: Path) -> None:
     app = make_app(tmp_path)
     channel = KinesisChannel(app, "orders")
+    KinesisSink(app, "out")
     sensor = kinesis_sensor(app)
     assert isinstance(sensor, KinesisSensor)
     assert kinesis_sensor(app) is sensor
-    sensor.add_channel(channel)
-    sensor.add_channel(channel)
+    assert [s for s in app.sensors if isinstance(s, KinesisSensor)] == [sensor]
+    sensor.add_reader(channel.reader)  # channels add themselves, once
     assert sensor.asdict() == {"reading": {}, "writing": {}}
     channel.clone(is_iterator=True)
     stats = sensor.asdict()["reading"]["orders"]
@@ -181,41 +290,87 @@ def test_sensor_is_one_per_app(tmp_path: Path) -> None:
     assert sensor.millis_behind_latest("other") == {}
 
 
-class FakeEvent:
-    def __init__(self, message: Any) -> None:
-        self.message = message
-        self.acks = 0
-
-    def ack(self) -> bool:
-        self.acks += 1
-        return True
-
-
-def test_sink_releases_on_success_and_holds_on_failure(tmp_path: Path) -> None:
+def test_a_sink_is_a_writer_only_with_the_app(tmp_path: Path) -> None:
+    """A sink makes one service, a Writer (no reader, no channel), which starts and stops
+    with the app; after the app stopped, writes raise instead of starting a producer."""
     app = make_app(tmp_path)
     sink = KinesisSink(app, "out", key="user")
     assert repr(sink) == "KinesisSink('out')"
-    run = Recorder()
+    assert kinesis_services(app) == [sink.writer]
+    assert sink.key is not None
+    assert sink.key({"user": "ann"}) == "ann"
 
     async def main() -> None:
-        loop = asyncio.get_running_loop()
-        ok: asyncio.Future[Any] = loop.create_future()
-        ok.set_result(None)
-        event = FakeEvent(kinesis_message(run))
-        sink._release(event, ok)  # type: ignore[arg-type]
-        assert event.acks == 1
-
-        bad: asyncio.Future[Any] = loop.create_future()
-        error = PutFailedError([])
-        bad.set_exception(error)
-        failed = FakeEvent(kinesis_message(run))
-        sink._release(failed, bad)  # type: ignore[arg-type]
-        assert failed.acks == 0
-        assert run.settled == [Outcome.FAILED]
-        assert sink.failures == 1
-        with pytest.raises(PutFailedError):
-            await sink(b"next")
+        await app.start()
+        assert sink.writer.started
+        await app.stop()
+        assert sink.writer.should_stop
+        with pytest.raises(LifecycleError, match=r"KinesisSink\('out'\) writer is closed"):
+            await sink({"user": "ann"})
+        assert sink.producer is None
 
     asyncio.run(main())
-    assert sink.channel.default_key is not None
-    assert sink.channel.default_key({"user": "ann"}) == "ann"
+
+
+class FakeWriter:
+    """Takes messages, and lets the test say when Kinesis confirmed or refused them."""
+
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+
+    async def publish(self, fut: Any) -> Any:
+        self.messages.append(fut)
+        return fut
+
+
+def test_sink_releases_the_source_on_success_and_holds_it_on_failure(tmp_path: Path) -> None:
+    """Through a real agent: the source event's final ack comes with the write's confirmation,
+    never before, and a write that fails for good leaves it unacked and raises next time."""
+    run = Recorder()
+    writer = FakeWriter()
+
+    async def main() -> None:
+        app = make_app(tmp_path)
+        sink = KinesisSink(app, "out", key="user", value_serializer="json")
+        sink.writer = writer  # type: ignore[assignment]
+        source = app.channel()
+
+        @app.agent(source, sink=[sink])
+        async def agent(stream: Any) -> Any:
+            async for value in stream:
+                yield value
+
+        await app.start()
+        app.flow_control.resume()
+        messages = [kinesis_message(run) for _ in range(3)]
+        for i, message in enumerate(messages):
+            message.deliver_to(1, app.consumer_generation_id)
+            await source.put(app.create_event(None, {"user": f"u{i}"}, None, message))
+        for _ in range(100):
+            if len(writer.messages) == 3:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        written = writer.messages
+        assert [(f.message.key, f.message.value) for f in written] == [
+            (b"u0", b'{"user":"u0"}'),
+            (b"u1", b'{"user":"u1"}'),
+            (b"u2", b'{"user":"u2"}'),
+        ]
+        assert run.finished == []  # the agent went on, the sources are held
+        written[1].set_result(None)
+        await asyncio.sleep(0)
+        assert run.finished == [False]
+        written[0].set_exception(PutFailedError([]))
+        await asyncio.sleep(0)
+        assert run.settled == [Outcome.FAILED]
+        assert sink.failures == 1
+        with pytest.raises(PutFailedError):  # raised at the next value, in the agent
+            await sink({"user": "u3"})
+        assert len(writer.messages) == 3
+        written[2].set_result(None)
+        await asyncio.sleep(0)
+        assert run.finished == [False, False]
+        await app.stop()
+
+    asyncio.run(main())

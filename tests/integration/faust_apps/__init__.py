@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import faust
 
 from kinesis_core.aggregation import deaggregate
+from kinesis_core.consumer import ConsumerConfig
 from kinesis_core.local import LocalStream
 from kinesis_core.producer import Producer, ProducerConfig
 from kinesis_core.records import Position
@@ -22,7 +23,7 @@ from kinesis_core.records import Position
 # Small aggregates: many Kinesis records per shard, so positions have sequence numbers and
 # sub-sequence numbers both moving, and GetRecords pages end inside a stream of aggregates.
 SMALL_AGGREGATES = ProducerConfig(aggregation_max_size=512, record_max_buffered_time=0.02)
-FAST_CONSUMER = {"checkpoint_interval": 0.05, "idle_interval": 0.2, "max_records_per_call": 10}
+FAST_CONSUMER = ConsumerConfig(checkpoint_interval=0.05, idle_interval=0.2, max_records_per_call=10)
 
 
 def kafka_free_app(name: str, datadir: Path, **conf: Any) -> faust.App:
@@ -55,9 +56,17 @@ def stream_contents(stream: LocalStream) -> dict[str, list[tuple[Position, bytes
     }
 
 
-async def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+async def wait_until(
+    check: Callable[[], bool | Awaitable[bool]], timeout: float, what: str
+) -> None:
+    """Poll ``check`` (a function or a coroutine function) until it returns True."""
     deadline = time.monotonic() + timeout
-    while not check():
+    while True:
+        done = check()
+        if not isinstance(done, bool):
+            done = await done
+        if done:
+            return
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         await asyncio.sleep(0.02)

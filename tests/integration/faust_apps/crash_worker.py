@@ -15,6 +15,7 @@ from typing import Any
 from faust_apps import kafka_free_app
 from faust_kinesis import KinesisChannel
 from kinesis_core.client import ClientConfig
+from kinesis_core.consumer import ConsumerConfig
 
 APPLICATION = "crash-test"
 
@@ -28,7 +29,9 @@ channel = KinesisChannel(
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     ),
-    consumer_options={"checkpoint_interval": 0.1, "idle_interval": 0.2, "max_records_per_call": 10},
+    consumer_config=ConsumerConfig(
+        checkpoint_interval=0.1, idle_interval=0.2, max_records_per_call=10
+    ),
 )
 
 

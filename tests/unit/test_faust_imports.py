@@ -1,0 +1,209 @@
+"""The modules of faust_kinesis import one another one way only, and use no private names of
+one another.
+
+The checks read the source with ``ast`` (nothing is imported), and count every import: at
+module level, under ``if TYPE_CHECKING:`` and inside functions, since each is a dependency a
+reader of the code has to follow. They take a package name, so other packages can be checked
+the same way (``import_cycles("kinesis_core")``).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+from collections.abc import Collection, Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGES = ["faust_kinesis"]
+
+PRIVATE_ACCESS_ALLOWED = {"faust_kinesis": {"faust_kinesis.faust_internals"}}
+"""Modules whose job is to reach into another library's internals (one per package at most)."""
+
+
+def package_modules(package: str) -> dict[str, Path]:
+    """Every module of ``package``, by dotted name (a package is its ``__init__``)."""
+    spec = importlib.util.find_spec(package)
+    assert spec is not None, f"no package {package}"
+    assert spec.origin is not None, f"{package} is a namespace package"
+    root = Path(spec.origin).parent
+    modules = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _imports(name: str, path: Path) -> Iterator[tuple[str, list[str]]]:
+    """What a module imports: ``(module, [])`` for ``import module``, ``(module, names)`` for
+    ``from module import names`` (relative imports resolved)."""
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, []) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                here = name.split(".") if is_package else name.split(".")[:-1]
+                here = here[: len(here) - (node.level - 1)]
+                base = ".".join([*here, node.module] if node.module else here)
+            else:
+                base = node.module or ""
+            yield base, [alias.name for alias in node.names]
+
+
+def import_graph(package: str) -> dict[str, set[str]]:
+    """Module -> the modules of the same package it imports. ``from a import b`` depends on
+    module ``a.b`` if there is one, else on ``a``."""
+    modules = package_modules(package)
+
+    def owner(dotted: str) -> str:
+        while dotted and dotted not in modules:  # ``a.b.C`` is in module ``a.b``
+            dotted = dotted.rpartition(".")[0]
+        return dotted
+
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for base, names in _imports(name, path):
+            submodules = [f"{base}.{n}" for n in names if f"{base}.{n}" in modules]
+            targets.update(submodules)
+            if len(submodules) < len(names) or not names:
+                targets.add(owner(base))
+        graph[name] = targets - {name, ""}
+    return graph
+
+
+def import_cycles(package: str) -> list[list[str]]:
+    """The import cycles of ``package``: each strongly connected group of modules, sorted
+    (Tarjan's algorithm)."""
+    graph = import_graph(package)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(groups)
+
+
+def private_uses(package: str, allowed: Collection[str] = ()) -> list[str]:
+    """``module:line name`` for every private name a module of ``package`` takes from
+    elsewhere: ``from x import _y``, and ``obj._y`` on anything but ``self``, ``cls`` and
+    ``super()`` (dunders and the namedtuple API are not private). Strict on purpose: it cannot
+    tell ``other._y`` on another instance of the same class from a reach into another module's
+    object. Modules in ``allowed`` are skipped."""
+    found = []
+    for name, path in package_modules(package).items():
+        if name in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                names = [a.name for a in node.names if _private(a.name)]
+            elif isinstance(node, ast.Attribute) and _private(node.attr):
+                owner = node.value
+                own = (isinstance(owner, ast.Name) and owner.id in ("self", "cls")) or (
+                    isinstance(owner, ast.Call)
+                    and isinstance(owner.func, ast.Name)
+                    and owner.func.id == "super"
+                )
+                names = [] if own else [node.attr]
+            else:
+                continue
+            found.extend(f"{name}:{node.lineno} {n}" for n in names)
+    return found
+
+
+_PUBLIC_UNDERSCORE = {"_asdict", "_field_defaults", "_fields", "_make", "_replace"}
+"""The namedtuple API: public, though spelled with an underscore."""
+
+
+def _private(name: str) -> bool:
+    dunder = name.startswith("__") and name.endswith("__")
+    return name.startswith("_") and not dunder and name not in _PUBLIC_UNDERSCORE
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_import_cycles(package: str) -> None:
+    assert import_cycles(package) == []
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_private_names_across_modules(package: str) -> None:
+    assert private_uses(package, PRIVATE_ACCESS_ALLOWED.get(package, set())) == []
+
+
+def test_the_checks_find_what_they_look_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A package with a cycle through a TYPE_CHECKING import and a relative import, and with
+    private names taken from siblings: both checks see them, and ``from pkg import module``
+    depends on that module, not on the package's ``__init__``."""
+    package = tmp_path / "cyclic_pkg"
+    (package / "sub").mkdir(parents=True)
+    files = {
+        "__init__.py": "from cyclic_pkg.a import A\n",
+        "a.py": "from cyclic_pkg.b import B, _helper\nclass A: ...\n",
+        "b.py": (
+            "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n"
+            "    from cyclic_pkg.sub.c import C\n"
+            "class B:\n"
+            "    def f(self, other):\n"
+            "        return other._state, self._own, super()._base\n"
+            "def _helper(): ...\n"
+        ),
+        "sub/__init__.py": "",
+        "sub/c.py": "from .. import a\nclass C: ...\n",
+        "leaf.py": "import cyclic_pkg.sub\nfrom cyclic_pkg import A\n",
+        "sub/d.py": "from cyclic_pkg.sub import c\nx = c._ok()._replace()\n",
+    }
+    for relative, text in files.items():
+        (package / relative).write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("cyclic_pkg", None)
+
+    assert import_graph("cyclic_pkg") == {
+        "cyclic_pkg": {"cyclic_pkg.a"},
+        "cyclic_pkg.a": {"cyclic_pkg.b"},
+        "cyclic_pkg.b": {"cyclic_pkg.sub.c"},
+        "cyclic_pkg.leaf": {"cyclic_pkg", "cyclic_pkg.sub"},
+        "cyclic_pkg.sub": set(),
+        "cyclic_pkg.sub.c": {"cyclic_pkg.a"},
+        "cyclic_pkg.sub.d": {"cyclic_pkg.sub.c"},
+    }
+    assert import_cycles("cyclic_pkg") == [["cyclic_pkg.a", "cyclic_pkg.b", "cyclic_pkg.sub.c"]]
+    assert private_uses("cyclic_pkg") == [
+        "cyclic_pkg.a:1 _helper",
+        "cyclic_pkg.b:6 _state",
+        "cyclic_pkg.sub.d:2 _ok",
+    ]
+    allowed = {"cyclic_pkg.a", "cyclic_pkg.b", "cyclic_pkg.sub.d"}
+    assert private_uses("cyclic_pkg", allowed) == []
