@@ -17,6 +17,7 @@ from apache_beam.utils.timestamp import Timestamp
 from beam_kinesis.record import KinesisRecord
 from kinesis_core.checkpoint import CheckpointStore
 from kinesis_core.client import ClientConfig
+from kinesis_core.consumer.config import EnhancedFanOut
 from kinesis_core.consumer.positions import InitialPosition
 from kinesis_core.errors import ValidationError
 
@@ -70,6 +71,8 @@ class ReadSpec:
     """None: never self-checkpoint (bounded reads on a runner that drops residuals)."""
     idle_interval: float
     max_records_per_call: int
+    fan_out: EnhancedFanOut | None = None
+    """Read by enhanced fan-out (SubscribeToShard) with these settings; None: polling."""
 
     @property
     def bounded(self) -> bool:
@@ -100,6 +103,9 @@ class ReadSpec:
             items["stop_when_caught_up"] = _item(True, "Stop when caught up")
         if self.checkpoint_store is not None:
             items["checkpoint_store"] = _item(repr(self.checkpoint_store), "Checkpoint store")
+        if self.fan_out is not None:
+            consumer = self.fan_out.consumer_arn or self.fan_out.consumer_name
+            items["enhanced_fan_out"] = _item(consumer, "Enhanced fan-out consumer")
         return items
 
 

@@ -32,7 +32,7 @@ from beam_kinesis.options import client_config_from_options, warn_if_credentials
 from beam_kinesis.record import KinesisRecord
 from kinesis_core.checkpoint import SQLiteCheckpointStore
 from kinesis_core.client import ClientConfig
-from kinesis_core.consumer import ConsumerConfig, InitialPosition
+from kinesis_core.consumer import ConsumerConfig, EnhancedFanOut, InitialPosition
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.overrides import with_overrides
 from kinesis_core.stream import StreamRef
@@ -114,11 +114,16 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
     the runner durably committed the bundle), under ``application_name``; a new job given the
     same store starts from there instead of ``initial_position``.
 
+    ``consumer_arn`` / ``consumer_name``: read by enhanced fan-out (SubscribeToShard, HTTP/2)
+    as this registered consumer, or as the consumer of this name (registered if missing);
+    see docs/efo.md. A subscription is kept across the bundles of its restriction; the
+    positions and checkpoints are the same as with polling.
+
     ``consumer_config``: a :class:`~kinesis_core.consumer.ConsumerConfig` shared with the core
     consumer or a Faust channel; its ``application_name``, ``initial_position``,
-    ``idle_interval`` and ``max_records_per_call`` apply (the keyword arguments of the same
-    names override them), and settings that mean nothing to a Beam source (leases, auto_ack,
-    ...) are refused rather than ignored. ``initial_position`` takes what
+    ``idle_interval``, ``max_records_per_call`` and ``enhanced_fan_out`` apply (the keyword
+    arguments of the same names override them), and settings that mean nothing to a Beam
+    source (leases, auto_ack, ...) are refused rather than ignored. ``initial_position`` takes what
     :func:`~kinesis_core.consumer.parse_initial_position` takes.
     """
 
@@ -140,16 +145,31 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
         self_checkpoint_interval: float = 1.0,
         idle_interval: float | None = None,
         max_records_per_call: int | None = None,
+        consumer_arn: str | None = None,
+        consumer_name: str | None = None,
     ) -> None:
         super().__init__()
         ref = StreamRef.of(stream)
+        fan_out: EnhancedFanOut | None = None
+        if consumer_arn is not None or consumer_name is not None:
+            base = consumer_config.fan_out if consumer_config is not None else None
+            fan_out = dataclasses.replace(
+                base or EnhancedFanOut(), consumer_arn=consumer_arn, consumer_name=consumer_name
+            )
         consumer = _consumer_config(
             consumer_config,
             initial_position=initial_position,
             application_name=application_name,
             idle_interval=idle_interval,
             max_records_per_call=max_records_per_call,
+            enhanced_fan_out=fan_out,
         )
+        if consumer.fan_out is not None and consumer.fan_out.deregister_on_close:
+            raise ConfigurationError(
+                "consumer_config",
+                "deregister_on_close does not apply to ReadFromKinesis: no worker knows when "
+                "the job ends; deregister the consumer after the job",
+            )
         if max_records is not None and (
             isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1
         ):
@@ -177,6 +197,7 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
             self_checkpoint_interval=self_checkpoint_interval,
             idle_interval=consumer.idle_interval,
             max_records_per_call=consumer.max_records_per_call,
+            fan_out=consumer.fan_out,
         )
 
     def expand(self, pbegin: Any) -> Any:

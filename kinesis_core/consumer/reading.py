@@ -11,6 +11,8 @@ backpressure). Synchronous engines (the Beam source) drive a machine with a
 from __future__ import annotations
 
 import asyncio
+import collections
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
@@ -21,7 +23,13 @@ from kinesis_core.consumer._gc import gc_paused
 from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.polling import GetIterator, GetRecords
-from kinesis_core.consumer.subscription import CheckShard, NextEvent, ShardCheck, Subscribe
+from kinesis_core.consumer.subscription import (
+    PENDING,
+    CheckShard,
+    NextEvent,
+    ShardCheck,
+    Subscribe,
+)
 from kinesis_core.consumer.transport import (
     Ack,
     AsyncTransport,
@@ -165,6 +173,115 @@ class AsyncSubscribing:
         subscription, self._subscription = self._subscription, None
         if subscription is not None:
             await subscription.aclose()
+
+
+class _Raised:
+    """An error the prefetch task met, handed to the synchronous side to raise."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class SyncSubscribing:
+    """SubscribeToShard for a synchronous engine (a Beam DoFn).
+
+    The subscription lives on an event-loop thread (``loop``: a
+    :class:`~kinesis_core.producer.blocking.LoopThread`), where a task reads up to
+    ``prefetch`` events ahead. ``call(NextEvent)`` never blocks: it returns the next event,
+    None when the subscription ended, or :data:`~.subscription.PENDING`; ``wake`` is set
+    whenever an event lands, so the engine's wait ends early. Reading only ``prefetch`` ahead
+    is the backpressure (HTTP/2 flow control stops the server beyond it). A subscription
+    outlives calls and bundles until :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        loop: Any,
+        fanout: Any,
+        consumer_arn: str,
+        shard_id: str,
+        check: Callable[[str], ShardCheck],
+        wake: threading.Event,
+        *,
+        prefetch: int = 2,
+        timeout: float = 60.0,
+    ) -> None:
+        self._loop = loop
+        self._fanout = fanout
+        self._consumer_arn = consumer_arn
+        self._shard_id = shard_id
+        self._check = check
+        self._wake = wake
+        self._prefetch = prefetch
+        self._timeout = timeout
+        self._items: collections.deque[Any] = collections.deque()
+        self._pump: asyncio.Task[None] | None = None
+        self._room: asyncio.Semaphore | None = None
+
+    def call(self, call: Call) -> Any:
+        if isinstance(call, NextEvent):
+            if not self._items:
+                return PENDING if self._pump is not None else None
+            item = self._items.popleft()
+            room = self._room
+            if room is not None:
+                self._loop.loop.call_soon_threadsafe(room.release)
+            if isinstance(item, _Raised):
+                self.close()
+                raise item.error
+            if item is None:
+                self.close()
+            return item
+        if isinstance(call, Subscribe):
+            self.close()
+            self._loop.run(self._open(call.starting_position), self._timeout)
+            return self._pump
+        if isinstance(call, CheckShard):
+            return self._check(self._shard_id)
+        raise TypeError(f"a subscription cannot execute {call!r}")
+
+    async def _open(self, starting_position: dict[str, Any]) -> None:
+        subscription = await self._fanout.subscribe(
+            self._consumer_arn, self._shard_id, starting_position
+        )
+        self._room = asyncio.Semaphore(self._prefetch)
+        self._pump = asyncio.create_task(self._read_ahead(subscription, self._room))
+
+    async def _read_ahead(self, subscription: Any, room: asyncio.Semaphore) -> None:
+        try:
+            while True:
+                await room.acquire()
+                event = await subscription.next_event()
+                self._items.append(event)
+                self._wake.set()
+                if event is None:
+                    return
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self._items.append(_Raised(exc))
+            self._wake.set()
+        finally:
+            await subscription.aclose()
+
+    def wait(self, seconds: float) -> None:
+        self._wake.wait(max(seconds, 0.0))
+        self._wake.clear()
+
+    def close(self) -> None:
+        """Stop reading ahead and close the subscription (events not taken are dropped: the
+        next subscription starts after the last one taken)."""
+        pump, self._pump, self._room = self._pump, None, None
+        self._items.clear()
+        if pump is not None:
+            self._loop.run(_cancel(pump), self._timeout)
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 def _raise_failed(machine: ShardRead, failed: Failed, last: BaseException | None) -> NoReturn:

@@ -42,7 +42,7 @@ from test_beam_write_runners import read_back
 
 from beam_kinesis import ReadFromKinesis, WriteToKinesis
 from kinesis_core.checkpoint import SQLiteCheckpointStore
-from kinesis_core.consumer import TRIM_HORIZON
+from kinesis_core.consumer import TRIM_HORIZON, ConsumerConfig, EnhancedFanOut
 from kinesis_core.hashing import hash_key
 from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LocalStream
 
@@ -205,9 +205,12 @@ def check_per_key_order(lines: list[tuple[str, int, str]]) -> None:
 ROUNDS = 20
 
 
-@pytest.mark.parametrize("mode", ["bounded", "streaming"])
+@pytest.mark.parametrize(
+    ("mode", "transport"),
+    [("bounded", "polling"), ("streaming", "polling"), ("streaming", "fan-out")],
+)
 def test_read_while_a_shard_splits_and_merges(
-    portable: Portable, kinesis_stream: Any, tmp_path: Path, mode: str
+    portable: Portable, kinesis_stream: Any, tmp_path: Path, mode: str, transport: str
 ) -> None:
     stream: LocalStream = kinesis_stream(shards=2)
     low, high = sorted(stream.shards(), key=lambda s: int(s["HashKeyRange"]["StartingHashKey"]))
@@ -234,12 +237,16 @@ def test_read_while_a_shard_splits_and_merges(
     writer = threading.Thread(target=write_while_reading)
     writer.start()
     p = portable.pipeline(stream, *(["--streaming"] if mode == "streaming" else []))
+    # Fan-out in the SDK workers: each registers (or reuses) the consumer and subscribes; the
+    # subscriptions outlive bundles. kinesis-mock needs shard look-ups to see shards close.
+    efo = EnhancedFanOut(consumer_name="portable-reader", closed_check_interval=1.0)
     _ = (
         p
         | ReadFromKinesis(
             stream.name,
+            consumer_config=ConsumerConfig(enhanced_fan_out=transport == "fan-out" and efo),
             initial_position=TRIM_HORIZON,
-            max_read_time=12.0,
+            max_read_time=12.0 if transport == "polling" else 24.0,
             idle_interval=0.2,
             self_checkpoint_interval=0.5,
         )

@@ -34,7 +34,7 @@ from beam_kinesis.read import ReadFromKinesis
 from beam_kinesis.record import KinesisRecord
 from kinesis_core.aggregation import AggregateBuilder
 from kinesis_core.checkpoint import SHARD_END, SQLiteCheckpointStore
-from kinesis_core.consumer import TRIM_HORIZON
+from kinesis_core.consumer import TRIM_HORIZON, ConsumerConfig, EnhancedFanOut
 from kinesis_core.hashing import hash_key
 from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LocalStream
 
@@ -118,8 +118,18 @@ def read_lines(path: Path) -> list[tuple[str, int, str]]:
     return out
 
 
-@pytest.mark.parametrize("mode", ["in_memory", "multi_processing", "streaming"])
-def test_split_and_merge_during_the_read(kinesis_stream: Any, tmp_path: Path, mode: str) -> None:
+@pytest.mark.parametrize(
+    ("mode", "transport"),
+    [
+        ("in_memory", "polling"),
+        ("multi_processing", "polling"),
+        ("streaming", "polling"),
+        ("in_memory", "fan-out"),
+    ],
+)
+def test_split_and_merge_during_the_read(
+    kinesis_stream: Any, tmp_path: Path, mode: str, transport: str
+) -> None:
     stream: LocalStream = kinesis_stream(shards=2)
     low, high = sorted(stream.shards(), key=lambda s: int(s["HashKeyRange"]["StartingHashKey"]))
     out = tmp_path / "records.txt"
@@ -147,21 +157,33 @@ def test_split_and_merge_during_the_read(kinesis_stream: Any, tmp_path: Path, mo
     writer = threading.Thread(target=write_while_reading)
     writer.start()
     p = pipeline(stream, mode)
+    # kinesis-mock never ends a closed shard's subscription: fan-out readers look their shards
+    # up once a second, and its events come once a second, so they get more time.
+    efo = EnhancedFanOut(consumer_name="beam-reader", closed_check_interval=1.0)
+    config = ConsumerConfig(enhanced_fan_out=efo if transport == "fan-out" else False)
     _ = (
         p
         | ReadFromKinesis(
             stream.name,
+            consumer_config=config,
             initial_position=TRIM_HORIZON,
-            max_read_time=READ_TIME,
+            max_read_time=READ_TIME if transport == "polling" else 2 * READ_TIME,
             idle_interval=0.2,
             self_checkpoint_interval=0.5,
         )
         | beam.Map(append_lines(str(out)))
     )
-    p.run().wait_until_finish()
+    result = p.run()
+    result.wait_until_finish()
     writer.join()
     assert not failure, failure
     assert len(resharded) == 3
+    if transport == "fan-out":
+        counters = {
+            r.key.metric.name: r.committed for r in result.metrics().query()["counters"]
+        }
+        assert counters.get("subscribe_calls", 0) >= 3, counters
+        assert counters.get("next_event_calls", 0) > 0, counters
 
     got = read_lines(out)
     written = sorted((key, n) for key in KEYS for n in range(ROUNDS))
