@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from pathlib import Path
 from typing import Any
@@ -330,3 +331,35 @@ def test_a_stream_that_does_not_exist_crashes_the_app(kinesis_mock: Any, tmp_pat
         assert "ResourceNotFoundException" in repr(channel.reader.crash_reason)
 
     asyncio.run(main())
+
+
+def test_an_agent_reads_by_enhanced_fan_out(kinesis_stream: Any, tmp_path: Path) -> None:
+    """The channel's consumer_config carries fan-out: the agent gets every record once, and
+    the checkpoints are the same rows polling writes."""
+    stream = kinesis_stream(shards=2)
+    asyncio.run(produce(stream, numbered(60)))
+
+    async def main() -> tuple[list[Any], dict[str, CheckpointValue], set[str | None]]:
+        app = kafka_free_app("fan-out-reader", tmp_path / "data", value_serializer="raw")
+        store = MemoryCheckpointStore()
+        config = dataclasses.replace(FAST_CONSUMER, enhanced_fan_out=True)
+        channel = channel_for(app, stream, checkpoint_store=store, consumer_config=config)
+        received: list[Any] = []
+
+        @app.agent(channel)
+        async def agent(events: Any) -> None:
+            async for event in events.events():
+                received.append(event.value)
+
+        await app.start()
+        try:
+            await wait_until(lambda: len(received) >= 60, 30, "the 60 records")
+            transports = {s.transport for s in channel.status()}
+        finally:
+            await app.stop()
+        return received, await checkpoints(store, app, stream), transports
+
+    received, stored, transports = asyncio.run(main())
+    assert sorted(received) == sorted(data for data, _ in numbered(60))
+    assert transports == {"subscription"}
+    assert len(stored) == 2
