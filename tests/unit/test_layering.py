@@ -1,5 +1,5 @@
-"""The modules of faust_kinesis import one another one way only, and use no private names of
-one another.
+"""The modules of each package import one another one way only, and use no private names of
+one another (the layering docs/architecture.md describes).
 
 The checks read the source with ``ast`` (nothing is imported), and count every import: at
 module level, under ``if TYPE_CHECKING:`` and inside functions, since each is a dependency a
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGES = ["faust_kinesis"]
+PACKAGES = ["kinesis_core", "beam_kinesis", "faust_kinesis"]
 
 PRIVATE_ACCESS_ALLOWED = {"faust_kinesis": {"faust_kinesis.faust_internals"}}
 """Modules whose job is to reach into another library's internals (one per package at most)."""
@@ -115,18 +115,25 @@ def import_cycles(package: str) -> list[list[str]]:
 
 
 def private_uses(package: str, allowed: Collection[str] = ()) -> list[str]:
-    """``module:line name`` for every private name a module of ``package`` takes from
-    elsewhere: ``from x import _y``, and ``obj._y`` on anything but ``self``, ``cls`` and
-    ``super()`` (dunders and the namedtuple API are not private). Strict on purpose: it cannot
-    tell ``other._y`` on another instance of the same class from a reach into another module's
-    object. Modules in ``allowed`` are skipped."""
+    """``module:line name`` for every private name a module of ``package`` takes from another
+    module: ``from x import _y`` (unless ``x._y`` is a private module of the package), and
+    ``obj._y`` on anything but ``self``, ``cls`` and ``super()`` unless the module itself
+    defines ``_y`` (two classes of one module may share their internals). Dunders and the
+    namedtuple API are not private. Modules in ``allowed`` are skipped."""
+    modules = package_modules(package)
     found = []
-    for name, path in package_modules(package).items():
+    for name, path in modules.items():
         if name in allowed:
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        own_names = _defined_names(tree)
+        for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module != "__future__":
-                names = [a.name for a in node.names if _private(a.name)]
+                names = [
+                    a.name
+                    for a in node.names
+                    if _private(a.name) and f"{node.module}.{a.name}" not in modules
+                ]
             elif isinstance(node, ast.Attribute) and _private(node.attr):
                 owner = node.value
                 own = (isinstance(owner, ast.Name) and owner.id in ("self", "cls")) or (
@@ -134,11 +141,29 @@ def private_uses(package: str, allowed: Collection[str] = ()) -> list[str]:
                     and isinstance(owner.func, ast.Name)
                     and owner.func.id == "super"
                 )
-                names = [] if own else [node.attr]
+                names = [] if own or node.attr in own_names else [node.attr]
             else:
                 continue
             found.extend(f"{name}:{node.lineno} {n}" for n in names)
     return found
+
+
+def _defined_names(tree: ast.AST) -> set[str]:
+    """Names a module defines: functions, classes, ``self.x = ...`` attributes, assignments
+    and ``__slots__`` entries."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names.add(node.value)  # __slots__ = ("_n", ...)
+    return names
 
 
 _PUBLIC_UNDERSCORE = {"_asdict", "_field_defaults", "_fields", "_make", "_replace"}
@@ -177,9 +202,13 @@ def test_the_checks_find_what_they_look_for(
             "    from cyclic_pkg.sub.c import C\n"
             "class B:\n"
             "    def f(self, other):\n"
-            "        return other._state, self._own, super()._base\n"
+            "        return other._state, self._own, super()._base, other._mine\n"
+            "    def g(self):\n"
+            "        self._mine = 1\n"
             "def _helper(): ...\n"
         ),
+        "_private_module.py": "",
+        "e.py": "from cyclic_pkg import _private_module\n",
         "sub/__init__.py": "",
         "sub/c.py": "from .. import a\nclass C: ...\n",
         "leaf.py": "import cyclic_pkg.sub\nfrom cyclic_pkg import A\n",
@@ -198,6 +227,8 @@ def test_the_checks_find_what_they_look_for(
         "cyclic_pkg.sub": set(),
         "cyclic_pkg.sub.c": {"cyclic_pkg.a"},
         "cyclic_pkg.sub.d": {"cyclic_pkg.sub.c"},
+        "cyclic_pkg._private_module": set(),
+        "cyclic_pkg.e": {"cyclic_pkg._private_module"},
     }
     assert import_cycles("cyclic_pkg") == [["cyclic_pkg.a", "cyclic_pkg.b", "cyclic_pkg.sub.c"]]
     assert private_uses("cyclic_pkg") == [
