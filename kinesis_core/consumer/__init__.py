@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         InitialPosition as InitialPosition,
         parse_initial_position as parse_initial_position,
     )
+    from kinesis_core.consumer.reading import ShardReadError as ShardReadError
     from kinesis_core.consumer.status import (
         ShardStatus as ShardStatus,
     )
