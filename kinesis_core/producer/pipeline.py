@@ -45,6 +45,8 @@ from kinesis_core.producer.retrier import (
     Retrier,
     RetryDecisions,
     SendOutcome,
+    latest_failure,
+    waiting_for_retry,
 )
 
 PredictFn = Callable[[int], "str | None"]
@@ -487,17 +489,25 @@ class Pipeline:
             )
         return f"the rate limiter of shard {shard_id} (rate_limit {self.config.rate_limit} %)"
 
+    def _waiting_to_be_sent(self, kr: KinesisRecordOut, gated: bool) -> str:
+        """What a record in a ready request waits for: the requests' backoff (and, after it,
+        the stream when the service said it was busy or gone), or a free connection."""
+        if not gated:
+            return (
+                f"a free connection (max_connections={self.config.max_connections} requests "
+                "in flight)"
+            )
+        last = latest_failure(kr.records)
+        waiting_for = waiting_for_retry(last.error_code if last is not None else None)
+        if waiting_for.startswith("its next attempt"):
+            return "a retry backoff after failed requests"
+        return waiting_for
+
     def _expire_ready(self, now: float) -> None:
         """Fail the Kinesis records of ready requests whose TTL ran out; drop emptied requests."""
         if not self.ready or min(b.expiration for b in self.ready) > now:
             return
-        if self.backoff.waiting(_REQUESTS, now):
-            waiting_for = "a retry backoff after failed requests"
-        else:
-            waiting_for = (
-                f"a free connection (max_connections={self.config.max_connections} requests "
-                "in flight)"
-            )
+        gated = self.backoff.waiting(_REQUESTS, now)
         kept: deque[PutBatch] = deque()
         expired: list[KinesisRecordOut] = []
         for batch in self.ready:
@@ -510,7 +520,7 @@ class Pipeline:
                 kept.append(PutBatch(live, sum(kr.size for kr in live)))
         self.ready = kept
         for kr in expired:
-            self.retrier.expire(kr, now, waiting_for)
+            self.retrier.expire(kr, now, self._waiting_to_be_sent(kr, gated))
         if self.config.preserve_order:
             self._unblock(expired, now)
         self._release()

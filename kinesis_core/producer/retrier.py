@@ -34,7 +34,7 @@ sub-record, so the in-range ones would be reported written and never read.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import groupby
 from operator import attrgetter, itemgetter
@@ -93,14 +93,19 @@ _WAITING_FOR = {
 """What a record retried after an error of this kind waits for (default: a retry backoff)."""
 
 
+def latest_failure(records: Iterable[UserRecord]) -> Attempt | None:
+    """The most recent failed attempt in the histories of ``records`` (None if none failed)."""
+    failures = [f for f in (last_failure(ur[ATTEMPTS]) for ur in records) if f is not None]
+    return max(failures, key=_ended_at, default=None)
+
+
 def expiry_message(record_ttl: float, waiting_for: str, records: list[UserRecord]) -> str:
     """The message of an ``Expired`` result: the TTL, what the records were waiting for, and
     the latest error of their histories (or that none of them was ever sent)."""
     message = f"record TTL of {record_ttl:g} s ran out while waiting for {waiting_for}"
-    failures = [f for f in (last_failure(ur[ATTEMPTS]) for ur in records) if f is not None]
-    if not failures:
+    last = latest_failure(records)
+    if last is None:
         return f"{message}; it was never sent"
-    last = max(failures, key=_ended_at)
     return f"{message}; last error: {last.error_code}: {last.error_message}"
 
 

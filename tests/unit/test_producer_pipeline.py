@@ -282,6 +282,21 @@ def test_a_record_retried_while_the_stream_is_created_says_it_waited_for_the_str
     assert "ResourceInUseException" in message
 
 
+def test_a_record_waiting_out_the_backoff_after_the_stream_was_busy_says_so() -> None:
+    s = Setup(record_ttl=1.0, retry_backoff_base=5.0, retry_backoff_max=5.0)
+    s.put(IN_LOW[:1], 0.0)
+    s.ready_now(0.0)
+    batch = s.take(0.0)
+    assert batch is not None
+    s.pipeline.on_outcome(batch, failed(0.0, 0.1, "ResourceInUseException", 400), 0.1)
+    s.ready_now(0.2)
+    assert s.take(0.2) is None  # the requests back off
+    ((code, message),) = expire_all(s, 1.0).values()
+    assert code == EXPIRED
+    assert "waiting for the stream to become ACTIVE" in message
+    assert "last error: ResourceInUseException" in message
+
+
 # -- a record the service refuses is found by halving its request -------------------------------
 
 
