@@ -284,6 +284,10 @@ async def _session_token_in_logs(env: Env) -> list[Check]:
 
     root = logging.getLogger()
     handler, level = Capture(logging.DEBUG), root.level
+    # The handlers already there keep showing only what they showed before.
+    others = [(h, h.level) for h in root.handlers]
+    for other, other_level in others:
+        other.setLevel(max(other_level, level))
     root.addHandler(handler)
     root.setLevel(logging.DEBUG)
     try:
@@ -294,6 +298,8 @@ async def _session_token_in_logs(env: Env) -> list[Check]:
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
+        for other, other_level in others:
+            other.setLevel(other_level)
     leaks = sorted({name for name, text in lines if token in text or secret in text})
     signed = sum("x-amz-security-token" in text.lower() for _, text in lines)
     seen = (
