@@ -43,7 +43,7 @@ from kinesis_core.producer.result import (
     SingleSink,
 )
 from kinesis_core.producer.sender import error_of, send_batch
-from kinesis_core.shard_map import ShardMapDriver
+from kinesis_core.shard_map import ShardMapDriver, ShardMapTimeoutError
 from kinesis_core.stream import StreamRef
 
 if TYPE_CHECKING:
@@ -158,6 +158,8 @@ class Producer:
             )
             try:
                 await driver.start()
+            except ShardMapTimeoutError as exc:
+                raise ShardMapTimeoutError(self._start_failure(exc)) from exc.__cause__
             except KinesisConnectorError as exc:
                 raise KinesisConnectorError(self._start_failure(exc)) from exc.__cause__
             self._stack.push_async_callback(driver.close)
