@@ -8,6 +8,8 @@ result: until its flush returns). CPU is this process's ``time.process_time`` ov
 interval. The limiters are set far above what moto can take: the benchmark measures producers.
 
 * ours: ``submit_many`` in batches of 5,000 (no future per record), ``rate_limit=10_000`` (%).
+* ours with ``preserve_order=True``: the same, with one Kinesis record (one aggregate) per shard
+  in flight, so that each key's order holds across retries; its row shows the price.
 * aiokpl 0.2.0: ``await put_record`` per record, then ``await outcome.wait()`` for each; its
   rate limits at 10**7 records and 10**10 bytes per second per shard.
 * async-kinesis 3.0.1: ``await put`` per record with its KPL string processor (aws-kinesis-agg
@@ -40,6 +42,7 @@ from kinesis_core.producer import Producer, ProducerConfig
 
 GROUP = "producer e2e (moto, 16 shards, 100 B, aggregated)"
 OURS = "kinesis_core Producer"
+ORDERED = "kinesis_core Producer, preserve_order=True"
 AIOKPL = "aiokpl"
 ASYNC_KINESIS = "async-kinesis"
 SHARDS = 16
@@ -64,9 +67,9 @@ def _our_config(**overrides: Any) -> ProducerConfig:
     return ProducerConfig(**options)
 
 
-async def _ours(stream: LocalStream, records: Records) -> None:
+async def _ours(stream: LocalStream, records: Records, **overrides: Any) -> None:
     async with Producer(
-        stream.name, client_config=stream.client_config, config=_our_config()
+        stream.name, client_config=stream.client_config, config=_our_config(**overrides)
     ) as producer:
         futures = [
             await producer.submit_many(records[i : i + BATCH])
@@ -74,6 +77,10 @@ async def _ours(stream: LocalStream, records: Records) -> None:
         ]
         for batch in await asyncio.gather(*futures):
             batch.raise_for_failures()
+
+
+async def _ours_ordered(stream: LocalStream, records: Records) -> None:
+    await _ours(stream, records, preserve_order=True)
 
 
 async def _aiokpl(stream: LocalStream, records: Records) -> None:
@@ -207,8 +214,8 @@ def _measure_memory(server: MotoServer, count: int) -> dict[str, Any]:
 
 
 def run(quick: bool) -> list[Row]:
-    ours_n, aiokpl_n, async_kinesis_n = (
-        (100_000, 3_000, 30_000) if quick else (1_000_000, 20_000, 200_000)
+    ours_n, aiokpl_n, async_kinesis_n, ordered_n = (
+        (100_000, 3_000, 30_000, 50_000) if quick else (1_000_000, 20_000, 200_000, 300_000)
     )
     memory_n = 200_000 if quick else 2_000_000
     rows: list[Row] = []
@@ -219,6 +226,7 @@ def run(quick: bool) -> list[Row]:
             AIOKPL: _measure(server, _aiokpl, data[:aiokpl_n]),
             ASYNC_KINESIS: _measure(server, _async_kinesis, data[:async_kinesis_n]),
         }
+        ordered = _measure(server, _ours_ordered, data[:ordered_n])
         memory = _measure_memory(server, memory_n)
     counts = {OURS: ours_n, AIOKPL: aiokpl_n, ASYNC_KINESIS: async_kinesis_n}
     for subject, (rate, _) in measured.items():
@@ -239,7 +247,11 @@ def run(quick: bool) -> list[Row]:
         Row(GROUP, f"{OURS} vs {ASYNC_KINESIS}", measured[OURS][0], "records/s",
             baseline=ASYNC_KINESIS, note="same as the first row, ratio to async-kinesis")
     )
-    for subject, (_, cpu) in measured.items():
+    rows.append(
+        Row(GROUP, ORDERED, ordered[0], "records/s", baseline=OURS,
+            note=f"{ordered_n:,} records; one aggregate per shard in flight, ratio to the default")
+    )
+    for subject, (_, cpu) in {**measured, ORDERED: ordered}.items():
         rows.append(
             Row("producer CPU (lower is better)", subject, cpu, "CPU s / 1M records")
         )

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from kinesis_core.allocator import BalancedKeyAllocator
-from kinesis_core.errors import KinesisConnectorError, ValidationError
+from kinesis_core.errors import ConfigurationError, KinesisConnectorError, ValidationError
 from kinesis_core.hashing import hash_key, validate_partition_key
 from kinesis_core.shard_map import AT_LATEST, ShardInfo, list_all_shards
 from kinesis_core.skew import skew_report
@@ -156,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         status: int = args.handler(args)
-    except ValidationError as exc:
+    except (ValidationError, ConfigurationError) as exc:
         args.parser.error(str(exc))
     except KinesisConnectorError as exc:
         print(f"{args.parser.prog}: error: {exc}", file=sys.stderr)

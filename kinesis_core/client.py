@@ -8,6 +8,9 @@ instead snapshots the environment's region, endpoints and profile into the field
 
 Secrets never appear in ``repr``/``str`` (so not in logs or tracebacks either), also after a
 pickle round trip; the pickle itself does carry them, since a worker needs them to sign requests.
+botocore's own DEBUG logs print the signed request headers; every client made here installs
+:class:`SecretsFilter` on botocore's loggers, which masks the session token, the signature and
+any secret key in them (docs/configuration.md says exactly what).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
+import threading
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -25,10 +30,15 @@ import botocore.session
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
 from botocore.config import Config
-from botocore.exceptions import ConnectionError as BotoConnectionError, HTTPClientError
+from botocore.exceptions import (
+    ConnectionError as BotoConnectionError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    HTTPClientError,
+)
 
 from kinesis_core.classify import ErrorKind, classify, error_details
-from kinesis_core.errors import ConfigurationError, ValidationError
+from kinesis_core.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb.client import DynamoDBClient
@@ -36,11 +46,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ClientConfig",
+    "SecretsFilter",
     "Service",
     "create_botocore_client",
     "create_dynamodb_client",
     "create_kinesis_client",
     "error_kind",
+    "mask_secrets_in_logs",
+    "unreachable",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -50,6 +63,15 @@ Service = Literal["kinesis", "dynamodb"]
 USER_AGENT_EXTRA = "kinesis-connectors"
 _MASK = "'***'"
 _SECRET_FIELDS = frozenset({"aws_secret_access_key", "aws_session_token"})
+_STR_FIELDS = (
+    "region_name",
+    "endpoint_url",
+    "dynamodb_endpoint_url",
+    "aws_access_key_id",
+    "aws_secret_access_key",
+    "aws_session_token",
+    "profile_name",
+)
 
 
 def _env(environ: Mapping[str, str], *names: str) -> str | None:
@@ -84,25 +106,47 @@ class ClientConfig:
     max_pool_connections: int = 24
 
     def __post_init__(self) -> None:
+        for name in _STR_FIELDS:
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                shown = "" if name in _SECRET_FIELDS else f" {value!r:.60}"
+                raise ConfigurationError(
+                    f"{name}: must be a str or None, got {type(value).__name__}{shown}"
+                )
+        if not isinstance(self.verify, (bool, str)):
+            raise ConfigurationError(
+                f"verify: must be True, False or the path of a CA bundle (str), got "
+                f"{type(self.verify).__name__} {self.verify!r:.60}"
+            )
         for name in ("endpoint_url", "dynamodb_endpoint_url"):
             url = getattr(self, name)
             if url is not None and not url.startswith(("http://", "https://")):
-                raise ValidationError(name, f"must start with http:// or https://, got {url!r}")
+                raise ConfigurationError(
+                    f"{name}: must start with http:// or https://, got {url!r}"
+                )
         for name in ("connect_timeout", "read_timeout"):
-            if not getattr(self, name) > 0:
-                raise ValidationError(name, f"must be > 0 seconds, got {getattr(self, name)!r}")
-        if self.max_pool_connections < 1:
-            raise ValidationError(
-                "max_pool_connections", f"must be >= 1, got {self.max_pool_connections!r}"
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigurationError(
+                    f"{name}: must be a number of seconds, got {type(value).__name__} {value!r:.60}"
+                )
+            if not value > 0:
+                raise ConfigurationError(f"{name}: must be > 0 seconds, got {value!r}")
+        pool = self.max_pool_connections
+        if isinstance(pool, bool) or not isinstance(pool, int):
+            raise ConfigurationError(
+                f"max_pool_connections: must be an int, got {type(pool).__name__} {pool!r:.60}"
             )
+        if pool < 1:
+            raise ConfigurationError(f"max_pool_connections: must be >= 1, got {pool!r}")
         if (self.aws_access_key_id is None) != (self.aws_secret_access_key is None):
-            raise ValidationError(
-                "aws_access_key_id",
-                "aws_access_key_id and aws_secret_access_key go together: give both or neither",
+            raise ConfigurationError(
+                "aws_access_key_id: aws_access_key_id and aws_secret_access_key go together: "
+                "give both or neither"
             )
         if self.aws_session_token is not None and self.aws_access_key_id is None:
-            raise ValidationError(
-                "aws_session_token", "needs aws_access_key_id and aws_secret_access_key"
+            raise ConfigurationError(
+                "aws_session_token: needs aws_access_key_id and aws_secret_access_key"
             )
 
     def __repr__(self) -> str:
@@ -171,6 +215,7 @@ def _client_kwargs(
             endpoint_url or "default endpoint",
         )
     LOG.debug("creating a %s client in %s from %r", service, region, config)
+    mask_secrets_in_logs(config.aws_secret_access_key, config.aws_session_token)
     return {
         "region_name": region,
         "endpoint_url": endpoint_url,
@@ -187,7 +232,7 @@ def _http_config(
     config: ClientConfig, max_attempts: int | None, config_class: type[Config]
 ) -> Config:
     if max_attempts is not None and max_attempts < 1:
-        raise ValidationError("max_attempts", f"must be >= 1, got {max_attempts!r}")
+        raise ConfigurationError(f"max_attempts: must be >= 1, got {max_attempts!r}")
     options: dict[str, Any] = {
         "connect_timeout": config.connect_timeout,
         "read_timeout": config.read_timeout,
@@ -257,3 +302,100 @@ def error_kind(exc: BaseException) -> ErrorKind | None:
     if code is None and status is None and not isinstance(exc, TRANSPORT_ERRORS):
         return None
     return classify(code, status)
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says no connection to the endpoint could be made at all (nothing
+    listens there, the name does not resolve, the connect timed out), as opposed to a
+    connection that failed after it was made."""
+    return isinstance(
+        exc,
+        (
+            EndpointConnectionError,
+            ConnectTimeoutError,
+            ConnectionRefusedError,
+            aiohttp.ClientConnectorError,
+        ),
+    )
+
+
+class SecretsFilter(logging.Filter):
+    """Masks credentials in the records of the loggers it is installed on (botocore's).
+
+    botocore's DEBUG records print the signed request (``Sending http request``: every
+    header) and the canonical request it signed (``CanonicalRequest``): both hold the session
+    token, and the request holds the SigV4 signature, which replays that request for minutes.
+    A parsed STS or SSO answer holds a secret key and a token. This replaces, in the
+    formatted message, the value of every ``x-amz-security-token`` header or query parameter,
+    every ``Signature=``, every ``SecretAccessKey``/``SessionToken``/``secretAccessKey``/
+    ``sessionToken`` field (JSON, XML or repr) and every secret value a :class:`ClientConfig`
+    of this process handed to a client, with ``***``. The access key id stays: it names the
+    credentials, it is not one (AWS prints it in errors too).
+    """
+
+    _PATTERNS = (
+        re.compile(r"(x-amz-security-token['\"]?\s*[:=]\s*b?['\"]?)([^'\"\s,}&]+)", re.I),
+        re.compile(r"(Signature=)([0-9a-fA-F]{16,})"),
+        re.compile(
+            r"(['\"]?(?:SecretAccessKey|SessionToken|aws_secret_access_key|aws_session_token)"
+            r"['\"]?\s*[:=]\s*['\"]?)([^'\"\s,}]+)",
+            re.I,
+        ),
+        re.compile(r"(<(SecretAccessKey|SessionToken)>)([^<]*)(?=</\2>)", re.I),
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._secrets: set[str] = set()
+        self._lock = threading.Lock()
+
+    def add_secret(self, value: str) -> None:
+        """Mask this exact value wherever it appears."""
+        with self._lock:
+            self._secrets.add(value)
+
+    def mask(self, text: str) -> str:
+        """``text`` with every credential in it replaced by ``***``."""
+        for pattern in self._PATTERNS:
+            text = pattern.sub(r"\1***", text)
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, "***")
+        return text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken record: let the handler report it as it would
+            return True
+        masked = self.mask(message)
+        if masked != message:
+            record.msg = masked
+            record.args = None
+        return True
+
+
+SECRETS_FILTER = SecretsFilter()
+"""The one filter every botocore logger gets (``mask_secrets_in_logs`` installs it)."""
+_LOGGER_PREFIXES = ("botocore", "aiobotocore", "boto3", "urllib3")
+_LOGGERS = ("botocore.endpoint", "botocore.auth", "botocore.parsers", "aiobotocore.endpoint")
+
+
+def mask_secrets_in_logs(*secrets: str | None) -> None:
+    """Install :data:`SECRETS_FILTER` on every botocore, aiobotocore, boto3 and urllib3
+    logger there is (and on the few that log requests, made now if need be), and have it mask
+    ``secrets`` too. Idempotent; every client made by this module calls it. A logging filter
+    only sees the records of the logger it is on, hence one per logger."""
+    for secret in secrets:
+        if secret:
+            SECRETS_FILTER.add_secret(secret)
+    names = {
+        name
+        for name in list(logging.Logger.manager.loggerDict)
+        if name.startswith(_LOGGER_PREFIXES)
+    }
+    names.update(_LOGGERS)
+    for name in names:
+        logger = logging.getLogger(name)
+        if SECRETS_FILTER not in logger.filters:
+            logger.addFilter(SECRETS_FILTER)

@@ -24,6 +24,7 @@ MAX_HASH_KEY = 2**128 - 1
 MAX_RECORD_BYTES = 1024 * 1024
 """Data plus partition key (UTF-8) of one record, the default stream limit."""
 MAX_PARTITION_KEY_CHARS = 256
+"""Partition key length limit, in UTF-16 code units (what Kinesis counts; see utf16_length)."""
 MAX_PUT_RECORDS_COUNT = 500
 MAX_PUT_RECORDS_BYTES = 5 * 1024 * 1024
 SHARD_RECORDS_PER_SECOND = 1000
@@ -58,18 +59,47 @@ def parse_explicit_hash_key(value: str | int, field: str = "explicit_hash_key") 
     return key
 
 
+def utf16_length(text: str) -> int:
+    """How many UTF-16 code units ``text`` takes: how Kinesis counts a partition key's length.
+
+    AWS documents "256 Unicode characters"; kinesis-mock 0.6.2 refuses a key longer than 256
+    UTF-16 code units (``String.length``: 128 emoji pass, 129 fail, 256 "é" pass), and so does
+    the KPL's Java front end. A character of the Basic Multilingual Plane is one unit, one
+    outside it (an emoji) two.
+    """
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
 def validate_partition_key(partition_key: object, field: str = "partition_key") -> str:
-    """Check a partition key: a str of 1 to 256 Unicode characters."""
+    """Check a partition key: a str of 1 to 256 characters as Kinesis counts them (UTF-16
+    code units: an emoji counts twice), and valid Unicode (no lone surrogate)."""
     if not isinstance(partition_key, str):
         raise ValidationError(field, f"must be str, got {type(partition_key).__name__}")
-    n = len(partition_key)
-    if n == 0:
-        raise ValidationError(field, "must not be empty (1 to 256 Unicode characters)")
-    if n > MAX_PARTITION_KEY_CHARS:
-        raise ValidationError(
-            field, f"has {n} characters, the limit is {MAX_PARTITION_KEY_CHARS}"
-        )
+    if not partition_key:
+        raise ValidationError(field, "must not be empty (1 to 256 characters)")
+    _check_unicode(partition_key, field)
+    if len(partition_key) > MAX_PARTITION_KEY_CHARS // 2:
+        n = utf16_length(partition_key)
+        if n > MAX_PARTITION_KEY_CHARS:
+            raise ValidationError(
+                field,
+                f"has {n} characters as Kinesis counts them (UTF-16 code units: an emoji counts "
+                f"as 2), the limit is {MAX_PARTITION_KEY_CHARS}",
+            )
     return partition_key
+
+
+def _check_unicode(text: str, field: str) -> None:
+    """Refuse a lone surrogate: it is no Unicode character, so it has no UTF-8 form to send
+    or to hash."""
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        raise ValidationError(
+            field,
+            f"holds a lone surrogate {text[exc.start]!r} at index {exc.start}: not valid "
+            "Unicode, so it has no UTF-8 form to send or to hash",
+        ) from None
 
 
 def validate_record(
@@ -83,10 +113,11 @@ def validate_record(
     Raises ValidationError naming the field and the limit. Data must be bytes-like; data plus
     the UTF-8 partition key must fit ``max_record_bytes`` (1 MiB by default).
     """
-    # The hot path of every producer: one type check per argument, the key encoded once.
+    # The hot path of every producer: one type check per argument, the key encoded once. A key
+    # of at most 128 code points is at most 256 UTF-16 units, whatever its characters.
     pk = (
         partition_key
-        if type(partition_key) is str and 0 < len(partition_key) <= MAX_PARTITION_KEY_CHARS
+        if type(partition_key) is str and 0 < len(partition_key) <= MAX_PARTITION_KEY_CHARS // 2
         else validate_partition_key(partition_key)
     )
     if type(data) is bytes:
@@ -95,7 +126,11 @@ def validate_record(
         data_bytes = data.nbytes if isinstance(data, memoryview) else len(data)
     else:
         raise ValidationError("data", f"must be bytes, got {type(data).__name__}")
-    pk_utf8 = pk.encode()
+    try:
+        pk_utf8 = pk.encode()
+    except UnicodeEncodeError:
+        _check_unicode(pk, "partition_key")
+        raise
     size = data_bytes + len(pk_utf8)
     if size > max_record_bytes:
         raise ValidationError(

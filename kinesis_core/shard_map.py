@@ -39,6 +39,8 @@ Sleep = Callable[[float], Awaitable[object]]
 
 AT_LATEST: Mapping[str, str] = {"Type": "AT_LATEST"}
 """ShardFilter for the shards open now: all the producer can write to."""
+AT_TRIM_HORIZON: Mapping[str, str] = {"Type": "AT_TRIM_HORIZON"}
+"""ShardFilter for every shard still holding data, closed ones included."""
 
 def _permanent(error: BaseException) -> bool:
     """A ListShards error that retrying will not fix: ``start()`` reports it at once."""
@@ -298,13 +300,18 @@ class ShardMap:
         return True
 
     def refresh_succeeded(self, shards: Iterable[ShardInfo]) -> None:
-        """Install a ListShards result; shards that left it stay in ``hash_range`` for the TTL."""
+        """Install a ListShards result; shards that left it (and closed shards in it) stay in
+        ``hash_range`` for the TTL."""
         self._expect_updating("refresh_succeeded")
         now = self._clock()
+        shards = list(shards)
         table = ShardTable(shards)
         for old in self._table.shards:
             if old.shard_id not in table:
                 self._closed[old.shard_id] = (old, now + self._ttl)
+        for shard in shards:
+            if not shard.is_open:
+                self._closed[shard.shard_id] = (shard, now + self._ttl)
         for shard in table.shards:
             self._closed.pop(shard.shard_id, None)
         self._purge(now)
@@ -313,6 +320,16 @@ class ShardMap:
         self._updated_at = now
         self._backoff = self._min_backoff
         self._refreshes += 1
+
+    def learn(self, shards: Iterable[ShardInfo]) -> None:
+        """Remember the hash ranges of ``shards`` that are not in the snapshot (closed ones, or
+        newer ones) for the TTL: ``hash_range`` answers for them. Any state; predictions do
+        not change. For a producer whose record landed on a shard born and closed between two
+        refreshes (a fuller ListShards than AT_LATEST lists it)."""
+        now = self._clock()
+        for shard in shards:
+            if shard.shard_id not in self._table:
+                self._closed[shard.shard_id] = (shard, now + self._ttl)
 
     def refresh_failed(self) -> float:
         """The refresh failed: INVALID; returns the seconds to wait before ``retry_due``."""
@@ -418,13 +435,14 @@ class ShardMapDriver:
     ``start()`` (or ``async with``) starts the first refresh and, with ``wait_on_start``,
     waits until the map is READY: it raises :class:`ShardMapTimeoutError` after
     ``start_timeout`` seconds, or at once on an error retrying cannot fix (no such stream,
-    access denied). With ``wait_on_start=False`` records flow unpredicted until the map is
-    ready. ``clock`` must be the clock the callers of ``invalidate`` read ``seen_at`` from.
+    access denied), or when ``give_up(error, attempts)`` says so. With ``wait_on_start=False``
+    records flow unpredicted until the map is ready. ``clock`` must be the clock the callers of
+    ``invalidate`` read ``seen_at`` from.
     """
 
     def __init__(
         self,
-        stream_name: str,
+        stream_name: str | StreamRef,
         list_shards_fn: ListShardsFn,
         *,
         closed_shard_ttl: float = 60.0,
@@ -435,8 +453,11 @@ class ShardMapDriver:
         start_timeout: float | None = 30.0,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        give_up: Callable[[BaseException, int], bool] | None = None,
     ) -> None:
-        self.stream_name = stream_name
+        self.stream_name = str(stream_name)
+        self._stream = stream_name
+        self._give_up = give_up
         self.clock = clock
         self._list_shards_fn = list_shards_fn
         self._page_size = page_size
@@ -486,7 +507,14 @@ class ShardMapDriver:
             if self._map.state is ShardMapState.READY:
                 return True
             error = self._last_error
-            return fail_fast and error is not None and _permanent(error)
+            return (
+                fail_fast
+                and error is not None
+                and (
+                    _permanent(error)
+                    or (self._give_up is not None and self._give_up(error, self._attempts))
+                )
+            )
 
         try:
             async with self._changed:
@@ -500,6 +528,18 @@ class ShardMapDriver:
             raise KinesisConnectorError(
                 f"ListShards for stream {self.stream_name!r} failed: {self._last_error}"
             ) from self._last_error
+
+    async def learn_all_shards(self) -> None:
+        """List every shard of the stream, closed ones included (AT_TRIM_HORIZON), and let
+        the map remember their hash ranges (:meth:`ShardMap.learn`)."""
+        shards = await list_all_shards(
+            self._list_shards_fn,
+            self._stream,
+            AT_TRIM_HORIZON,
+            page_size=self._page_size,
+            sleep=self._sleep,
+        )
+        self._map.learn(shards)
 
     def invalidate(self, seen_at: float, predicted_shard_id: str | None) -> bool:
         """Ask for a refresh (see :meth:`ShardMap.invalidate`). True if one was started."""
@@ -539,7 +579,7 @@ class ShardMapDriver:
             try:
                 shards = await list_all_shards(
                     self._list_shards_fn,
-                    self.stream_name,
+                    self._stream,
                     AT_LATEST,
                     page_size=self._page_size,
                     sleep=self._sleep,

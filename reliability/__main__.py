@@ -22,7 +22,10 @@ from kinesis_core.local import KinesisMock, LocalServer, MotoServer, StreamFacto
 from reliability.bad_input import bad_input
 from reliability.consumer_faults import consumer_under_faults
 from reliability.crash_loops import crash_loop
+from reliability.producer_auth import producer_auth
 from reliability.producer_faults import producer_under_faults
+from reliability.producer_outage import producer_outage
+from reliability.producer_reshard import producer_reshard
 from reliability.result import SuiteResult, render
 from reliability.server_restart import server_restart
 
@@ -67,13 +70,18 @@ def _suites() -> dict[str, Suite]:
         "producer": lambda c: producer_under_faults(
             c.streams(MotoServer), records=pick(c, 5_000, 50_000), seed=c.seed
         ),
+        "reshard": lambda c: producer_reshard(
+            c.streams(KinesisMock), records=pick(c, 1_500, 3_000)
+        ),
+        "outage": lambda c: producer_outage(c.streams(MotoServer), outage=pick(c, 20, 600)),
+        "auth": lambda c: producer_auth(),
         "consumer": lambda c: consumer_under_faults(
             c.streams(KinesisMock), records=pick(c, 600, 3_000), seed=c.seed
         ),
         "restart": lambda c: server_restart(
             c.folder("restart"), outage=pick(c, 3, 6), before=3.0, after=3.0
         ),
-        "bad-input": lambda c: bad_input(c.streams(KinesisMock), slow=not c.quick),
+        "bad-input": lambda c: bad_input(c.streams(KinesisMock)),
         "crash-consumer": lambda c: crash_loop(
             "consumer",
             c.streams(KinesisMock),

@@ -4,7 +4,9 @@ A fault proxy in front of moto throttles, fails, resets, stalls and truncates Pu
 (truncation makes the ambiguous case: written, but the answer never arrived) and fails single
 records inside successful answers. Then, with every PutRecords throttled, a second batch with a
 short TTL must come back failed with ``Expired``, its attempts and the last error, within its
-TTL. The stream is read back as a KCL reader sees it and reconciled record by record:
+TTL. Between the two, a smaller batch goes through the same faults with ``preserve_order=True``:
+no record of it may land before a record of its key put earlier. The stream is read back as a
+KCL reader sees it and reconciled record by record:
 
 - each record has exactly one terminal result (the producer's own counters agree);
 - a success names a (shard, sequence, sub-sequence) that holds exactly that record;
@@ -113,6 +115,12 @@ def producer_under_faults(
     stream = make_stream(shards)
     main = [make_records(i, min(CHUNK, records - i), rng) for i in range(0, records, CHUNK)]
     expiry = [make_records(records, EXPIRY_RECORDS, rng)]
+    ordered_count = max(500, records // 10)
+    first_ordered = records + EXPIRY_RECORDS
+    ordered = [
+        make_records(i, min(CHUNK, first_ordered + ordered_count - i), rng)
+        for i in range(first_ordered, first_ordered + ordered_count, CHUNK)
+    ]
     # Small aggregates and requests: many more PutRecords calls, so many more faults per record.
     main_config = ProducerConfig(
         request_timeout=REQUEST_TIMEOUT, aggregation_max_size=1024, collection_max_count=5
@@ -125,6 +133,16 @@ def producer_under_faults(
         outcomes, received, finished = asyncio.run(
             _produce(client_config, stream.name, main, main_config)
         )
+        in_order, received_3, finished_3 = asyncio.run(
+            _produce(
+                client_config,
+                stream.name,
+                ordered,
+                dataclasses.replace(main_config, preserve_order=True),
+            )
+        )
+        received += received_3
+        finished += finished_3
         proxy.configure(ALL_THROTTLED)
         expired, received_2, finished_2 = asyncio.run(
             _produce(client_config, stream.name, expiry, expiry_config)
@@ -136,10 +154,14 @@ def producer_under_faults(
             f"the producer received {received + received_2} records and reported "
             f"{finished + finished_2} terminal outcomes"
         )
-    attempted = [entry for batch in main + expiry for entry in batch]
+    attempted = [entry for batch in main + ordered + expiry for entry in batch]
     result.attempted = len(attempted)
     results: list[tuple[float, float, RecordResult]] = []
-    for ttl, batch_outcomes in ((main_config.record_ttl, outcomes), (EXPIRY_TTL, expired)):
+    for ttl, batch_outcomes in (
+        (main_config.record_ttl, outcomes),
+        (main_config.record_ttl, in_order),
+        (EXPIRY_TTL, expired),
+    ):
         for submitted_at, batch in batch_outcomes:
             results.extend((submitted_at, ttl, r) for r in batch)
     if len(results) != len(attempted):
@@ -147,6 +169,15 @@ def producer_under_faults(
     _reconcile(result, attempted, results, kcl_view(stream))
     if not all(not r.success and r.error_code == EXPIRED for _, _, r in results[-EXPIRY_RECORDS:]):
         result.problem("records put while every PutRecords was throttled did not all expire")
+    start = len(attempted) - EXPIRY_RECORDS - ordered_count
+    result.note(_key_order(attempted[:start], results[:start]))
+    behind, checked = _behind(attempted[start:-EXPIRY_RECORDS], results[start:-EXPIRY_RECORDS])
+    result.note(
+        f"with preserve_order=True: {behind} of {checked} records landed before a record of "
+        "the same key put earlier"
+    )
+    if behind:
+        result.problem(f"preserve_order: {behind} records overtook an earlier one of their key")
     result.seconds = time.monotonic() - started
     return result
 
@@ -209,7 +240,6 @@ def _reconcile(
     result.note(
         f"failures by code: {dict(codes) or 'none'}; most attempts of one record: {max_attempts}"
     )
-    result.note(_key_order(attempted, results))
     if failed_but_written:
         result.note(
             f"{failed_but_written} records reported failed were written anyway (an answer cut "
@@ -221,7 +251,19 @@ def _key_order(
     attempted: Sequence[Entry], results: Sequence[tuple[float, float, RecordResult]]
 ) -> str:
     """How often a record landed before a record of the same key put earlier (retries reorder:
-    the producer, like the KPL, keeps no order per key once a record is retried)."""
+    without ``preserve_order`` the producer, like the KPL, keeps no order per key once a record
+    is retried)."""
+    behind, checked = _behind(attempted, results)
+    return (
+        f"order per key: {behind} of {checked} records landed before a record of the same key "
+        "put earlier"
+    )
+
+
+def _behind(
+    attempted: Sequence[Entry], results: Sequence[tuple[float, float, RecordResult]]
+) -> tuple[int, int]:
+    """(records that landed before a record of their key put earlier, records checked)."""
     last: dict[str, ShardPosition] = {}
     behind = checked = 0
     for (_, key, ehk), (_, _, r) in zip(attempted, results, strict=False):
@@ -232,7 +274,4 @@ def _key_order(
         if key in last and where < last[key]:
             behind += 1
         last[key] = max(where, last.get(key, where))
-    return (
-        f"order per key: {behind} of {checked} records landed before a record of the same key "
-        "put earlier"
-    )
+    return behind, checked

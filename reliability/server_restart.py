@@ -4,11 +4,10 @@ kinesis-mock runs with persistence; a producer puts records continuously and a c
 and acks them continuously. The server is stopped (its data saved), stays down for ``outage``
 seconds, and starts again on the same port. Nobody restarts the producer or the consumer.
 
-The clients reach the server through a plain proxy (no faults) that goes down first and comes
-back last, on the same port: kinesis-mock answers requests while ``stop()`` waits for its final
-snapshot, and a write it acknowledges after that snapshot is gone after the restart (a limit of
-the emulator, not of the clients). So the clients see the outage as a server that refuses
-connections, and every write acknowledged to them is in the restarted server.
+The clients talk to the server directly: ``KinesisMock.stop()`` first closes every connection
+and refuses new ones, then waits for a snapshot taken after that, so every write it acknowledged
+is in the restarted server, and the clients see the outage as a server that refuses
+connections.
 
 Checks: every record the producer reports written is in the stream after the restart and is
 delivered by the consumer; the producer's failures are only records whose TTL ran out (the TTL
@@ -26,11 +25,9 @@ from pathlib import Path
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
 from kinesis_core.local import KinesisMock
-from kinesis_core.local._server import free_port
-from kinesis_core.local.fault_proxy import FaultProxy
 from kinesis_core.local.streams import LocalStream
 from kinesis_core.producer import EXPIRED, BatchResult, Producer, ProducerConfig
-from reliability._common import kcl_view, payload, record_id, via
+from reliability._common import kcl_view, payload, record_id
 from reliability.result import SuiteResult
 
 NAME = "server restart"
@@ -42,9 +39,9 @@ PERIOD = 0.05
 class _Run:
     """The producer's and the consumer's sides of one run, and the clock of the outage."""
 
-    def __init__(self, stream: LocalStream, endpoint_url: str, outage: float, ttl: float) -> None:
+    def __init__(self, stream: LocalStream, outage: float, ttl: float) -> None:
         self.stream = stream
-        self.client_config = via(stream.client_config, endpoint_url)
+        self.client_config = stream.client_config
         self.outage = outage
         self.config = ProducerConfig(record_ttl=ttl)
         self.put: list[tuple[float, BatchResult]] = []
@@ -97,28 +94,16 @@ class _Run:
                 record.ack()
 
 
-async def _main(
-    server: KinesisMock, proxy: FaultProxy, run: _Run, before: float, after: float, limit: float
-) -> None:
-    await proxy.start()
-    try:
-        await _restart(server, proxy, run, before, after, limit)
-    finally:
-        await proxy.stop()
-
-
 async def _restart(
-    server: KinesisMock, proxy: FaultProxy, run: _Run, before: float, after: float, limit: float
+    server: KinesisMock, run: _Run, before: float, after: float, limit: float
 ) -> None:
     written: asyncio.Future[set[int]] = asyncio.get_running_loop().create_future()
     consumer = asyncio.create_task(run.consume(written))
     producer = asyncio.create_task(run.produce())
     await asyncio.sleep(before)
-    await proxy.stop()
     await asyncio.to_thread(server.stop)
     await asyncio.sleep(run.outage)
     await asyncio.to_thread(server.start)
-    await proxy.start()
     run.restarted_at = time.monotonic()
     await asyncio.sleep(after)
     run.stop_producing.set()
@@ -148,13 +133,11 @@ def server_restart(
     result = SuiteResult(NAME, faults=1)
     started = time.monotonic()
     ttl = outage + 25.0
-    port = free_port()
     with KinesisMock(persist_path=workdir / "kinesis-mock-data", persist_interval=0.2) as server:
         stream = server.create_stream("restart", shards=2)
-        proxy = FaultProxy(server.endpoint_url, port=port)
         try:
-            run = _Run(stream, f"http://127.0.0.1:{port}", outage, ttl)
-            asyncio.run(_main(server, proxy, run, before, after, timeout))
+            run = _Run(stream, outage, ttl)
+            asyncio.run(_restart(server, run, before, after, timeout))
             in_stream = Counter(record_id(r.data) for r in kcl_view(stream))
             result.note(
                 f"duplicates: {sum(c - 1 for c in in_stream.values() if c > 1)} extra copies "
@@ -201,7 +184,7 @@ def server_restart(
             f"outage {outage:g} s; after the restart the producer wrote again within "
             f"{min(resumed) - run.restarted_at:.1f} s and the consumer delivered a new record "
             f"within {first_delivery - run.restarted_at:.1f} s; most attempts of one record: "
-            f"{max(len(r.attempts) for _, r in results)}"
+            f"{max(r.attempt_count for _, r in results)}"
         )
     result.seconds = time.monotonic() - started
     return result

@@ -88,6 +88,16 @@ def _encode(value: CheckpointValue) -> tuple[str, int]:
     return str(value[0]), value[1]
 
 
+def _naming(exc: sqlite3.Error, path: str) -> sqlite3.Error:
+    """``exc`` (same type, same SQLite error code) with the store's path in its message:
+    "unable to open database file" alone does not say which file."""
+    named = type(exc)(f"{exc} (SQLite checkpoint store {path!r})")
+    for attribute in ("sqlite_errorcode", "sqlite_errorname"):
+        if hasattr(exc, attribute):
+            setattr(named, attribute, getattr(exc, attribute))
+    return named
+
+
 def _migrate(conn: sqlite3.Connection) -> None:
     """Create the table, or add the columns a file made by an older version lacks."""
     conn.execute("BEGIN IMMEDIATE")
@@ -128,19 +138,30 @@ class SQLiteCheckpointStore:
                 isolation_level=None,
                 check_same_thread=False,
             )
-            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            # NORMAL is durable against a process crash in WAL mode (not against power loss).
-            conn.execute("PRAGMA synchronous = NORMAL")
-            _migrate(conn)
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+                conn.execute("PRAGMA journal_mode = WAL")
+                # NORMAL is durable against a process crash in WAL mode (not power loss).
+                conn.execute("PRAGMA synchronous = NORMAL")
+                _migrate(conn)
+            except BaseException:
+                conn.close()
+                raise
             self._conn = conn
         return self._conn
 
     async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         if self._closed:
             raise RuntimeError("SQLiteCheckpointStore is closed")
+
+        def call() -> _T:
+            try:
+                return fn(self._connection())
+            except sqlite3.Error as exc:
+                raise _naming(exc, self.path) from exc
+
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: fn(self._connection()))
+        return await loop.run_in_executor(self._executor, call)
 
     async def get(self, application: str, stream: str, shard_id: str) -> Checkpoint | None:
         def read(conn: sqlite3.Connection) -> Checkpoint | None:

@@ -9,6 +9,10 @@ Its quirks, handled here: it crashes unless ``KINESIS_MOCK_CERT_PATH`` points at
 serves TLS and plain HTTP on two ports; streams stay CREATING/UPDATING for 500 ms unless the
 ``*_DURATION`` variables say otherwise; ``SHARD_LIMIT`` counts closed shards; on SIGTERM it
 waits for open connections for up to 30 s, so we stop it through its stdin guard instead.
+
+With persistence, a write acknowledged after the last snapshot is lost by an exit. So ``stop()``
+first has the guard cut every connection and refuse new ones ("drain"): no write can be
+acknowledged after that. Then it waits for a snapshot taken after the drain, then exits.
 """
 
 from __future__ import annotations
@@ -42,11 +46,37 @@ INSTALL_HINT = (
     "other systems: https://nodejs.org)"
 )
 PERSIST_FILE_NAME = "kinesis-data.json"
+DRAINED = "kinesis-connectors: draining, every connection closed"
+"""What the guard prints once it has closed every connection (``stop()`` waits for it)."""
 
 # Runs main.js inside a node process that exits at once when its stdin closes. cats-effect
 # replaces process.exit with a graceful exit that can hang for 30 s, hence the saved original.
+# Every server main.js makes (plain and TLS: both net.createServer) is watched: on the line
+# "drain" on stdin, every open connection is destroyed and every new one too, so nothing more
+# is acknowledged while the last snapshot is written.
 _NODE_GUARD = (
     "const hardExit = process.exit.bind(process);"
+    "const net = require('net');"
+    "const sockets = new Set();"
+    "let draining = false;"
+    "const createServer = net.createServer;"
+    "net.createServer = function (...args) {"
+    "  const server = createServer.apply(this, args);"
+    "  server.on('connection', (socket) => {"
+    "    if (draining) { socket.destroy(); return; }"
+    "    sockets.add(socket);"
+    "    socket.on('close', () => sockets.delete(socket));"
+    "  });"
+    "  return server;"
+    "};"
+    "process.stdin.setEncoding('utf8');"
+    "process.stdin.on('data', (chunk) => {"
+    "  if (!draining && chunk.includes('drain')) {"
+    "    draining = true;"
+    "    for (const socket of sockets) socket.destroy();"
+    f"    process.stdout.write('{DRAINED}\\n');"
+    "  }"
+    "});"
     "process.stdin.on('end', () => hardExit(0));"
     "process.stdin.on('error', () => hardExit(0));"
     "process.stdin.resume();"
@@ -159,10 +189,10 @@ class KinesisMock(LocalServer):
 
     ``status_delay``: seconds a stream stays CREATING/UPDATING/DELETING (0: ACTIVE at once).
     ``persist_path``: keep the streams and their records in ``<persist_path>/kinesis-data.json``,
-    written every ``persist_interval`` seconds and loaded on start; ``stop()`` then waits for a
-    snapshot taken after it was called, so a stop/start keeps every acknowledged write, while
-    ``kill()`` loses what came after the last periodic snapshot. ``env``: extra kinesis-mock
-    variables, applied last.
+    written every ``persist_interval`` seconds and loaded on start; ``stop()`` then closes every
+    connection (clients see the server go away) and waits for a snapshot taken after that, so a
+    stop/start keeps every acknowledged write, while ``kill()`` loses what came after the last
+    periodic snapshot. ``env``: extra kinesis-mock variables, applied last.
     """
 
     kind = "kinesis-mock"
@@ -262,7 +292,32 @@ class KinesisMock(LocalServer):
 
     def _before_stop(self) -> None:
         if self.persist_file is not None:
+            self._drain()
             self._wait_for_fresh_snapshot(self.persist_file)
+
+    def _drain(self) -> None:
+        """Have the guard close every connection and refuse new ones; wait until it has."""
+        proc = self._proc
+        log_path = self.log_path
+        assert proc is not None
+        assert proc.stdin is not None
+        assert log_path is not None
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        proc.stdin.write(b"drain\n")
+        proc.stdin.flush()
+        deadline = time.monotonic() + 30
+        while True:
+            self.ensure_running()
+            with log_path.open("rb") as log:
+                log.seek(offset)
+                if DRAINED.encode() in log.read():
+                    return
+            if time.monotonic() > deadline:
+                raise EmulatorError(
+                    f"kinesis-mock did not close its connections within 30 s; its last log "
+                    f"lines:\n{self.log_tail()}"
+                )
+            time.sleep(0.01)
 
     def _wait_for_fresh_snapshot(self, path: Path) -> None:
         """Wait for the second complete snapshot written from now on.

@@ -155,40 +155,88 @@ class Aggregator:
         """User records in open aggregates."""
         return sum(len(buf.records) for buf in self._buffers.values())
 
+    def alone(
+        self, urs: Sequence[UserRecord], shard_id: str | None, now: float, deadline: float
+    ) -> None:
+        """Send each of ``urs`` as a plain Kinesis record of its own (the records of an
+        aggregate the service refused, sent one by one to find the one it refuses)."""
+        for ur in urs:
+            self._single(ur, shard_id, now, deadline)
+
+    def seal_now(
+        self,
+        shard_id: str | None,
+        urs: Sequence[UserRecord],
+        now: float,
+        deadline: float,
+        *,
+        plain: bool = False,
+    ) -> list[KinesisRecordOut]:
+        """Aggregate ``urs`` among themselves, in order (each alone with ``plain``), and return
+        the sealed Kinesis records at once, leaving the shard's open aggregate alone: retries
+        that must not be overtaken by records buffered after them (``preserve_order``)."""
+        if shard_id is None or plain or not self.enabled:
+            return [self._plain(ur, shard_id, now, deadline) for ur in urs]
+        out: list[KinesisRecordOut] = []
+        buf = _ShardBuffer(self._builder_factory(self.max_size))
+        for ur in urs:
+            if not (
+                len(buf.records) < self.max_count
+                and buf.builder.try_add(ur[PARTITION_KEY], ur[EXPLICIT_HASH_KEY], ur[DATA])
+            ):
+                if buf.records:
+                    out.append(self._build(shard_id, buf))
+                if not buf.builder.try_add(ur[PARTITION_KEY], ur[EXPLICIT_HASH_KEY], ur[DATA]):
+                    out.append(self._plain(ur, shard_id, now, deadline))
+                    continue
+            buf.records.append(ur)
+            buf.since_sum += now
+            buf.deadline = min(buf.deadline, deadline)
+            buf.expiration = min(buf.expiration, ur[ARRIVAL] + self.record_ttl)
+        if buf.records:
+            out.append(self._build(shard_id, buf))
+        return out
+
     def _seal(self, shard_id: str, buf: _ShardBuffer) -> None:
+        self.sealed.append(self._build(shard_id, buf))
+
+    def _build(self, shard_id: str, buf: _ShardBuffer) -> KinesisRecordOut:
+        """The Kinesis record of ``buf``'s aggregate; empties ``buf``."""
         builder = buf.builder
         records = buf.records
-        self.sealed.append(
-            KinesisRecordOut(
-                builder.build(),
-                builder.container_partition_key,
-                builder.container_explicit_hash_key,
-                records,
-                shard_id,
-                builder.size,
-                buf.deadline,
-                buf.expiration,
-                buf.since_sum / len(records),
-            )
+        kr = KinesisRecordOut(
+            builder.build(),
+            builder.container_partition_key,
+            builder.container_explicit_hash_key,
+            records,
+            shard_id,
+            builder.size,
+            buf.deadline,
+            buf.expiration,
+            buf.since_sum / len(records),
         )
         builder.clear()
         buf.records = []
         buf.deadline = _INF
         buf.expiration = _INF
         buf.since_sum = 0.0
+        return kr
 
     def _single(self, ur: UserRecord, shard_id: str | None, now: float, deadline: float) -> None:
+        self.sealed.append(self._plain(ur, shard_id, now, deadline))
+
+    def _plain(
+        self, ur: UserRecord, shard_id: str | None, now: float, deadline: float
+    ) -> KinesisRecordOut:
         pk = ur[PARTITION_KEY]
-        self.sealed.append(
-            KinesisRecordOut(
-                ur[DATA],
-                pk,
-                ur[EXPLICIT_HASH_KEY],
-                [ur],
-                shard_id,
-                len(ur[DATA]) + len(pk.encode("utf-8")),
-                deadline,
-                ur[ARRIVAL] + self.record_ttl,
-                now,
-            )
+        return KinesisRecordOut(
+            ur[DATA],
+            pk,
+            ur[EXPLICIT_HASH_KEY],
+            [ur],
+            shard_id,
+            len(ur[DATA]) + len(pk.encode("utf-8")),
+            deadline,
+            ur[ARRIVAL] + self.record_ttl,
+            now,
         )

@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kinesis_core.hashing import validate_record
 from kinesis_core.producer.config import ProducerConfig, record_cost
 from kinesis_core.producer.metrics import MetricsHook, MetricsSnapshot
-from kinesis_core.producer.producer import LOW_WATER, Producer
+from kinesis_core.producer.producer import LOW_WATER, Producer, stream_argument
 from kinesis_core.producer.result import BatchResult, RecordResult
 
 if TYPE_CHECKING:
     from kinesis_core.client import ClientConfig
+    from kinesis_core.stream import StreamRef
 
 logger = logging.getLogger(__name__)
 
@@ -111,18 +112,20 @@ class BlockingProducer:
 
     def __init__(
         self,
-        stream_name: str,
+        stream: str | StreamRef | None = None,
         *,
         client_config: ClientConfig | None = None,
         config: ProducerConfig | None = None,
         client: Any = None,
         on_metrics: MetricsHook | None = None,
+        stream_name: str | None = None,
     ) -> None:
-        self.stream_name = stream_name
+        self.stream = stream_argument(stream, stream_name, "BlockingProducer")
+        self.stream_name = self.stream.name
         self.config = config if config is not None else ProducerConfig()
         self._thread = LoopThread.get()
         self._producer = Producer(
-            stream_name,
+            self.stream,
             client_config=client_config,
             config=self.config,
             client=client,

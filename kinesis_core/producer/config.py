@@ -65,7 +65,9 @@ class ProducerConfig:
     max_outstanding_bytes: int = 256 * 1024 * 1024
     """Memory the records accepted and not yet finished may take (see :func:`record_cost`)."""
     max_record_bytes: int = MAX_RECORD_BYTES
-    """Largest data plus partition key of one user record (the stream's record size limit)."""
+    """Largest data plus partition key of one user record: at most the Kinesis limit of 1 MiB
+    (what PutRecords takes per record unless the stream's maximum record size was raised,
+    which this producer does not support)."""
     max_connections: int = 24
     """Concurrent PutRecords requests, and the HTTP connection pool's size."""
     request_timeout: float = 6.0
@@ -75,6 +77,18 @@ class ProducerConfig:
     """Seconds to wait for a connection to the endpoint."""
     metrics_interval: float = 60.0
     """Seconds between two calls of the metrics hook, when one is given."""
+    retry_backoff_base: float = 0.05
+    """Seconds: the first retry after a failed request (or a shard's failed records) waits a
+    random time up to this, and each failure in a row doubles the bound (full jitter). The
+    KPL's only retry delay is half ``record_max_buffered_time``, 50 ms by default."""
+    retry_backoff_max: float = 5.0
+    """Seconds: the longest bound of that random wait (a dead endpoint is tried again about
+    every ``retry_backoff_max / 2`` seconds, one request at a time)."""
+    preserve_order: bool = False
+    """Keep the records of each partition key in the order they were put, also across retries,
+    at the price of one Kinesis record in flight per shard (one aggregate, or one plain record
+    when ``aggregation_enabled`` is off): a shard's next record is sent only when the previous
+    one's outcome is known, and a retried record goes before any later one."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -88,13 +102,25 @@ class ProducerConfig:
         _int_range("rate_limit", self.rate_limit, 1, 1_000_000)
         _int_range("max_outstanding_records", self.max_outstanding_records, 1, 2**63 - 1)
         _int_range("max_outstanding_bytes", self.max_outstanding_bytes, 1024 * 1024, 2**63 - 1)
-        _int_range("max_record_bytes", self.max_record_bytes, 64, 10 * MAX_RECORD_BYTES)
+        _int_range("max_record_bytes", self.max_record_bytes, 64, 2**63 - 1)
+        if self.max_record_bytes > MAX_RECORD_BYTES:
+            raise ConfigurationError(
+                f"max_record_bytes: {self.max_record_bytes} is over the Kinesis limit of "
+                f"{MAX_RECORD_BYTES} bytes (1 MiB) for one record's data plus partition key"
+            )
         _int_range("max_connections", self.max_connections, 1, 256)
         _float_range("record_max_buffered_time", self.record_max_buffered_time, 0.0, 3600.0)
         _float_range("record_ttl", self.record_ttl, 0.1, 86_400.0)
         _float_range("request_timeout", self.request_timeout, 0.1, 600.0)
         _float_range("connect_timeout", self.connect_timeout, 0.1, 300.0)
         _float_range("metrics_interval", self.metrics_interval, 0.1, 86_400.0)
+        _float_range("retry_backoff_base", self.retry_backoff_base, 0.001, 60.0)
+        _float_range("retry_backoff_max", self.retry_backoff_max, 0.001, 3600.0)
+        if self.retry_backoff_max < self.retry_backoff_base:
+            raise ConfigurationError(
+                f"retry_backoff_max ({self.retry_backoff_max} s) must be at least "
+                f"retry_backoff_base ({self.retry_backoff_base} s)"
+            )
         if self.collection_max_size < self.aggregation_max_size:
             raise ConfigurationError(
                 f"collection_max_size ({self.collection_max_size}) must be at least "

@@ -10,15 +10,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from kinesis_core.producer.result import Attempt
+    from kinesis_core.producer.result import History
 
-UserRecord = tuple[int, bytes, str, "str | None", int, int, "tuple[Attempt, ...]", float]
+UserRecord = tuple[int, bytes, str, "str | None", int, int, "History", float]
 """(hash_key, data, partition_key, explicit_hash_key, sink, index, attempts, arrival).
 
 ``explicit_hash_key`` is the decimal string the caller gave (normalised) or None; ``sink`` is
 the key of the record's sink in the pipeline's registry (an int, not a reference, so that the
 garbage collector does not track the tuple); ``index`` is the record's index for its sink;
-``attempts`` are the attempts of earlier trips (empty on the first); ``arrival`` is when the
+``attempts`` is the (bounded) history of earlier trips (empty on the first); ``arrival`` is when the
 producer accepted it, the start of its TTL.
 """
 
@@ -94,11 +94,13 @@ class KinesisRecordOut:
 class PutBatch:
     """The Kinesis records of one PutRecords request."""
 
-    __slots__ = ("abandoned", "records", "size")
+    __slots__ = ("abandoned", "expiration", "records", "size")
 
     def __init__(self, records: list[KinesisRecordOut], size: int) -> None:
         self.records = records
         self.size = size
+        self.expiration = min((kr.expiration for kr in records), default=float("inf"))
+        """When the TTL of its oldest record runs out."""
         self.abandoned = False
         """Set when its records were failed by a shutdown or crash while it was in flight,
         so a late response cannot finish them a second time."""
@@ -106,3 +108,12 @@ class PutBatch:
     @property
     def user_record_count(self) -> int:
         return sum(len(kr.records) for kr in self.records)
+
+    def split(self) -> tuple[PutBatch, PutBatch]:
+        """Its two halves (it holds at least two Kinesis records), as two requests."""
+        half = len(self.records) // 2
+        first, second = self.records[:half], self.records[half:]
+        return (
+            PutBatch(first, sum(kr.size for kr in first)),
+            PutBatch(second, sum(kr.size for kr in second)),
+        )

@@ -7,6 +7,11 @@ it waits is handed back as expired. Beyond the KPL (whose ``add_error`` is a TOD
 answers with throttling has its rate halved, at most once per ``CUT_INTERVAL``, down to
 ``MIN_MULTIPLIER`` of the limit, and regains ``RECOVERY_PER_SECOND`` of it per second after.
 Records with no predicted shard are not limited (the KPL does the same).
+
+Two more reasons keep a shard's queue waiting, tokens or not: ``hold`` (a retry backoff after
+the shard's records failed) and ``one_at_a_time`` (``preserve_order``: once a Kinesis record of
+a shard is released, the next one waits for ``unblock``, which the pipeline calls when the
+outcome of the first is known).
 """
 
 from __future__ import annotations
@@ -54,7 +59,9 @@ class ShardLimiter:
     """The record and byte buckets of one shard, their adaptive multiplier and queue."""
 
     __slots__ = (
+        "blocked",
         "bytes",
+        "held_until",
         "last_cut",
         "min_expiration",
         "multiplier",
@@ -69,6 +76,13 @@ class ShardLimiter:
         self.min_expiration = float("inf")
         self.multiplier = 1.0
         self.last_cut = float("-inf")
+        self.held_until = float("-inf")
+        """The queue waits until then (a retry backoff)."""
+        self.blocked = False
+        """The queue waits until ``unblock`` (``one_at_a_time``: a record of it is in flight)."""
+
+    def paused(self, now: float) -> bool:
+        return self.blocked or self.held_until > now
 
     def refill(self, now: float, nominal_records: float, nominal_bytes: float) -> None:
         if self.multiplier < 1.0:
@@ -94,12 +108,17 @@ class ShardLimiter:
 class Limiter:
     """Token buckets for every shard; sans-I/O: ``put`` and ``drain`` take the time as input."""
 
-    def __init__(self, rate_limit_percent: int, *, adaptive: bool = True) -> None:
+    def __init__(
+        self, rate_limit_percent: int, *, adaptive: bool = True, one_at_a_time: bool = False
+    ) -> None:
         self.records_per_second = SHARD_RECORDS_PER_SECOND * rate_limit_percent / 100
         self.bytes_per_second = SHARD_BYTES_PER_SECOND * rate_limit_percent / 100
         self.adaptive = adaptive
+        self.one_at_a_time = one_at_a_time
+        """Block a shard as soon as one of its records is released (``preserve_order``)."""
         self._shards: dict[str, ShardLimiter] = {}
-        self._blocked: set[str] = set()
+        self._backlogged: set[str] = set()
+        """Shards with records in their queue."""
         self._next_wakeup: float | None = None
 
     def shard(self, shard_id: str, now: float) -> ShardLimiter:
@@ -116,25 +135,78 @@ class Limiter:
         if shard_id is None:
             return True
         sl = self.shard(shard_id, now)
-        if not sl.queue:
+        if not sl.queue and not sl.paused(now):
             sl.refill(now, self.records_per_second, self.bytes_per_second)
             if sl.try_take(kr):
+                if self.one_at_a_time:
+                    sl.blocked = True
                 return True
         sl.queue.append(kr)
-        sl.min_expiration = min(sl.min_expiration, kr.expiration)
-        if shard_id not in self._blocked:
-            self._blocked.add(shard_id)
-            wake = now + sl.wait_time(sl.queue[0])
-            if self._next_wakeup is None or wake < self._next_wakeup:
-                self._next_wakeup = wake
+        self._waiting(shard_id, sl, kr, now)
         return False
+
+    def push_front(self, kr: KinesisRecordOut, now: float) -> None:
+        """Queue ``kr`` ahead of everything its shard has waiting (a retry that must not be
+        overtaken); it still needs tokens, and waits out a hold or a block."""
+        shard_id = kr.shard_id
+        assert shard_id is not None
+        sl = self.shard(shard_id, now)
+        sl.queue.appendleft(kr)
+        self._waiting(shard_id, sl, kr, now)
+
+    def _waiting(self, shard_id: str, sl: ShardLimiter, kr: KinesisRecordOut, now: float) -> None:
+        sl.min_expiration = min(sl.min_expiration, kr.expiration)
+        if shard_id not in self._backlogged:
+            self._backlogged.add(shard_id)
+            self._wake_at(self._wake_time(sl, now))
+        else:
+            self._wake_at(min(kr.expiration, self._wake_time(sl, now)))
+
+    def _wake_time(self, sl: ShardLimiter, now: float) -> float:
+        """When ``sl``'s queue next needs a look: its head may go, or something expires."""
+        if sl.blocked:
+            return sl.min_expiration
+        start = max(now, sl.held_until)
+        return min(start + sl.wait_time(sl.queue[0]), sl.min_expiration)
+
+    def _wake_at(self, wake: float) -> None:
+        if wake != float("inf") and (self._next_wakeup is None or wake < self._next_wakeup):
+            self._next_wakeup = wake
+
+    def hold(self, shard_id: str, until: float, now: float) -> None:
+        """Keep ``shard_id``'s queue waiting until ``until`` (a retry backoff)."""
+        sl = self.shard(shard_id, now)
+        sl.held_until = max(sl.held_until, until)
+        if sl.queue:
+            self._backlogged.add(shard_id)
+            self._wake_at(self._wake_time(sl, now))
+
+    def unblock(self, shard_id: str, now: float) -> None:
+        """Let ``shard_id``'s queue go on (``drain`` releases what its tokens allow)."""
+        sl = self._shards.get(shard_id)
+        if sl is None or not sl.blocked:
+            return
+        sl.blocked = False
+        if sl.queue:
+            self._backlogged.add(shard_id)
+            self._wake_at(self._wake_time(sl, now))
+
+    def held(self, shard_id: str, now: float) -> bool:
+        """Whether ``shard_id`` waits out a retry backoff at ``now``."""
+        sl = self._shards.get(shard_id)
+        return sl is not None and sl.held_until > now
+
+    def blocked(self, shard_id: str) -> bool:
+        """Whether ``shard_id`` waits for ``unblock``."""
+        sl = self._shards.get(shard_id)
+        return sl is not None and sl.blocked
 
     def drain(self, now: float) -> tuple[list[KinesisRecordOut], list[KinesisRecordOut]]:
         """Release what the buckets allow now, and take out what expired while it waited."""
         released: list[KinesisRecordOut] = []
         expired: list[KinesisRecordOut] = []
         next_wakeup: float | None = None
-        for shard_id in list(self._blocked):
+        for shard_id in list(self._backlogged):
             sl = self._shards[shard_id]
             queue = sl.queue
             if sl.min_expiration <= now:
@@ -144,14 +216,18 @@ class Limiter:
                 queue.extend(keep)
                 sl.min_expiration = min((kr.expiration for kr in queue), default=float("inf"))
             sl.refill(now, self.records_per_second, self.bytes_per_second)
-            while queue and sl.try_take(queue[0]):
-                released.append(queue.popleft())
+            if not sl.paused(now):
+                while queue and sl.try_take(queue[0]):
+                    released.append(queue.popleft())
+                    if self.one_at_a_time:
+                        sl.blocked = True
+                        break
             if not queue:
-                self._blocked.discard(shard_id)
+                self._backlogged.discard(shard_id)
                 sl.min_expiration = float("inf")
                 continue
-            wake = min(now + sl.wait_time(queue[0]), sl.min_expiration)
-            if next_wakeup is None or wake < next_wakeup:
+            wake = self._wake_time(sl, now)
+            if wake != float("inf") and (next_wakeup is None or wake < next_wakeup):
                 next_wakeup = wake
         self._next_wakeup = next_wakeup
         return released, expired
@@ -183,15 +259,17 @@ class Limiter:
     def take_all(self) -> list[KinesisRecordOut]:
         """Empty every queue (shutdown or crash) and return what was in them."""
         out: list[KinesisRecordOut] = []
-        for shard_id in self._blocked:
+        for shard_id in self._backlogged:
             out.extend(self._shards[shard_id].queue)
             self._shards[shard_id].queue.clear()
             self._shards[shard_id].min_expiration = float("inf")
-        self._blocked.clear()
+        for sl in self._shards.values():
+            sl.blocked = False
+        self._backlogged.clear()
         self._next_wakeup = None
         return out
 
     @property
     def queued(self) -> int:
         """Kinesis records waiting for tokens."""
-        return sum(len(self._shards[s].queue) for s in self._blocked)
+        return sum(len(self._shards[s].queue) for s in self._backlogged)

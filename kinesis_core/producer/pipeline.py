@@ -7,6 +7,11 @@ and calls ``poll`` when ``next_deadline`` comes. The Limiter sits before the Col
 the KPL: a PutRecords request spans shards, so tokens are taken per shard, per Kinesis record,
 before records are packed into requests.
 
+Retries back off (:class:`~kinesis_core.backoff.Backoff`, full jitter): a shard whose records
+failed has its limiter queue held, and after a failed request (no answer, a 5xx) requests wait,
+then go one at a time until one gets through. Aggregates written to a shard the shard map does
+not know wait in ``landings`` until the driver has refreshed the map (``resolve_landings``).
+
 The pipeline also keeps the memory budget: it counts accepted, unfinished records and bytes, and
 ``admit_many`` stops at the first record that does not fit so the driver can wait for room.
 """
@@ -15,10 +20,11 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from kinesis_core.aggregation import AggregateBuilder
+from kinesis_core.backoff import Backoff
 from kinesis_core.errors import ValidationError
 from kinesis_core.hashing import validate_record
 from kinesis_core.producer.aggregator import Aggregator
@@ -29,16 +35,24 @@ from kinesis_core.producer.config import (
     ProducerConfig,
     record_cost,
 )
-from kinesis_core.producer.items import ATTEMPTS, HASH, KinesisRecordOut, PutBatch, UserRecord
+from kinesis_core.producer.items import HASH, KinesisRecordOut, PutBatch, UserRecord
 from kinesis_core.producer.limiter import Limiter
 from kinesis_core.producer.metrics import ProducerMetrics
 from kinesis_core.producer.result import VALIDATION_ERROR, RecordSink
-from kinesis_core.producer.retrier import HashRangeFn, Retrier, SendOutcome
+from kinesis_core.producer.retrier import (
+    HashRangeFn,
+    Landing,
+    Retrier,
+    RetryDecisions,
+    SendOutcome,
+    latest_failure,
+    waiting_for_retry,
+)
 
 PredictFn = Callable[[int], "str | None"]
 
-LIMITER_EXPIRED = "Expiration reached while waiting in limiter"
-CONNECTION_WAIT_EXPIRED = "Expiration reached while waiting for a free connection"
+_REQUESTS = "requests"
+"""The request backoff's key: a failed request is the endpoint's failure, not a shard's."""
 
 
 class Pipeline:
@@ -64,7 +78,11 @@ class Pipeline:
             record_ttl=config.record_ttl,
             builder_factory=builder_factory,
         )
-        self.limiter = Limiter(config.rate_limit, adaptive=config.adaptive_rate_limit)
+        self.limiter = Limiter(
+            config.rate_limit,
+            adaptive=config.adaptive_rate_limit,
+            one_at_a_time=config.preserve_order,
+        )
         self.collector = Collector(
             config.collection_max_count,
             config.collection_max_size,
@@ -84,6 +102,14 @@ class Pipeline:
         self.ready: deque[PutBatch] = deque()
         """Requests ready to send, oldest first."""
         self.in_flight: set[PutBatch] = set()
+        self.landings: list[Landing] = []
+        """Aggregates written to a shard the shard map does not know yet: undecided."""
+        self.backoff = Backoff(config.retry_backoff_base, config.retry_backoff_max)
+        """Per shard (its failed records) and for ``_REQUESTS`` (failed requests)."""
+        self._last_failure: dict[str, float] = {}
+        """When each backoff key last failed: a request sent before that adds no failure."""
+        self.failure: tuple[str, str] | None = None
+        """``(code, message)`` of the error that stopped the producer (no retry fixes it)."""
         self.outstanding_records = 0
         self.outstanding_bytes = 0
         self.flushing = False
@@ -222,13 +248,15 @@ class Pipeline:
             for kr in released:
                 self._collect(kr, now)
             for kr in expired:
-                self.retrier.expire(kr, now, LIMITER_EXPIRED)
+                self.retrier.expire(kr, now, self._waiting_in_limiter(kr, now))
             self._release()
         batch = self.collector.flush() if self.flushing else self.collector.poll(now)
         if batch is not None:
             self.ready.append(batch)
+        self._expire_ready(now)
+        self._expire_landings(now)
 
-    def next_deadline(self) -> float | None:
+    def next_deadline(self, now: float) -> float | None:
         """When ``poll`` has work next; None when nothing is buffered or waiting."""
         deadlines = [
             d
@@ -239,36 +267,35 @@ class Pipeline:
             )
             if d is not None
         ]
+        if self.ready:
+            deadlines.append(min(b.expiration for b in self.ready))
+            gate = self.backoff.until(_REQUESTS)
+            if gate > now:  # the requests may go then
+                deadlines.append(gate)
+        if self.landings:
+            deadlines.append(min(landing.kr.expiration for landing in self.landings))
         if not deadlines:
             return None
         if self.flushing and (self.aggregator.next_deadline() or len(self.collector)):
             return float("-inf")
         return min(deadlines)
 
-    def next_batch(self, now: float) -> PutBatch | None:
-        """The oldest ready request, now counted as in flight.
+    def next_batch(self, now: float, sending: int = 0) -> PutBatch | None:
+        """The oldest ready request, now counted as in flight; None if none may go now.
 
-        A request can wait in ``ready`` for a free connection; Kinesis records whose TTL ran
-        out meanwhile fail as Expired here rather than being written late, and a request
-        left with none is skipped.
+        ``sending`` is how many requests are in flight. After a failed request, requests wait
+        for the backoff to pass and then go one at a time until one gets an answer. A request
+        can wait in ``ready``; Kinesis records whose TTL ran out meanwhile fail as Expired
+        rather than being written late.
         """
-        while self.ready:
-            batch = self.ready.popleft()
-            if any(kr.expiration <= now for kr in batch.records):
-                live = []
-                for kr in batch.records:
-                    if kr.expiration <= now:
-                        self.retrier.expire(kr, now, _with_last_error(kr))
-                        batch.size -= kr.size
-                    else:
-                        live.append(kr)
-                batch.records = live
-                self._release()
-                if not live:
-                    continue
-            self.in_flight.add(batch)
-            return batch
-        return None
+        self._expire_ready(now)
+        if not self.ready or self.backoff.waiting(_REQUESTS, now):
+            return None
+        if sending and self.backoff.failures(_REQUESTS):
+            return None
+        batch = self.ready.popleft()
+        self.in_flight.add(batch)
+        return batch
 
     # -- responses -------------------------------------------------------------------------
 
@@ -284,16 +311,59 @@ class Pipeline:
             self.in_flight.discard(batch)
             return []
         decisions = self.retrier.handle(batch, outcome, now)
-        for shard_id in decisions.throttled:
-            self.limiter.throttled(shard_id, now)
-        add = self.aggregator.add
-        predict = self.predict
-        for ur in decisions.retries:
-            add(ur, predict(ur[HASH]), now, decisions.retry_deadline)
+        if decisions.fatal is not None:
+            self.in_flight.discard(batch)
+            self.landings.extend(decisions.landings)
+            self._apply(decisions, now)
+            return decisions.invalidations
+        if decisions.request_failed:
+            self._failed(_REQUESTS, outcome.started_at, now)
+        elif decisions.answered:
+            self.backoff.succeeded(_REQUESTS)
+        for shard_id in decisions.ok_shards - decisions.failed_shards:
+            self.backoff.succeeded(shard_id)
+        for shard_id in decisions.failed_shards:
+            until = self._failed(shard_id, outcome.started_at, now)
+            self.limiter.hold(shard_id, until, now)
+        self.landings.extend(decisions.landings)
+        self.ready.extendleft(reversed(decisions.resend))
+        self._apply(decisions, now)
         self.in_flight.discard(batch)
+        if self.config.preserve_order:
+            waiting = {landing.kr.shard_id for landing in self.landings}
+            waiting.update(kr.shard_id for b in decisions.resend for kr in b.records)
+            self._unblock((kr for kr in batch.records if kr.shard_id not in waiting), now)
         self._release()
         self._pump(now)
         return decisions.invalidations
+
+    def resolve_landings(
+        self, now: float, *, final: str | None = None, sent_before: float = float("inf")
+    ) -> set[str]:
+        """Decide the landings whose shard the map now knows; return the shards still unknown.
+
+        With ``final`` (why the range cannot be learned), retry those still unknown that were
+        sent before ``sent_before`` (when every shard was listed) instead of leaving them.
+        """
+        landings, self.landings = self.landings, []
+        decisions = RetryDecisions(retry_deadline=now + self.retrier.retry_delay)
+        unknown: set[str] = set()
+        decided: list[KinesisRecordOut] = []
+        for landing in landings:
+            if self.retrier.resolve(landing, now, decisions):
+                decided.append(landing.kr)
+            elif final is not None and landing.outcome.started_at < sent_before:
+                self.retrier.give_up(landing, now, decisions, final)
+                decided.append(landing.kr)
+            else:
+                self.landings.append(landing)
+                unknown.add(landing.shard_id)
+        self._apply(decisions, now)
+        if self.config.preserve_order:
+            self._unblock(decided, now)
+        self._release()
+        self._pump(now)
+        return unknown
 
     def fail_batch(self, batch: PutBatch, code: str, message: str, now: float) -> None:
         """Fail the records of one request whose outcome will never come (a cancelled send)."""
@@ -303,6 +373,8 @@ class Pipeline:
         batch.abandoned = True
         records = [ur for kr in batch.records for ur in kr.records]
         self.retrier.fail_records(records, code, message, now)
+        if self.config.preserve_order:
+            self._unblock(batch.records, now)
         self._release()
 
     def fail_all(self, code: str, message: str, now: float) -> int:
@@ -311,6 +383,8 @@ class Pipeline:
         krs: list[KinesisRecordOut] = list(self.aggregator.sealed)
         self.aggregator.sealed = []
         krs.extend(self.limiter.take_all())
+        krs.extend(landing.kr for landing in self.landings)
+        self.landings = []
         batch = self.collector.flush()
         batches = list(self.ready)
         if batch is not None:
@@ -330,6 +404,149 @@ class Pipeline:
         return len(records)
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _apply(self, decisions: RetryDecisions, now: float) -> None:
+        """Do what the retrier decided: stop on a fatal error, slow throttled shards down, put
+        retries back (in front of later records with ``preserve_order``)."""
+        if decisions.fatal is not None:
+            code, message = decisions.fatal
+            self.failure = decisions.fatal
+            self.retrier.fail_as_they_are(decisions.retries + decisions.alone, code, message)
+            self.fail_all(
+                code,
+                f"{message} (no retry fixes this: the producer stopped, failing every record "
+                "it held)",
+                now,
+            )
+            return
+        for shard_id in decisions.throttled:
+            self.limiter.throttled(shard_id, now)
+        deadline = decisions.retry_deadline
+        predict = self.predict
+        if self.config.preserve_order:
+            self._retry_first(decisions.retries, now, deadline)
+            self._retry_first(decisions.alone, now, deadline, alone=True)
+            return
+        add = self.aggregator.add
+        for ur in decisions.retries:
+            add(ur, predict(ur[HASH]), now, deadline)
+        for ur in decisions.alone:
+            self.aggregator.alone((ur,), predict(ur[HASH]), now, deadline)
+
+    def _retry_first(
+        self, records: list[UserRecord], now: float, deadline: float, *, alone: bool = False
+    ) -> None:
+        """Queue retried records ahead of everything their shard has waiting, in their order
+        (``preserve_order``): a later record of the same key must not overtake them."""
+        by_shard: dict[str | None, list[UserRecord]] = {}
+        for ur in records:
+            by_shard.setdefault(self.predict(ur[HASH]), []).append(ur)
+        for shard_id, group in by_shard.items():
+            if shard_id is None:
+                self.aggregator.alone(group, None, now, deadline)
+                continue
+            krs = self.aggregator.seal_now(shard_id, group, now, deadline, plain=alone)
+            for kr in reversed(krs):
+                self.limiter.push_front(kr, now)
+
+    def _unblock(self, krs: Iterable[KinesisRecordOut], now: float) -> None:
+        """Their outcome is known: let their shards send the next record (``preserve_order``)."""
+        for shard_id in {kr.shard_id for kr in krs}:
+            if shard_id is not None:
+                self.limiter.unblock(shard_id, now)
+        wake = self.limiter.next_wakeup()
+        if wake is not None and wake <= now:
+            released, expired = self.limiter.drain(now)
+            for kr in released:
+                self._collect(kr, now)
+            for kr in expired:
+                self.retrier.expire(kr, now, self._waiting_in_limiter(kr, now))
+
+    def _failed(self, key: str, started_at: float, now: float) -> float:
+        """A request sent at ``started_at`` failed for ``key``; returns until when it waits.
+
+        Requests already in flight when the last failure was seen add no failure: a burst of
+        them fails together, and counts once.
+        """
+        if started_at >= self._last_failure.get(key, float("-inf")):
+            self.backoff.failed(key, now)
+            self._last_failure[key] = now
+        return self.backoff.until(key)
+
+    def _waiting_in_limiter(self, kr: KinesisRecordOut, now: float) -> str:
+        shard_id = kr.shard_id
+        assert shard_id is not None
+        limiter = self.limiter
+        if limiter.held(shard_id, now):
+            return f"a retry backoff of shard {shard_id}"
+        if limiter.blocked(shard_id):
+            return f"the previous record of shard {shard_id} to finish (preserve_order)"
+        multiplier = limiter.multiplier(shard_id)
+        if multiplier < 1.0:
+            return (
+                f"the rate limiter of shard {shard_id} (slowed to {multiplier:.0%} of "
+                f"rate_limit after throttling)"
+            )
+        return f"the rate limiter of shard {shard_id} (rate_limit {self.config.rate_limit} %)"
+
+    def _waiting_to_be_sent(self, kr: KinesisRecordOut, gated: bool) -> str:
+        """What a record in a ready request waits for: the requests' backoff (and, after it,
+        the stream when the service said it was busy or gone), or a free connection."""
+        if not gated:
+            return (
+                f"a free connection (max_connections={self.config.max_connections} requests "
+                "in flight)"
+            )
+        last = latest_failure(kr.records)
+        waiting_for = waiting_for_retry(last.error_code if last is not None else None)
+        if waiting_for.startswith("its next attempt"):
+            return "a retry backoff after failed requests"
+        return waiting_for
+
+    def _expire_ready(self, now: float) -> None:
+        """Fail the Kinesis records of ready requests whose TTL ran out; drop emptied requests."""
+        if not self.ready or min(b.expiration for b in self.ready) > now:
+            return
+        gated = self.backoff.waiting(_REQUESTS, now)
+        kept: deque[PutBatch] = deque()
+        expired: list[KinesisRecordOut] = []
+        for batch in self.ready:
+            if batch.expiration > now:
+                kept.append(batch)
+                continue
+            live = [kr for kr in batch.records if kr.expiration > now]
+            expired.extend(kr for kr in batch.records if kr.expiration <= now)
+            if live:
+                kept.append(PutBatch(live, sum(kr.size for kr in live)))
+        self.ready = kept
+        for kr in expired:
+            self.retrier.expire(kr, now, self._waiting_to_be_sent(kr, gated))
+        if self.config.preserve_order:
+            self._unblock(expired, now)
+        self._release()
+
+    def _expire_landings(self, now: float) -> None:
+        """Fail the landings whose TTL ran out before the shard map learned their shard."""
+        if not self.landings:
+            return
+        kept = []
+        for landing in self.landings:
+            if landing.kr.expiration > now:
+                kept.append(landing)
+                continue
+            self.retrier.expire(
+                landing.kr,
+                now,
+                f"the shard map to learn the hash key range of {landing.shard_id} (the "
+                f"aggregate was written there at sequence number {landing.sequence_number}, "
+                "but a KCL reader drops it if a record is outside that range)",
+            )
+        if len(kept) != len(self.landings):
+            expired = [landing.kr for landing in self.landings if landing not in kept]
+            self.landings = kept
+            if self.config.preserve_order:
+                self._unblock(expired, now)
+            self._release()
 
     def _pump(self, now: float) -> None:
         sealed = self.aggregator.sealed
@@ -353,15 +570,6 @@ class Pipeline:
             self.outstanding_bytes -= retrier.released_bytes
             retrier.released_records = 0
             retrier.released_bytes = 0
-
-
-def _with_last_error(kr: KinesisRecordOut) -> str:
-    """The expiry message, naming the last failed attempt when there was one."""
-    attempts = kr.records[0][ATTEMPTS]
-    if not attempts:
-        return CONNECTION_WAIT_EXPIRED
-    last = attempts[-1]
-    return f"{CONNECTION_WAIT_EXPIRED}; last error: {last.error_code}: {last.error_message}"
 
 
 def record_cost_of(record: Any) -> int:

@@ -13,12 +13,17 @@ import contextlib
 import dataclasses
 import logging
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from kinesis_core.backoff import Backoff
+from kinesis_core.classify import ErrorKind, classify
+from kinesis_core.errors import ConfigurationError, KinesisConnectorError
 from kinesis_core.hashing import validate_record
+from kinesis_core.lifecycle import Event, Lifecycle, State
 from kinesis_core.producer.config import ProducerConfig, record_cost
 from kinesis_core.producer.metrics import MetricsHook, MetricsSnapshot, ProducerMetrics
 from kinesis_core.producer.pipeline import Pipeline, record_cost_of
@@ -32,12 +37,14 @@ from kinesis_core.producer.result import (
     FutureSink,
     ProducerClosedError,
     ProducerCrashedError,
+    ProducerFailedError,
     RecordResult,
     ResultFuture,
     SingleSink,
 )
-from kinesis_core.producer.sender import send_batch
-from kinesis_core.shard_map import ShardMapDriver
+from kinesis_core.producer.sender import error_of, send_batch
+from kinesis_core.shard_map import ShardMapDriver, ShardMapTimeoutError
+from kinesis_core.stream import StreamRef
 
 if TYPE_CHECKING:
     from kinesis_core.client import ClientConfig
@@ -47,6 +54,30 @@ logger = logging.getLogger(__name__)
 
 LOW_WATER = 0.9
 """Waiting puts are let in once the budget is below this fraction again (not record by record)."""
+START_ATTEMPTS_UNREACHABLE = 3
+"""``start`` gives up after this many ListShards attempts that reached no endpoint at all
+(about 3 s when nothing listens on the port), instead of retrying for ``start_timeout``."""
+START_TIMEOUT = 30.0
+"""Seconds ``start`` retries ListShards errors that may pass (throttling, a 5xx)."""
+
+
+def stream_argument(
+    stream: str | StreamRef | None, stream_name: str | None, owner: str
+) -> StreamRef:
+    """The stream of ``owner(stream)``, or of the deprecated ``owner(stream_name=...)``."""
+    if stream_name is not None:
+        if stream is not None:
+            raise ConfigurationError(f"{owner}: give stream or stream_name, not both")
+        warnings.warn(
+            f"{owner}(stream_name=...) is deprecated: use {owner}(stream=...), which also "
+            "takes a stream ARN",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        stream = stream_name
+    if stream is None:
+        raise ConfigurationError(f"{owner}: stream: a stream name or ARN is required")
+    return StreamRef.of(stream)
 
 
 class Producer:
@@ -55,7 +86,9 @@ class Producer:
     ``async with Producer("orders", client_config=ClientConfig.from_env()) as producer:``
     then ``result = await producer.put(data, key)``, or for volume
     ``batch = await producer.put_many(records)``. ``submit``/``submit_many`` return a future
-    as soon as the records are accepted, so one coroutine can keep many in flight.
+    as soon as the records are accepted, so one coroutine can keep many in flight. ``stream``
+    is a stream name, a stream ARN (every call then names the stream by its ARN) or a
+    :class:`~kinesis_core.stream.StreamRef`.
 
     ``client``, when given, is used instead of creating one from ``client_config`` (it must
     have botocore's retries off) and is not closed by the producer.
@@ -63,23 +96,30 @@ class Producer:
 
     def __init__(
         self,
-        stream_name: str,
+        stream: str | StreamRef | None = None,
         *,
         client_config: ClientConfig | None = None,
         config: ProducerConfig | None = None,
         client: Any = None,
         on_metrics: MetricsHook | None = None,
         clock: Callable[[], float] = time.monotonic,
+        stream_name: str | None = None,
     ) -> None:
-        self.stream_name = stream_name
+        self.stream = stream_argument(stream, stream_name, "Producer")
+        self.stream_name = self.stream.name
         self.config = config if config is not None else ProducerConfig()
+        if not isinstance(self.config, ProducerConfig):
+            raise ConfigurationError(
+                f"config: must be a ProducerConfig, got {type(self.config).__name__}"
+            )
         self._client_config = client_config
         self._client = client
         self._on_metrics = on_metrics
         self._clock = clock
-        self._metrics = ProducerMetrics(stream_name)
-        self._state = "new"
+        self._metrics = ProducerMetrics(self.stream_name)
+        self._lifecycle = Lifecycle(f"Producer({str(self.stream)!r})")
         self._error: BaseException | None = None
+        self._landings_task: asyncio.Task[None] | None = None
         self._stack = contextlib.AsyncExitStack()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pipeline: Pipeline | None = None
@@ -97,18 +137,31 @@ class Producer:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Create the client, load the shard map (raises if the stream cannot be listed)."""
-        if self._state != "new":
-            raise RuntimeError(f"producer already {self._state}")
-        self._state = "starting"
+        """Create the client, load the shard map (raises if the stream cannot be listed).
+
+        An error no retry fixes (no such stream, credentials or permissions refused) raises at
+        once, naming it; so does an endpoint that does not answer at all (a few seconds).
+        """
+        self._lifecycle.handle(Event.START, "start")
         self._loop = asyncio.get_running_loop()
         try:
             client = self._client
             if client is None:
                 client = await self._stack.enter_async_context(self._create_client())
                 self._client = client
-            driver = ShardMapDriver(self.stream_name, client.list_shards, clock=self._clock)
-            await driver.start()
+            driver = ShardMapDriver(
+                self.stream,
+                client.list_shards,
+                clock=self._clock,
+                start_timeout=START_TIMEOUT,
+                give_up=_unreachable_at_start,
+            )
+            try:
+                await driver.start()
+            except ShardMapTimeoutError as exc:
+                raise ShardMapTimeoutError(self._start_failure(exc)) from exc.__cause__
+            except KinesisConnectorError as exc:
+                raise KinesisConnectorError(self._start_failure(exc)) from exc.__cause__
             self._stack.push_async_callback(driver.close)
             self._shard_map = driver
             self._pipeline = Pipeline(
@@ -118,13 +171,35 @@ class Producer:
                 metrics=self._metrics,
             )
         except BaseException:
-            self._state = "closed"
+            self._lifecycle.handle(Event.START_FAILED)
             self._closed.set()
             await self._stack.aclose()
             raise
         if self._on_metrics is not None:
             self._metrics_task = self._loop.create_task(self._report_metrics())
-        self._state = "running"
+        self._lifecycle.handle(Event.STARTED)
+
+    def _start_failure(self, exc: KinesisConnectorError) -> str:
+        """Why ``start`` failed, in words: what ListShards answered, and what to check."""
+        cause = exc.__cause__
+        owner = self._lifecycle.owner
+        if cause is None:
+            return f"{owner} could not start: {exc}"
+        code, message, status = error_of(cause)
+        kind = classify(code, status)
+        if kind is ErrorKind.AUTH:
+            return (
+                f"{owner} could not start: ListShards was refused with {code}"
+                + (f" (HTTP {status})" if status else "")
+                + f": {message}. The credentials are wrong, expired or lack permission "
+                "(kinesis:ListShards, kinesis:PutRecords on the stream): no retry fixes that"
+            )
+        if _unreachable_at_start(cause, START_ATTEMPTS_UNREACHABLE):
+            return (
+                f"{owner} could not start: no answer from the endpoint after "
+                f"{START_ATTEMPTS_UNREACHABLE} attempts: {message}"
+            )
+        return f"{owner} could not start: {exc}"
 
     def _create_client(self) -> contextlib.AbstractAsyncContextManager[Any]:
         from kinesis_core.client import ClientConfig, create_kinesis_client
@@ -158,15 +233,15 @@ class Producer:
         waits at most about ``record_ttl``: by then every record has succeeded or expired.
         Raises :class:`ProducerCrashedError` if a task of the producer failed.
         """
-        if self._state in ("closing", "closed"):
+        state = self._lifecycle.state
+        if state in (State.CLOSING, State.CLOSED):
             await self._closed.wait()
             self._raise_if_crashed()
             return
-        if self._state == "new":
-            self._state = "closed"
+        self._lifecycle.handle(Event.CLOSE)
+        if state is State.NEW:
             self._closed.set()
             return
-        self._state = "closing"
         self._wake_all_waiters()
         try:
             if self._error is None:
@@ -193,7 +268,7 @@ class Producer:
                 self._emit_metrics()
         finally:
             await self._stack.aclose()
-            self._state = "closed"
+            self._lifecycle.handle(Event.CLOSED)
             self._closed.set()
         self._raise_if_crashed()
 
@@ -204,6 +279,8 @@ class Producer:
         tasks = list(self._sending)
         if self._metrics_task is not None:
             tasks.append(self._metrics_task)
+        if self._landings_task is not None:
+            tasks.append(self._landings_task)
         for task in tasks:
             task.cancel()
         if tasks:
@@ -353,7 +430,12 @@ class Producer:
 
     @property
     def closed(self) -> bool:
-        return self._state in ("closing", "closed")
+        """Closing, closed, or stopped by an error: it accepts no more records."""
+        return self._lifecycle.stopping
+
+    @property
+    def state(self) -> State:
+        return self._lifecycle.state
 
     @property
     def has_waiters(self) -> bool:
@@ -369,10 +451,19 @@ class Producer:
 
     def _require_open(self) -> Pipeline:
         self._raise_if_crashed()
-        if self._state != "running" or self._pipeline is None:
-            if self._state in ("new", "starting"):
-                raise RuntimeError("producer not started: use `async with` or await start()")
-            raise ProducerClosedError(f"producer of {self.stream_name!r} is closed")
+        lifecycle = self._lifecycle
+        if lifecycle.state is not State.RUNNING or self._pipeline is None:
+            failure = self._pipeline.failure if self._pipeline is not None else None
+            if failure is not None:
+                code, message = failure
+                raise ProducerFailedError(
+                    f"{lifecycle.owner} stopped after {code}: {message} (no retry fixes that: "
+                    "check the credentials and permissions, then make a new producer)",
+                    code,
+                )
+            if lifecycle.state in (State.NEW, State.STARTING):
+                lifecycle.require("accept records")
+            raise ProducerClosedError(f"{lifecycle.owner} is closed: it accepts no more records")
         return self._pipeline
 
     def _require_loop(self) -> asyncio.AbstractEventLoop:
@@ -474,13 +565,15 @@ class Producer:
         pipeline = self._require_pipeline()
         loop = self._require_loop()
         while pipeline.ready and len(self._sending) < self.config.max_connections:
-            batch = pipeline.next_batch(self._clock())
+            batch = pipeline.next_batch(self._clock(), len(self._sending))
             if batch is None:
                 break
             task = loop.create_task(self._send(batch))
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
-        when = pipeline.next_deadline()
+        if pipeline.landings and self._landings_task is None:
+            self._landings_task = loop.create_task(self._resolve_landings())
+        when = pipeline.next_deadline(self._clock())
         if when is None or when >= self._timer_when:
             return
         if self._timer is not None:
@@ -502,13 +595,15 @@ class Producer:
         pipeline = self._require_pipeline()
         try:
             outcome = await send_batch(
-                self._client, self.stream_name, batch, self.config.request_timeout, self._clock
+                self._client, self.stream, batch, self.config.request_timeout, self._clock
             )
             invalidations = pipeline.on_outcome(batch, outcome, self._clock())
             shard_map = self._shard_map
             assert shard_map is not None
             for seen_at, predicted in invalidations:
                 shard_map.invalidate(seen_at, predicted)
+            if pipeline.failure is not None:
+                self._stop_after(pipeline.failure)
             # This send is done with its connection: leave _sending before looking for the
             # next request, or a producer with every connection finishing at once stalls.
             self._sending.discard(asyncio.current_task())
@@ -525,11 +620,65 @@ class Producer:
         except Exception as exc:
             self._crash(exc)
 
+    def _stop_after(self, failure: tuple[str, str]) -> None:
+        """An error no retry fixes: the pipeline failed every record; refuse new ones."""
+        if self._lifecycle.state is State.RUNNING:
+            self._lifecycle.handle(Event.FAIL)
+            code, message = failure
+            logger.error(
+                "%s stopped: %s: %s (every record it held failed)",
+                self._lifecycle.owner,
+                code,
+                message,
+            )
+        self._wake_all_waiters()
+
+    async def _resolve_landings(self) -> None:
+        """Decide the aggregates written to a shard the map did not know: wait for the map's
+        refresh, then list every shard (closed ones too) for those it still lacks."""
+        pipeline = self._require_pipeline()
+        driver = self._shard_map
+        assert driver is not None
+        retry = Backoff(1.0, 10.0)
+        try:
+            while pipeline.landings:
+                await driver.wait_ready()
+                if not pipeline.resolve_landings(self._clock()):
+                    self._after_change()
+                    continue
+                listed_at = self._clock()
+                try:
+                    await driver.learn_all_shards()
+                except Exception as exc:
+                    delay = retry.failed("ListShards", self._clock())
+                    logger.warning(
+                        "%s: listing every shard failed (%r); trying again in %.1f s",
+                        self._lifecycle.owner,
+                        exc,
+                        delay,
+                    )
+                    await asyncio.sleep(delay)
+                    continue
+                retry.succeeded("ListShards")
+                pipeline.resolve_landings(
+                    self._clock(),
+                    final="not in a ListShards of every shard of the stream",
+                    sent_before=listed_at,
+                )
+                self._after_change()
+                self._pass_room_on()
+        except Exception as exc:
+            self._crash(exc)
+        finally:
+            self._landings_task = None
+
     def _crash(self, exc: BaseException) -> None:
         """Fail every unfinished record with ``Internal`` and refuse new ones: never hang."""
         if self._error is not None:
             return
         self._error = exc
+        if self._lifecycle.state is State.RUNNING:
+            self._lifecycle.handle(Event.FAIL)
         logger.error("producer of %r crashed", self.stream_name, exc_info=exc)
         pipeline = self._pipeline
         if pipeline is not None:
@@ -552,3 +701,10 @@ class Producer:
             self._on_metrics(self.metrics())
         except Exception:
             logger.exception("metrics hook of the producer of %r failed", self.stream_name)
+
+
+def _unreachable_at_start(error: BaseException, attempts: int) -> bool:
+    """``start`` gives up on an endpoint that no attempt reached, after a few attempts."""
+    from kinesis_core.client import unreachable
+
+    return attempts >= START_ATTEMPTS_UNREACHABLE and unreachable(error)

@@ -13,10 +13,12 @@ is done. A second outcome for the same index is ignored, so the clean-up after a
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, cast
 
+from kinesis_core.classify import INTERNAL, RECORD_COUNT_MISMATCH
 from kinesis_core.errors import KinesisConnectorError
 from kinesis_core.records import Position
 
@@ -26,9 +28,6 @@ EXPIRED = "Expired"
 """Error code of a record still not written when its TTL ran out."""
 WRONG_SHARD = "Wrong Shard"
 """Attempt code of a record that landed outside the shard its aggregate was predicted for."""
-INTERNAL = "Internal"
-"""Error code of a failure that is not an AWS error: a network error, a crashed task."""
-RECORD_COUNT_MISMATCH = "RecordCountMismatch"
 SHUTDOWN = "ShutdownTimeout"
 """Error code of a record still unfinished when ``close(timeout=...)`` gave up."""
 PRODUCER_CLOSED = "ProducerClosed"
@@ -36,6 +35,37 @@ PRODUCER_CLOSED = "ProducerClosed"
 CANCELLED = "Cancelled"
 """Error code of the records of a ``put_many`` not yet accepted when its caller was cancelled."""
 THROTTLED = "ProvisionedThroughputExceededException"
+"""The error code of a throttled record (what ``fail_if_throttled`` fails records with);
+:func:`kinesis_core.classify.classify` decides which codes count as throttling."""
+
+__all__ = [
+    "CANCELLED",
+    "EXPIRED",
+    "INTERNAL",
+    "PRODUCER_CLOSED",
+    "RECORD_COUNT_MISMATCH",
+    "SHUTDOWN",
+    "THROTTLED",
+    "VALIDATION_ERROR",
+    "WRONG_SHARD",
+    "Attempt",
+    "BatchResult",
+    "BatchSink",
+    "ElidedAttempts",
+    "FutureSink",
+    "History",
+    "ProducerClosedError",
+    "ProducerCrashedError",
+    "ProducerFailedError",
+    "PutFailedError",
+    "Record",
+    "RecordResult",
+    "RecordSink",
+    "ResultFuture",
+    "SingleSink",
+    "add_attempt",
+    "attempt_count",
+]
 
 
 class ProducerClosedError(KinesisConnectorError, RuntimeError):
@@ -44,6 +74,15 @@ class ProducerClosedError(KinesisConnectorError, RuntimeError):
 
 class ProducerCrashedError(KinesisConnectorError, RuntimeError):
     """A task of the producer failed; its outstanding records failed with code ``Internal``."""
+
+
+class ProducerFailedError(ProducerClosedError):
+    """The producer stopped after an error that no retry fixes (credentials or permissions):
+    its outstanding records failed with that error's code, and it accepts no more."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class Record(NamedTuple):
@@ -72,6 +111,92 @@ class Attempt:
         return self.ended_at - self.started_at
 
 
+KEEP_FIRST = 3
+KEEP_LAST = 3
+"""A record's history keeps its first and its last attempts; the ones between are counted."""
+
+
+@dataclass(frozen=True, slots=True)
+class ElidedAttempts:
+    """The attempts left out of a long history (between the first and the last ones kept):
+    how many, over which time, and how many failed with each error code."""
+
+    count: int
+    first_started_at: float
+    last_ended_at: float
+    codes: tuple[tuple[str, int], ...]
+    """(error code, attempts) pairs, most frequent first."""
+
+    def __str__(self) -> str:
+        codes = ", ".join(f"{n} x {code}" for code, n in self.codes)
+        return (
+            f"{self.count} more attempts over {self.last_ended_at - self.first_started_at:.1f} s"
+            + (f": {codes}" if codes else "")
+        )
+
+    def plus(self, attempt: Attempt) -> ElidedAttempts:
+        """These and one more."""
+        codes = Counter(dict(self.codes))
+        codes[attempt.error_code or "success"] += 1
+        return ElidedAttempts(
+            self.count + 1,
+            min(self.first_started_at, attempt.started_at),
+            max(self.last_ended_at, attempt.ended_at),
+            tuple(codes.most_common()),
+        )
+
+
+History = tuple[Attempt | ElidedAttempts, ...]
+"""A record's attempts as the pipeline keeps them: at most ``KEEP_FIRST`` attempts, then one
+:class:`ElidedAttempts` once any were left out, then at most ``KEEP_LAST`` attempts. So a
+record retried for ten minutes holds seven entries, not hundreds."""
+
+_FULL = KEEP_FIRST + KEEP_LAST
+
+
+def add_attempt(history: History, attempt: Attempt) -> History:
+    """``history`` with ``attempt`` appended, the oldest of the last ones counted if full."""
+    if len(history) < _FULL:
+        return (*history, attempt)
+    head = history[:KEEP_FIRST]
+    middle = history[KEEP_FIRST]
+    tail = history[KEEP_FIRST + 1 :] if isinstance(middle, ElidedAttempts) else history[KEEP_FIRST:]
+    dropped = tail[0]
+    assert isinstance(dropped, Attempt)
+    if isinstance(middle, ElidedAttempts):
+        elided = middle.plus(dropped)
+    else:
+        elided = ElidedAttempts(0, dropped.started_at, dropped.ended_at, ()).plus(dropped)
+    return (*head, elided, *tail[1:], attempt)
+
+
+def split_history(history: History) -> tuple[tuple[Attempt, ...], ElidedAttempts | None]:
+    """The attempts kept, and what was left out between them (None if nothing was)."""
+    if len(history) <= _FULL:  # nothing left out below that: every entry is an Attempt
+        return cast("tuple[Attempt, ...]", history), None
+    elided = history[KEEP_FIRST]
+    assert isinstance(elided, ElidedAttempts)
+    kept = history[:KEEP_FIRST] + history[KEEP_FIRST + 1 :]
+    return cast("tuple[Attempt, ...]", kept), elided
+
+
+def attempt_count(history: History) -> int:
+    """How many attempts ``history`` stands for, the elided ones included."""
+    if len(history) <= _FULL:
+        return len(history)
+    elided = history[KEEP_FIRST]
+    assert isinstance(elided, ElidedAttempts)
+    return len(history) - 1 + elided.count
+
+
+def last_failure(history: History) -> Attempt | None:
+    """The latest failed attempt of ``history`` (None if there is none)."""
+    for attempt in reversed(history):
+        if isinstance(attempt, Attempt) and not attempt.success:
+            return attempt
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class RecordResult:
     """Terminal outcome of one user record."""
@@ -83,8 +208,40 @@ class RecordResult:
     sub_sequence_number: int | None
     """Index of this user record inside its aggregate (0 for a plain record)."""
     attempts: tuple[Attempt, ...]
+    """The first and the last attempts (all of them unless there were more than six)."""
     error_code: str | None = None
     error_message: str | None = None
+    elided: ElidedAttempts | None = None
+    """The attempts left out of ``attempts`` (between the first and the last ones), if any."""
+
+    @classmethod
+    def of(
+        cls,
+        success: bool,
+        shard_id: str | None,
+        sequence_number: int | None,
+        sub_sequence_number: int | None,
+        history: History,
+        error_code: str | None = None,
+        error_message: str | None = None,
+    ) -> RecordResult:
+        """A result from a history as the pipeline keeps it."""
+        attempts, elided = split_history(history)
+        return cls(
+            success,
+            shard_id,
+            sequence_number,
+            sub_sequence_number,
+            attempts,
+            error_code,
+            error_message,
+            elided,
+        )
+
+    @property
+    def attempt_count(self) -> int:
+        """Every attempt the record took, the elided ones included."""
+        return len(self.attempts) + (self.elided.count if self.elided is not None else 0)
 
     @property
     def position(self) -> Position | None:
@@ -118,7 +275,7 @@ class BatchResult:
         shard_ids: list[str | None],
         sequence_numbers: list[int | None],
         sub_sequence_numbers: list[int | None],
-        attempts: list[tuple[Attempt, ...]],
+        attempts: list[History],
         failures: dict[int, RecordResult],
     ) -> None:
         self.shard_ids = shard_ids
@@ -136,7 +293,7 @@ class BatchResult:
         failed = self._failures.get(index)
         if failed is not None:
             return failed
-        return RecordResult(
+        return RecordResult.of(
             True,
             self.shard_ids[index],
             self.sequence_numbers[index],
@@ -183,7 +340,7 @@ class RecordSink(Protocol):
         shard_id: str,
         sequence_number: int,
         sub_sequence_number: int,
-        attempts: tuple[Attempt, ...],
+        attempts: History,
     ) -> None: ...
 
     def succeeded_run(
@@ -192,15 +349,13 @@ class RecordSink(Protocol):
         first_sub: int,
         shard_id: str,
         sequence_number: int,
-        attempts: tuple[Attempt, ...],
+        attempts: History,
     ) -> None:
         """``succeeded`` for a run of records of one aggregate (sub-sequence numbers
         ``first_sub``, ``first_sub + 1``, ...) with the same attempts: one call per run
         instead of one per record."""
 
-    def failed(
-        self, index: int, code: str, message: str, attempts: tuple[Attempt, ...]
-    ) -> None: ...
+    def failed(self, index: int, code: str, message: str, attempts: History) -> None: ...
 
 
 class FutureSink:
@@ -251,9 +406,11 @@ class SingleSink(FutureSink):
         shard_id: str,
         sequence_number: int,
         sub_sequence_number: int,
-        attempts: tuple[Attempt, ...],
+        attempts: History,
     ) -> None:
-        self._resolve(RecordResult(True, shard_id, sequence_number, sub_sequence_number, attempts))
+        self._resolve(
+            RecordResult.of(True, shard_id, sequence_number, sub_sequence_number, attempts)
+        )
 
     def succeeded_run(
         self,
@@ -261,13 +418,13 @@ class SingleSink(FutureSink):
         first_sub: int,
         shard_id: str,
         sequence_number: int,
-        attempts: tuple[Attempt, ...],
+        attempts: History,
     ) -> None:
         for sub, index in enumerate(indexes, first_sub):
             self.succeeded(index, shard_id, sequence_number, sub, attempts)
 
-    def failed(self, index: int, code: str, message: str, attempts: tuple[Attempt, ...]) -> None:
-        self._resolve(RecordResult(False, None, None, None, attempts, code, message))
+    def failed(self, index: int, code: str, message: str, attempts: History) -> None:
+        self._resolve(RecordResult.of(False, None, None, None, attempts, code, message))
 
     def _resolve(self, result: RecordResult) -> None:
         if self.finished:  # the first outcome stands
@@ -302,7 +459,7 @@ class BatchSink(FutureSink):
         self.shard_ids: list[str | None] = [None] * count
         self.sequence_numbers: list[int | None] = [None] * count
         self.sub_sequence_numbers: list[int | None] = [None] * count
-        self.attempts: list[tuple[Attempt, ...]] = [()] * count
+        self.attempts: list[History] = [()] * count
         self.failures: dict[int, RecordResult] = {}
         self.remaining = count
         self.future = future
@@ -313,7 +470,7 @@ class BatchSink(FutureSink):
         shard_id: str,
         sequence_number: int,
         sub_sequence_number: int,
-        attempts: tuple[Attempt, ...],
+        attempts: History,
     ) -> None:
         if self.shard_ids[index] is not None or index in self.failures:
             return  # already finished: the first outcome stands
@@ -331,7 +488,7 @@ class BatchSink(FutureSink):
         first_sub: int,
         shard_id: str,
         sequence_number: int,
-        attempts: tuple[Attempt, ...],
+        attempts: History,
     ) -> None:
         shard_ids = self.shard_ids
         sequence_numbers = self.sequence_numbers
@@ -352,10 +509,10 @@ class BatchSink(FutureSink):
             if not self.remaining:
                 self._finish()
 
-    def failed(self, index: int, code: str, message: str, attempts: tuple[Attempt, ...]) -> None:
+    def failed(self, index: int, code: str, message: str, attempts: History) -> None:
         if self.shard_ids[index] is not None or index in self.failures:
             return
-        self.failures[index] = RecordResult(False, None, None, None, attempts, code, message)
+        self.failures[index] = RecordResult.of(False, None, None, None, attempts, code, message)
         self.attempts[index] = attempts
         self.remaining -= 1
         if not self.remaining:

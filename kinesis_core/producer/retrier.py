@@ -1,32 +1,46 @@
 """Classifies every PutRecords outcome: finish, retry or fail each user record (seed 003).
 
-- The request failed with ProvisionedThroughputExceededException and ``fail_if_throttled``:
-  fail every user record. Any other request failure: retry every user record.
-- A record was written where it was predicted, or nothing was predicted: success.
-- A record was written to another shard whose range holds every user record's hash key (a
-  child after a split): success, and invalidate the shard map.
-- A record was written to another shard and some hash key is outside its range (or the range
-  is unknown): retry **every** user record of the aggregate ("Wrong Shard"), invalidate once.
-- A record failed with ProvisionedThroughputExceededException and ``fail_if_throttled``:
-  fail it. Any other per-record error: retry.
+What a failure means comes from the one error table (:func:`kinesis_core.classify.classify`):
 
-A retry first appends the attempt to the record's history. A record whose TTL has run out fails
-with a second attempt coded ``Expired``; the others go back to the aggregator, re-predicted, with
-a deadline of half ``record_max_buffered_time``. The wrong-shard rule retries the whole aggregate
-where the KPL retries only the out-of-range records: a KCL reader drops an aggregate with any
-out-of-range sub-record, so the in-range ones would be reported written and never read.
-Throttling (per record or for the whole request) is also reported to the limiter, which slows
-the shard down.
+- The request failed for credentials or permissions (``ErrorKind.AUTH``, HTTP 401/403): no
+  retry can fix it. The producer stops, and every record it holds fails with that error at
+  once (``fatal``).
+- The request was refused as invalid (``INVALID``, or an unknown 4xx): the service may be
+  pinning one bad record on the whole request. A request of several Kinesis records is split
+  in two halves, sent again (``resend``), until the record it refuses is alone; that one fails
+  with the service's message, never retried, and the others go through. An aggregate refused
+  on its own is taken apart: its user records go again one by one (``alone``).
+- The request was throttled: with ``fail_if_throttled`` every record fails, otherwise every
+  record is retried and the limiter slows its shard down. Any other request failure (no
+  answer, a 5xx, the stream busy or gone): every record is retried, and the pipeline backs the
+  whole endpoint off (``request_failed``).
+- A record was written where it was predicted, or nothing was predicted, or it is a plain
+  record (Kinesis put it where its own hash key belongs): success.
+- An aggregate was written to another shard: success when that shard's hash range (from the
+  shard map, refreshed if need be) holds every user record of it; otherwise retry **every**
+  user record of it (``Wrong Shard``). While the range is unknown the aggregate waits for the
+  refreshed map (``landings``), neither finished nor retried. The map is invalidated once.
+- A record failed alone: throttled (fail it with ``fail_if_throttled``, else retry and slow the
+  shard), invalid (fail it, never retried; an aggregate is taken apart), auth (``fatal``), or
+  anything else (retry, and back that shard off: ``failed_shards``).
+
+A retry first appends the attempt to the record's bounded history. A record whose TTL has run
+out fails with a last attempt coded ``Expired`` that says what it was waiting for and carries
+its last error; the others go back to the aggregator, re-predicted, with a deadline of half
+``record_max_buffered_time``. The wrong-shard rule retries the whole aggregate where the KPL
+retries only the out-of-range records: a KCL reader drops an aggregate with any out-of-range
+sub-record, so the in-range ones would be reported written and never read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import groupby
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
+from kinesis_core.classify import RECORD_COUNT_MISMATCH, ErrorKind, classify
 from kinesis_core.producer.config import PAYLOAD_COPIES, RECORD_OVERHEAD_BYTES, record_cost
 from kinesis_core.producer.items import (
     ARRIVAL,
@@ -44,11 +58,13 @@ from kinesis_core.producer.items import (
 from kinesis_core.producer.metrics import ProducerMetrics
 from kinesis_core.producer.result import (
     EXPIRED,
-    RECORD_COUNT_MISMATCH,
-    THROTTLED,
     WRONG_SHARD,
     Attempt,
+    History,
     RecordSink,
+    add_attempt,
+    attempt_count,
+    last_failure,
 )
 
 _attempts_of = itemgetter(ATTEMPTS)
@@ -56,20 +72,72 @@ _sink_of = itemgetter(SINK)
 _index_of = itemgetter(INDEX)
 _data_of = itemgetter(DATA)
 _partition_key_of = itemgetter(PARTITION_KEY)
+_ended_at = attrgetter("ended_at")
+
+_BACK_OFF = frozenset(
+    {
+        ErrorKind.TRANSIENT,
+        ErrorKind.IN_USE,
+        ErrorKind.NOT_FOUND,
+        ErrorKind.EXPIRED,
+        ErrorKind.CONFLICT,
+    }
+)
+"""Request-level failures that a later attempt may get past: retried after a backoff."""
+
+_WAITING_FOR = {
+    ErrorKind.IN_USE: "the stream to become ACTIVE (it is being created or updated)",
+    ErrorKind.NOT_FOUND: "the stream to exist",
+    ErrorKind.THROTTLED: "the shard's throughput to free up",
+}
+"""What a record retried after an error of this kind waits for (default: a retry backoff)."""
+
+
+def latest_failure(records: Iterable[UserRecord]) -> Attempt | None:
+    """The most recent failed attempt in the histories of ``records`` (None if none failed)."""
+    failures = [f for f in (last_failure(ur[ATTEMPTS]) for ur in records) if f is not None]
+    return max(failures, key=_ended_at, default=None)
+
+
+def expiry_message(record_ttl: float, waiting_for: str, records: list[UserRecord]) -> str:
+    """The message of an ``Expired`` result: the TTL, what the records were waiting for, and
+    the latest error of their histories (or that none of them was ever sent)."""
+    message = f"record TTL of {record_ttl:g} s ran out while waiting for {waiting_for}"
+    last = latest_failure(records)
+    if last is None:
+        return f"{message}; it was never sent"
+    return f"{message}; last error: {last.error_code}: {last.error_message}"
+
+
+def waiting_for_retry(code: str | None, status: int | None = None) -> str:
+    """What a record retried after failing with ``code`` waits for."""
+    return _WAITING_FOR.get(classify(code, status), "its next attempt (a retry backoff)")
 
 
 @dataclass(frozen=True)
 class SendOutcome:
     """What the sender observed for one PutRecords request.
 
-    Exactly one of ``error`` (a request-level ``(code, message)``) and ``records`` (the
-    response's per-record entries, aligned with the request) is set.
+    Exactly one of ``error`` (a request-level ``(code, message)``, with the HTTP ``status``
+    when there was an answer) and ``records`` (the response's per-record entries, aligned with
+    the request) is set.
     """
 
     started_at: float
     ended_at: float
     records: list[dict[str, Any]] | None = None
     error: tuple[str, str] | None = None
+    status: int | None = None
+
+
+@dataclass(frozen=True)
+class Landing:
+    """An aggregate written to a shard whose hash range the shard map does not know yet."""
+
+    kr: KinesisRecordOut
+    shard_id: str
+    sequence_number: int
+    outcome: SendOutcome
 
 
 @dataclass
@@ -83,6 +151,23 @@ class RetryDecisions:
     """``(seen_at, predicted_shard)`` pairs for ``ShardMap.invalidate``."""
     throttled: set[str] = field(default_factory=set)
     """Predicted shards Kinesis throttled, for the limiter."""
+    failed_shards: set[str] = field(default_factory=set)
+    """Predicted shards with a record that failed and will be retried: back them off."""
+    ok_shards: set[str] = field(default_factory=set)
+    """Predicted shards that took a record: their backoff starts over."""
+    request_failed: bool = False
+    """The whole request failed in a way a later attempt may get past: back the endpoint off."""
+    answered: bool = False
+    """The service answered with per-record results: the endpoint works."""
+    resend: list[PutBatch] = field(default_factory=list)
+    """Halves of a request the service refused as invalid: send them again, first."""
+    alone: list[UserRecord] = field(default_factory=list)
+    """User records of an aggregate the service refused: send each again as a plain record."""
+    landings: list[Landing] = field(default_factory=list)
+    """Aggregates written to a shard the map does not know: decide once it does."""
+    fatal: tuple[str, str] | None = None
+    """``(code, message)`` of an error no retry fixes: stop the producer, fail everything
+    (the records it was pinned on are among ``retries``)."""
 
 
 HashRangeFn = Callable[[str], "tuple[int, int] | None"]
@@ -130,33 +215,65 @@ class Retrier:
             )
         if error is not None or entries is None:
             code, message = error or (RECORD_COUNT_MISMATCH, "")
-            for kr in batch.records:
-                self._failed_attempt(kr, code, message, None, outcome, now, decisions)
+            self._request_failed(batch, code, message, outcome, now, decisions)
             return decisions
+        decisions.answered = True
         for kr, entry in zip(batch.records, entries, strict=True):
             sequence_number = entry.get("SequenceNumber")
             if sequence_number is None:
                 code = entry.get("ErrorCode") or "Unknown"
                 message = entry.get("ErrorMessage") or ""
-                self._failed_attempt(kr, code, message, None, outcome, now, decisions)
+                self._record_failed(kr, code, message, outcome, now, decisions)
                 continue
             actual = entry["ShardId"]
             predicted = kr.shard_id
+            decisions.ok_shards.add(predicted or actual)
             if predicted is not None and predicted != actual:
                 decisions.invalidations.append((outcome.started_at, predicted))
-                if not self._all_in_range(kr, actual):
-                    message = (
-                        f"predicted {predicted} but written to {actual}, whose hash key range "
-                        "does not hold every record of the aggregate"
-                    )
-                    metrics.error(WRONG_SHARD)
-                    self._retry(kr, WRONG_SHARD, message, actual, outcome, now, decisions)
+                if len(kr.records) > 1:
+                    landing = Landing(kr, actual, int(sequence_number), outcome)
+                    if not self.resolve(landing, now, decisions):
+                        decisions.landings.append(landing)
                     continue
             self._succeed(kr, actual, int(sequence_number), outcome)
         return decisions
 
-    def expire(self, kr: KinesisRecordOut, now: float, message: str) -> None:
-        """Fail every record of ``kr`` with ``Expired`` (it timed out before being sent)."""
+    def resolve(self, landing: Landing, now: float, decisions: RetryDecisions) -> bool:
+        """Decide an aggregate written to another shard than predicted, if the map knows that
+        shard's range: finish it (every record in range) or retry all of it. False (nothing
+        done) while the range is unknown."""
+        hash_range = self.hash_range(landing.shard_id)
+        if hash_range is None:
+            return False
+        kr = landing.kr
+        start, end = hash_range
+        if all(start <= ur[HASH] <= end for ur in kr.records):
+            self._succeed(kr, landing.shard_id, landing.sequence_number, landing.outcome)
+            return True
+        self.metrics.error(WRONG_SHARD)
+        message = (
+            f"predicted {kr.shard_id} but written to {landing.shard_id}, whose hash key range "
+            "does not hold every record of the aggregate (a KCL reader drops it whole)"
+        )
+        self._retry(kr, WRONG_SHARD, message, landing.shard_id, landing.outcome, now, decisions)
+        return True
+
+    def give_up(self, landing: Landing, now: float, decisions: RetryDecisions, why: str) -> None:
+        """Retry an aggregate whose landing shard's range could not be learned (``why``): a
+        duplicate at worst, where counting it written could lose it for KCL readers."""
+        self.metrics.error(WRONG_SHARD)
+        message = (
+            f"predicted {landing.kr.shard_id} but written to {landing.shard_id}, whose hash key "
+            f"range is unknown ({why}): sent again, as a KCL reader may drop it"
+        )
+        self._retry(
+            landing.kr, WRONG_SHARD, message, landing.shard_id, landing.outcome, now, decisions
+        )
+
+    def expire(self, kr: KinesisRecordOut, now: float, waiting_for: str) -> None:
+        """Fail every record of ``kr`` with ``Expired``: its TTL ran out while it waited for
+        ``waiting_for`` (the message adds the last error of its history)."""
+        message = expiry_message(self.record_ttl, waiting_for, kr.records)
         self.fail_records(kr.records, EXPIRED, message, now)
 
     def fail_records(self, records: list[UserRecord], code: str, message: str, now: float) -> None:
@@ -171,29 +288,100 @@ class Retrier:
         if code == EXPIRED:
             metrics.user_record_expired += len(records)
         for ur in records:
-            self._fail(ur, code, message, ur[ATTEMPTS] + (attempt,))
+            self._fail(ur, code, message, add_attempt(ur[ATTEMPTS], attempt))
 
-    def _fail(self, ur: UserRecord, code: str, message: str, attempts: tuple[Attempt, ...]) -> None:
+    def fail_as_they_are(self, records: list[UserRecord], code: str, message: str) -> None:
+        """Finish ``records`` as failed with the history they have (its last attempt says
+        why)."""
+        self.metrics.error(code, 1)
+        for ur in records:
+            self._fail(ur, code, message, ur[ATTEMPTS])
+
+    def _fail(self, ur: UserRecord, code: str, message: str, attempts: History) -> None:
         sink = self.sinks.get(ur[SINK])
         if sink is not None:
             sink.failed(ur[INDEX], code, message, attempts)
         self._release(ur)
         self.metrics.user_records_failed += 1
-        self.metrics.retries_per_record.add(len(attempts) - 1)
+        self.metrics.retries_per_record.add(attempt_count(attempts) - 1)
 
-    def _all_in_range(self, kr: KinesisRecordOut, shard_id: str) -> bool:
-        hash_range = self.hash_range(shard_id)
-        if hash_range is None:
-            return False
-        start, end = hash_range
-        return all(start <= ur[HASH] <= end for ur in kr.records)
+    def _request_failed(
+        self,
+        batch: PutBatch,
+        code: str,
+        message: str,
+        outcome: SendOutcome,
+        now: float,
+        decisions: RetryDecisions,
+    ) -> None:
+        kind = classify(code, outcome.status)
+        if kind in (ErrorKind.INVALID, ErrorKind.FATAL):
+            self.metrics.error(code)
+            attempt = Attempt(outcome.started_at, outcome.ended_at, False, code, message)
+            if len(batch.records) > 1:
+                for kr in batch.records:
+                    kr.records = [_with_attempt(ur, attempt) for ur in kr.records]
+                decisions.resend.extend(batch.split())
+            else:
+                self._refused(batch.records[0], code, message, attempt, decisions)
+            return
+        decisions.request_failed = kind in _BACK_OFF
+        for kr in batch.records:
+            self._record_failed(kr, code, message, outcome, now, decisions, kind)
+
+    def _record_failed(
+        self,
+        kr: KinesisRecordOut,
+        code: str,
+        message: str,
+        outcome: SendOutcome,
+        now: float,
+        decisions: RetryDecisions,
+        kind: ErrorKind | None = None,
+    ) -> None:
+        """A Kinesis record failed (alone, or with its whole request when ``kind`` is given)."""
+        self.metrics.error(code)
+        request_level = kind is not None
+        if kind is None:
+            kind = classify(code)
+        attempt = Attempt(outcome.started_at, outcome.ended_at, False, code, message)
+        if kind is ErrorKind.THROTTLED:
+            if kr.shard_id is not None:
+                decisions.throttled.add(kr.shard_id)
+            if self.fail_if_throttled:
+                for ur in kr.records:
+                    self._fail(ur, code, message, add_attempt(ur[ATTEMPTS], attempt))
+                return
+        elif kind is ErrorKind.AUTH:
+            decisions.fatal = (code, message)  # its records fail with the rest, as retries
+        elif kind in (ErrorKind.INVALID, ErrorKind.FATAL) and not request_level:
+            self._refused(kr, code, message, attempt, decisions)
+            return
+        elif not request_level and kr.shard_id is not None:
+            decisions.failed_shards.add(kr.shard_id)
+        self._retry(kr, code, message, None, outcome, now, decisions)
+
+    def _refused(
+        self,
+        kr: KinesisRecordOut,
+        code: str,
+        message: str,
+        attempt: Attempt,
+        decisions: RetryDecisions,
+    ) -> None:
+        """The service refused ``kr`` itself for good: fail a plain record with its message;
+        take an aggregate apart, so that its records go again one by one."""
+        if len(kr.records) > 1:
+            decisions.alone.extend(_with_attempt(ur, attempt) for ur in kr.records)
+            return
+        for ur in kr.records:
+            self._fail(ur, code, message, add_attempt(ur[ATTEMPTS], attempt))
 
     def _succeed(
         self, kr: KinesisRecordOut, shard_id: str, sequence_number: int, outcome: SendOutcome
     ) -> None:
-        first: tuple[Attempt, ...] = (
-            Attempt(outcome.started_at, outcome.ended_at, True, shard_id=shard_id),
-        )
+        success = Attempt(outcome.started_at, outcome.ended_at, True, shard_id=shard_id)
+        first: History = (success,)
         records = kr.records
         sinks = self.sinks
         retried = 0
@@ -209,7 +397,7 @@ class Retrier:
                 sub += len(indexes)
         else:
             data_bytes, budget_bytes, retried = self._succeed_each(
-                records, shard_id, sequence_number, first
+                records, shard_id, sequence_number, success
             )
         n = len(records)
         self.released_records += n
@@ -231,7 +419,7 @@ class Retrier:
         records: list[UserRecord],
         shard_id: str,
         sequence_number: int,
-        first: tuple[Attempt, ...],
+        success: Attempt,
     ) -> tuple[int, int, int]:
         """``_succeed`` record by record, for an aggregate holding retried records (each keeps
         its own attempt history); returns the data bytes, the budget bytes and the retries."""
@@ -239,6 +427,7 @@ class Retrier:
         data_bytes = 0
         budget_bytes = 0
         retried = 0
+        first: History = (success,)
         sink_key = records[0][SINK]
         succeeded = sinks[sink_key].succeeded
         for sub, ur in enumerate(records):
@@ -251,31 +440,11 @@ class Retrier:
             budget_bytes += len(data) + len(ur[PARTITION_KEY])
             if prior:
                 retried += 1
-                self.metrics.retries_per_record.add(len(prior))
-                succeeded(ur[INDEX], shard_id, sequence_number, sub, prior + first)
+                self.metrics.retries_per_record.add(attempt_count(prior))
+                succeeded(ur[INDEX], shard_id, sequence_number, sub, add_attempt(prior, success))
             else:
                 succeeded(ur[INDEX], shard_id, sequence_number, sub, first)
         return data_bytes, budget_bytes, retried
-
-    def _failed_attempt(
-        self,
-        kr: KinesisRecordOut,
-        code: str,
-        message: str,
-        shard_id: str | None,
-        outcome: SendOutcome,
-        now: float,
-        decisions: RetryDecisions,
-    ) -> None:
-        self.metrics.error(code)
-        if code == THROTTLED and kr.shard_id is not None:
-            decisions.throttled.add(kr.shard_id)
-        if code == THROTTLED and self.fail_if_throttled:
-            attempt = Attempt(outcome.started_at, outcome.ended_at, False, code, message, shard_id)
-            for ur in kr.records:
-                self._fail(ur, code, message, ur[ATTEMPTS] + (attempt,))
-            return
-        self._retry(kr, code, message, shard_id, outcome, now, decisions)
 
     def _retry(
         self,
@@ -292,29 +461,29 @@ class Retrier:
         retries = decisions.retries
         expired: list[UserRecord] = []
         for ur in kr.records:
-            attempts = ur[ATTEMPTS] + (attempt,)
-            retried: UserRecord = (
-                ur[HASH],
-                ur[DATA],
-                ur[PARTITION_KEY],
-                ur[EXPLICIT_HASH_KEY],
-                ur[SINK],
-                ur[INDEX],
-                attempts,
-                ur[ARRIVAL],
-            )
+            retried = _with_attempt(ur, attempt)
             if now - ur[ARRIVAL] >= ttl:
                 expired.append(retried)
             else:
                 retries.append(retried)
         if expired:
-            self.fail_records(
-                expired,
-                EXPIRED,
-                f"record TTL of {ttl} s ran out; last error: {code}: {message}",
-                now,
-            )
+            waiting_for = waiting_for_retry(code, outcome.status)
+            self.fail_records(expired, EXPIRED, expiry_message(ttl, waiting_for, expired), now)
 
     def _release(self, ur: UserRecord) -> None:
         self.released_records += 1
         self.released_bytes += record_cost(ur[DATA], ur[PARTITION_KEY])
+
+
+def _with_attempt(ur: UserRecord, attempt: Attempt) -> UserRecord:
+    """``ur`` with ``attempt`` added to its history."""
+    return (
+        ur[HASH],
+        ur[DATA],
+        ur[PARTITION_KEY],
+        ur[EXPLICIT_HASH_KEY],
+        ur[SINK],
+        ur[INDEX],
+        add_attempt(ur[ATTEMPTS], attempt),
+        ur[ARRIVAL],
+    )

@@ -36,6 +36,7 @@ from kinesis_core.local import (
     local_client_config,
 )
 from kinesis_core.local._server import free_port
+from kinesis_core.local.streams import read_records
 
 pytestmark = pytest.mark.integration
 
@@ -191,6 +192,67 @@ def test_persisted_data_survives_a_stop_and_start(tmp_path: Path) -> None:
         finally:
             stream.close()
     assert not server.running
+
+
+def _write_until(
+    config: ClientConfig,
+    stop: threading.Event,
+    prefix: bytes,
+    acked: list[bytes],
+    refused: list[BaseException],
+) -> None:
+    """put_record one record after the other until ``stop``; note what was acknowledged."""
+    client = create_botocore_client(config, "kinesis", max_attempts=1)
+    try:
+        i = 0
+        while not stop.is_set():
+            data = b"%s-%d" % (prefix, i)
+            try:
+                client.put_record(StreamName="busy", Data=data, PartitionKey=str(i))
+                acked.append(data)
+            except Exception as exc:  # the server is going away
+                refused.append(exc)
+                time.sleep(0.01)
+            i += 1
+    finally:
+        client.close()
+
+
+def test_stop_loses_no_write_it_acknowledged_while_clients_keep_writing(tmp_path: Path) -> None:
+    """Writers keep going while stop() waits for the final snapshot: every write the server
+    acknowledged is there after the restart (before the drain, about 3 were lost per stop)."""
+    server = KinesisMock(persist_path=tmp_path / "data", persist_interval=0.2)
+    with server:
+        server.create_stream("busy", shards=2).close()
+        config = server.client_config(connect_timeout=1.0, read_timeout=5.0)
+        for round_ in range(5):
+            acked: list[bytes] = []
+            refused: list[BaseException] = []
+            stop = threading.Event()
+            writers = [
+                threading.Thread(
+                    target=_write_until,
+                    args=(config, stop, b"%d-%d" % (round_, w), acked, refused),
+                )
+                for w in range(3)
+            ]
+            for writer in writers:
+                writer.start()
+            deadline = time.monotonic() + 30
+            while len(acked) < 30 and time.monotonic() < deadline:  # every writer under way
+                time.sleep(0.01)
+            server.stop()
+            stop.set()
+            for writer in writers:
+                writer.join()
+            server.start()
+            check = create_botocore_client(server.client_config(), "kinesis")
+            try:
+                kept = {r["Data"] for r in read_records(check, "busy")}
+            finally:
+                check.close()
+            assert acked
+            assert [d for d in acked if d not in kept] == []
 
 
 def test_a_server_that_dies_while_starting_reports_its_log(tmp_path: Path) -> None:

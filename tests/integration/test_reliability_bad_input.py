@@ -1,9 +1,6 @@
 """The bad-input catalogue of ``python -m reliability``, one test per kind: each bad input gets
-a clear error naming its cause, and a producer putting good records meanwhile (some in the
-very batch that holds the bad record) loses none.
-
-The two slow variants (a producer starting against wrong credentials or a dead endpoint
-retries for 30 s) run only in ``python -m reliability``.
+a clear error naming its cause (within seconds where it says so), and a producer putting good
+records meanwhile (some in the very batch that holds the bad record) loses none.
 """
 
 from __future__ import annotations
@@ -16,8 +13,8 @@ from reliability.bad_input import Env, cases, check_bystanders, run_case
 pytestmark = pytest.mark.integration
 
 
-def test_the_catalogue_has_at_least_twelve_kinds() -> None:
-    assert len(cases()) >= 12
+def test_the_catalogue_has_at_least_twenty_five_kinds() -> None:
+    assert len(cases()) >= 25
 
 
 @pytest.mark.parametrize("name", list(cases()))

@@ -292,7 +292,7 @@ def test_options_fill_what_the_code_leaves_unset_and_nothing_comes_from_the_envi
     assert (merged.region_name, merged.verify) == ("us-west-2", "/ca.pem")
     assert merged.endpoint_url == "http://127.0.0.1:4567"
     assert client_config_from_options(PipelineOptions([])) == ClientConfig()
-    with pytest.raises(ValidationError, match="endpoint_url"):
+    with pytest.raises(ConfigurationError, match="endpoint_url"):
         client_config_from_options(PipelineOptions(["--kinesis_endpoint_url=localhost:1"]))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -142,6 +143,30 @@ def test_sqlite_refuses_use_after_close_and_bad_timeout(tmp_path: Path) -> None:
             await store.get("app", "s", "shard-1")
 
     asyncio.run(main())
+
+
+def test_sqlite_errors_name_the_file(tmp_path: Path) -> None:
+    """sqlite3 says "unable to open database file" or "file is not a database", never which."""
+    missing_dir = tmp_path / "no-such-dir" / "c.sqlite3"
+    not_a_database = tmp_path / "notes.txt"
+    not_a_database.write_bytes(b"these are my notes, not a database" * 100)
+
+    async def first_read(path: Path) -> None:
+        async with SQLiteCheckpointStore(path) as store:
+            await store.get("app", "s", "shard-1")
+
+    cases = [
+        (missing_dir, sqlite3.OperationalError, "unable to open database file"),
+        (not_a_database, sqlite3.DatabaseError, "file is not a database"),
+    ]
+    for path, kind, said in cases:
+        with pytest.raises(kind) as info:
+            asyncio.run(first_read(path))
+        message = str(info.value)
+        assert said in message
+        assert str(path) in message
+        assert isinstance(info.value.__cause__, sqlite3.Error)
+        assert info.value.sqlite_errorname == info.value.__cause__.sqlite_errorname  # type: ignore[union-attr]
 
 
 def _increment(path: str, rounds: int, worker: int) -> None:

@@ -201,7 +201,7 @@ def test_dynamodb_client_uses_the_dynamodb_endpoint() -> None:
 
 
 def test_max_attempts_must_be_positive() -> None:
-    with pytest.raises(ValidationError, match="max_attempts"):
+    with pytest.raises(ConfigurationError, match="max_attempts"):
         create_botocore_client(creds(region_name="us-east-1"), "kinesis", max_attempts=0)
 
 
@@ -280,13 +280,32 @@ def test_unset_secrets_show_as_none() -> None:
         ({"aws_access_key_id": "AKID"}, "aws_access_key_id"),
         ({"aws_secret_access_key": SECRET}, "aws_access_key_id"),
         ({"aws_session_token": TOKEN}, "aws_session_token"),
+        ({"verify": 5}, "verify"),
+        ({"verify": None}, "verify"),
+        ({"region_name": 5}, "region_name"),
+        ({"endpoint_url": b"http://x"}, "endpoint_url"),
+        ({"profile_name": ["default"]}, "profile_name"),
+        ({"aws_access_key_id": 1, "aws_secret_access_key": SECRET}, "aws_access_key_id"),
+        ({"aws_access_key_id": "AKID", "aws_secret_access_key": 7}, "aws_secret_access_key"),
+        ({"connect_timeout": "5"}, "connect_timeout"),
+        ({"read_timeout": True}, "read_timeout"),
+        ({"max_pool_connections": 2.5}, "max_pool_connections"),
+        ({"max_pool_connections": True}, "max_pool_connections"),
     ],
 )
 def test_bad_values_are_refused_naming_the_field(fields: dict[str, Any], field: str) -> None:
-    with pytest.raises(ValidationError) as info:
+    """Bad configuration: ConfigurationError, its message starting with the field's name."""
+    with pytest.raises(ConfigurationError) as info:
         ClientConfig(**fields)
-    assert info.value.field == field
+    assert not isinstance(info.value, ValidationError)
+    assert str(info.value).startswith(f"{field}: ")
     assert SECRET not in str(info.value)
+
+
+def test_a_secret_of_the_wrong_type_is_refused_without_showing_it() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        ClientConfig(aws_access_key_id="AKID", aws_secret_access_key=12345678)  # type: ignore[arg-type]
+    assert str(info.value) == "aws_secret_access_key: must be a str or None, got int"
 
 
 def test_config_is_frozen_and_keyword_only() -> None:

@@ -15,6 +15,7 @@ from kinesis_core.hashing import (
     MAX_RECORD_BYTES,
     hash_key,
     parse_explicit_hash_key,
+    utf16_length,
     validate_partition_key,
     validate_record,
 )
@@ -136,17 +137,41 @@ def test_parse_explicit_hash_key_round_trips(key: int) -> None:
 
 @pytest.mark.parametrize(
     "pk",
-    ["a", "a" * 256, "é" * 256, "😀" * 256, "日本語" * 85, " ", "\x00"],
+    ["a", "a" * 256, "é" * 256, "😀" * 128, "a" + "😀" * 127 + "a", "日本語" * 85, " ", "\x00"],
 )
-def test_validate_partition_key_accepts_1_to_256_characters(pk: str) -> None:
+def test_validate_partition_key_accepts_1_to_256_utf16_units(pk: str) -> None:
     assert validate_partition_key(pk) is pk
+    assert validate_record(b"x", pk) == hash_key(pk)
 
 
-@pytest.mark.parametrize(("pk", "count"), [("a" * 257, 257), ("😀" * 257, 257), ("é" * 300, 300)])
-def test_validate_partition_key_refuses_more_than_256_characters(pk: str, count: int) -> None:
-    with pytest.raises(ValidationError, match=f"has {count} characters, the limit is 256") as info:
-        validate_partition_key(pk)
-    assert info.value.field == "partition_key"
+@pytest.mark.parametrize(
+    ("pk", "count"),
+    [("a" * 257, 257), ("😀" * 129, 258), ("😀" * 256, 512), ("é" * 300, 300), ("a😀" * 86, 258)],
+)
+def test_validate_partition_key_counts_utf16_units_like_kinesis(pk: str, count: int) -> None:
+    """An emoji is one code point but two UTF-16 units: kinesis-mock refuses 129 of them."""
+    assert utf16_length(pk) == count
+    for check in (validate_partition_key, lambda k: validate_record(b"x", k)):
+        with pytest.raises(
+            ValidationError, match=f"has {count} characters as Kinesis counts"
+        ) as info:
+            check(pk)
+        assert info.value.field == "partition_key"
+        assert "the limit is 256" in str(info.value)
+
+
+@pytest.mark.parametrize("pk", ["\ud800", "key-\udfff", "a" * 200 + "\udc80"])
+def test_a_lone_surrogate_is_refused_naming_the_partition_key(pk: str) -> None:
+    for check in (validate_partition_key, lambda k: validate_record(b"x", k)):
+        with pytest.raises(ValidationError, match="lone surrogate") as info:
+            check(pk)
+        assert info.value.field == "partition_key"
+        assert f"index {len(pk) - 1}" in str(info.value)
+
+
+@given(st.text(min_size=1, max_size=300))
+def test_utf16_length_is_what_utf16_encoding_takes(pk: str) -> None:
+    assert utf16_length(pk) == len(pk.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def test_validate_partition_key_refuses_empty() -> None:

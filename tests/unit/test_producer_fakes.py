@@ -58,8 +58,16 @@ class RecordingSink:
         self.bad[index] = (code, message, attempts)
 
 
-def client_error(code: str, message: str = "scripted", op: str = "PutRecords") -> ClientError:
-    return ClientError({"Error": {"Code": code, "Message": message}}, op)
+def client_error(
+    code: str, message: str = "scripted", op: str = "PutRecords", status: int = 400
+) -> ClientError:
+    return ClientError(
+        {
+            "Error": {"Code": code, "Message": message},
+            "ResponseMetadata": {"HTTPStatusCode": status},
+        },
+        op,
+    )
 
 
 class FakeKinesis:
@@ -69,24 +77,37 @@ class FakeKinesis:
         self.script: deque[Behaviour] = deque()
         self.stored: dict[str, list[Entry]] = defaultdict(list)
         self.requests: list[list[Entry]] = []
+        self.params: list[dict[str, Any]] = []
+        """The arguments of every call but the records (how the stream was named...)."""
         self.list_calls = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
         self._seq = itertools.count(1)
 
     # -- the API ---------------------------------------------------------------------------
 
     async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
+        """ListShards; AT_LATEST (or no filter) lists the open shards, any other filter all."""
         self.list_calls += 1
-        return {"Shards": [self._api_shard(s) for s in self.shards if s.is_open]}
+        self.params.append({"op": "ListShards", **kwargs})
+        latest = kwargs.get("ShardFilter", {"Type": "AT_LATEST"})["Type"] == "AT_LATEST"
+        return {"Shards": [self._api_shard(s) for s in self.shards if s.is_open or not latest]}
 
-    async def put_records(self, *, StreamName: str, Records: list[Entry]) -> dict[str, Any]:
+    async def put_records(self, *, Records: list[Entry], **kwargs: Any) -> dict[str, Any]:
         self.requests.append(Records)
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        else:
-            await asyncio.sleep(0)
-        if self.script:
-            return self.script.popleft()(Records)
-        return self.accept(Records)
+        self.params.append({"op": "PutRecords", **kwargs})
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            else:
+                await asyncio.sleep(0)
+            if self.script:
+                return self.script.popleft()(Records)
+            return self.accept(Records)
+        finally:
+            self.in_flight -= 1
 
     # -- helpers for tests -----------------------------------------------------------------
 
@@ -135,6 +156,27 @@ class FakeKinesis:
             for s in self.shards
         ] + [left, right]
         return left.shard_id, right.shard_id
+
+    def merge(self, first: str, second: str) -> str:
+        """Merge two adjacent open shards; returns the child's id."""
+        a = next(s for s in self.shards if s.shard_id == first)
+        b = next(s for s in self.shards if s.shard_id == second)
+        lo, hi = sorted((a, b), key=lambda s: s.start_hash_key)
+        assert lo.end_hash_key + 1 == hi.start_hash_key, "not adjacent"
+        child = ShardInfo(
+            f"shardId-{len(self.shards):012d}",
+            lo.start_hash_key,
+            hi.end_hash_key,
+            first,
+            second,
+        )
+        self.shards = [
+            ShardInfo(s.shard_id, s.start_hash_key, s.end_hash_key, ending_sequence_number=1)
+            if s.shard_id in (first, second)
+            else s
+            for s in self.shards
+        ] + [child]
+        return child.shard_id
 
     @staticmethod
     def _api_shard(s: ShardInfo) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from test_producer_fakes import RecordingSink, client_error
 
 from kinesis_core.producer.config import record_cost
@@ -23,7 +24,7 @@ from kinesis_core.producer.result import (
     BatchSink,
     RecordSink,
 )
-from kinesis_core.producer.retrier import Retrier, SendOutcome
+from kinesis_core.producer.retrier import Retrier, RetryDecisions, SendOutcome
 from kinesis_core.producer.sender import error_of, send_batch
 
 LOW = (0, 99)
@@ -173,14 +174,59 @@ def test_wrong_shard_retries_every_record_of_the_aggregate_and_invalidates_once(
     assert metrics.errors_by_code == {WRONG_SHARD: 1}
 
 
-def test_wrong_shard_with_an_unknown_range_retries() -> None:
-    retrier, _ = make()
+def test_a_plain_record_on_an_unexpected_shard_is_written_never_put_again() -> None:
+    """Kinesis put it where its own hash key belongs: right by definition, known range or not."""
+    retrier, metrics = make()
     sink = RecordingSink()
     decisions = retrier.handle(
         batch(aggregate(sink, [5], "low")), outcome(records=[ok("brand-new", 1)]), NOW
     )
-    assert len(decisions.retries) == 1
+    assert decisions.retries == []
+    assert decisions.landings == []
+    assert sink.ok[0][:3] == ("brand-new", 1, 0)
     assert decisions.invalidations == [(11.0, "low")]
+    assert WRONG_SHARD not in metrics.errors_by_code
+
+
+def test_an_aggregate_on_a_shard_of_unknown_range_waits_for_the_map_then_is_decided() -> None:
+    retrier, _ = make()
+    sink = RecordingSink()
+    decisions = retrier.handle(
+        batch(aggregate(sink, [5, 60], "parent")), outcome(records=[ok("brand-new", 4)]), NOW
+    )
+    assert decisions.retries == []
+    assert not sink.ok
+    assert not sink.bad
+    assert decisions.invalidations == [(11.0, "parent")]
+    (landing,) = decisions.landings
+    assert (landing.shard_id, landing.sequence_number) == ("brand-new", 4)
+    later = RetryDecisions(retry_deadline=NOW)
+    assert not retrier.resolve(landing, NOW, later)  # still unknown: nothing done
+    RANGES["brand-new"] = (0, 99)  # the refreshed map knows it now: both records in range
+    try:
+        assert retrier.resolve(landing, NOW, later)
+    finally:
+        del RANGES["brand-new"]
+    assert later.retries == []
+    assert {i: v[:3] for i, v in sink.ok.items()} == {
+        0: ("brand-new", 4, 0),
+        1: ("brand-new", 4, 1),
+    }
+
+
+def test_an_aggregate_whose_landing_range_cannot_be_learned_is_put_again() -> None:
+    retrier, metrics = make()
+    sink = RecordingSink()
+    decisions = retrier.handle(
+        batch(aggregate(sink, [5, 60], "parent")), outcome(records=[ok("gone", 4)]), NOW
+    )
+    later = RetryDecisions(retry_deadline=NOW)
+    retrier.give_up(decisions.landings[0], NOW, later, "not in a full listing")
+    assert sorted(r[5] for r in later.retries) == [0, 1]
+    attempt = later.retries[0][6][-1]
+    assert attempt.error_code == WRONG_SHARD
+    assert "not in a full listing" in (attempt.error_message or "")
+    assert metrics.errors_by_code == {WRONG_SHARD: 1}
 
 
 def test_record_throttled_with_fail_if_throttled_fails() -> None:
@@ -330,11 +376,41 @@ def test_error_mapping() -> None:
     assert error_of(client_error("ProvisionedThroughputExceededException", "slow")) == (
         THROTTLED,
         "slow",
+        400,
     )
-    assert error_of(ConnectionResetError("reset")) == (INTERNAL, "ConnectionResetError: reset")
-    code, message = error_of(asyncio.TimeoutError())
-    assert code == INTERNAL
+    assert error_of(ConnectionResetError("reset")) == (
+        INTERNAL,
+        "ConnectionResetError: reset",
+        None,
+    )
+    code, message, status = error_of(asyncio.TimeoutError())
+    assert (code, status) == (INTERNAL, None)
     assert "timeout" in message
+
+
+def test_error_mapping_keeps_the_status_and_reads_an_xml_error_body() -> None:
+    """botocore reports an XML error body (moto's auth layer) with the status as its code."""
+    body = (
+        '<?xml version="1.0"?><ErrorResponse><Errors><Error><Code>InvalidClientTokenId</Code>'
+        "<Message>The security token included in the request is invalid.</Message>"
+    )
+    error = ClientError(
+        {"Error": {"Code": "403", "Message": body}, "ResponseMetadata": {"HTTPStatusCode": 403}},
+        "PutRecords",
+    )
+    assert error_of(error) == (
+        "InvalidClientTokenId",
+        "The security token included in the request is invalid.",
+        403,
+    )
+    denied = ClientError(
+        {
+            "Error": {"Code": "AccessDeniedException", "Message": "no"},
+            "ResponseMetadata": {"HTTPStatusCode": 400},
+        },
+        "PutRecords",
+    )
+    assert error_of(denied) == ("AccessDeniedException", "no", 400)
 
 
 class _Client:

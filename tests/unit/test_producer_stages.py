@@ -148,6 +148,59 @@ def test_take_all_empties_the_queues() -> None:
     assert limiter.next_wakeup() is None
 
 
+def test_a_held_shard_waits_out_its_backoff_then_drains_in_order() -> None:
+    limiter = Limiter(100)
+    limiter.hold("s0", until=0.5, now=0.0)
+    first, second = kr(), kr()
+    assert not limiter.put(first, 0.0)
+    assert not limiter.put(second, 0.1)
+    assert limiter.put(kr("s1"), 0.1)  # only s0 is held
+    assert limiter.held("s0", 0.4)
+    assert limiter.next_wakeup() == pytest.approx(0.5)
+    assert limiter.drain(0.4) == ([], [])
+    released, _ = limiter.drain(0.5)
+    assert released == [first, second]
+    assert not limiter.held("s0", 0.5)
+
+
+def test_one_at_a_time_releases_a_shards_next_record_only_after_unblock() -> None:
+    limiter = Limiter(100, one_at_a_time=True)
+    first, second, third = kr(), kr(), kr()
+    assert limiter.put(first, 0.0)
+    assert limiter.blocked("s0")
+    assert not limiter.put(second, 0.0)
+    assert not limiter.put(third, 0.0)
+    assert limiter.put(kr("s1"), 0.0)  # its own shard
+    assert limiter.drain(1.0) == ([], [])
+    limiter.unblock("s0", 1.0)
+    assert limiter.next_wakeup() == pytest.approx(1.0)
+    released, _ = limiter.drain(1.0)
+    assert released == [second]  # and blocked again
+    limiter.unblock("s0", 1.1)
+    released, _ = limiter.drain(1.1)
+    assert released == [third]
+
+
+def test_push_front_puts_a_retry_ahead_of_the_queue_and_expiry_still_works() -> None:
+    limiter = Limiter(100, one_at_a_time=True)
+    assert limiter.put(kr(), 0.0)
+    later = kr()
+    assert not limiter.put(later, 0.0)
+    retry = kr(expiration=0.5)
+    limiter.push_front(retry, 0.1)
+    assert limiter.next_wakeup() == pytest.approx(0.5)  # blocked: only the expiry is due
+    limiter.unblock("s0", 0.2)
+    released, _ = limiter.drain(0.2)
+    assert released == [retry]
+    stale = kr(expiration=0.3)
+    limiter.push_front(stale, 0.25)
+    released, expired = limiter.drain(0.3)
+    assert (released, expired) == ([], [stale])
+    limiter.unblock("s0", 0.4)
+    released, _ = limiter.drain(0.4)
+    assert released == [later]
+
+
 # -- collector ---------------------------------------------------------------------------
 
 
@@ -295,3 +348,27 @@ def test_take_all_returns_buffered_records() -> None:
     assert sorted(r[5] for r in agg.take_all()) == [0, 1, 2, 3, 4]
     assert agg.buffered == 0
     assert agg.next_deadline() is None
+
+
+def test_seal_now_aggregates_records_apart_from_the_open_aggregate() -> None:
+    agg = aggregator(max_size=400)
+    agg.add(ur(0), "s0", 0.0, 1.0)  # the open aggregate keeps it
+    retries = [ur(i, arrival=0.5) for i in range(1, 6)]
+    sealed = agg.seal_now("s0", retries, 1.0, 1.05)
+    assert [[r[5] for r in k.records] for k in sealed] == [[1, 2, 3], [4, 5]]
+    assert all(k.shard_id == "s0" and k.deadline == 1.05 for k in sealed)
+    assert sealed[0].expiration == pytest.approx(30.5)
+    assert agg.buffered == 1
+    assert agg.sealed == []
+    plain = agg.seal_now("s0", retries[:2], 1.0, 1.05, plain=True)
+    assert [len(k.records) for k in plain] == [1, 1]
+    assert plain[0].data == retries[0][1]
+
+
+def test_alone_sends_each_record_as_a_plain_kinesis_record() -> None:
+    agg = aggregator()
+    agg.alone([ur(1), ur(2)], "s0", 0.0, 0.5)
+    assert [(k.data, k.partition_key, len(k.records)) for k in agg.sealed] == [
+        (b"d" * 100, "key-1", 1),
+        (b"d" * 100, "key-2", 1),
+    ]

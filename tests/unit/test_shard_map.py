@@ -394,13 +394,30 @@ def test_ready_map_with_a_gap_predicts_none() -> None:
     assert m.predict(20) == "b"
 
 
-def test_ready_map_ignores_closed_shards_in_the_listing() -> None:
+def test_ready_map_predicts_open_shards_only_but_knows_closed_ranges_in_the_listing() -> None:
+    """moto lists closed shards too: never predicted, but a record that landed there can
+    still be checked against its range."""
     m = ShardMap()
     m.start()
     m.refresh_succeeded([shard("parent", 0, MAX_HASH_KEY, closed=True), *TWO])
     assert m.predict(0) == "s0"
-    assert m.hash_range("parent") is None
+    assert m.hash_range("parent") == (0, MAX_HASH_KEY)
     assert m.open_shards == tuple(TWO)
+
+
+def test_learn_remembers_ranges_outside_the_snapshot_for_the_ttl() -> None:
+    clock = FakeClock()
+    m = ShardMap(closed_shard_ttl=10.0, clock=clock)
+    m.learn([shard("born-and-closed", 5, 9, closed=True)])  # any state, even before a refresh
+    assert m.hash_range("born-and-closed") == (5, 9)
+    m.start()
+    m.refresh_succeeded(TWO)
+    m.learn([*TWO, shard("newer", 0, 3)])  # shards of the snapshot stay as they are
+    assert m.hash_range("newer") == (0, 3)
+    assert m.predict(0) == "s0"
+    clock.now += 10.0
+    assert m.hash_range("newer") is None
+    assert m.hash_range("s0") == TWO[0].hash_range
 
 
 @st.composite
