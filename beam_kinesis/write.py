@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-import warnings
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, NamedTuple
@@ -49,6 +48,7 @@ from beam_kinesis._elements import HashKeyFn, Serializer, describe_key, make_rec
 from beam_kinesis.options import client_config_from_options, warn_if_credentials
 from kinesis_core.client import ClientConfig
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError, ValidationError
+from kinesis_core.overrides import with_overrides
 from kinesis_core.producer import (
     INTERNAL,
     PRODUCER_CLOSED,
@@ -61,6 +61,7 @@ from kinesis_core.producer import (
     ProducerConfig,
     ProducerCrashedError,
 )
+from kinesis_core.stream import stream_argument
 
 __all__ = [
     "FAILED_RECORDS",
@@ -206,19 +207,7 @@ class WriteToKinesis(beam.PTransform[Any, KinesisWriteResult]):
         **producer_options: Any,
     ) -> None:
         super().__init__()
-        if stream_name is not None:
-            if stream is not None:
-                raise ConfigurationError(
-                    "stream: given twice (stream and its deprecated spelling stream_name)"
-                )
-            warnings.warn(
-                "WriteToKinesis(stream_name=...) is deprecated; use WriteToKinesis(stream=...)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            stream = stream_name
-        if not isinstance(stream, str) or not stream:
-            raise ConfigurationError(f"stream: must be a stream name or ARN, got {stream!r}")
+        ref = stream_argument(stream, stream_name, "WriteToKinesis")
         if on_failure not in ("output", "raise"):
             raise ConfigurationError(f"on_failure: must be 'output' or 'raise', got {on_failure!r}")
         if keyed and partition_key is not None:
@@ -237,21 +226,13 @@ class WriteToKinesis(beam.PTransform[Any, KinesisWriteResult]):
         for name, fn in (("serializer", serializer), ("explicit_hash_key", explicit_hash_key)):
             if fn is not None and not callable(fn):
                 raise ConfigurationError(f"{name}: must be a function, got {fn!r}")
-        config = producer_config if producer_config is not None else ProducerConfig()
-        if producer_options:
-            known = {f.name for f in dataclasses.fields(ProducerConfig)}
-            unknown = sorted(set(producer_options) - known)
-            if unknown:
-                raise TypeError(
-                    f"WriteToKinesis got unknown option(s) {', '.join(unknown)}; producer "
-                    f"options are: {', '.join(sorted(known))}"
-                )
-            config = dataclasses.replace(config, **producer_options)
+        base = producer_config if producer_config is not None else ProducerConfig()
+        config = with_overrides(base, producer_options, "WriteToKinesis")
         if client_config is not None:
             warn_if_credentials(client_config, "WriteToKinesis")
         self._client_config = client_config
         self._spec = _WriteSpec(
-            stream=stream,
+            stream=str(ref),
             client_config=client_config if client_config is not None else ClientConfig(),
             producer_config=config,
             serializer=serializer,

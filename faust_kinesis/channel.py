@@ -20,7 +20,7 @@ from faust_kinesis.faust_internals import subscribers
 from faust_kinesis.queues import KinesisQueue
 from faust_kinesis.reader import Reader
 from faust_kinesis.sensor import kinesis_sensor
-from faust_kinesis.settings import ReadSettings, consumer_config_with_options, stream_argument
+from faust_kinesis.settings import ReadSettings, consumer_config_with_options
 from faust_kinesis.writer import Writer
 from kinesis_core.consumer import (
     ConsumerConfig,
@@ -30,7 +30,7 @@ from kinesis_core.consumer import (
 )
 from kinesis_core.producer import Producer, ProducerConfig
 from kinesis_core.producer.partitioning import KeyFn, key_from
-from kinesis_core.stream import StreamRef
+from kinesis_core.stream import StreamRef, stream_argument
 
 if TYPE_CHECKING:
     from datetime import datetime

@@ -11,7 +11,6 @@ shutdown waits ``drain_timeout`` for Faust's in-flight events, not the consumer)
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -40,25 +39,6 @@ CHANNEL_FIELDS = {
 """The ConsumerConfig fields a KinesisChannel sets itself, and what to do instead."""
 
 _DEFAULTS = ConsumerConfig()
-
-
-def stream_argument(
-    stream: str | StreamRef | None, stream_name: str | None, owner: str
-) -> StreamRef:
-    """The stream of a channel or sink, from ``stream`` or the deprecated ``stream_name``."""
-    if stream_name is not None:
-        warnings.warn(
-            f"{owner}(stream_name=...) is deprecated; pass the stream (a name or an ARN) as "
-            f"the second argument or as stream=...",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        if stream is not None:
-            raise ConfigurationError("stream", "given twice, as stream and as stream_name")
-        stream = stream_name
-    if stream is None:
-        raise ConfigurationError("stream", "missing: give the stream's name or ARN")
-    return StreamRef.of(stream)
 
 
 def start_position(auto_offset_reset: str) -> InitialPosition:

@@ -28,10 +28,10 @@ from faust.types.tuples import PendingMessage
 
 from faust_kinesis.message import KinesisMessage
 from faust_kinesis.sensor import kinesis_sensor
-from faust_kinesis.settings import stream_argument
 from faust_kinesis.writer import Writer
 from kinesis_core.producer import Producer
 from kinesis_core.producer.partitioning import key_from
+from kinesis_core.stream import stream_argument
 
 if TYPE_CHECKING:
     from faust.types import ChannelT, CodecArg, SchemaT

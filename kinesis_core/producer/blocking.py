@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kinesis_core.hashing import validate_record
 from kinesis_core.producer.config import ProducerConfig, record_cost
 from kinesis_core.producer.metrics import MetricsHook, MetricsSnapshot
-from kinesis_core.producer.producer import LOW_WATER, Producer, stream_argument
+from kinesis_core.producer.producer import LOW_WATER, Producer
 from kinesis_core.producer.result import BatchResult, RecordResult
+from kinesis_core.stream import stream_argument
 
 if TYPE_CHECKING:
     from kinesis_core.client import ClientConfig

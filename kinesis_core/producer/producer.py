@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import logging
 import time
-import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
@@ -44,7 +43,7 @@ from kinesis_core.producer.result import (
 )
 from kinesis_core.producer.sender import error_of, send_batch
 from kinesis_core.shard_map import ShardMapDriver, ShardMapTimeoutError
-from kinesis_core.stream import StreamRef
+from kinesis_core.stream import StreamRef, stream_argument
 
 if TYPE_CHECKING:
     from kinesis_core.client import ClientConfig
@@ -59,25 +58,6 @@ START_ATTEMPTS_UNREACHABLE = 3
 (about 3 s when nothing listens on the port), instead of retrying for ``start_timeout``."""
 START_TIMEOUT = 30.0
 """Seconds ``start`` retries ListShards errors that may pass (throttling, a 5xx)."""
-
-
-def stream_argument(
-    stream: str | StreamRef | None, stream_name: str | None, owner: str
-) -> StreamRef:
-    """The stream of ``owner(stream)``, or of the deprecated ``owner(stream_name=...)``."""
-    if stream_name is not None:
-        if stream is not None:
-            raise ConfigurationError(f"{owner}: give stream or stream_name, not both")
-        warnings.warn(
-            f"{owner}(stream_name=...) is deprecated: use {owner}(stream=...), which also "
-            "takes a stream ARN",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        stream = stream_name
-    if stream is None:
-        raise ConfigurationError(f"{owner}: stream: a stream name or ARN is required")
-    return StreamRef.of(stream)
 
 
 class Producer:

@@ -143,11 +143,12 @@ def test_old_spellings_still_work_and_warn(tmp_path: Path) -> None:
     for arguments, refused in [
         ({"consumer_options": {"close_timeout": 1.0}}, "close_timeout"),
         ({"consumer_options": {"no_such_option": 1}}, "no_such_option"),
-        ({"stream_name": "s"}, "twice"),
     ]:
         warned = pytest.warns(DeprecationWarning, match="deprecated")
         with warned, pytest.raises(ConfigurationError, match=refused):
             KinesisChannel(app, "s", **arguments)
+    with pytest.raises(ConfigurationError, match=r"^stream: given twice"):
+        KinesisChannel(app, "s", stream_name="s")
 
 
 def kinesis_services(app: faust.App) -> list[Any]:

@@ -251,7 +251,7 @@ def test_stream_name_still_works_with_a_deprecation_warning() -> None:
     with pytest.warns(DeprecationWarning, match=r"use Producer\(stream=\.\.\.\)"):
         p = Producer(stream_name="orders", client=fake)
     assert p.stream_name == "orders"
-    with pytest.raises(ConfigurationError, match="not both"):
+    with pytest.raises(ConfigurationError, match="given twice"):
         Producer("a", stream_name="b", client=fake)
     with pytest.raises(ConfigurationError, match="stream"):
         Producer(client=fake)
