@@ -94,6 +94,8 @@ class ConsumerConfig:
     - ``max_queued_batches``: batches read ahead of the application (the backpressure).
     - ``max_records_per_call``: GetRecords ``Limit`` (1 to 10,000).
     - ``idle_interval``: seconds a caught-up shard waits after an empty read (>= 0.2).
+    - ``start_timeout``: seconds ``start`` retries a listing that may succeed later
+      (throttling, a 5xx, a stream still being created) before it raises.
     - ``leases``: a :class:`~kinesis_core.lease.LeaseConfig`, or True for the KCL's
       defaults, to share the stream with other workers of the same application.
     - ``enhanced_fan_out``: an :class:`EnhancedFanOut`, or True for one whose consumer is
@@ -110,6 +112,7 @@ class ConsumerConfig:
     max_queued_batches: int = 8
     max_records_per_call: int = MAX_GET_RECORDS_LIMIT
     idle_interval: float = 1.0
+    start_timeout: float = 30.0
     leases: LeaseConfig | bool = False
     enhanced_fan_out: EnhancedFanOut | bool = False
 
@@ -122,6 +125,7 @@ class ConsumerConfig:
         for name in ("checkpoint_interval", "shard_refresh_interval"):
             _seconds(name, getattr(self, name), minimum=0.0, inclusive=False)
         _seconds("close_timeout", self.close_timeout, minimum=0.0, inclusive=True)
+        _seconds("start_timeout", self.start_timeout, minimum=0.0, inclusive=True)
         _seconds("idle_interval", self.idle_interval, minimum=MIN_CALL_INTERVAL, inclusive=True)
         if not isinstance(self.auto_ack, bool):
             raise ConfigurationError("auto_ack", f"must be True or False, got {self.auto_ack!r}")

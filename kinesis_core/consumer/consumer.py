@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from kinesis_core.backoff import Backoff
 from kinesis_core.checkpoint.base import (
     SHARD_END,
     Checkpoint,
@@ -39,7 +40,7 @@ from kinesis_core.checkpoint.base import (
 )
 from kinesis_core.checkpoint.sqlite import SQLiteCheckpointStore
 from kinesis_core.classify import ErrorKind
-from kinesis_core.client import ClientConfig, create_kinesis_client, error_kind
+from kinesis_core.client import ClientConfig, create_kinesis_client, error_kind, unreachable
 from kinesis_core.consumer import fastparse
 from kinesis_core.consumer.checkpointer import Checkpointer
 from kinesis_core.consumer.config import ConsumerConfig, EnhancedFanOut
@@ -67,7 +68,8 @@ from kinesis_core.stream import StreamRef
 logger = logging.getLogger(__name__)
 
 DEFAULT_CHECKPOINT_PATH = "kinesis-checkpoints.sqlite3"
-_START_ATTEMPTS = 5
+_UNREACHABLE_ATTEMPTS = 3
+"""``start`` gives up after this many ListShards attempts that reached no endpoint at all."""
 _DRAIN_POLL = 0.02
 """Seconds between looks at a frontier while waiting for acks. Acks are plain synchronous
 calls that must stay cheap per record, so nothing wakes a waiter on each; waiting for acks
@@ -400,29 +402,39 @@ class Consumer:
         self._start_ready()
 
     async def _first_discovery(self) -> None:
-        """Discovery at start: transient errors and throttling are retried a few times, the
-        rest (no such stream, access denied) raise from ``start``.
+        """Discovery at start. Errors that may pass (throttling, a 5xx, a stream still being
+        created) are retried with backoff for ``start_timeout`` seconds, an endpoint that
+        does not answer at all for a few attempts; the rest (no such stream, access denied)
+        raise from ``start`` at once, naming the cause.
 
         An application with no checkpoints yet lists only the shards its initial position can
         read (the KCL's rule for an empty lease table). Every later listing is complete: a
         filtered one could hide a parent that must be read before its children.
         """
-        delay = 0.2
-        for attempt in range(1, _START_ATTEMPTS + 1):
+        deadline = time.monotonic() + self.config.start_timeout
+        backoff = Backoff(0.2, 2.0)
+        no_answer = 0
+        while True:
             try:
                 await self._discover(first=True)
-                return
+                if self._lineage.states() or time.monotonic() >= deadline:
+                    return
+                # No shard at all: a stream still being created lists none (kinesis-mock).
+                logger.info("%s lists no shards yet; waiting for it", self.stream)
+                await asyncio.sleep(min(backoff.failed("start", time.monotonic()), 1.0))
+                continue
             except Exception as exc:
                 kind = error_kind(exc)
                 if kind is None:
                     raise
-                if not kind.retryable or attempt == _START_ATTEMPTS:
+                no_answer += unreachable(exc)
+                now = time.monotonic()
+                if not kind.retryable or now >= deadline or no_answer >= _UNREACHABLE_ATTEMPTS:
                     raise KinesisServiceError.wrap(
                         exc, f"listing the shards of {self.stream}"
                     ) from exc
                 logger.warning("listing the shards of %s failed; retrying", self.stream)
-                await asyncio.sleep(delay)
-                delay *= 2
+                await asyncio.sleep(min(backoff.failed("start", now), deadline - now))
 
     async def _discovery_loop(self) -> None:
         while True:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from kinesis_core.aggregation import deaggregate
+from kinesis_core.backoff import ceiling
 from kinesis_core.classify import ErrorKind
 from kinesis_core.consumer.lineage import ShardNode, StartPoint
 from kinesis_core.consumer.positions import InitialPosition
@@ -79,7 +80,9 @@ class ReadState(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
-    """Exponential backoff with jitter after failed calls; reset by the next success."""
+    """A shard reader's backoff after failed calls, reset by the next success: the ceiling of
+    :mod:`kinesis_core.backoff`, with equal jitter (at least half of it, so a reader that
+    failed never comes back at once)."""
 
     base: float = 0.2
     maximum: float = 10.0
@@ -92,8 +95,7 @@ class Backoff:
 
     def delay(self, failures: int, draw: float) -> float:
         """Seconds to wait after the ``failures``-th failure in a row; ``draw`` in [0, 1)."""
-        capped = min(self.maximum, self.base * 2.0 ** min(failures - 1, 62))
-        return capped * (0.5 + 0.5 * draw)
+        return ceiling(self.base, self.maximum, failures) * (0.5 + 0.5 * draw)
 
 
 def handled_by_reader(kind: ErrorKind | None) -> bool:
