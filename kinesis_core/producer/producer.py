@@ -39,7 +39,6 @@ from kinesis_core.producer.result import (
     ProducerFailedError,
     RecordResult,
     ResultFuture,
-    SingleSink,
 )
 from kinesis_core.producer.sender import error_of, send_batch
 from kinesis_core.shard_map import ShardMapDriver, ShardMapTimeoutError
@@ -311,7 +310,7 @@ class Producer:
         pipeline = self._require_open()
         epoch = self._epoch
         self._pending[epoch] = self._pending.get(epoch, 0) + 1
-        sink = SingleSink(future, epoch, self._sink_done)
+        sink = BatchSink(1, future, epoch, self._sink_done, single=True)
         sink.key = pipeline.register(sink)
         pipeline.admit_one(
             data, partition_key, explicit_hash_key, hash_key, sink.key, self._clock()

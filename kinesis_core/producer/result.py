@@ -12,11 +12,10 @@ is done. A second outcome for the same index is ignored, so the clean-up after a
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 from kinesis_core.classify import INTERNAL, RECORD_COUNT_MISMATCH
 from kinesis_core.errors import KinesisConnectorError
@@ -62,7 +61,6 @@ __all__ = [
     "RecordResult",
     "RecordSink",
     "ResultFuture",
-    "SingleSink",
     "add_attempt",
     "attempt_count",
 ]
@@ -379,64 +377,21 @@ DoneCallback = Callable[[FutureSink], None]
 
 
 class ResultFuture(Protocol):
-    """What ``SingleSink`` resolves: an asyncio or a ``concurrent.futures`` future."""
+    """What a :class:`BatchSink` resolves: an asyncio or a ``concurrent.futures`` future."""
 
     def done(self) -> bool: ...
 
-    def set_result(self, result: RecordResult, /) -> None: ...
+    def set_result(self, result: Any, /) -> None: ...
 
 
-class SingleSink(FutureSink):
-    """Sink of one ``put``: resolves a future with a :class:`RecordResult`.
+class BatchSink(FutureSink):
+    """Sink of ``count`` >= 1 records: fills flat lists, resolves its future once, when the
+    last record is finished, with a :class:`BatchResult` (``put_many``) or, with ``single``,
+    the one :class:`RecordResult` (``put``). The first outcome of a record stands.
 
     The future is an asyncio one for :class:`Producer` callers and a ``concurrent.futures``
     one for :class:`BlockingProducer` callers (resolving it from the loop thread is safe).
     """
-
-    __slots__ = ("finished", "future")
-
-    def __init__(self, future: ResultFuture, epoch: int, on_done: DoneCallback) -> None:
-        super().__init__(epoch, on_done)
-        self.future = future
-        self.finished = False
-
-    def succeeded(
-        self,
-        index: int,
-        shard_id: str,
-        sequence_number: int,
-        sub_sequence_number: int,
-        attempts: History,
-    ) -> None:
-        self._resolve(
-            RecordResult.of(True, shard_id, sequence_number, sub_sequence_number, attempts)
-        )
-
-    def succeeded_run(
-        self,
-        indexes: list[int],
-        first_sub: int,
-        shard_id: str,
-        sequence_number: int,
-        attempts: History,
-    ) -> None:
-        for sub, index in enumerate(indexes, first_sub):
-            self.succeeded(index, shard_id, sequence_number, sub, attempts)
-
-    def failed(self, index: int, code: str, message: str, attempts: History) -> None:
-        self._resolve(RecordResult.of(False, None, None, None, attempts, code, message))
-
-    def _resolve(self, result: RecordResult) -> None:
-        if self.finished:  # the first outcome stands
-            return
-        self.finished = True
-        if not self.future.done():  # the caller may have cancelled its future
-            self.future.set_result(result)
-        self.on_done(self)
-
-
-class BatchSink(FutureSink):
-    """Sink of one ``put_many`` of ``count`` >= 1 records: fills flat lists, resolves once."""
 
     __slots__ = (
         "attempts",
@@ -445,15 +400,18 @@ class BatchSink(FutureSink):
         "remaining",
         "sequence_numbers",
         "shard_ids",
+        "single",
         "sub_sequence_numbers",
     )
 
     def __init__(
         self,
         count: int,
-        future: asyncio.Future[BatchResult],
+        future: ResultFuture,
         epoch: int,
         on_done: DoneCallback,
+        *,
+        single: bool = False,
     ) -> None:
         super().__init__(epoch, on_done)
         self.shard_ids: list[str | None] = [None] * count
@@ -463,6 +421,7 @@ class BatchSink(FutureSink):
         self.failures: dict[int, RecordResult] = {}
         self.remaining = count
         self.future = future
+        self.single = single
 
     def succeeded(
         self,
@@ -519,14 +478,13 @@ class BatchSink(FutureSink):
             self._finish()
 
     def _finish(self) -> None:
-        if not self.future.done():
-            self.future.set_result(
-                BatchResult(
-                    self.shard_ids,
-                    self.sequence_numbers,
-                    self.sub_sequence_numbers,
-                    self.attempts,
-                    self.failures,
-                )
+        if not self.future.done():  # the caller may have cancelled its future
+            result = BatchResult(
+                self.shard_ids,
+                self.sequence_numbers,
+                self.sub_sequence_numbers,
+                self.attempts,
+                self.failures,
             )
+            self.future.set_result(result[0] if self.single else result)
         self.on_done(self)
