@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from kinesis_core.allocator import BalancedKeyAllocator
 from kinesis_core.errors import KinesisConnectorError, ValidationError
 from kinesis_core.hashing import hash_key, validate_partition_key
+from kinesis_core.noise import silence_third_party_noise
 from kinesis_core.shard_map import AT_LATEST, ShardInfo, list_all_shards
 from kinesis_core.skew import skew_report
 
@@ -261,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; exit status 2 for bad input, 1 for a failure."""
+    silence_third_party_noise()
     args = build_parser().parse_args(argv)
     try:
         status: int = args.handler(args)

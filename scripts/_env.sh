@@ -17,8 +17,12 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; 
         echo "error: pip could not install the project; the whole log is in $log"
         exit 1
     fi
-    "$VENV/bin/python" -c "import kinesis_core, apache_beam, faust, moto" \
-        || { echo "error: the Python environment did not install"; exit 1; }
+    # (its output, Beam's import-time warnings included, only shows when it fails)
+    if ! out="$("$VENV/bin/python" -c "import kinesis_core, apache_beam, faust, moto" 2>&1)"; then
+        echo "$out"
+        echo "error: the Python environment did not install"
+        exit 1
+    fi
     echo "$want" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"
