@@ -356,7 +356,7 @@ class ShardMap:
                 self._closed.pop(sid, None)
 
 
-def _error_code(exc: BaseException) -> str | None:
+def error_code(exc: BaseException) -> str | None:
     """The AWS error code of a botocore ClientError, without importing botocore."""
     response = getattr(exc, "response", None)
     if not isinstance(response, Mapping):
@@ -409,7 +409,7 @@ async def list_all_shards(
                 response = await fn(**kwargs)
                 break
             except Exception as exc:
-                if _error_code(exc) != "LimitExceededException" or attempt == max_attempts:
+                if error_code(exc) != "LimitExceededException" or attempt == max_attempts:
                     raise
                 await sleep(delay)
                 delay *= 2
@@ -498,7 +498,7 @@ class ShardMapDriver:
             if self._map.state is ShardMapState.READY:
                 return True
             error = self._last_error
-            return fail_fast and error is not None and _error_code(error) in _PERMANENT_ERRORS
+            return fail_fast and error is not None and error_code(error) in _PERMANENT_ERRORS
 
         try:
             async with self._changed:

@@ -29,7 +29,7 @@ from kinesis_core.checkpoint.base import Checkpoint, CheckpointStore, Checkpoint
 from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
 from kinesis_core.consumer.positions import TRIM_HORIZON
 from kinesis_core.hashing import MAX_HASH_KEY
-from kinesis_core.shard_map import ShardInfo, list_all_shards, stream_params
+from kinesis_core.shard_map import ShardInfo, error_code, list_all_shards, stream_params
 
 JSON_SCHEMA_VERSION = 1
 LAG_METHOD = "MillisBehindLatest of a GetRecords(Limit=1) after the checkpoint"
@@ -226,8 +226,7 @@ async def measure_lag(client: Any, stream: str, shard_id: str, iterator: Mapping
         )
         records = await client.get_records(ShardIterator=response["ShardIterator"], Limit=1)
     except Exception as exc:
-        code = getattr(exc, "response", {}).get("Error", {}).get("Code")
-        return Lag(None, None, code or type(exc).__name__)
+        return Lag(None, None, error_code(exc) or type(exc).__name__)
     millis = records.get("MillisBehindLatest")
     return Lag(None if millis is None else int(millis), not records.get("Records"))
 
