@@ -146,8 +146,10 @@ def _status_command(parser: argparse.ArgumentParser) -> Handler:
     store = parser.add_mutually_exclusive_group()
     store.add_argument("--store", metavar="PATH", help="a SQLite checkpoint file (read only)")
     store.add_argument("--dynamodb-table", metavar="NAME", help="a DynamoDB lease table")
-    parser.add_argument("--endpoint-url", help="Kinesis endpoint (e.g. a local emulator)")
-    parser.add_argument("--dynamodb-endpoint-url", help="DynamoDB endpoint")
+    parser.add_argument(
+        "--endpoint-url", metavar="URL", help="Kinesis endpoint (e.g. a local emulator)"
+    )
+    parser.add_argument("--dynamodb-endpoint-url", metavar="URL", help="DynamoDB endpoint")
     parser.add_argument("--region", help="AWS region")
     parser.add_argument(
         "--json", action="store_true", help="print JSON (schema: docs/operations.md)"
