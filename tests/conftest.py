@@ -1,13 +1,18 @@
-"""The ``peer`` marker: ``@pytest.mark.peer("async-kinesis")`` on a test of interoperation
-with a peer library.
+"""Session set-up shared by every test.
 
-Where the dev extra does not install that peer on the running Python (an environment marker in
-pyproject.toml says so), its tests are deselected and the summary says which and why; CI runs
-on a Python where they run. A peer missing where it should be installed is not deselected: its
-tests fail on the import, naming it.
+- The ``peer`` marker: ``@pytest.mark.peer("async-kinesis")`` on a test of interoperation with
+  a peer library. Where the dev extra does not install that peer on the running Python (an
+  environment marker in pyproject.toml says so), its tests are deselected and the summary says
+  which and why; CI runs on a Python where they run. A peer missing where it should be
+  installed is not deselected: its tests fail on the import, naming it.
+- SIGINT as in a terminal: a suite started in the background by a non-interactive shell
+  (``nohup``, ``&``, some CI runners) inherits SIGINT ignored, and so would every process the
+  tests start, so the tests that stop a command the way Ctrl-C does could not.
 """
 
 from __future__ import annotations
+
+import signal
 
 import pytest
 
@@ -23,6 +28,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "extra does not install it on this Python",
     )
     config.stash[_DESELECTED_KEY] = {}
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
