@@ -1,28 +1,53 @@
-"""Rows, timing and the one table every benchmark prints into."""
+"""Rows, timing, verdicts and the one table every benchmark prints into."""
 
 from __future__ import annotations
 
 import gc
+import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+WIDTH = 120
+SUBJECT_WIDTH = 48
+"""A subject and its note share a line up to this width; a longer note goes below the row."""
+
+LEGEND = """\
+value: the best of the runs of a subject (higher is better unless the group says otherwise).
+vs baseline: value / the value of another subject of the same group, measured in the same run
+  on this machine; the ratios hold better than the values on a machine shared with other work.
+target: the minimum ratio (or value, or the maximum for a cost) the project aims for:
+  ok = met, MISS = not met in this run, not checked = a peer it compares with was not measured.
+  --strict makes a MISS fail the command (exit status 1); rerun one benchmark with --only NAME
+  before concluding from a single MISS."""
+
 
 @dataclass(frozen=True)
 class Row:
-    """One measurement. Higher ``value`` is better.
+    """One measurement. Higher ``value`` is better; None: not measured (``note`` says why).
 
     ``baseline`` names another subject of the same ``group``; the table prints
     ``value / baseline value`` and checks it against ``target`` (a minimum ratio), if any.
+    ``minimum`` and ``maximum`` are targets for the value itself.
     """
 
     group: str
     subject: str
-    value: float
+    value: float | None
     unit: str
     baseline: str | None = None
     target: float | None = None
     note: str = ""
+    minimum: float | None = None
+    maximum: float | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    text: str
+    """e.g. ``>= 3x ok``"""
+    ok: bool | None
+    """None: not checked, because a value it needs was not measured (an absent peer)."""
 
 
 def best_rates(
@@ -53,33 +78,105 @@ def _format_value(value: float) -> str:
     return f"{value:.3g}"
 
 
-def render(rows: Sequence[Row]) -> str:
-    """The table: benchmark, subject, value, ratio against the baseline, target and verdict."""
-    by_key = {(row.group, row.subject): row for row in rows}
-    header = ("benchmark", "subject", "value", "vs baseline", "target")
-    lines: list[tuple[str, ...]] = []
+def ratio(row: Row, rows: Sequence[Row]) -> tuple[float | None, str]:
+    """``value / baseline value`` and its text (or why there is none)."""
+    if not row.baseline:
+        return None, ""
+    base = next((r for r in rows if r.group == row.group and r.subject == row.baseline), None)
+    if base is None or base.value is None or row.value is None or base.value <= 0:
+        return None, f"({row.baseline} not measured)"
+    measured = row.value / base.value
+    return measured, f"{measured:.2f}x {base.subject}"
+
+
+def verdicts(row: Row, rows: Sequence[Row]) -> list[Verdict]:
+    """The row's targets: met, missed, or not checked (a value they need was not measured)."""
+    found: list[Verdict] = []
+    targets = (
+        (ratio(row, rows)[0], row.target, ">=", "x"),
+        (row.value, row.minimum, ">=", f" {row.unit}"),
+        (row.value, row.maximum, "<=", f" {row.unit}"),
+    )
+    for measured, goal, sign, unit in targets:
+        if goal is None:
+            continue
+        target = f"{sign} {goal:g}{unit}" if unit == "x" else f"{sign} {_format_value(goal)}{unit}"
+        if measured is None:
+            found.append(Verdict(f"{target} not checked", None))
+            continue
+        ok = measured >= goal if sign == ">=" else measured <= goal
+        found.append(Verdict(f"{target} {'ok' if ok else 'MISS'}", ok))
+    return found
+
+
+def misses(rows: Sequence[Row]) -> list[tuple[Row, Verdict]]:
+    return [(row, v) for row in rows for v in verdicts(row, rows) if v.ok is False]
+
+
+def headline(rows: Sequence[Row]) -> str:
+    """The key figure of one benchmark's rows, for its progress line: the first row with a
+    target (its ratio and verdicts), else the first with a ratio, else the first value."""
+    if not rows:
+        return "no rows"
+    chosen = next((r for r in rows if verdicts(r, rows)), None) or next(
+        (r for r in rows if r.baseline), rows[0]
+    )
+    _, ratio_text = ratio(chosen, rows)
+    if chosen.value is None:
+        return f"{chosen.subject}: not measured ({chosen.note})"
+    figure = ratio_text or f"{_format_value(chosen.value)} {chosen.unit}"
+    checks = ", ".join(v.text for v in verdicts(chosen, rows))
+    return f"{chosen.subject} {figure}" + (f" ({checks})" if checks else "")
+
+
+def render(rows: Sequence[Row], width: int = WIDTH) -> str:
+    """The table, one section per group: subject, value, ratio against the baseline, targets.
+
+    Lines never exceed ``width``: a note that does not fit beside its subject goes on the next
+    line, and anything still too long wraps.
+    """
+    groups: dict[str, list[Row]] = {}
     for row in rows:
-        ratio = target = ""
-        base = by_key.get((row.group, row.baseline)) if row.baseline else None
-        if base is not None and base.value > 0:
-            measured = row.value / base.value
-            ratio = f"{measured:.2f}x {base.subject}"
-            if row.target is not None:
-                verdict = "ok" if measured >= row.target else "MISS"
-                target = f">= {row.target:g}x {verdict}"
-        elif row.baseline:
-            ratio = f"({row.baseline} not measured)"
-        value = f"{_format_value(row.value)} {row.unit}"
-        subject = f"{row.subject} ({row.note})" if row.note else row.subject
-        lines.append((row.group, subject, value, ratio, target))
-    widths = [max(len(cells[i]) for cells in [header, *lines]) for i in range(len(header))]
+        groups.setdefault(row.group, []).append(row)
+    cells: list[tuple[str, str, str, str, str]] = []
+    for row in rows:
+        subject, note = row.subject, row.note
+        if note and len(f"{subject} ({note})") <= SUBJECT_WIDTH:
+            subject, note = f"{subject} ({note})", ""
+        value = "not measured" if row.value is None else f"{_format_value(row.value)} {row.unit}"
+        checks = ", ".join(v.text for v in verdicts(row, rows))
+        cells.append((subject, value, ratio(row, rows)[1], checks, note))
+    widths = [
+        min(max((len(c[i]) for c in cells), default=0), cap)
+        for i, cap in enumerate((SUBJECT_WIDTH, 24, 30))
+    ]
+    by_row = dict(zip((id(row) for row in rows), cells, strict=True))
+    lines = _fit(_columns(("subject", "value", "vs baseline", "target"), widths), width)
+    for group, members in groups.items():
+        lines += ["", *_fit(group, width)]
+        for row in members:
+            subject, value, ratio_text, checks, note = by_row[id(row)]
+            line = _columns((subject, value, ratio_text, checks), widths)
+            if len(line) > width and checks:  # the targets go on a line of their own
+                lines += _fit(_columns((subject, value, ratio_text, ""), widths), width)
+                lines += _fit(f"      target: {checks}", width)
+            else:
+                lines += _fit(line, width)
+            if note:
+                lines += textwrap.wrap(
+                    note, width, initial_indent=" " * 6, subsequent_indent=" " * 6
+                )
+    return "\n".join(lines)
 
-    def fmt(cells: tuple[str, ...]) -> str:
-        padded = [
-            cell.rjust(width) if i == 2 else cell.ljust(width)
-            for i, (cell, width) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "  ".join(padded).rstrip()
 
-    rule = "  ".join("-" * width for width in widths)
-    return "\n".join([fmt(header), rule, *(fmt(cells) for cells in lines)])
+def _columns(cells: tuple[str, str, str, str], widths: Sequence[int]) -> str:
+    subject, value, ratio_text, checks = cells
+    padded = (subject.ljust(widths[0]), value.rjust(widths[1]), ratio_text.ljust(widths[2]))
+    return "  " + "  ".join((*padded, checks)).rstrip()
+
+
+def _fit(line: str, width: int) -> list[str]:
+    """The line, or the line wrapped at spaces with an indent when it is wider than ``width``."""
+    if len(line) <= width:
+        return [line]
+    return textwrap.wrap(line, width, subsequent_indent=" " * 6)

@@ -12,8 +12,8 @@ Three ways to run it:
       python -m examples.beam_read_window_count --local          # starts kinesis-mock itself
       python -m examples.beam_read_window_count --demo_endpoint http://127.0.0.1:4567
 
-  From code: ``run_demo("http://127.0.0.1:4567")`` returns the counts
-  ``{(window_start, user): count}`` and prints them.
+  From code: ``run_demo("http://127.0.0.1:4567")`` prints the counts and returns them,
+  ``{(window_start, user): count}``, with the number of clicks written.
 
 * Against existing streams, here on the in-process runner for 60 seconds::
 
@@ -46,7 +46,7 @@ import threading
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -125,10 +125,17 @@ def make_pipeline(beam_args: Sequence[str]) -> beam.Pipeline:
     return beam.Pipeline(options=options)
 
 
+class DemoResult(NamedTuple):
+    counts: dict[tuple[str, str], int]
+    """{(window_start, user): count}, read back from the sink stream"""
+    written: int
+    """clicks written to the source stream"""
+
+
 def _produce(
     config: ClientConfig, stream: str, seconds: float, split_at: float, rate: int
 ) -> tuple[int, list[str]]:
-    """Click events for ``seconds`` at ``rate`` per second; split the busiest shard at
+    """Click events for ``seconds`` at ``rate`` per second; split the first shard at
     ``split_at`` seconds. Returns the number written and the split's children."""
     written = 0
     children: list[str] = []
@@ -141,6 +148,11 @@ def _produce(
                 if not children and elapsed >= split_at:
                     shard = client.list_shards(StreamName=stream)["Shards"][0]["ShardId"]
                     children = split_shard(client, stream, shard)
+                    print(
+                        f"  {elapsed:.0f} s: {written} clicks written; split {shard} into "
+                        f"{' and '.join(children)} while the pipeline reads",
+                        flush=True,
+                    )
                 batch = [
                     (json.dumps({"click": n + i}).encode(), USERS[(n + i) % len(USERS)])
                     for i in range(rate // 10)
@@ -151,6 +163,7 @@ def _produce(
                 time.sleep(max(0.0, start + (n / rate) - time.monotonic()))
     finally:
         client.close()
+    print(f"  {seconds:.0f} s: {written} clicks written; the pipeline reads on", flush=True)
     return written, children
 
 
@@ -161,9 +174,9 @@ def run_demo(
     produce_seconds: float = 6.0,
     window_seconds: float = 2.0,
     rate: int = 200,
-) -> dict[tuple[str, str], int]:
-    """The whole demo against a Kinesis endpoint (a local emulator): returns and prints
-    ``{(window_start, user): count}``, read back from the sink stream."""
+) -> DemoResult:
+    """The whole demo against a Kinesis endpoint (a local emulator): prints the counts read
+    back from the sink stream and returns them with the number of clicks written."""
     os.environ.setdefault("AWS_ACCESS_KEY_ID", DUMMY_ACCESS_KEY_ID)
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", DUMMY_SECRET_ACCESS_KEY)
     config = ClientConfig(region_name=region, endpoint_url=endpoint_url)
@@ -173,7 +186,11 @@ def run_demo(
     try:
         create_stream(client, source, 2)
         create_stream(client, sink, 1)
-        print(f"streams {source} (2 shards) and {sink} at {endpoint_url}")
+        print(
+            f"  streams {source} (2 shards) and {sink}; clicks for {produce_seconds:g} s at "
+            f"{rate}/s, read for {produce_seconds + 4.0:g} s",
+            flush=True,
+        )
         produced: list[tuple[int, list[str]]] = []
         producer = threading.Thread(
             target=lambda: produced.append(
@@ -197,8 +214,8 @@ def run_demo(
         producer.join()
         written, children = produced[0]
         print(
-            f"read for {time.monotonic() - started:.1f} s; {written} clicks written, a shard "
-            f"split into {', '.join(children)} half-way"
+            f"  the pipeline ended after {time.monotonic() - started:.1f} s; a shard split into "
+            f"{' and '.join(children)} half-way"
         )
         counts: dict[tuple[str, str], int] = {}
         # WriteToKinesis aggregates: take the KPL records apart as any consumer would.
@@ -208,14 +225,15 @@ def run_demo(
     finally:
         client.close()
     windows = sorted({w for w, _ in counts})
-    print(f"{'window start (UTC)':<34}{'clicks':>8}  per user")
+    print(f"  {'window start (UTC)':<34}{'clicks':>8}  per user")
     for window in windows:
         per_user = {u: c for (w, u), c in counts.items() if w == window}
         detail = " ".join(f"{u[5:]}:{c}" for u, c in sorted(per_user.items()))
-        print(f"{window:<34}{sum(per_user.values()):>8}  {detail}")
+        print(f"  {window:<34}{sum(per_user.values()):>8}  {detail}")
     total = sum(counts.values())
-    print(f"{'total':<34}{total:>8}  ({'all' if total == written else 'NOT all'} clicks counted)")
-    return counts
+    counted = "all" if total == written else "NOT all"
+    print(f"  {'total':<34}{total:>8}  ({counted} clicks counted)")
+    return DemoResult(counts, written)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

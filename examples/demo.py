@@ -11,6 +11,8 @@
    stream back and checks every order arrived.
 
 Run it with ``scripts/demo`` (``--records N`` for the core's volume, ``--only core|beam|faust``).
+A line says when each part starts and how it ended; the last line is the overall result
+(``demo: OK ...`` or ``demo: FAILED ...``, with exit status 1).
 """
 
 from __future__ import annotations
@@ -24,19 +26,17 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from kinesis_core.aggregation import deaggregate
 from kinesis_core.checkpoint import SQLiteCheckpointStore
 from kinesis_core.client import ClientConfig
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
-from kinesis_core.local import (
-    DUMMY_ACCESS_KEY_ID,
-    DUMMY_SECRET_ACCESS_KEY,
-    LOCAL_REGION,
-    KinesisMock,
-    LocalStream,
-)
+from kinesis_core.local import KinesisMock, LocalStream
+from kinesis_core.noise import silence_third_party_noise
 from kinesis_core.producer import Producer
 
 
@@ -107,73 +107,98 @@ async def consume(
     return dict(per_shard), duplicates
 
 
-async def run_core(server: KinesisMock, total: int, users: int) -> int:
+@dataclass(frozen=True)
+class Part:
+    """What one part of the demo did: records written, records read back, and the verdict."""
+
+    written: int
+    read: int
+    ok: bool
+    summary: str
+
+    @property
+    def lost(self) -> int:
+        return max(0, self.written - self.read)
+
+
+async def run_core(server: KinesisMock, total: int, users: int) -> Part:
     with tempfile.TemporaryDirectory() as tmp:
         stream = server.create_stream("demo", shards=4)
-        print(f"stream {stream.name!r} with 4 shards created")
+        print(f"  stream {stream.name!r} with 4 shards created")
 
         began = time.perf_counter()
-        print(f"producing {total} records from {users} users ...")
+        print(f"  producing {total} records from {users} users ...", flush=True)
         written = await produce(stream, total, users)
         produce_s = time.perf_counter() - began
 
         began = time.perf_counter()
-        print("consuming from TRIM_HORIZON ...")
+        print("  consuming from TRIM_HORIZON ...", flush=True)
         read, duplicates = await consume(
             stream, stream.client_config, Path(tmp) / "checkpoints.sqlite3", total
         )
         consume_s = time.perf_counter() - began
 
-        print()
-        print(f"{'shard':<22} {'written':>8} {'read':>8}")
+        print(f"\n  {'shard':<22} {'written':>8} {'read':>8}")
         for shard in sorted(set(written) | set(read)):
-            print(f"{shard:<22} {written.get(shard, 0):>8} {read.get(shard, 0):>8}")
+            print(f"  {shard:<22} {written.get(shard, 0):>8} {read.get(shard, 0):>8}")
         got = sum(read.values()) - duplicates
+        count = sum(written.values())
         print(
-            f"\nwritten {sum(written.values())} in {produce_s:.1f} s, read {got} distinct "
-            f"({duplicates} duplicates) in {consume_s:.1f} s"
+            f"  written {count} in {produce_s:.1f} s, read {got} distinct ({duplicates} "
+            f"duplicates) in {consume_s:.1f} s"
         )
-        lost = total - got
-        print("nothing lost" if lost == 0 else f"LOST {lost} records")
-        return 0 if lost == 0 else 1
+        return Part(
+            count, got, got == total, f"{count} written, {got} read, {duplicates} duplicates"
+        )
 
 
-def run_beam(server: KinesisMock) -> int:
+def run_beam(server: KinesisMock) -> Part:
     from examples.beam_read_window_count import run_demo
 
-    counts = run_demo(server.endpoint_url)
-    return 0 if counts else 1
+    result = run_demo(server.endpoint_url)
+    counted = sum(result.counts.values())
+    ok = counted == result.written and result.written > 0
+    summary = f"{result.written} clicks written, {counted} counted in {len(result.counts)} rows"
+    return Part(result.written, counted, ok, summary)
 
 
-def run_faust(server: KinesisMock, orders_to_write: int = 100, timeout: float = 90.0) -> int:
+def run_faust(server: KinesisMock, orders_to_write: int = 100, timeout: float = 90.0) -> Part:
     """Run the example Faust worker until every enriched order is in the output stream."""
     suffix = time.strftime("%H%M%S")
     orders = server.create_stream(f"orders-{suffix}", shards=2)
     enriched = server.create_stream(f"orders-enriched-{suffix}", shards=1)
     env = {
         **os.environ,
-        "AWS_ENDPOINT_URL_KINESIS": server.endpoint_url,
-        "AWS_DEFAULT_REGION": LOCAL_REGION,
-        "AWS_ACCESS_KEY_ID": DUMMY_ACCESS_KEY_ID,
-        "AWS_SECRET_ACCESS_KEY": DUMMY_SECRET_ACCESS_KEY,
+        **server.client_environment(),
         "ORDERS_STREAM": orders.name,
         "ENRICHED_STREAM": enriched.name,
         "ORDERS_TO_WRITE": str(orders_to_write),
         "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
     }
-    command = [sys.executable, "-m", "faust", "--quiet", "-A", "examples.faust_app", "worker"]
     print(f"  faust worker: {orders.name} -> enrich (concurrency 4) -> {enriched.name}")
     began = time.monotonic()
+    got: dict[int, dict[str, object]] = {}
     with tempfile.TemporaryDirectory() as tmp, open(Path(tmp) / "worker.log", "wb") as log:
+        # Faust keeps its data (the checkpoints here) in a folder of its own: a temporary one.
+        command = [sys.executable, "-m", "faust", "--datadir", str(Path(tmp) / "data")]
         worker = subprocess.Popen(
-            [*command, "--without-web", "-l", "error"],
+            [
+                *command,
+                "--quiet",
+                "-A",
+                "examples.faust_app",
+                "worker",
+                "--without-web",
+                "-l",
+                "error",
+            ],
             env=env,
             cwd=tmp,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
         try:
-            got: dict[int, dict[str, object]] = {}
+            reported = began
             while len(got) < orders_to_write and time.monotonic() - began < timeout:
                 time.sleep(1.0)
                 if worker.poll() is not None:
@@ -183,36 +208,69 @@ def run_faust(server: KinesisMock, orders_to_write: int = 100, timeout: float = 
                 for record in deaggregate(enriched.records(), enriched.name):
                     order = json.loads(record.data)
                     got[order["order_id"]] = order
+                if time.monotonic() - reported >= 5.0 and len(got) < orders_to_write:
+                    reported = time.monotonic()
+                    print(
+                        f"  {reported - began:.0f} s: {len(got)} of {orders_to_write} orders "
+                        "enriched so far",
+                        flush=True,
+                    )
         finally:
             worker.terminate()
             worker.wait(timeout=30)
     tiers = collections.Counter(str(order["tier"]) for order in got.values())
-    print(
-        f"  {len(got)} of {orders_to_write} orders enriched and written back in "
-        f"{time.monotonic() - began:.1f} s; tiers: {dict(tiers)}"
-    )
-    return 0 if len(got) == orders_to_write else 1
+    print(f"  tiers of the enriched orders: {dict(sorted(tiers.items()))}")
+    ok = len(got) == orders_to_write
+    return Part(orders_to_write, len(got), ok, f"{len(got)} of {orders_to_write} orders enriched")
+
+
+PARTS = {
+    "core": "Producer and Consumer of kinesis_core while a shard splits",
+    "beam": "ReadFromKinesis -> windowed counts -> WriteToKinesis (reads for 10 s)",
+    "faust": "KinesisChannel -> agent -> KinesisSink (about 15 s)",
+}
 
 
 def main() -> None:
+    silence_third_party_noise()
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--records", type=int, default=5000)
-    parser.add_argument("--users", type=int, default=300)
-    parser.add_argument("--only", choices=("core", "beam", "faust"))
+    parser.add_argument("--records", type=int, default=5000, help="core: records (>= 2)")
+    parser.add_argument("--users", type=int, default=300, help="core: partition keys (>= 1)")
+    parser.add_argument("--only", choices=tuple(PARTS))
     args = parser.parse_args()
-    status = 0
+    if args.records < 2 or args.users < 1:
+        parser.error(f"--records must be >= 2 and --users >= 1, got {args.records}, {args.users}")
+    names = [name for name in PARTS if args.only in (None, name)]
+    runs: dict[str, Callable[[KinesisMock], Part]] = {
+        "core": lambda server: asyncio.run(run_core(server, args.records, args.users)),
+        "beam": run_beam,
+        "faust": run_faust,
+    }
+    parts: list[Part] = []
+    began = time.monotonic()
     with KinesisMock() as server:
-        print(f"kinesis-mock listening on {server.endpoint_url}")
-        if args.only in (None, "core"):
-            print("\n=== 1. kinesis_core: Producer and Consumer ===")
-            status |= asyncio.run(run_core(server, args.records, args.users))
-        if args.only in (None, "beam"):
-            print("\n=== 2. Beam: ReadFromKinesis -> windowed counts -> WriteToKinesis ===")
-            status |= run_beam(server)
-        if args.only in (None, "faust"):
-            print("\n=== 3. Faust: KinesisChannel -> agent -> KinesisSink ===")
-            status |= run_faust(server)
-    raise SystemExit(status)
+        print(f"demo: kinesis-mock is up at {server.endpoint_url}", flush=True)
+        for index, name in enumerate(names, 1):
+            label = f"[{index}/{len(names)}] {name}"
+            print(f"\n{label}: {PARTS[name]} ...", flush=True)
+            started = time.monotonic()
+            try:
+                part = runs[name](server)
+            except Exception as exc:
+                traceback.print_exc()
+                part = Part(0, 0, False, f"failed: {exc!r}")
+            verdict = "ok" if part.ok else "FAILED"
+            took = time.monotonic() - started
+            print(f"{label}: {verdict} in {took:.1f} s: {part.summary}", flush=True)
+            parts.append(part)
+    ok = all(part.ok for part in parts)
+    print(
+        f"\ndemo: {'OK' if ok else 'FAILED'} — {len(parts)} parts, "
+        f"{sum(p.written for p in parts)} records written, {sum(p.read for p in parts)} read, "
+        f"{sum(p.lost for p in parts)} lost, in {time.monotonic() - began:.0f} s",
+        flush=True,
+    )
+    raise SystemExit(0 if ok else 1)
 
 
 if __name__ == "__main__":

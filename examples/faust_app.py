@@ -16,16 +16,20 @@ Run it against the local emulator, from the repository root::
     faust -A examples.faust_app worker --without-web -l info
 
 ``--without-web`` keeps Faust's web server (which binds 0.0.0.0) off. Checkpoints go to
-``orders-enricher-data/kinesis-checkpoints.sqlite3``: stop the worker (Ctrl-C) and start it
-again, and it goes on where it stopped. ``ORDERS_TO_WRITE`` (default 200) caps the timer;
-``ORDERS_STREAM`` and ``ENRICHED_STREAM`` rename the streams.
+``kinesis-checkpoints.sqlite3`` in the app's data folder, ``orders-enricher-data`` under the
+system's temporary folder (not the working directory, which Faust would use by default;
+``faust --datadir DIR`` chooses another): stop the worker (Ctrl-C) and start it again, and it
+goes on where it stopped. ``ORDERS_TO_WRITE`` (default 200) caps the timer; ``ORDERS_STREAM``
+and ``ENRICHED_STREAM`` rename the streams.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -56,7 +60,12 @@ class EnrichedOrder(faust.Record, serializer="json"):
     total_with_tax: float
 
 
-app = faust.App("orders-enricher", web_enabled=False)
+# faust --datadir sets FAUST_DATADIR before this module is imported.
+DATADIR = os.environ.get("FAUST_DATADIR") or str(
+    Path(tempfile.gettempdir(), "orders-enricher-data")
+)
+
+app = faust.App("orders-enricher", web_enabled=False, datadir=DATADIR)
 app.boot_strategy.enable_kafka = False  # Kinesis only: no Kafka broker, no Kafka consumer
 
 client_config = ClientConfig.from_env()  # AWS_ENDPOINT_URL_KINESIS etc.

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from kinesis_core.allocator import BalancedKeyAllocator
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError, ValidationError
 from kinesis_core.hashing import hash_key, validate_partition_key
+from kinesis_core.noise import silence_third_party_noise
 from kinesis_core.shard_map import AT_LATEST, ShardInfo, list_all_shards
 from kinesis_core.skew import skew_report
 
@@ -132,10 +135,118 @@ def _skew_command(parser: argparse.ArgumentParser) -> Handler:
     return run
 
 
+def _status_command(parser: argparse.ArgumentParser) -> Handler:
+    parser.add_argument("stream", metavar="STREAM", help="stream name or ARN")
+    parser.add_argument(
+        "--application",
+        metavar="NAME",
+        help="the consumer's application_name (default: 'default'; with --dynamodb-table, "
+        "the table's name, as the KCL names lease tables)",
+    )
+    store = parser.add_mutually_exclusive_group()
+    store.add_argument("--store", metavar="PATH", help="a SQLite checkpoint file (read only)")
+    store.add_argument("--dynamodb-table", metavar="NAME", help="a DynamoDB lease table")
+    parser.add_argument(
+        "--endpoint-url", metavar="URL", help="Kinesis endpoint (e.g. a local emulator)"
+    )
+    parser.add_argument("--dynamodb-endpoint-url", metavar="URL", help="DynamoDB endpoint")
+    parser.add_argument("--region", help="AWS region")
+    parser.add_argument(
+        "--json", action="store_true", help="print JSON (schema: docs/operations.md)"
+    )
+    parser.add_argument(
+        "--watch",
+        nargs="?",
+        type=float,
+        const=2.0,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 2) until Ctrl-C",
+    )
+    parser.add_argument(
+        "--no-lag", action="store_true", help="skip the GetRecords call per shard that measures lag"
+    )
+
+    def run(args: argparse.Namespace) -> int:
+        if args.watch is not None and args.watch <= 0:
+            raise ValidationError("--watch", f"must be > 0 seconds, got {args.watch:g}")
+        from kinesis_core.client import ClientConfig
+
+        overrides = {
+            "endpoint_url": args.endpoint_url,
+            "dynamodb_endpoint_url": args.dynamodb_endpoint_url,
+            "region_name": args.region,
+        }
+        config = ClientConfig.from_env(**{k: v for k, v in overrides.items() if v is not None})
+        try:
+            asyncio.run(_status(args, config))
+        except KeyboardInterrupt:
+            return 0
+        except KinesisConnectorError:
+            raise
+        except Exception as exc:
+            raise KinesisConnectorError(
+                f"cannot read the status of stream {args.stream!r}: {exc}"
+            ) from exc
+        return 0
+
+    return run
+
+
+async def _status(args: argparse.Namespace, config: ClientConfig) -> None:
+    """Print the status once, or every ``--watch`` seconds until interrupted."""
+    from kinesis_core.checkpoint import (
+        CheckpointStore,
+        DynamoDBCheckpointStore,
+        SQLiteCheckpointStore,
+    )
+    from kinesis_core.client import create_kinesis_client
+    from kinesis_core.status import read_status
+
+    async with contextlib.AsyncExitStack() as stack:
+        client = await stack.enter_async_context(create_kinesis_client(config))
+        store: CheckpointStore | None = None
+        label = None
+        application = args.application or args.dynamodb_table or "default"
+        if args.store is not None:
+            store = SQLiteCheckpointStore(args.store, read_only=True)
+            label = f"SQLite file {args.store}"
+        elif args.dynamodb_table is not None:
+            store = DynamoDBCheckpointStore(
+                args.dynamodb_table, client_config=config, create_table=False
+            )
+            label = f"DynamoDB table {args.dynamodb_table}"
+        if store is not None:
+            stack.push_async_callback(store.close)
+        clear = args.watch is not None and not args.json and sys.stdout.isatty()
+        while True:
+            status = await read_status(
+                args.stream,
+                client=client,
+                store=store,
+                application=application,
+                store_label=label,
+                measure_lags=not args.no_lag,
+            )
+            if args.json:
+                document = status.to_json()
+                print(json.dumps(document) if args.watch else json.dumps(document, indent=2))
+            else:
+                print(("\x1b[H\x1b[2J" if clear else "") + status.format_text(), flush=True)
+            if args.watch is None:
+                return
+            if not clear and not args.json:
+                print(flush=True)
+            await asyncio.sleep(args.watch)
+
+
 COMMANDS: dict[str, Command] = {
     "hash-key": Command("print the hash key of each partition key", _hash_key_command),
     "allocate": Command("print balanced explicit hash keys", _allocate_command),
     "skew": Command("records per shard for a set of keys, and the max/mean ratio", _skew_command),
+    "status": Command(
+        "a stream's shard tree with an application's checkpoints, leases and lag",
+        _status_command,
+    ),
 }
 
 
@@ -153,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; exit status 2 for bad input, 1 for a failure."""
+    silence_third_party_noise()
     args = build_parser().parse_args(argv)
     try:
         status: int = args.handler(args)

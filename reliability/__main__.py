@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kinesis_core.local import KinesisMock, LocalServer, MotoServer, StreamFactory
+from kinesis_core.noise import silence_third_party_noise
 from reliability.bad_input import bad_input
 from reliability.consumer_faults import consumer_under_faults
 from reliability.crash_loops import crash_loop
@@ -116,6 +117,7 @@ def _context(quick: bool, seed: int) -> Iterator[Context]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    silence_third_party_noise()
     suites = _suites()
     parser = argparse.ArgumentParser(prog="python -m reliability", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small volumes, 3 crash rounds")

@@ -53,6 +53,9 @@ async def consumer(endpoint: str, stream: str, db: str, out: str, idle: float) -
 
 
 def beam_read(endpoint: str, stream: str, db: str, out: str, idle: float) -> None:
+    from kinesis_core.noise import silence_third_party_noise
+
+    silence_third_party_noise()
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner

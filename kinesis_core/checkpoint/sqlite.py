@@ -15,6 +15,7 @@ import json
 import os
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -119,12 +120,22 @@ class SQLiteCheckpointStore:
     ``busy_timeout`` (seconds) is how long a write waits for another process's write lock.
     The sequence number is kept as a decimal string (the KCL's ``checkpoint`` attribute) and
     the sub-sequence number beside it, so the rows read like a KCL lease table.
+
+    ``read_only=True`` opens an existing file for reading only (``kinesis-connectors status``
+    beside running consumers): no file, table or column is created, and writes raise.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: float = 30.0,
+        read_only: bool = False,
+    ) -> None:
         if busy_timeout <= 0:
             raise ConfigurationError(f"busy_timeout must be > 0 seconds, got {busy_timeout}")
         self.path = os.fspath(path)
+        self.read_only = read_only
         self._busy_timeout = busy_timeout
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-checkpoints")
         self._conn: sqlite3.Connection | None = None
@@ -132,23 +143,50 @@ class SQLiteCheckpointStore:
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            conn = sqlite3.connect(
-                self.path,
-                timeout=self._busy_timeout,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-            try:
-                conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
-                conn.execute("PRAGMA journal_mode = WAL")
-                # NORMAL is durable against a process crash in WAL mode (not power loss).
-                conn.execute("PRAGMA synchronous = NORMAL")
-                _migrate(conn)
-            except BaseException:
-                conn.close()
-                raise
+            conn = self._open_read_only() if self.read_only else self._open()
             self._conn = conn
         return self._conn
+
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path,
+            timeout=self._busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            # NORMAL is durable against a process crash in WAL mode (not against power loss).
+            conn.execute("PRAGMA synchronous = NORMAL")
+            _migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        if not os.path.isfile(self.path):
+            raise ConfigurationError(f"checkpoint file {self.path!r} does not exist")
+        uri = f"file:{urllib.parse.quote(os.path.abspath(self.path))}?mode=ro"
+        conn = sqlite3.connect(
+            uri,
+            uri=True,
+            timeout=self._busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+        present = {row[1] for row in conn.execute("PRAGMA table_info(kinesis_checkpoints)")}
+        missing = {"checkpoint", *_ADDED_COLUMNS} - present
+        if missing:
+            conn.close()
+            what = "no checkpoint table" if "checkpoint" in missing else "an older table"
+            raise ConfigurationError(
+                f"checkpoint file {self.path!r} has {what} (missing {', '.join(sorted(missing))}); "
+                "a consumer opening it read-write creates or upgrades it"
+            )
+        return conn
 
     async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         if self._closed:
@@ -227,6 +265,9 @@ class SQLiteCheckpointStore:
     ) -> Checkpoint:
         """Read the row, apply the compare-and-set rule and write the result, all under the
         write lock, so that the check holds across processes."""
+
+        if self.read_only:
+            raise ConfigurationError(f"checkpoint file {self.path!r} is open read-only")
 
         def write(conn: sqlite3.Connection) -> Checkpoint:
             conn.execute("BEGIN IMMEDIATE")

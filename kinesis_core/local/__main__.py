@@ -20,9 +20,6 @@ from typing import TextIO
 from kinesis_core.errors import EmulatorError, ValidationError
 from kinesis_core.local import fault_cli
 from kinesis_core.local._server import (
-    DUMMY_ACCESS_KEY_ID,
-    DUMMY_SECRET_ACCESS_KEY,
-    LOCAL_REGION,
     LocalServer,
 )
 from kinesis_core.local.kinesis_mock import (
@@ -117,15 +114,7 @@ def _up(args: argparse.Namespace, out: TextIO) -> int:
                 server.create_stream(name, shards).close()
                 print(f"created stream {name} with {shards} shards", file=out)
             print("# in another shell:", file=out)
-            exports = {"AWS_ENDPOINT_URL_KINESIS": server.endpoint_url}
-            if isinstance(server, MotoServer):
-                exports["AWS_ENDPOINT_URL_DYNAMODB"] = server.endpoint_url
-            exports.update(
-                AWS_DEFAULT_REGION=LOCAL_REGION,
-                AWS_ACCESS_KEY_ID=DUMMY_ACCESS_KEY_ID,
-                AWS_SECRET_ACCESS_KEY=DUMMY_SECRET_ACCESS_KEY,
-            )
-            for key, value in exports.items():
+            for key, value in server.client_environment().items():
                 print(f"export {key}={value}", file=out)
             print("Press Ctrl-C to stop.", file=out, flush=True)
             while server.running:

@@ -159,6 +159,16 @@ class LocalServer:
         endpoint_url = overrides.pop("endpoint_url", self.endpoint_url)
         return local_client_config(endpoint_url, **overrides)
 
+    def client_environment(self) -> dict[str, str]:
+        """The AWS variables that point a client process at this server (``local up`` prints
+        them): its endpoint, the local region and dummy credentials."""
+        return {
+            "AWS_ENDPOINT_URL_KINESIS": self.endpoint_url,
+            "AWS_DEFAULT_REGION": LOCAL_REGION,
+            "AWS_ACCESS_KEY_ID": DUMMY_ACCESS_KEY_ID,
+            "AWS_SECRET_ACCESS_KEY": DUMMY_SECRET_ACCESS_KEY,
+        }
+
     def create_stream(self, name: str, shards: int = 4) -> LocalStream:
         """Create ``name`` with ``shards`` shards, wait until it is ACTIVE and return it."""
         from kinesis_core.local.streams import LocalStream

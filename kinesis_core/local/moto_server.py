@@ -69,3 +69,7 @@ class MotoServer(LocalServer):
         """A ClientConfig with both the Kinesis and the DynamoDB endpoint on this server."""
         overrides.setdefault("dynamodb_endpoint_url", self.endpoint_url)
         return super().client_config(**overrides)
+
+    def client_environment(self) -> dict[str, str]:
+        """The AWS variables for this server, DynamoDB's endpoint included."""
+        return {**super().client_environment(), "AWS_ENDPOINT_URL_DYNAMODB": self.endpoint_url}

@@ -63,7 +63,7 @@ async def child(endpoint: str, region: str, stream: str, db: str, out: str, idle
             while True:
                 try:
                     record = await asyncio.wait_for(consumer.__anext__(), float(idle))
-                except (TimeoutError, StopAsyncIteration):
+                except (asyncio.TimeoutError, StopAsyncIteration):
                     return
                 log.write(
                     f"{record.shard_id} {record.sequence_number} "

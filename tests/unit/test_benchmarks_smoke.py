@@ -1,6 +1,8 @@
-"""The benchmarks framework runs, and the codec benchmark yields a sane row for every subject.
+"""The benchmarks command: it runs, reports progress, prints a table that fits 120 columns and
+explains itself, and ``--strict`` fails on a missed target.
 
-Benchmarks never assert timings; this only checks that ``python -m benchmarks`` works.
+Benchmarks never assert timings; the codec benchmark (no server, a few seconds) is the one run
+for real here, the rest of the command is checked with rows made up for the purpose.
 """
 
 from __future__ import annotations
@@ -8,7 +10,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import types
 from pathlib import Path
+
+import pytest
+
+import benchmarks.__main__ as bench_main
+from benchmarks._table import LEGEND, WIDTH, Row, headline, misses, render, verdicts
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,13 +56,92 @@ def test_codec_benchmark_quick_run() -> None:
     }
 
 
-def test_table_output_and_unknown_names() -> None:
+def test_table_progress_and_legend() -> None:
     done = run_benchmarks("--quick", "--only", "codec")
     assert done.returncode == 0, done.stderr
-    header, rule = done.stdout.splitlines()[2:4]
-    assert header.split() == ["benchmark", "subject", "value", "vs", "baseline", "target"]
-    assert set(rule) <= {"-", " "}
-    assert "x aws-kinesis-agg" in done.stdout
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) <= WIDTH
+    assert lines[2].split() == ["subject", "value", "vs", "baseline", "target"]
+    assert "codec: aggregate+encode" in lines
+    assert any("x aws-kinesis-agg" in line for line in lines)
+    assert LEGEND in done.stdout
+    assert "MISS = not met" in LEGEND
+    assert "not checked = " in LEGEND
+    progress = done.stderr.splitlines()
+    assert progress[0] == "[1/1] codec ..."
+    assert progress[1].startswith("[1/1] codec: ")
+    assert "kinesis_core" in progress[1]
+    assert "x aws-kinesis-agg (>= 3x " in progress[1]
+    assert "WARNING" not in done.stderr  # no third-party noise (Beam's apitools line)
+
+
+def test_help_lists_the_benchmarks_without_markup() -> None:
+    done = run_benchmarks("--help")
+    assert done.returncode == 0
+    assert "``" not in done.stdout
+    for name in bench_main.discover():
+        assert name in done.stdout
+    assert "--strict" in done.stdout
+    assert "MISS" in done.stdout
+
+
+def test_unknown_names_are_refused_with_the_known_ones() -> None:
     missing = run_benchmarks("--only", "no-such-benchmark")
-    assert missing.returncode != 0
+    assert missing.returncode == 2
+    assert "no-such-benchmark" in missing.stderr
     assert "codec" in missing.stderr
+
+
+def rows_with_a_miss() -> list[Row]:
+    return [
+        Row(
+            "group a", "ours", 300.0, "rec/s", "peer", 2.0, "a note that is long enough to go below"
+        ),
+        Row("group a", "peer", 200.0, "rec/s"),
+        Row("group a", "absent peer", None, "rec/s", note="absent-peer is not installed here"),
+        Row("group a", "ours vs absent", 300.0, "rec/s", "absent peer", 1.0),
+        Row("memory", "peak RSS", 120.0, "MB", maximum=100.0),
+        Row("speed", "ours", 5_000.0, "rec/s", minimum=1_000.0),
+    ]
+
+
+def test_verdicts_misses_and_headline() -> None:
+    rows = rows_with_a_miss()
+    assert [v.text for v in verdicts(rows[0], rows)] == [">= 2x MISS"]
+    assert [(v.text, v.ok) for v in verdicts(rows[3], rows)] == [(">= 1x not checked", None)]
+    assert [v.text for v in verdicts(rows[4], rows)] == ["<= 100 MB MISS"]
+    assert [v.text for v in verdicts(rows[5], rows)] == [">= 1,000 rec/s ok"]
+    assert [(row.subject, v.ok) for row, v in misses(rows)] == [
+        ("ours", False),
+        ("peak RSS", False),
+    ]
+    assert headline(rows) == "ours 1.50x peer (>= 2x MISS)"
+    assert headline(rows[1:3]) == "peer 200 rec/s"
+
+
+def test_render_says_what_was_not_measured_and_fits_the_width() -> None:
+    text = render(rows_with_a_miss())
+    assert max(len(line) for line in text.splitlines()) <= WIDTH
+    assert "not measured" in text
+    assert "absent-peer is not installed here" in text
+    assert "(absent peer not measured)" in text
+    assert "<= 100 MB MISS" in text
+    assert ">= 1x not checked" in text
+    # however long the cells, no line is wider than the width
+    huge = Row("g" * 150, "s" * 60, 1e9, "records per second", "s" * 60, 1.0, "a note " * 40)
+    lines = render([*rows_with_a_miss(), huge]).splitlines()
+    assert max(len(line) for line in lines) <= WIDTH
+
+
+def test_strict_fails_on_a_missed_target(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = types.ModuleType("benchmarks.bench_fake")
+    fake.run = lambda quick: rows_with_a_miss()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "benchmarks.bench_fake", fake)
+    monkeypatch.setattr(bench_main, "discover", lambda: ["fake"])
+    assert bench_main.main([]) == 0
+    assert bench_main.main(["--strict"]) == 1
+    err = capsys.readouterr().err
+    assert "missed targets: group a: ours >= 2x MISS" in err
+    assert "[1/1] fake: " in err

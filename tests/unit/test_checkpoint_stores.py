@@ -169,6 +169,41 @@ def test_sqlite_errors_name_the_file(tmp_path: Path) -> None:
         assert info.value.sqlite_errorname == info.value.__cause__.sqlite_errorname  # type: ignore[union-attr]
 
 
+def test_sqlite_read_only_reads_beside_a_writer_and_never_writes(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite3"
+
+    async def main() -> None:
+        async with SQLiteCheckpointStore(path) as writer:  # open, as a running consumer's is
+            row = await writer.put("app", "s", "shard-1", (BIG, 3), expected=None)
+            await writer.update_lease("app", "s", "shard-1", expected=row, owner="w1")
+            async with SQLiteCheckpointStore(path, read_only=True) as reader:
+                rows = await reader.list("app", "s")
+                assert rows == [Checkpoint("shard-1", (BIG, 3), 2, "w1")]
+                with pytest.raises(ConfigurationError, match="read-only"):
+                    await reader.put("app", "s", "shard-2", (1, 0), expected=None)
+                with pytest.raises(ConfigurationError, match="read-only"):
+                    await reader.update_lease("app", "s", "shard-1", expected=rows[0], owner=None)
+            assert await writer.list("app", "s") == rows
+
+    asyncio.run(main())
+
+
+def test_sqlite_read_only_creates_nothing(tmp_path: Path) -> None:
+    missing, empty = tmp_path / "missing.sqlite3", tmp_path / "empty.sqlite3"
+    sqlite3.connect(empty).close()
+    size = empty.stat().st_size
+
+    async def main() -> None:
+        for path, error in ((missing, "does not exist"), (empty, "no checkpoint table")):
+            async with SQLiteCheckpointStore(path, read_only=True) as store:
+                with pytest.raises(ConfigurationError, match=error):
+                    await store.list("app", "s")
+
+    asyncio.run(main())
+    assert not missing.exists()
+    assert empty.stat().st_size == size
+
+
 def _increment(path: str, rounds: int, worker: int) -> None:
     """Move the checkpoint one sequence number forward ``rounds`` times, racing the others."""
 

@@ -1,0 +1,396 @@
+"""The operator's view of a stream and of one consumer application on it.
+
+``kinesis-connectors status STREAM`` prints it: the shards as a lineage tree (open or closed,
+hash ranges, parents and children), and per shard the stored checkpoint, the lease owner and
+counter, where the application is (finished, reading, waiting for a parent) and its lag.
+
+The lag is the ``MillisBehindLatest`` of one GetRecords call (``Limit=1``) with an iterator
+just after the checkpoint: the figure the consumer itself would see on its next read, and the
+one the KCL reports. It is a time, not a record count: Kinesis has no call that counts the
+records after a position, and sequence numbers are not dense. ``caught_up`` says whether that
+call found a record at all (a record written in the same millisecond as the newest one is
+0 ms behind but still unread).
+
+Nothing here writes: shards come from ListShards, rows from the store's ``list`` (open a
+SQLite store with ``read_only=True``, a DynamoDB one with ``create_table=False``), and the
+GetRecords call moves no checkpoint. :func:`build_status` is the pure part, :func:`read_status`
+the I/O around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from kinesis_core.checkpoint.base import Checkpoint, CheckpointStore, CheckpointValue, Sentinel
+from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
+from kinesis_core.consumer.positions import TRIM_HORIZON
+from kinesis_core.hashing import MAX_HASH_KEY
+from kinesis_core.shard_map import ShardInfo, error_code, list_all_shards, stream_params
+
+JSON_SCHEMA_VERSION = 1
+LAG_METHOD = "MillisBehindLatest of a GetRecords(Limit=1) after the checkpoint"
+
+FINISHED = "finished"
+READING = "reading"
+READY = "ready"
+WAITING_FOR_PARENT = "waiting_for_parent"
+
+
+@dataclass(frozen=True, slots=True)
+class Lag:
+    """What one GetRecords call after the checkpoint found (or why it could not tell)."""
+
+    millis_behind_latest: int | None
+    caught_up: bool | None
+    """True if no record follows the checkpoint; None when the call failed."""
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShardView:
+    """One shard as the operator sees it."""
+
+    shard_id: str
+    is_open: bool
+    hash_range: tuple[int, int]
+    parents: tuple[str, ...]
+    children: tuple[str, ...]
+    progress: str | None
+    """None without a store; else finished (SHARD_END stored, or implied by a child that
+    started), reading (a position is stored), ready (no position yet, every parent finished)
+    or waiting_for_parent."""
+    row: Checkpoint | None
+    lag: Lag | None
+
+
+@dataclass(frozen=True)
+class StreamStatus:
+    """A snapshot of a stream's shards and an application's rows, taken at ``taken_at``."""
+
+    stream: str
+    application: str
+    store: str | None
+    """Where the rows come from (None: no store given, shards only)."""
+    taken_at: datetime
+    shards: tuple[ShardView, ...]
+    """Parents before children."""
+    unlisted_rows: tuple[Checkpoint, ...]
+    """Rows of shards the stream does not list (trimmed shards, Beam's per-range rows)."""
+
+    def shard(self, shard_id: str) -> ShardView | None:
+        return next((view for view in self.shards if view.shard_id == shard_id), None)
+
+    def workers(self) -> dict[str, list[str]]:
+        """Lease owner -> the shards it holds."""
+        held: dict[str, list[str]] = {}
+        for view in self.shards:
+            if view.row is not None and view.row.owner is not None:
+                held.setdefault(view.row.owner, []).append(view.shard_id)
+        return held
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` document (schema version :data:`JSON_SCHEMA_VERSION`, see
+        docs/operations.md). Sequence numbers and hash keys are decimal strings: they have
+        up to 56 and 39 digits, more than a JSON number keeps."""
+        return {
+            "schema_version": JSON_SCHEMA_VERSION,
+            "stream": self.stream,
+            "application": self.application,
+            "store": self.store,
+            "taken_at": self.taken_at.isoformat(),
+            "lag_method": LAG_METHOD,
+            "shards": [_shard_json(view) for view in self.shards],
+            "workers": self.workers(),
+            "unlisted_rows": [_row_json(row) for row in self.unlisted_rows],
+        }
+
+    def format_text(self) -> str:
+        return "\n".join(_text_lines(self))
+
+
+def lag_iterator(row: Checkpoint | None) -> dict[str, str] | None:
+    """GetShardIterator arguments that start just after a stored row, or None where a lag
+    means nothing (no row, SHARD_END, AT_TIMESTAMP of an unknown time)."""
+    if row is None:
+        return None
+    if isinstance(row.value, tuple):
+        return {
+            "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
+            "StartingSequenceNumber": str(row.value[0]),
+        }
+    if row.value in (Sentinel.TRIM_HORIZON, Sentinel.LATEST):
+        return {"ShardIteratorType": row.value.value}
+    return None
+
+
+def build_status(
+    stream: str,
+    application: str,
+    store: str | None,
+    shards: Sequence[ShardInfo],
+    rows: Iterable[Checkpoint],
+    lags: Mapping[str, Lag],
+    taken_at: datetime,
+) -> StreamStatus:
+    """Put listed shards, stored rows and measured lags together (no I/O). ``store`` None:
+    no store was read, and the view has the shards only."""
+    by_id = {row.shard_id: row for row in rows}
+    listed = {info.shard_id: info for info in shards}
+    children: dict[str, list[str]] = {}
+    for info in shards:
+        for parent in info.parents:
+            children.setdefault(parent, []).append(info.shard_id)
+    for row in by_id.values():
+        for child in row.child_shard_ids:
+            if child not in children.setdefault(row.shard_id, []):
+                children[row.shard_id].append(child)
+    progress = _progress(shards, by_id) if store is not None else {}
+    views = tuple(
+        ShardView(
+            shard_id=info.shard_id,
+            is_open=info.is_open,
+            hash_range=info.hash_range,
+            parents=info.parents,
+            children=tuple(sorted(children.get(info.shard_id, ()))),
+            progress=progress.get(info.shard_id),
+            row=by_id.get(info.shard_id),
+            lag=lags.get(info.shard_id),
+        )
+        for info in _parents_first(shards)
+    )
+    unlisted = tuple(row for shard_id, row in sorted(by_id.items()) if shard_id not in listed)
+    return StreamStatus(stream, application, store, taken_at, views, unlisted)
+
+
+def _progress(shards: Sequence[ShardInfo], rows: Mapping[str, Checkpoint]) -> dict[str, str]:
+    """Where the application is on each shard, by the consumer's own lineage rules (a shard
+    without a row whose child has started was finished, its row since deleted, as the KCL
+    deletes finished leases)."""
+    lineage = Lineage(TRIM_HORIZON)
+    lineage.update(
+        [ShardNode.from_shard_info(info) for info in shards],
+        {shard_id: row.value for shard_id, row in rows.items()},
+    )
+    lineage.take_ready()
+    result = {}
+    for info in shards:
+        state = lineage.state(info.shard_id)
+        row = rows.get(info.shard_id)
+        if state is ShardState.ENDED:
+            result[info.shard_id] = FINISHED
+        elif state is ShardState.WAITING_FOR_PARENT:
+            result[info.shard_id] = WAITING_FOR_PARENT
+        elif row is not None and isinstance(row.value, tuple):
+            result[info.shard_id] = READING
+        else:
+            result[info.shard_id] = READY
+    return result
+
+
+def _parents_first(shards: Sequence[ShardInfo]) -> list[ShardInfo]:
+    """Depth-first from the roots (shards without a listed parent), children after their
+    first listed parent, in hash-key order."""
+    listed = {info.shard_id: info for info in shards}
+    children: dict[str, list[ShardInfo]] = {}
+    roots = []
+    for info in sorted(shards, key=lambda i: (i.start_hash_key, i.shard_id)):
+        first_parent = next((p for p in info.parents if p in listed), None)
+        if first_parent is None:
+            roots.append(info)
+        else:
+            children.setdefault(first_parent, []).append(info)
+    ordered: list[ShardInfo] = []
+
+    def visit(info: ShardInfo) -> None:
+        ordered.append(info)
+        for child in children.get(info.shard_id, ()):
+            visit(child)
+
+    for root in roots:
+        visit(root)
+    return ordered
+
+
+# -- I/O -----------------------------------------------------------------------------------------
+
+
+async def measure_lag(client: Any, stream: str, shard_id: str, iterator: Mapping[str, str]) -> Lag:
+    """One GetShardIterator and one GetRecords(Limit=1); errors become a Lag that says so."""
+    try:
+        response = await client.get_shard_iterator(
+            **stream_params(stream), ShardId=shard_id, **iterator
+        )
+        records = await client.get_records(ShardIterator=response["ShardIterator"], Limit=1)
+    except Exception as exc:
+        return Lag(None, None, error_code(exc) or type(exc).__name__)
+    millis = records.get("MillisBehindLatest")
+    return Lag(None if millis is None else int(millis), not records.get("Records"))
+
+
+async def read_status(
+    stream: str,
+    *,
+    client: Any,
+    store: CheckpointStore | None,
+    application: str,
+    store_label: str | None = None,
+    measure_lags: bool = True,
+) -> StreamStatus:
+    """List the shards, read the rows and measure the lags (concurrently, one GetRecords per
+    shard), then :func:`build_status`. ``client`` is an aiobotocore Kinesis client."""
+    shards = await list_all_shards(client, stream)
+    rows = await store.list(application, stream) if store is not None else []
+    taken_at = datetime.now(timezone.utc)
+    listed = {info.shard_id for info in shards}
+    targets = {
+        row.shard_id: iterator
+        for row in rows
+        if row.shard_id in listed and (iterator := lag_iterator(row)) is not None
+    }
+    lags: dict[str, Lag] = {}
+    if measure_lags and targets:
+        measured = await asyncio.gather(
+            *(measure_lag(client, stream, shard, it) for shard, it in targets.items())
+        )
+        lags = dict(zip(targets, measured, strict=True))
+    return build_status(stream, application, store_label, shards, rows, lags, taken_at)
+
+
+# -- output --------------------------------------------------------------------------------------
+
+
+def _value_json(value: CheckpointValue) -> dict[str, Any]:
+    if isinstance(value, tuple):
+        return {"sequence_number": str(value[0]), "sub_sequence_number": value[1]}
+    return {"sentinel": value.value}
+
+
+def _row_json(row: Checkpoint) -> dict[str, Any]:
+    return {
+        "shard_id": row.shard_id,
+        "checkpoint": _value_json(row.value),
+        "lease_owner": row.owner,
+        "lease_counter": row.counter,
+    }
+
+
+def _shard_json(view: ShardView) -> dict[str, Any]:
+    lag = view.lag
+    return {
+        "shard_id": view.shard_id,
+        "open": view.is_open,
+        "hash_range": [str(view.hash_range[0]), str(view.hash_range[1])],
+        "parents": list(view.parents),
+        "children": list(view.children),
+        "progress": view.progress,
+        "checkpoint": None if view.row is None else _value_json(view.row.value),
+        "lease_owner": None if view.row is None else view.row.owner,
+        "lease_counter": None if view.row is None else view.row.counter,
+        "lag": None
+        if lag is None
+        else {
+            "millis_behind_latest": lag.millis_behind_latest,
+            "caught_up": lag.caught_up,
+            "error": lag.error,
+        },
+    }
+
+
+def _percent(hash_key: int) -> str:
+    return f"{100 * hash_key / (MAX_HASH_KEY + 1):.4g}"
+
+
+def _hash_keys_text(hash_range: tuple[int, int]) -> str:
+    """The share of the key space, e.g. ``25-50%`` (``--json`` has the exact keys)."""
+    return f"{_percent(hash_range[0])}-{_percent(hash_range[1] + 1)}%"
+
+
+def _checkpoint_text(row: Checkpoint | None) -> str:
+    if row is None:
+        return "-"
+    if isinstance(row.value, tuple):
+        sequence, sub = row.value
+        text = str(sequence)
+        return f"...{text[-12:]}.{sub}" if len(text) > 12 else f"{text}.{sub}"
+    return row.value.value
+
+
+def _lag_text(lag: Lag | None) -> str:
+    if lag is None:
+        return "-"
+    if lag.error is not None:
+        return f"? ({lag.error})"
+    if lag.caught_up:
+        return "caught up"
+    millis = lag.millis_behind_latest
+    if millis is None:
+        return "?"
+    return f"{millis} ms" if millis < 10_000 else f"{millis / 1000:.1f} s"
+
+
+def _text_lines(status: StreamStatus) -> list[str]:
+    open_count = sum(view.is_open for view in status.shards)
+    source = f"rows from {status.store}" if status.store else "no checkpoint store given"
+    lines = [
+        f"stream {status.stream}, application {status.application}, {source}",
+        f"{status.taken_at:%Y-%m-%d %H:%M:%S} UTC: {len(status.shards)} shards "
+        f"({open_count} open)" + (f"; lag: {LAG_METHOD}" if status.store else ""),
+        "",
+    ]
+    header: tuple[str, ...] = ("shard", "state", "hash keys")
+    if status.store is not None:
+        header += ("progress", "checkpoint", "lease owner", "counter", "lag")
+    table: list[tuple[str, ...]] = []
+    drawn: set[str] = set()
+    by_id = {view.shard_id: view for view in status.shards}
+
+    def add(view: ShardView, prefix: str, last: bool, depth: int) -> None:
+        branch = "" if depth == 0 else ("`-- " if last else "+-- ")
+        name = prefix + branch + view.shard_id
+        if view.shard_id in drawn:
+            table.append((name, "(merge child: see above)"))
+            return
+        drawn.add(view.shard_id)
+        row = view.row
+        table.append(
+            (
+                name,
+                "open" if view.is_open else "closed",
+                _hash_keys_text(view.hash_range),
+                (view.progress or "-").replace("_", " "),
+                _checkpoint_text(row),
+                "-" if row is None or row.owner is None else row.owner,
+                "-" if row is None else str(row.counter),
+                _lag_text(view.lag),
+            )[: len(header)]
+        )
+        shown = [by_id[child] for child in view.children if child in by_id]
+        inner = "" if depth == 0 else prefix + ("    " if last else "|   ")
+        for index, kid in enumerate(shown):
+            add(kid, inner, index == len(shown) - 1, depth + 1)
+
+    for view in status.shards:
+        if not any(parent in by_id for parent in view.parents):
+            add(view, "", True, 0)
+    full = [header, *(cells for cells in table if len(cells) == len(header))]
+    widths = [max(len(cells[i]) for cells in full) for i in range(len(header))]
+    widths[0] = max(len(cells[0]) for cells in [header, *table])
+    for cells in [header, *table]:
+        # not strict: a merge child's second line is its name and a note
+        padded = (cell.ljust(width) for cell, width in zip(cells, widths, strict=False))
+        lines.append("  ".join(padded).rstrip())
+    workers = status.workers()
+    if workers:
+        held = ", ".join(
+            f"{owner} holds {len(shards)}" for owner, shards in sorted(workers.items())
+        )
+        lines += ["", f"leases: {held}"]
+    if status.unlisted_rows:
+        lines += ["", "rows of shards the stream does not list:"]
+        for row in status.unlisted_rows:
+            lines.append(f"  {row.shard_id}  {_checkpoint_text(row)}  owner {row.owner or '-'}")
+    return lines

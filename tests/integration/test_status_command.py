@@ -1,0 +1,344 @@
+"""``kinesis-connectors status`` on kinesis-mock: a split, a merge and two workers with leases.
+
+The stream starts with two shards; shard 0 is split and its upper child merged with shard 1,
+so the lineage has a split parent, a merged child with two parents and two open shards. Two
+consumer workers share the stream through leases (a SQLite file, or a DynamoDB table on moto)
+and read every record. The status command, run as a user runs it, must show that tree, the
+rows the workers wrote (SHARD_END on the parents, the last position on the open shards), the
+lease owners, and a lag that grows once records are written after the workers stopped; it
+must write nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kinesis_core.checkpoint import (
+    Checkpoint,
+    CheckpointStore,
+    DynamoDBCheckpointStore,
+    SQLiteCheckpointStore,
+)
+from kinesis_core.client import ClientConfig
+from kinesis_core.consumer import TRIM_HORIZON, Consumer
+from kinesis_core.hashing import MAX_HASH_KEY
+from kinesis_core.lease import LeaseConfig
+from kinesis_core.local import KinesisMock, LocalStream, MotoServer
+
+pytestmark = pytest.mark.integration
+
+QUARTER = (MAX_HASH_KEY + 1) // 4
+KEYS = {"low": 10, "mid-low": QUARTER + 10, "high": 3 * QUARTER + 10}
+"""Explicit hash keys: in shard 0's lower and upper half, and in shard 1."""
+
+
+def put(stream: LocalStream, key: str, data: str) -> tuple[str, int]:
+    answer = stream.put(data.encode(), key, explicit_hash_key=KEYS[key])
+    return answer["ShardId"], int(answer["SequenceNumber"])
+
+
+def reshard(stream: LocalStream) -> tuple[dict[str, str], dict[str, int], set[str]]:
+    """Split shard 0, merge its upper child with shard 1; records before, between and after.
+
+    Returns the shards by role, the last sequence number written to each shard and the data.
+    """
+    first, second = (shard["ShardId"] for shard in stream.shards())
+    last: dict[str, int] = {}
+    written: set[str] = set()
+
+    def write(key: str, data: str) -> None:
+        shard, sequence = put(stream, key, data)
+        last[shard] = sequence
+        written.add(data)
+
+    for key in KEYS:
+        write(key, f"before-{key}")
+    low, upper = stream.split(first)
+    for key in KEYS:
+        write(key, f"split-{key}")
+    merged = stream.merge(upper, second)
+    for key in KEYS:
+        write(key, f"merged-{key}")
+    roles = {"split": first, "low": low, "upper": upper, "other": second, "merged": merged}
+    return roles, last, written
+
+
+def status(
+    server_env: dict[str, str], stream: str, *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kinesis_core", "status", stream, *args],
+        env={**os.environ, **server_env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+async def run_workers(
+    stream: LocalStream,
+    config: ClientConfig,
+    make_store: Callable[[], CheckpointStore],
+    application: str,
+    expected: set[str],
+    while_running: Callable[[], Any],
+) -> tuple[Any, dict[str, list[str]]]:
+    """Two lease workers read every record; once both hold a lease and every record was
+    delivered and checkpointed, ``while_running`` runs in a thread (the loop keeps going).
+    Returns its result and the shards each worker held then."""
+    seen: set[str] = set()
+    async with contextlib.AsyncExitStack() as stack:
+        workers = []
+        for name in ("worker-a", "worker-b"):
+            store = await stack.enter_async_context(make_store())  # type: ignore[arg-type]
+            consumer = await stack.enter_async_context(
+                Consumer(
+                    stream.name,
+                    client_config=config,
+                    checkpoint_store=store,
+                    application_name=application,
+                    initial_position=TRIM_HORIZON,
+                    checkpoint_interval=0.2,
+                    idle_interval=0.2,
+                    leases=LeaseConfig(
+                        worker_id=name,
+                        failover_time=3.0,
+                        renew_interval=0.5,
+                        take_interval=1.0,
+                        parent_poll_interval=0.5,
+                    ),
+                )
+            )
+            workers.append(consumer)
+
+        async def pump(consumer: Consumer) -> None:
+            async for record in consumer:
+                seen.add(record.data.decode())
+                record.ack()
+
+        def holdings() -> dict[str, list[str]]:
+            return {c.worker_id or "": sorted(c.leased_shards()) for c in workers}
+
+        tasks = [asyncio.create_task(pump(consumer)) for consumer in workers]
+        try:
+            # Every record read, and the leases settled: each worker holds one lease, and has
+            # held it for longer than a renewal interval (no steal under way).
+            deadline = time.monotonic() + 60
+            settled: tuple[dict[str, list[str]], float] = ({}, 0.0)
+            while True:
+                for task in tasks:
+                    if task.done():
+                        task.result()  # a worker that failed raises here
+                now, held = time.monotonic(), holdings()
+                if held != settled[0]:
+                    settled = (held, now)
+                balanced = all(len(shards) == 1 for shards in held.values())
+                if seen >= expected and balanced and now - settled[1] >= 1.5:
+                    break
+                assert now < deadline, (sorted(seen), expected, held)
+                await asyncio.sleep(0.2)
+            for consumer in workers:
+                await consumer.checkpoint()
+            result = await asyncio.to_thread(while_running)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    return result, held
+
+
+async def rows_of(
+    make_store: Callable[[], CheckpointStore], application: str, stream: str
+) -> list[Checkpoint]:
+    async with make_store() as store:  # type: ignore[attr-defined]
+        rows: list[Checkpoint] = await store.list(application, stream)
+    return sorted(rows, key=lambda row: row.shard_id)
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", "dynamodb"])
+def test_status_shows_lineage_checkpoints_leases_and_lag(
+    store_kind: str,
+    kinesis_mock: KinesisMock,
+    moto_server: MotoServer,
+    kinesis_stream: Any,
+    tmp_path: Path,
+) -> None:
+    stream = kinesis_stream(shards=2)
+    roles, last, written = reshard(stream)
+    application = f"status-{uuid.uuid4().hex[:8]}"
+    config = dataclasses.replace(
+        stream.client_config, dynamodb_endpoint_url=moto_server.endpoint_url
+    )
+    env = {
+        **kinesis_mock.client_environment(),
+        "AWS_ENDPOINT_URL_DYNAMODB": moto_server.endpoint_url,
+    }
+    db = tmp_path / "checkpoints.sqlite3"
+    if store_kind == "sqlite":
+        store_args = ["--store", str(db), "--application", application]
+
+        def make_store() -> CheckpointStore:
+            return SQLiteCheckpointStore(db)
+    else:
+        store_args = ["--dynamodb-table", application]
+
+        def make_store() -> CheckpointStore:
+            return DynamoDBCheckpointStore(client_config=config)
+
+    def look() -> tuple[dict[str, Any], str]:
+        as_json = status(env, stream.name, *store_args, "--json")
+        assert as_json.returncode == 0, as_json.stderr
+        as_text = status(env, stream.name, *store_args)
+        assert as_text.returncode == 0, as_text.stderr
+        return json.loads(as_json.stdout), as_text.stdout
+
+    (running, text), held = asyncio.run(
+        run_workers(stream, config, make_store, application, written, look)
+    )
+
+    shards = {shard["shard_id"]: shard for shard in running["shards"]}
+    assert running["schema_version"] == 1
+    assert running["stream"] == stream.name
+    assert running["application"] == application
+    assert set(shards) == set(roles.values())
+    # the lineage: a split (one parent, two children) and a merge (two parents, one child)
+    split, low, upper = (shards[roles[r]] for r in ("split", "low", "upper"))
+    other, merged = shards[roles["other"]], shards[roles["merged"]]
+    assert split["children"] == sorted([roles["low"], roles["upper"]])
+    assert low["parents"] == upper["parents"] == [roles["split"]]
+    assert sorted(merged["parents"]) == sorted([roles["upper"], roles["other"]])
+    assert upper["children"] == other["children"] == [roles["merged"]]
+    assert [s["open"] for s in (split, low, upper, other, merged)] == [
+        False,
+        True,
+        False,
+        False,
+        True,
+    ]
+    listed = {
+        shard["ShardId"]: [shard["HashKeyRange"][k] for k in ("StartingHashKey", "EndingHashKey")]
+        for shard in stream.shards()
+    }
+    assert {shard_id: shard["hash_range"] for shard_id, shard in shards.items()} == listed
+    assert merged["hash_range"] == [upper["hash_range"][0], other["hash_range"][1]]
+    assert low["hash_range"][0] == split["hash_range"][0] == "0"
+    # parents before children in the document
+    order = [shard["shard_id"] for shard in running["shards"]]
+    assert order.index(roles["split"]) < order.index(roles["upper"]) < order.index(roles["merged"])
+    # checkpoints: SHARD_END on the closed shards, the last record on the open ones
+    for role in ("split", "upper", "other"):
+        assert shards[roles[role]]["checkpoint"] == {"sentinel": "SHARD_END"}, role
+        assert shards[roles[role]]["progress"] == "finished"
+    for role in ("low", "merged"):
+        shard = shards[roles[role]]
+        assert shard["checkpoint"] == {
+            "sequence_number": str(last[roles[role]]),
+            "sub_sequence_number": 0,
+        }
+        assert shard["progress"] == "reading"
+        assert shard["lag"] == {"millis_behind_latest": 0, "caught_up": True, "error": None}
+    # leases: each worker holds one of the two open shards, as the workers themselves say
+    owners = {shards[roles[r]]["lease_owner"] for r in ("low", "merged")}
+    assert owners == {"worker-a", "worker-b"}
+    assert running["workers"] == {
+        owner: sorted(s["shard_id"] for s in shards.values() if s["lease_owner"] == owner)
+        for owner in owners
+    }
+    assert {worker: leased for worker, leased in held.items()} == {
+        worker: [s for s in leased if shards[s]["open"]]
+        for worker, leased in running["workers"].items()
+    }
+    assert all(shards[roles[r]]["lease_counter"] > 1 for r in ("low", "merged"))
+    # the text view draws the same tree
+    lines = text.splitlines()
+    row_of: dict[str, str] = {}
+    for line in lines:
+        row_of.setdefault(_shard_in(line), line)  # a merged shard's full row comes first
+    assert f"+-- {roles['low']}" in text or f"`-- {roles['low']}" in text
+    assert f"`-- {roles['merged']}" in text
+    assert "(merge child: see above)" in text
+    assert "worker-a holds 1" in text
+    assert "worker-b holds 1" in text
+    assert "SHARD_END" in row_of[roles["split"]]
+    assert "finished" in row_of[roles["split"]]
+    assert "caught up" in row_of[roles["merged"]]
+
+    # The workers stopped (leases released). Two records more on the low shard: it lags.
+    before = asyncio.run(rows_of(make_store, application, stream.name))
+    put(stream, "low", "late-1")
+    time.sleep(0.3)
+    put(stream, "low", "late-2")
+    stopped, _ = look()
+    after = asyncio.run(rows_of(make_store, application, stream.name))
+    assert after == before, "the status command wrote to the store"
+    low_now = next(s for s in stopped["shards"] if s["shard_id"] == roles["low"])
+    assert low_now["lease_owner"] is None
+    assert low_now["checkpoint"] == shards[roles["low"]]["checkpoint"]
+    assert low_now["lag"]["caught_up"] is False
+    assert low_now["lag"]["millis_behind_latest"] > 0
+
+
+def _shard_in(line: str) -> str:
+    """The shard id of a text row (after the tree's prefix), or '' for other lines."""
+    for word in line.split():
+        if word.startswith("shardId-"):
+            return word
+    return ""
+
+
+def test_status_watch_refreshes_until_interrupted(
+    kinesis_mock: KinesisMock, kinesis_stream: Any
+) -> None:
+    stream = kinesis_stream(shards=1)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kinesis_core", "status", stream.name, "--json", "--watch", "0.2"],
+        env={**os.environ, **kinesis_mock.client_environment()},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        first = json.loads(proc.stdout.readline())
+        second = json.loads(proc.stdout.readline())
+        assert first["taken_at"] < second["taken_at"]
+        assert [s["shard_id"] for s in second["shards"]] == [stream.shards()[0]["ShardId"]]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_status_names_what_is_wrong(
+    kinesis_mock: KinesisMock, kinesis_stream: Any, tmp_path: Path
+) -> None:
+    env = kinesis_mock.client_environment()
+    missing_stream = status(env, "no-such-stream")
+    assert missing_stream.returncode == 1
+    assert "no-such-stream" in missing_stream.stderr
+    assert "ResourceNotFoundException" in missing_stream.stderr
+    stream = kinesis_stream(shards=1)
+    missing_file = status(env, stream.name, "--store", str(tmp_path / "nope.sqlite3"))
+    assert missing_file.returncode == 1
+    assert "does not exist" in missing_file.stderr
+    assert not (tmp_path / "nope.sqlite3").exists()
+    bad_watch = status(env, stream.name, "--watch", "0")
+    assert bad_watch.returncode == 2
+    assert "--watch" in bad_watch.stderr
