@@ -26,10 +26,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 from kinesis_core.checkpoint.base import Checkpoint, CheckpointStore, CheckpointValue, Sentinel
+from kinesis_core.classify import error_details
 from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
 from kinesis_core.consumer.positions import TRIM_HORIZON
 from kinesis_core.hashing import MAX_HASH_KEY
-from kinesis_core.shard_map import ShardInfo, error_code, list_all_shards, stream_params
+from kinesis_core.shard_map import ShardInfo, list_all_shards
+from kinesis_core.stream import StreamRef
 
 JSON_SCHEMA_VERSION = 1
 LAG_METHOD = "MillisBehindLatest of a GetRecords(Limit=1) after the checkpoint"
@@ -222,11 +224,11 @@ async def measure_lag(client: Any, stream: str, shard_id: str, iterator: Mapping
     """One GetShardIterator and one GetRecords(Limit=1); errors become a Lag that says so."""
     try:
         response = await client.get_shard_iterator(
-            **stream_params(stream), ShardId=shard_id, **iterator
+            **StreamRef.of(stream).params(), ShardId=shard_id, **iterator
         )
         records = await client.get_records(ShardIterator=response["ShardIterator"], Limit=1)
     except Exception as exc:
-        return Lag(None, None, error_code(exc) or type(exc).__name__)
+        return Lag(None, None, error_details(exc)[0] or type(exc).__name__)
     millis = records.get("MillisBehindLatest")
     return Lag(None if millis is None else int(millis), not records.get("Records"))
 
