@@ -326,5 +326,10 @@ def _consumer(description: dict[str, Any], stream_arn: str) -> StreamConsumer:
 
 
 
-def _kind(exc: BaseException) -> ErrorKind:
-    return classify(*error_details(exc))
+def _kind(exc: BaseException) -> ErrorKind | None:
+    """The kind of a service error; None for anything else (a network failure, our own
+    ConsumerRegistrationError), which is raised as it is."""
+    code, status = error_details(exc)
+    if code is None and status is None:
+        return None
+    return classify(code, status)

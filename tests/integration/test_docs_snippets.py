@@ -434,7 +434,9 @@ def run_block(block: Block, request: pytest.FixtureRequest, tmp_path: Path) -> N
             run_faust_worker(block, options, server, tmp_path, env, timeout)
         elif kind == "pytest":
             (tmp_path / "test_snippet.py").write_text(block.code, encoding="utf-8")
-            command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+            # As in a project that opted in to the fixtures (docs/local.md).
+            plugin = "kinesis_core.local.pytest_plugin"
+            command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", plugin]
             done = run_process(
                 [*command, "test_snippet.py"], cwd=tmp_path, env=env, timeout=timeout
             )

@@ -336,7 +336,7 @@ def test_status_names_what_is_wrong(
     assert "ResourceNotFoundException" in missing_stream.stderr
     stream = kinesis_stream(shards=1)
     missing_file = status(env, stream.name, "--store", str(tmp_path / "nope.sqlite3"))
-    assert missing_file.returncode == 1
+    assert missing_file.returncode == 2  # a bad argument, as bad input elsewhere in the CLI
     assert "does not exist" in missing_file.stderr
     assert not (tmp_path / "nope.sqlite3").exists()
     bad_watch = status(env, stream.name, "--watch", "0")
