@@ -36,7 +36,7 @@ from kinesis_core.client import create_botocore_client
 from kinesis_core.consumer import Checkpointer
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.positions import LATEST
-from kinesis_core.producer.blocking import LoopThread
+from kinesis_core.loop_thread import LoopThread
 from kinesis_core.stream import StreamRef
 
 logger = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from kinesis_core.consumer.positions import TRIM_HORIZON, AtTimestamp, InitialPo
 from kinesis_core.consumer.reading import SyncPolling, SyncSubscribing, shard_check
 from kinesis_core.consumer.subscription import ShardCheck, SubscriptionRead
 from kinesis_core.consumer.transport import ShardRead, SyncTransport
-from kinesis_core.producer.blocking import LoopThread
+from kinesis_core.loop_thread import LoopThread
 from kinesis_core.records import Position
 from kinesis_core.shard_map import ShardInfo, list_all_shards
 from kinesis_core.stream import StreamRef

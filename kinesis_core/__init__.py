@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         AtTimestamp as AtTimestamp,
         Consumer as Consumer,
         ConsumerConfig as ConsumerConfig,
+        EnhancedFanOut as EnhancedFanOut,
         InitialPosition as InitialPosition,
         RecordBatch as RecordBatch,
         ShardState as ShardState,
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
         ProducerClosedError as ProducerClosedError,
         ProducerConfig as ProducerConfig,
         ProducerCrashedError as ProducerCrashedError,
+        ProducerFailedError as ProducerFailedError,
         Record as Record,
         RecordResult as RecordResult,
     )

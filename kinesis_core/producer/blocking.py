@@ -16,14 +16,14 @@ import asyncio
 import atexit
 import concurrent.futures
 import logging
-import os
 import threading
 import weakref
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kinesis_core.hashing import validate_record
+from kinesis_core.loop_thread import LoopThread
 from kinesis_core.producer.config import ProducerConfig, record_cost
 from kinesis_core.producer.metrics import MetricsHook, MetricsSnapshot
 from kinesis_core.producer.producer import LOW_WATER, Producer
@@ -39,47 +39,6 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class LoopThread:
-    """The process's event-loop thread, started on first use (and again after a fork)."""
-
-    _lock = threading.Lock()
-    _instance: LoopThread | None = None
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self._run, name="kinesis-producer-loop", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
-    @classmethod
-    def get(cls) -> LoopThread:
-        with cls._lock:
-            if cls._instance is None or cls._instance.pid != os.getpid():
-                cls._instance = LoopThread()
-            return cls._instance
-
-    def check_caller(self) -> None:
-        """Refuse calls from the loop thread itself: blocking there would deadlock it."""
-        if threading.current_thread() is self.thread:
-            raise RuntimeError(
-                "a BlockingProducer cannot be called from its own event-loop thread "
-                "(inside a result callback): use the asyncio Producer there"
-            )
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run ``coro`` on the loop and block for its result (not from the loop's thread)."""
-        try:
-            self.check_caller()
-        except RuntimeError:
-            coro.close()
-            raise
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-
 _open_producers: weakref.WeakSet[BlockingProducer] = weakref.WeakSet()
 
 
@@ -90,11 +49,6 @@ def _close_open_producers() -> None:
             producer.close(timeout=producer.config.record_ttl)
         except Exception:
             logger.exception("closing the producer of %r at exit failed", producer.stream_name)
-
-
-def loop_thread_count() -> int:
-    """Event-loop threads of blocking producers running in this process (0 or 1)."""
-    return sum(1 for t in threading.enumerate() if t.name == "kinesis-producer-loop")
 
 
 def _copy_outcome(target: concurrent.futures.Future[Any], source: asyncio.Future[Any]) -> None:

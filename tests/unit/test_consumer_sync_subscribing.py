@@ -19,7 +19,7 @@ from kinesis_core.consumer.subscription import (
     Subscribe,
     SubscribeEvent,
 )
-from kinesis_core.producer.blocking import LoopThread
+from kinesis_core.loop_thread import LoopThread
 
 
 class FakeSubscription:

@@ -34,6 +34,19 @@ PURE = [
     "kinesis_core.consumer.transport",
     "kinesis_core.lease",
     "kinesis_core.lease.coordinator",
+    "kinesis_core.backoff",
+    "kinesis_core.consumer.checkpointer",
+    "kinesis_core.fanout",
+    "kinesis_core.fanout.consumers",
+    "kinesis_core.fanout.registration",
+    "kinesis_core.producer",
+    "kinesis_core.producer.aggregator",
+    "kinesis_core.producer.collector",
+    "kinesis_core.producer.config",
+    "kinesis_core.producer.limiter",
+    "kinesis_core.producer.pipeline",
+    "kinesis_core.producer.result",
+    "kinesis_core.producer.retrier",
 ]
 """Sans-I/O modules and lazy packages: importing them must not load an I/O stack."""
 
@@ -43,7 +56,9 @@ PACKAGES = [
     "kinesis_core",
     "kinesis_core.checkpoint",
     "kinesis_core.consumer",
+    "kinesis_core.fanout",
     "kinesis_core.lease",
+    "kinesis_core.producer",
 ]
 
 

@@ -9,6 +9,7 @@ import pytest
 from test_producer_fakes import FakeKinesis
 
 from kinesis_core.errors import ValidationError
+from kinesis_core.loop_thread import loop_thread_count
 from kinesis_core.producer import (
     VALIDATION_ERROR,
     BlockingProducer,
@@ -16,7 +17,6 @@ from kinesis_core.producer import (
     ProducerConfig,
     RecordResult,
 )
-from kinesis_core.producer.blocking import loop_thread_count
 
 CONFIG = ProducerConfig(record_max_buffered_time=0.01, rate_limit=100_000)
 
