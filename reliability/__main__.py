@@ -83,28 +83,27 @@ def _suites() -> dict[str, Suite]:
             c.folder("restart"), outage=pick(c, 3, 6), before=3.0, after=3.0
         ),
         "bad-input": lambda c: bad_input(c.streams(KinesisMock)),
-        "crash-consumer": lambda c: crash_loop(
-            "consumer",
-            c.streams(KinesisMock),
-            c.folder("crash-consumer"),
-            rounds=pick(c, 3, 20),
-            seed=c.seed,
+        "consumer-fan-out": lambda c: consumer_under_faults(
+            c.streams(KinesisMock), records=pick(c, 600, 3_000), seed=c.seed, fan_out=True
         ),
-        "crash-beam": lambda c: crash_loop(
-            "beam",
-            c.streams(KinesisMock),
-            c.folder("crash-beam"),
-            rounds=pick(c, 3, 20),
-            seed=c.seed,
+        "restart-fan-out": lambda c: server_restart(
+            c.folder("restart-fan-out"), outage=pick(c, 3, 6), before=3.0, after=3.0, fan_out=True
         ),
-        "crash-faust": lambda c: crash_loop(
-            "faust",
-            c.streams(KinesisMock),
-            c.folder("crash-faust"),
-            rounds=pick(c, 3, 20),
-            seed=c.seed,
-        ),
+        **{
+            f"crash-{kind}": _crash_loop(kind, pick)
+            for kind in ("consumer", "fan-out", "beam", "faust")
+        },
     }
+
+
+def _crash_loop(kind: str, pick: Callable[[Context, int, int], int]) -> Suite:
+    return lambda c: crash_loop(
+        kind,
+        c.streams(KinesisMock),
+        c.folder(f"crash-{kind}"),
+        rounds=pick(c, 3, 20),
+        seed=c.seed,
+    )
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
 """The processes the crash loops kill: ``python -m reliability._children KIND ...``.
 
-Each reads a stream from its checkpoints (a SQLite file) and appends one line per record it
+Each (the core Consumer polling or by enhanced fan-out, or a Beam pipeline) reads a stream from
+its checkpoints (a SQLite file) and appends one line per record it
 processes to a log, ``shard sequence sub-sequence id``, flushed before the record is acked, as
 a real application processes before it acks. With ``idle`` > 0 it exits once no record came
 for that many seconds (the last, clean round); otherwise it runs until it is killed.
@@ -22,11 +23,18 @@ def log_line(log: IO[str], shard_id: str, position: tuple[int, int], data: bytes
     log.flush()
 
 
-async def consumer(endpoint: str, stream: str, db: str, out: str, idle: float) -> None:
+async def consumer(
+    endpoint: str, stream: str, db: str, out: str, idle: float, fan_out: bool = False
+) -> None:
     from kinesis_core.checkpoint import SQLiteCheckpointStore
-    from kinesis_core.consumer import TRIM_HORIZON, Consumer
+    from kinesis_core.consumer import TRIM_HORIZON, Consumer, EnhancedFanOut
     from kinesis_core.local import local_client_config
 
+    # A killed process leaves its subscriptions open on the server for a moment: the next
+    # round's subscribes get ResourceInUse until then, and back off.
+    efo = fan_out and EnhancedFanOut(
+        consumer_name=APPLICATION, closed_check_interval=1.0, max_failures=60
+    )
     async with (
         SQLiteCheckpointStore(db) as store,
         Consumer(
@@ -38,6 +46,7 @@ async def consumer(endpoint: str, stream: str, db: str, out: str, idle: float) -
             checkpoint_interval=0.5,
             idle_interval=0.2,
             max_records_per_call=100,
+            enhanced_fan_out=efo,
         ) as c,
     ):
         # Blocking writes on purpose: a record is logged before it is acked, nothing between.
@@ -101,15 +110,16 @@ def beam_read(endpoint: str, stream: str, db: str, out: str, idle: float) -> Non
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m reliability._children")
-    parser.add_argument("kind", choices=["consumer", "beam"])
+    parser.add_argument("kind", choices=["consumer", "fan-out", "beam"])
     parser.add_argument("endpoint")
     parser.add_argument("stream")
     parser.add_argument("db")
     parser.add_argument("out")
     parser.add_argument("--idle", type=float, default=0.0)
     args = parser.parse_args(argv)
-    if args.kind == "consumer":
-        asyncio.run(consumer(args.endpoint, args.stream, args.db, args.out, args.idle))
+    if args.kind in ("consumer", "fan-out"):
+        fan_out = args.kind == "fan-out"
+        asyncio.run(consumer(args.endpoint, args.stream, args.db, args.out, args.idle, fan_out))
     else:
         beam_read(args.endpoint, args.stream, args.db, args.out, args.idle)
 

@@ -10,6 +10,9 @@ new one resumes from the stored checkpoints.
 Checks: every record written is delivered at least once (lost = never delivered); every
 checkpoint written covers only records acked before the write (the store is wrapped and each
 put is compared, at the end, with the stream as a KCL reader sees it); duplicates are counted.
+
+With ``fan_out``, the consumers read by enhanced fan-out: the proxy also cuts subscriptions
+mid-stream and delays their chunks, and subscriptions are renewed every few seconds.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from kinesis_core.checkpoint import (
     MemoryCheckpointStore,
     checkpoint_order,
 )
-from kinesis_core.consumer import TRIM_HORIZON, Consumer
+from kinesis_core.consumer import TRIM_HORIZON, Consumer, EnhancedFanOut
 from kinesis_core.local.fault_proxy import FaultProxy
 from kinesis_core.local.faults import FaultConfig, FaultKind, FaultRule
 from kinesis_core.local.streams import LocalStream
@@ -45,6 +48,7 @@ from reliability._common import (
 from reliability.result import SuiteResult
 
 NAME = "consumer under faults"
+NAME_FAN_OUT = "consumer under faults (fan-out)"
 READ_TIMEOUT = 2.0
 STORE_FAILURE_RATE = 0.1
 HOLD_BACK = 0.3
@@ -66,6 +70,26 @@ FAULTS = FaultConfig(
     latency_jitter_ms=4,
     stall_seconds=READ_TIMEOUT * 1.5,
 )
+
+
+FAULTS_FAN_OUT = FaultConfig(
+    rules=(
+        FaultRule(FaultKind.THROTTLE, 0.05),
+        FaultRule(FaultKind.LIMIT_EXCEEDED, 0.1),
+        FaultRule(FaultKind.INTERNAL_ERROR, 0.04),
+        FaultRule(FaultKind.SERVICE_UNAVAILABLE, 0.03),
+        FaultRule(FaultKind.RESET, 0.03),
+        FaultRule(FaultKind.STREAM_CUT, 0.3),
+        FaultRule(FaultKind.STREAM_DELAY, 0.3),
+        FaultRule(FaultKind.LATENCY, 1.0),
+    ),
+    latency_ms=1,
+    latency_jitter_ms=4,
+    stream_cut_after_events=2,
+    stream_delay_ms=300,
+)
+"""Subscriptions cut after two events (a third of them) and slowed down; the listings and
+registration calls throttled, failed and reset."""
 
 
 @dataclass
@@ -202,6 +226,7 @@ async def _run(
     ledger: Ledger,
     store: RecordingStore,
     deadline: float,
+    fan_out: bool,
 ) -> set[int]:
     first, second = records // 2, records - records // 2
     written = await _produce(stream, make_records(0, first, rng))
@@ -217,6 +242,13 @@ async def _run(
         "idle_interval": 0.2,
         "max_records_per_call": 5,  # many calls: many faults
     }
+    if fan_out:
+        options["enhanced_fan_out"] = EnhancedFanOut(
+            consumer_name="reliability",
+            max_subscription_seconds=5.0,
+            closed_check_interval=1.0,
+            max_failures=60,
+        )
     producing = asyncio.create_task(_produce(stream, make_records(first, second, rng)))
     held: list[KinesisRecord] = []
 
@@ -253,16 +285,20 @@ def consumer_under_faults(
     seed: int = 2,
     shards: int = 4,
     timeout: float = 120.0,
+    fan_out: bool = False,
 ) -> SuiteResult:
-    result = SuiteResult(NAME)
+    result = SuiteResult(NAME_FAN_OUT if fan_out else NAME)
     started = time.monotonic()
     rng = random.Random(seed)  # noqa: S311 - a seeded simulation, not cryptography
     stream = make_stream(shards)
     ledger = Ledger()
     store = RecordingStore(lambda: ledger.acks, random.Random(seed + 1), STORE_FAILURE_RATE)  # noqa: S311
-    with FaultProxy(stream.endpoint_url, FAULTS, seed=seed) as proxy:
+    faults = FAULTS_FAN_OUT if fan_out else FAULTS
+    with FaultProxy(stream.endpoint_url, faults, seed=seed) as proxy:
         written = asyncio.run(
-            _run(stream, proxy.endpoint_url, records, rng, ledger, store, started + timeout)
+            _run(
+                stream, proxy.endpoint_url, records, rng, ledger, store, started + timeout, fan_out
+            )
         )
         stats = proxy.stats()
     result.faults = faults_injected(stats) + store.failures

@@ -1,8 +1,9 @@
 """Crash loops: a reader process killed with SIGKILL at seeded random points, round after round.
 
 Each round writes new records to a kinesis-mock stream, starts the reader (the core
-Consumer or a Beam pipeline with ReadFromKinesis: ``_children``; a Faust worker with a
-KinesisChannel: ``_faust_worker``) on the same SQLite checkpoint file, waits until it has
+Consumer, polling or by enhanced fan-out, or a Beam pipeline with ReadFromKinesis:
+``_children``; a Faust worker with a KinesisChannel: ``_faust_worker``) on the same SQLite
+checkpoint file, waits until it has
 processed a seeded random number of records, waits a seeded random moment more and kills it
 with SIGKILL. A last round runs to the end.
 
@@ -103,7 +104,8 @@ def crash_loop(
     shards: int = 2,
     round_timeout: float = 60.0,
 ) -> SuiteResult:
-    """``kind``: ``consumer``, ``beam`` (``_children``) or ``faust`` (``_faust_worker``)."""
+    """``kind``: ``consumer``, ``fan-out`` (the consumer by enhanced fan-out), ``beam``
+    (``_children``) or ``faust`` (``_faust_worker``)."""
     result = SuiteResult(f"crash loop: {kind}", faults=rounds)
     started = time.monotonic()
     rng = random.Random(seed)  # noqa: S311 - a seeded simulation, not cryptography

@@ -9,6 +9,9 @@ and refuses new ones, then waits for a snapshot taken after that, so every write
 is in the restarted server, and the clients see the outage as a server that refuses
 connections.
 
+With ``fan_out``, the consumer reads by enhanced fan-out: its subscriptions break with the
+server and are made again once it is back.
+
 Checks: every record the producer reports written is in the stream after the restart and is
 delivered by the consumer; the producer's failures are only records whose TTL ran out (the TTL
 is longer than the outage, so there should be none); both resumed by themselves (the producer
@@ -23,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 from kinesis_core.checkpoint import MemoryCheckpointStore
-from kinesis_core.consumer import TRIM_HORIZON, Consumer
+from kinesis_core.consumer import TRIM_HORIZON, Consumer, EnhancedFanOut
 from kinesis_core.local import KinesisMock
 from kinesis_core.local.streams import LocalStream
 from kinesis_core.producer import EXPIRED, BatchResult, Producer, ProducerConfig
@@ -31,6 +34,7 @@ from reliability._common import kcl_view, payload, record_id
 from reliability.result import SuiteResult
 
 NAME = "server restart"
+NAME_FAN_OUT = "server restart (fan-out)"
 BATCH = 20
 PERIOD = 0.05
 """Seconds between two put_many calls of the producer (about 400 records/s)."""
@@ -39,8 +43,11 @@ PERIOD = 0.05
 class _Run:
     """The producer's and the consumer's sides of one run, and the clock of the outage."""
 
-    def __init__(self, stream: LocalStream, outage: float, ttl: float) -> None:
+    def __init__(self, stream: LocalStream, outage: float, ttl: float, fan_out: bool) -> None:
         self.stream = stream
+        self.fan_out: EnhancedFanOut | bool = fan_out and EnhancedFanOut(
+            consumer_name="restart", closed_check_interval=1.0, max_failures=60
+        )
         self.client_config = stream.client_config
         self.outage = outage
         self.config = ProducerConfig(record_ttl=ttl)
@@ -78,6 +85,7 @@ class _Run:
             checkpoint_interval=0.5,
             idle_interval=0.2,
             close_timeout=1.0,
+            enhanced_fan_out=self.fan_out,
         ) as consumer:
             self.consumer = consumer
             while not (written.done() and set(self.delivered) >= written.result()):
@@ -129,14 +137,15 @@ def server_restart(
     before: float = 3.0,
     after: float = 3.0,
     timeout: float = 90.0,
+    fan_out: bool = False,
 ) -> SuiteResult:
-    result = SuiteResult(NAME, faults=1)
+    result = SuiteResult(NAME_FAN_OUT if fan_out else NAME, faults=1)
     started = time.monotonic()
     ttl = outage + 25.0
     with KinesisMock(persist_path=workdir / "kinesis-mock-data", persist_interval=0.2) as server:
         stream = server.create_stream("restart", shards=2)
         try:
-            run = _Run(stream, outage, ttl)
+            run = _Run(stream, outage, ttl, fan_out)
             asyncio.run(_restart(server, run, before, after, timeout))
             in_stream = Counter(record_id(r.data) for r in kcl_view(stream))
             result.note(

@@ -111,12 +111,22 @@ def check_consumer_of_stream(consumer_arn: str, stream_arn: str) -> ConsumerArn:
     return parsed
 
 
-async def describe_stream_arn(client: Any, stream: str) -> str:
-    """The ARN of ``stream`` (a name or an ARN, the latter returned as it is)."""
+async def describe_stream_arn(client: Any, stream: str, *, attempts: int = 5) -> str:
+    """The ARN of ``stream`` (a name or an ARN, the latter returned as it is).
+    DescribeStreamSummary is retried on throttling and server errors, ``attempts`` times."""
     if stream.startswith("arn:"):
         return stream
-    summary = await client.describe_stream_summary(**StreamRef.of(stream).params())
-    return str(summary["StreamDescriptionSummary"]["StreamARN"])
+    delay = 0.2
+    for attempt in range(1, attempts + 1):
+        try:
+            summary = await client.describe_stream_summary(**StreamRef.of(stream).params())
+            return str(summary["StreamDescriptionSummary"]["StreamARN"])
+        except Exception as exc:
+            if _kind(exc) not in (ErrorKind.THROTTLED, ErrorKind.TRANSIENT) or attempt == attempts:
+                raise
+            await asyncio.sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")
 
 
 async def register_consumer(
@@ -260,11 +270,11 @@ class RegisteredConsumer:
 async def _drive(
     client: Any, machine: ConsumerActivation, stream_arn: str, clock: Callable[[], float]
 ) -> StreamConsumer:
+    described: dict[str, Any] = {}
     while True:
         action = machine.next_action(clock())
         if isinstance(action, Active):
-            response = await client.describe_stream_consumer(ConsumerARN=action.consumer_arn)
-            return _consumer(response["ConsumerDescription"], stream_arn)
+            return _consumer(described, stream_arn)
         if isinstance(action, Wait):
             await asyncio.sleep(max(0.0, action.until - clock()))
             continue
