@@ -341,13 +341,18 @@ class _WriteToKinesisFn(beam.DoFn):
         self._latencies: list[float] = []
 
     def process(self, element: Any) -> tuple[Any, ...]:
+        return self._take(element, element)
+
+    def _take(self, element: Any, anchor: Any) -> tuple[Any, ...]:
+        """Add the element's record to the chunk; ``anchor`` is what a failure is reported
+        with later (the element, or its windowed value)."""
         try:
             record = self._record(element)
         except ValidationError as exc:
             return self._refuse(element, exc)
         records = self._records
         records.append(record)
-        self._anchors.append(element)
+        self._anchors.append(anchor)
         self._nbytes += len(record[0])
         if len(records) >= CHUNK_RECORDS or self._nbytes >= CHUNK_BYTES:
             self._hand_off()
@@ -497,17 +502,7 @@ class _WindowedWriteToKinesisFn(_WriteToKinesisFn):
     def process(
         self, element: Any, windowed: Any = beam.DoFn.WindowedValueParam
     ) -> tuple[Any, ...]:
-        try:
-            record = self._record(element)
-        except ValidationError as exc:
-            return self._refuse(element, exc)
-        records = self._records
-        records.append(record)
-        self._anchors.append(windowed)
-        self._nbytes += len(record[0])
-        if len(records) >= CHUNK_RECORDS or self._nbytes >= CHUNK_BYTES:
-            self._hand_off()
-        return ()
+        return self._take(element, windowed)
 
     def _element(self, anchor: Any) -> Any:
         return anchor.value

@@ -35,6 +35,9 @@ MIN_CALL_INTERVAL = 0.2
 """Kinesis allows 5 GetRecords calls per second per shard."""
 
 
+POLLING_BACKOFF = Backoff(0.2, 10.0)
+
+
 @dataclass(frozen=True, slots=True)
 class PollingOptions:
     """Tuning of a polling reader; the defaults follow the service limits."""
@@ -45,8 +48,8 @@ class PollingOptions:
     """Seconds between two GetRecords (and between two GetShardIterator) calls on one shard."""
     idle_interval: float = 1.0
     """Seconds to wait after an empty response from a shard that is caught up."""
-    backoff_base: float = 0.2
-    backoff_max: float = 10.0
+    backoff: Backoff = POLLING_BACKOFF
+    """After failed calls: the base doubling up to the maximum, with jitter."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.limit <= MAX_GET_RECORDS_LIMIT:
@@ -61,11 +64,6 @@ class PollingOptions:
                 f"idle_interval ({self.idle_interval}) must be >= min_interval "
                 f"({self.min_interval})"
             )
-        self.backoff  # noqa: B018 (validates the pair)
-
-    @property
-    def backoff(self) -> Backoff:
-        return Backoff(self.backoff_base, self.backoff_max)
 
 
 @dataclass(frozen=True, slots=True)

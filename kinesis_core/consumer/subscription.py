@@ -51,6 +51,9 @@ def renewal_position(continuation_sequence_number: str) -> dict[str, str]:
     return {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": continuation_sequence_number}
 
 
+SUBSCRIPTION_BACKOFF = Backoff(0.5, 10.0)
+
+
 @dataclass(frozen=True, slots=True)
 class SubscriptionOptions:
     """Tuning of a fan-out reader; the defaults follow the service limits."""
@@ -59,8 +62,8 @@ class SubscriptionOptions:
     """Seconds between two SubscribeToShard calls on one shard (the service allows 1/s)."""
     pending_interval: float = 0.05
     """Seconds before a synchronous driver looks again when no event was waiting."""
-    backoff_base: float = 0.5
-    backoff_max: float = 10.0
+    backoff: Backoff = SUBSCRIPTION_BACKOFF
+    """After failed calls: the base doubling up to the maximum, with jitter."""
     max_failures: int = 20
     """Failures in a row (no event in between) before the reader gives up with an error."""
     closed_check_interval: float = 30.0
@@ -84,11 +87,6 @@ class SubscriptionOptions:
             raise ConfigurationError(
                 "closed_check_interval", f"must be > 0 seconds, got {self.closed_check_interval!r}"
             )
-        self.backoff  # noqa: B018 (validates the pair)
-
-    @property
-    def backoff(self) -> Backoff:
-        return Backoff(self.backoff_base, self.backoff_max)
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,4 +293,3 @@ def event_from_api(payload: Mapping[str, Any]) -> SubscribeEvent:
         millis_behind_latest=payload.get("MillisBehindLatest"),
         child_shards=payload.get("ChildShards") or (),
     )
-

@@ -11,7 +11,7 @@ from kinesis_core.classify import ErrorKind
 from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.polling import GetIterator, GetRecords, PollingOptions, PollingRead
-from kinesis_core.consumer.transport import Ended, ReadState, Wait
+from kinesis_core.consumer.transport import Backoff, Ended, ReadState, Wait
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.records import SubRecord
@@ -107,7 +107,7 @@ def test_expired_iterator_resumes_after_the_last_record_read() -> None:
 
 
 def test_throttling_backs_off_exponentially_and_resets() -> None:
-    options = PollingOptions(backoff_base=0.5, backoff_max=2.0)
+    options = PollingOptions(backoff=Backoff(0.5, 2.0))
     machine = PollingRead(NODE, TRIM_HORIZON, options, rng=lambda: 1.0)
     reading(machine)
     now = 1.0

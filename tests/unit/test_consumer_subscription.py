@@ -22,7 +22,7 @@ from kinesis_core.consumer.subscription import (
     SubscriptionRead,
     event_from_api,
 )
-from kinesis_core.consumer.transport import Ended, Failed, ReadState, Wait
+from kinesis_core.consumer.transport import Backoff, Ended, Failed, ReadState, Wait
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.records import SubRecord
@@ -168,7 +168,7 @@ def test_errors_back_off_and_resubscribe_from_where_the_events_left_off(kind: Er
 
 
 def test_backoff_grows_and_an_event_resets_it() -> None:
-    options = SubscriptionOptions(backoff_base=0.5, backoff_max=4.0)
+    options = SubscriptionOptions(backoff=Backoff(0.5, 4.0))
     machine = SubscriptionRead(NODE, TRIM_HORIZON, options, rng=lambda: 0.999999)
     now = 0.0
     delays = []
@@ -219,7 +219,7 @@ def test_options_are_checked() -> None:
     with pytest.raises(ConfigurationError, match=r"^pending_interval"):
         SubscriptionOptions(pending_interval=0)
     with pytest.raises(ConfigurationError, match="backoff"):
-        SubscriptionOptions(backoff_base=5, backoff_max=1)
+        Backoff(5, 1)
 
 
 def test_events_from_the_api_shape() -> None:
