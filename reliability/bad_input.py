@@ -30,7 +30,7 @@ from typing import Any
 from kinesis_core.aggregation import MAGIC, encode_aggregate
 from kinesis_core.checkpoint import MemoryCheckpointStore, SQLiteCheckpointStore
 from kinesis_core.client import ClientConfig, create_botocore_client
-from kinesis_core.consumer import TRIM_HORIZON, Consumer
+from kinesis_core.consumer import TRIM_HORIZON, Consumer, SharedCheckpointsWarning
 from kinesis_core.errors import ConfigurationError, ValidationError
 from kinesis_core.hashing import MAX_RECORD_BYTES, hash_key
 from kinesis_core.local import KinesisMock, MotoServer
@@ -331,6 +331,55 @@ async def _sqlite_store_path(env: Env) -> list[Check]:
                 Check(label, "SQLiteCheckpointStore", seen, named(seen, needle, str(path)))
             )
     return checks
+
+
+async def _shared_store(env: Env) -> list[Check]:
+    """Two consumers of one application on one SQLite file, without leases: each reads every
+    shard and delivers every record (nothing is lost), and the first checkpoint one finds
+    written by the other says so."""
+    label = "two consumers sharing a store without leases"
+    stream = env.make_stream(1)
+    for n in range(6):
+        stream.put(b"shared-%d" % n, f"k{n}")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "shared.sqlite3"
+
+        async def read_all(consumer: Consumer) -> list[bytes]:
+            got = []
+            async for record in consumer:
+                got.append(record.data)
+                record.ack()
+                if len(got) == 6:
+                    await consumer.checkpoint()
+                    return got
+            return got
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SharedCheckpointsWarning)
+            async with (
+                SQLiteCheckpointStore(path) as one,
+                SQLiteCheckpointStore(path) as two,
+                Consumer(
+                    stream.name,
+                    client_config=stream.client_config,
+                    checkpoint_store=one,
+                    initial_position=TRIM_HORIZON,
+                    idle_interval=0.2,
+                ) as first,
+                Consumer(
+                    stream.name,
+                    client_config=stream.client_config,
+                    checkpoint_store=two,
+                    initial_position=TRIM_HORIZON,
+                    idle_interval=0.2,
+                ) as second,
+            ):
+                a = await asyncio.wait_for(read_all(first), 30)
+                b = await asyncio.wait_for(read_all(second), 30)
+    said = [str(w.message) for w in caught if issubclass(w.category, SharedCheckpointsWarning)]
+    seen = f"SharedCheckpointsWarning: {said[0]}" if said else "no warning"
+    both = len(a) == len(b) == 6
+    return [Check(label, "Consumer", seen, both and named(seen, "another consumer", "leases=True"))]
 
 
 async def _malformed_entry(env: Env) -> list[Check]:
@@ -675,6 +724,7 @@ def cases() -> dict[str, CaseFn]:
         "bad configuration": _bad_configuration,
         "session token in DEBUG logs": _session_token_in_logs,
         "checkpoint store at a bad path": _sqlite_store_path,
+        "two consumers sharing a store without leases": _shared_store,
     }
 
 
