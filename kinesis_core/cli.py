@@ -112,7 +112,7 @@ def _skew_command(parser: argparse.ArgumentParser) -> Handler:
         keys = args.keys if args.keys is not None else _read_lines(args.keys_file)
         if args.shards is not None:
             if args.shards < 1:
-                raise ValidationError("--shards", f"must be >= 1, got {args.shards}")
+                raise ConfigurationError("--shards", f"must be >= 1, got {args.shards}")
             shard_list: Sequence[ShardInfo] | int = args.shards
         else:
             from kinesis_core.client import ClientConfig
@@ -168,7 +168,7 @@ def _status_command(parser: argparse.ArgumentParser) -> Handler:
 
     def run(args: argparse.Namespace) -> int:
         if args.watch is not None and args.watch <= 0:
-            raise ValidationError("--watch", f"must be > 0 seconds, got {args.watch:g}")
+            raise ConfigurationError("--watch", f"must be > 0 seconds, got {args.watch:g}")
         from kinesis_core.client import ClientConfig
 
         overrides = {

@@ -269,7 +269,7 @@ class DynamoDBCheckpointStore:
         served = self._tables.get(table)
         if served is not None:
             if _stream_name(served) != _stream_name(stream):
-                raise ValidationError(
+                raise ConfigurationError(
                     "stream",
                     f"lease table {table!r} already holds the leases of stream {served!r}; a "
                     "KCL lease table serves one stream: give each stream its own application "
@@ -488,7 +488,7 @@ class DynamoDBCheckpointStore:
 
 def _check_table_name(field: str, name: str) -> None:
     if not _TABLE_NAME.fullmatch(name):
-        raise ValidationError(
+        raise ConfigurationError(
             field, f"a DynamoDB table name is 3-255 characters of A-Z a-z 0-9 _ . -, got {name!r}"
         )
 

@@ -29,7 +29,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 from kinesis_core.checkpoint.base import Checkpoint
-from kinesis_core.errors import ValidationError
+from kinesis_core.errors import ConfigurationError
 
 EPSILON = 0.025
 """The KCL's ``epsilonMillis`` (25 ms), in seconds."""
@@ -70,24 +70,26 @@ class LeaseConfig:
 
     def __post_init__(self) -> None:
         if not self.worker_id:
-            raise ValidationError("worker_id", "must be a non-empty string")
+            raise ConfigurationError("worker_id", "must be a non-empty string")
         for name in ("failover_time", "parent_poll_interval"):
             if not getattr(self, name) > 0:
-                raise ValidationError(name, f"must be > 0 seconds, got {getattr(self, name)!r}")
+                raise ConfigurationError(name, f"must be > 0 seconds, got {getattr(self, name)!r}")
         if not 0 < self.renew_every < self.failover_time:
-            raise ValidationError(
+            raise ConfigurationError(
                 "renew_interval",
                 f"must be > 0 and below failover_time ({self.failover_time} s), got "
                 f"{self.renew_every!r}",
             )
         if not self.take_every > 0:
-            raise ValidationError("take_interval", f"must be > 0 seconds, got {self.take_every!r}")
+            raise ConfigurationError(
+                "take_interval", f"must be > 0 seconds, got {self.take_every!r}"
+            )
         if self.max_leases_for_worker is not None and self.max_leases_for_worker < 1:
-            raise ValidationError(
+            raise ConfigurationError(
                 "max_leases_for_worker", f"must be >= 1 or None, got {self.max_leases_for_worker}"
             )
         if self.max_leases_to_steal < 1:
-            raise ValidationError(
+            raise ConfigurationError(
                 "max_leases_to_steal", f"must be >= 1, got {self.max_leases_to_steal}"
             )
 

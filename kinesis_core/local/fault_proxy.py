@@ -22,7 +22,7 @@ from types import TracebackType
 import aiohttp
 from aiohttp import web
 
-from kinesis_core.errors import ConfigurationError, ValidationError
+from kinesis_core.errors import ConfigurationError
 from kinesis_core.local.faults import (
     STREAMING_OPERATIONS,
     Action,
@@ -71,7 +71,7 @@ class FaultProxy:
         upstream_timeout: float = 120.0,
     ) -> None:
         if not upstream_url.startswith(("http://", "https://")):
-            raise ValidationError(
+            raise ConfigurationError(
                 "upstream_url", f"must start with http:// or https://, got {upstream_url!r}"
             )
         self.upstream_url = upstream_url.rstrip("/")

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kinesis_core.errors import ValidationError
+from kinesis_core.errors import ConfigurationError
 
 
 class FaultKind(str, enum.Enum):
@@ -125,7 +125,7 @@ class FaultRule:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.rate <= 1.0:
-            raise ValidationError(
+            raise ConfigurationError(
                 self.kind.value, f"rate must be a probability in [0, 1], got {self.rate}"
             )
 
@@ -168,19 +168,19 @@ class FaultConfig:
         for name in ("latency_ms", "latency_jitter_ms", "stall_seconds", "stream_delay_ms"):
             value = getattr(self, name)
             if not value >= 0.0:
-                raise ValidationError(name, f"must be >= 0, got {value}")
+                raise ConfigurationError(name, f"must be >= 0, got {value}")
         if self.stream_cut_after_events < 0:
-            raise ValidationError(
+            raise ConfigurationError(
                 "stream_cut_after_events", f"must be >= 0, got {self.stream_cut_after_events}"
             )
         if self.stream_cut_after_bytes is not None and self.stream_cut_after_bytes < 0:
-            raise ValidationError(
+            raise ConfigurationError(
                 "stream_cut_after_bytes", f"must be >= 0, got {self.stream_cut_after_bytes}"
             )
         for group, what in ((REQUEST_KINDS, "per request"), (RECORD_KINDS, "per record")):
             total = sum(r.rate for r in self.rules if r.kind in group and not r.operations)
             if total > 1.0:
-                raise ValidationError(
+                raise ConfigurationError(
                     "rules",
                     f"the {what} fault rates without an operation filter add up to {total:g}, "
                     "more than 1",

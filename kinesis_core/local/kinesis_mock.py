@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kinesis_core.errors import EmulatorError, ValidationError
+from kinesis_core.errors import ConfigurationError, EmulatorError
 from kinesis_core.local._server import LOCAL_REGION, LOOPBACK, LocalServer, free_port
 
 __all__ = [
@@ -219,11 +219,11 @@ class KinesisMock(LocalServer):
             log_path=log_path,
         )
         if status_delay < 0:
-            raise ValidationError("status_delay", f"must be >= 0 seconds, got {status_delay!r}")
+            raise ConfigurationError("status_delay", f"must be >= 0 seconds, got {status_delay!r}")
         if shard_limit < 1:
-            raise ValidationError("shard_limit", f"must be >= 1, got {shard_limit!r}")
+            raise ConfigurationError("shard_limit", f"must be >= 1, got {shard_limit!r}")
         if persist_interval < 0.05:
-            raise ValidationError(
+            raise ConfigurationError(
                 "persist_interval", f"must be >= 0.05 seconds, got {persist_interval!r}"
             )
         self._requested_tls_port = tls_port

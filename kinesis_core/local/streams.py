@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from kinesis_core.client import ClientConfig, create_botocore_client
-from kinesis_core.errors import EmulatorError, ValidationError
+from kinesis_core.errors import ConfigurationError, EmulatorError, ValidationError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -61,7 +61,7 @@ def create_stream(
 ) -> None:
     """Create a provisioned stream with ``shards`` shards and wait until it is ACTIVE."""
     if shards < 1:
-        raise ValidationError("shards", f"must be >= 1, got {shards!r}")
+        raise ConfigurationError("shards", f"must be >= 1, got {shards!r}")
     client.create_stream(StreamName=name, ShardCount=shards)
     wait_for_active(client, name, timeout=timeout)
 
@@ -157,7 +157,7 @@ def update_shard_count(
 ) -> list[dict[str, Any]]:
     """UpdateShardCount (UNIFORM_SCALING) to ``shard_count``; return the open shards."""
     if shard_count < 1:
-        raise ValidationError("shard_count", f"must be >= 1, got {shard_count!r}")
+        raise ConfigurationError("shard_count", f"must be >= 1, got {shard_count!r}")
     client.update_shard_count(
         StreamName=name, TargetShardCount=shard_count, ScalingType="UNIFORM_SCALING"
     )

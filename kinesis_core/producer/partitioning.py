@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from kinesis_core.allocator import BalancedKeyAllocator
-from kinesis_core.errors import ValidationError
+from kinesis_core.errors import ConfigurationError, ValidationError
 from kinesis_core.hashing import validate_partition_key
 
 KeyFn = Callable[[Any], str]
@@ -71,7 +71,7 @@ def key_from(source: str | Callable[[Any], object]) -> KeyFn:
             return _as_partition_key(fn(element), name)
 
         return from_callable
-    raise ValidationError("source", f"must be a field name or a callable, got {source!r}")
+    raise ConfigurationError("source", f"must be a field name or a callable, got {source!r}")
 
 
 def random_partition_key(_element: object = None) -> str:

@@ -22,7 +22,7 @@ from kinesis_core.checkpoint import (
 )
 from kinesis_core.client import ClientConfig, create_botocore_client, create_kinesis_client
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
-from kinesis_core.errors import ConfigurationError, ValidationError
+from kinesis_core.errors import ConfigurationError
 from kinesis_core.lease import LeaseConfig
 from kinesis_core.shard_map import list_all_shards
 
@@ -135,7 +135,7 @@ def test_leases_renew_take_release_and_one_table_per_stream(moto_server: Any) ->
             assert lost.value.current == renewed
             released = await store.update_lease(app, "s", "shard-1", expected=renewed, owner=None)
             assert (released.owner, released.counter) == (None, 4)
-            with pytest.raises(ValidationError, match="one stream"):
+            with pytest.raises(ConfigurationError, match="one stream"):
                 await store.get(app, "other-stream", "shard-1")
             # A stream given by ARN is the same stream.
             assert await store.get(app, "arn:aws:kinesis:us-east-1:1:stream/s", "shard-1")
@@ -195,10 +195,10 @@ def test_table_on_demand_existing_or_required(moto_server: Any) -> None:
         async with DynamoDBCheckpointStore(client_config=config, create_table=False) as store:
             with pytest.raises(ConfigurationError, match="does not exist"):
                 await store.list(missing, "s")
-        with pytest.raises(ValidationError, match="table name"):
+        with pytest.raises(ConfigurationError, match="table name"):
             DynamoDBCheckpointStore("no spaces allowed")
         async with DynamoDBCheckpointStore(client_config=config) as store:
-            with pytest.raises(ValidationError, match="application_name"):
+            with pytest.raises(ConfigurationError, match="application_name"):
                 await store.list("x", "s")
 
     asyncio.run(main())

@@ -12,7 +12,7 @@ import pytest
 from botocore.awsrequest import HeadersDict
 from botocore.parsers import create_parser
 
-from kinesis_core.errors import ConfigurationError, ValidationError
+from kinesis_core.errors import ConfigurationError
 from kinesis_core.local.fault_cli import build_parser, config_from_args
 from kinesis_core.local.fault_proxy import FaultProxy
 from kinesis_core.local.faults import (
@@ -332,15 +332,15 @@ def test_overlapping_filtered_rates_are_scaled_to_one() -> None:
 
 
 def test_bad_configs_are_refused_naming_the_field() -> None:
-    with pytest.raises(ValidationError, match="throttle"):
+    with pytest.raises(ConfigurationError, match="throttle"):
         FaultRule(FaultKind.THROTTLE, 1.5)
-    with pytest.raises(ValidationError, match="rules"):
+    with pytest.raises(ConfigurationError, match="rules"):
         FaultConfig.from_rates(throttle=0.6, reset=0.6)
-    with pytest.raises(ValidationError, match="rules"):
+    with pytest.raises(ConfigurationError, match="rules"):
         FaultConfig.from_rates(put_record_throttle=0.6, put_record_internal_error=0.6)
-    with pytest.raises(ValidationError, match="stall_seconds"):
+    with pytest.raises(ConfigurationError, match="stall_seconds"):
         FaultConfig(stall_seconds=-1)
-    with pytest.raises(ValidationError, match="latency_ms"):
+    with pytest.raises(ConfigurationError, match="latency_ms"):
         FaultConfig(latency_ms=float("nan"))
 
 
@@ -391,7 +391,7 @@ def test_cli_refuses_bad_rates(bad: str, capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_proxy_refuses_a_bad_upstream_and_has_no_endpoint_before_start() -> None:
-    with pytest.raises(ValidationError, match="upstream_url"):
+    with pytest.raises(ConfigurationError, match="upstream_url"):
         FaultProxy("127.0.0.1:4567")
     proxy = FaultProxy("http://127.0.0.1:4567")
     with pytest.raises(ConfigurationError, match="not running"):

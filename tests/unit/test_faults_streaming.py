@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kinesis_core.errors import ValidationError
+from kinesis_core.errors import ConfigurationError
 from kinesis_core.local.fault_cli import build_parser, config_from_args
 from kinesis_core.local.faults import (
     Action,
@@ -129,7 +129,7 @@ def test_same_seed_same_stream_faults() -> None:
     ],
 )
 def test_bad_stream_settings(kwargs: dict[str, float], field: str) -> None:
-    with pytest.raises(ValidationError, match=f"^{field}: must be >= 0"):
+    with pytest.raises(ConfigurationError, match=f"^{field}: must be >= 0"):
         FaultConfig(**kwargs)  # type: ignore[arg-type]
 
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from kinesis_core.checkpoint import Checkpoint, CheckpointConflictError, Sentinel
 from kinesis_core.checkpoint.base import apply_lease
-from kinesis_core.errors import ValidationError
+from kinesis_core.errors import ConfigurationError
 from kinesis_core.lease import LeaseConfig, LeaseCoordinator, Take, default_worker_id
 
 FAILOVER = 10.0
@@ -65,7 +65,7 @@ def test_defaults_are_the_kcls() -> None:
     ],
 )
 def test_bad_configuration_names_the_field(kwargs: dict[str, object], field: str) -> None:
-    with pytest.raises(ValidationError) as info:
+    with pytest.raises(ConfigurationError) as info:
         LeaseConfig(**{"worker_id": "w", **kwargs})  # type: ignore[arg-type]
     assert info.value.field == field
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from kinesis_core.errors import ValidationError
+from kinesis_core.errors import ConfigurationError, ValidationError
 from kinesis_core.hashing import hash_key
 from kinesis_core.producer import BalancedHashKeys, key_from, random_partition_key
 from kinesis_core.shard_map import ShardTable, uniform_shards
@@ -51,7 +51,7 @@ def test_bad_keys_are_refused_naming_the_source(source: str, element: object, fi
 
 
 def test_key_from_refuses_a_non_callable() -> None:
-    with pytest.raises(ValidationError):
+    with pytest.raises(ConfigurationError):
         key_from(3)  # type: ignore[arg-type]
 
 
