@@ -166,7 +166,10 @@ def test_sqlite_errors_name_the_file(tmp_path: Path) -> None:
         assert said in message
         assert str(path) in message
         assert isinstance(info.value.__cause__, sqlite3.Error)
-        assert info.value.sqlite_errorname == info.value.__cause__.sqlite_errorname  # type: ignore[union-attr]
+        for attribute in ("sqlite_errorcode", "sqlite_errorname"):  # Python 3.11+
+            assert getattr(info.value, attribute, None) == getattr(
+                info.value.__cause__, attribute, None
+            )
 
 
 def test_sqlite_read_only_reads_beside_a_writer_and_never_writes(tmp_path: Path) -> None:
