@@ -163,10 +163,16 @@ def make_record_fn(
 
 
 def _default_record(element: Any) -> tuple[Any, ...]:
-    """Bytes or str elements, a random key each: the hot path of the default configuration."""
-    if type(element) is bytes:
-        return (element, random_partition_key())
+    """Bytes or str elements, a random key each (the sink keys these a chunk at a time, see
+    :func:`keys_in_bulk`; this is the one-element form)."""
     return (to_bytes(element), random_partition_key())
+
+
+def keys_in_bulk(record_fn: RecordFn) -> bool:
+    """Whether ``record_fn`` is the default configuration's: the data is the element itself
+    and the key a fresh random one, so a caller may take the data alone and draw the keys for
+    a whole chunk at once (:func:`~kinesis_core.producer.partitioning.random_partition_keys`)."""
+    return record_fn is _default_record
 
 
 def describe_key(partition_key: str | Callable[[Any], object] | None, keyed: bool) -> str:

@@ -44,7 +44,14 @@ from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_kinesis import _producer_cache
-from beam_kinesis._elements import HashKeyFn, Serializer, describe_key, make_record_fn
+from beam_kinesis._elements import (
+    HashKeyFn,
+    Serializer,
+    describe_key,
+    keys_in_bulk,
+    make_record_fn,
+    to_bytes,
+)
 from beam_kinesis.options import client_config_from_options, warn_if_credentials
 from kinesis_core.client import ClientConfig
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError, ValidationError
@@ -61,6 +68,7 @@ from kinesis_core.producer import (
     ProducerConfig,
     ProducerCrashedError,
 )
+from kinesis_core.producer.partitioning import random_partition_keys
 from kinesis_core.stream import stream_argument
 
 __all__ = [
@@ -302,6 +310,11 @@ class _WriteToKinesisFn(beam.DoFn):
             explicit_hash_key=spec.explicit_hash_key,
             keyed=spec.keyed,
         )
+        # The default configuration (the data is the element, a random key each) keeps only
+        # the data per element and draws the keys for a whole chunk at hand-off.
+        self._bulk_keys = keys_in_bulk(self._record)
+        if self._bulk_keys:
+            self._take = self._take_data  # type: ignore[method-assign]
         self._handle = self._acquire()
         counter: Any = Metrics.counter
         distribution: Any = Metrics.distribution
@@ -329,7 +342,8 @@ class _WriteToKinesisFn(beam.DoFn):
         if self._handle.producer.closed:
             self._handle.release()
             self._handle = self._acquire()
-        self._records: list[tuple[Any, ...]] = []
+        self._records: list[Any] = []
+        """Producer records, or with ``_bulk_keys`` their data alone."""
         self._anchors: list[Any] = []
         self._nbytes = 0
         self._chunks: deque[_Chunk] = deque()
@@ -354,6 +368,22 @@ class _WriteToKinesisFn(beam.DoFn):
         records.append(record)
         self._anchors.append(anchor)
         self._nbytes += len(record[0])
+        if len(records) >= CHUNK_RECORDS or self._nbytes >= CHUNK_BYTES:
+            self._hand_off()
+        return ()
+
+    def _take_data(self, element: Any, anchor: Any) -> tuple[Any, ...]:
+        """``_take`` of the default configuration: the data alone (keyed at hand-off)."""
+        data = element
+        if type(data) is not bytes:
+            try:
+                data = to_bytes(element)
+            except ValidationError as exc:
+                return self._refuse(element, exc)
+        records = self._records
+        records.append(data)
+        self._anchors.append(anchor)
+        self._nbytes += len(data)
         if len(records) >= CHUNK_RECORDS or self._nbytes >= CHUNK_BYTES:
             self._hand_off()
         return ()
@@ -408,7 +438,10 @@ class _WriteToKinesisFn(beam.DoFn):
             raise
 
     def _hand_off(self) -> None:
-        chunk = _Chunk(self._records, self._anchors, self._nbytes)
+        records = self._records
+        if self._bulk_keys:
+            records = list(zip(records, random_partition_keys(len(records)), strict=True))
+        chunk = _Chunk(records, self._anchors, self._nbytes)
         self._records = []
         self._anchors = []
         self._nbytes = 0

@@ -14,7 +14,9 @@ FnApiRunner, into a 16-shard moto stream (a fresh one per subject). Three sinks 
   each, made in the timed loop as the sink makes them) handed to a ``BlockingProducer`` with the
   sink's default configuration in chunks of 1,000, as the sink hands them over, then flushed.
   ``WriteToKinesis`` from the Impulse source against it is what the adapter costs on top of the
-  producer (target: at least 0.8x), measured in turns with the sinks in the same run.
+  producer (target: at least 0.8x), measured in turns with the sinks in the same run. (The sink
+  draws the random keys of a chunk at once, ``random_partition_keys``; the core run makes one
+  per record, as a user writing records one by one does.)
 
 Two sources, because they put the sink's cost in very different light:
 

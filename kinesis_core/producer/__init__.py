@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         KeyFn as KeyFn,
         key_from as key_from,
         random_partition_key as random_partition_key,
+        random_partition_keys as random_partition_keys,
     )
     from kinesis_core.producer.producer import (
         Producer as Producer,

@@ -84,6 +84,15 @@ def random_partition_key(_element: object = None) -> str:
     return random.getrandbits(128).to_bytes(16, "big").hex()
 
 
+def random_partition_keys(count: int) -> list[str]:
+    """``count`` fresh random keys, as :func:`random_partition_key` makes them, drawn at once:
+    a fraction of the cost per key, for callers that key records a batch at a time."""
+    if count <= 0:
+        return []
+    digits = random.getrandbits(128 * count).to_bytes(16 * count, "big").hex()
+    return [digits[i : i + 32] for i in range(0, 32 * count, 32)]
+
+
 class BalancedHashKeys:
     """Stable, balanced explicit hash keys for a set of entities (thread-safe).
 

@@ -9,7 +9,12 @@ import pytest
 
 from kinesis_core.errors import ConfigurationError, ValidationError
 from kinesis_core.hashing import hash_key
-from kinesis_core.producer import BalancedHashKeys, key_from, random_partition_key
+from kinesis_core.producer import (
+    BalancedHashKeys,
+    key_from,
+    random_partition_key,
+    random_partition_keys,
+)
 from kinesis_core.shard_map import ShardTable, uniform_shards
 
 
@@ -93,3 +98,15 @@ def test_balanced_hash_keys_restore_saved_assignments() -> None:
     assert len(again) == 4
     with pytest.raises(ValidationError, match="two entities"):
         BalancedHashKeys({"x": 5, "y": "5"})
+
+
+def test_random_partition_keys_drawn_at_once_look_like_single_ones() -> None:
+    keys = random_partition_keys(1_000)
+    assert len(keys) == 1_000
+    assert len(set(keys)) == 1_000
+    single = random_partition_key()
+    assert all(len(k) == len(single) == 32 for k in keys)
+    assert all(int(k, 16) >= 0 for k in keys)
+    assert random_partition_keys(0) == []
+    # Every hex digit position varies: the keys spread over the whole hash space.
+    assert {k[0] for k in keys} == set("0123456789abcdef")
