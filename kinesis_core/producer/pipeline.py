@@ -242,13 +242,7 @@ class Pipeline:
         else:
             self.aggregator.poll(now)
         self._pump(now)
-        wake = self.limiter.next_wakeup()
-        if wake is not None and wake <= now:
-            released, expired = self.limiter.drain(now)
-            for kr in released:
-                self._collect(kr, now)
-            for kr in expired:
-                self.retrier.expire(kr, now, self._waiting_in_limiter(kr, now))
+        if self._drain_limiter(now):
             self._release()
         batch = self.collector.flush() if self.flushing else self.collector.poll(now)
         if batch is not None:
@@ -454,13 +448,20 @@ class Pipeline:
         for shard_id in {kr.shard_id for kr in krs}:
             if shard_id is not None:
                 self.limiter.unblock(shard_id, now)
+        self._drain_limiter(now)
+
+    def _drain_limiter(self, now: float) -> bool:
+        """Collect what the limiter lets go now and expire what waited too long there; False
+        when nothing was due."""
         wake = self.limiter.next_wakeup()
-        if wake is not None and wake <= now:
-            released, expired = self.limiter.drain(now)
-            for kr in released:
-                self._collect(kr, now)
-            for kr in expired:
-                self.retrier.expire(kr, now, self._waiting_in_limiter(kr, now))
+        if wake is None or wake > now:
+            return False
+        released, expired = self.limiter.drain(now)
+        for kr in released:
+            self._collect(kr, now)
+        for kr in expired:
+            self.retrier.expire(kr, now, self._waiting_in_limiter(kr, now))
+        return True
 
     def _failed(self, key: str, started_at: float, now: float) -> float:
         """A request sent at ``started_at`` failed for ``key``; returns until when it waits.
