@@ -268,8 +268,9 @@ class WriteToKinesis(beam.PTransform[Any, KinesisWriteResult]):
 
 
 class _Chunk:
-    """Records handed to the producer in one call, and what is needed to report their failures
-    (the elements, or with the per-window path their windowed values)."""
+    """Records handed to the producer in one call (or with bulk keys their data alone), and
+    what is needed to report their failures (the elements, or with the per-window path their
+    windowed values)."""
 
     __slots__ = ("anchors", "done_at", "future", "nbytes", "records", "started")
 
@@ -438,14 +439,17 @@ class _WriteToKinesisFn(beam.DoFn):
             raise
 
     def _hand_off(self) -> None:
-        records = self._records
-        if self._bulk_keys:
-            records = list(zip(records, random_partition_keys(len(records)), strict=True))
-        chunk = _Chunk(records, self._anchors, self._nbytes)
+        chunk = _Chunk(self._records, self._anchors, self._nbytes)
         self._records = []
         self._anchors = []
         self._nbytes = 0
-        chunk.future = self._call(self._handle.producer.submit_many, chunk.records)
+        records = chunk.records
+        if self._bulk_keys:
+            # The chunk keeps the data alone: the keyed records die once the producer took
+            # them, instead of living (and aging through the collector's generations) until
+            # the chunk settles.
+            records = list(zip(records, random_partition_keys(len(records)), strict=True))
+        chunk.future = self._call(self._handle.producer.submit_many, records)
         chunk.future.add_done_callback(chunk.stamp)
         chunks = self._chunks
         chunks.append(chunk)
@@ -461,8 +465,10 @@ class _WriteToKinesisFn(beam.DoFn):
         nbytes = chunk.nbytes
         if result.failed_count:
             failures = []
+            bulk = self._bulk_keys
             for index, rr in result.failures:
-                nbytes -= len(chunk.records[index][0])
+                record = chunk.records[index]
+                nbytes -= len(record if bulk else record[0])
                 anchor = chunk.anchors[index]
                 failed = FailedRecord(
                     self._element(anchor),
