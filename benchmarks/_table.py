@@ -72,6 +72,14 @@ def best_rates(
     return {name: items / seconds for name, seconds in best.items()}
 
 
+def marginal_rate(items: int, rate: float, fewer: int, fewer_rate: float) -> float | None:
+    """Items per second past a fixed cost: from the best rates of runs of ``items`` and of
+    ``fewer`` items, what each item beyond ``fewer`` added to the time (the start and stop
+    that both runs pay cancel out). None if the longer run was not the slower one (noise)."""
+    extra_time = items / rate - fewer / fewer_rate
+    return (items - fewer) / extra_time if extra_time > 0 else None
+
+
 def _format_value(value: float) -> str:
     if value >= 100:
         return f"{value:,.0f}"
