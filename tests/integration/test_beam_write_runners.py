@@ -362,11 +362,20 @@ def test_the_benchmark_runs_in_quick_mode() -> None:
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     subjects = {(row["group"], row["subject"]) for row in rows}
-    assert len(rows) == 10
+    assert len(rows) == 12
     for row in rows:
-        assert row["value"] > 0, row
+        if row["group"].endswith("per element vs core"):
+            # Past the start and stop: at quick volumes the two runs may be too close to tell.
+            assert row["value"] is None or row["value"] > 0, row
+            assert row["value"] is not None or "not measured" in row["note"], row
+        else:
+            assert row["value"] > 0, row
         if row["baseline"] is not None:
             assert (row["group"], row["baseline"]) in subjects, row
     assert sorted(row["target"] for row in rows if row["target"]) == [0.6, 0.6, 0.8, 10.0, 10.0]
     core = [row for row in rows if row["baseline"] == "kinesis_core producer"]
-    assert [row["subject"] for row in core] == ["WriteToKinesis"]
+    assert [(row["subject"], row["target"]) for row in core] == [
+        ("WriteToKinesis", None),
+        ("WriteToKinesis", 0.8),
+    ]
+    assert core[1]["group"].endswith("per element vs core")
