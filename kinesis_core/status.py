@@ -245,7 +245,8 @@ async def read_status(
     """List the shards, read the rows and measure the lags (concurrently, one GetRecords per
     shard), then :func:`build_status`. ``client`` is an aiobotocore Kinesis client."""
     shards = await list_all_shards(client, stream)
-    rows = await store.list(application, stream) if store is not None else []
+    # Rows are stored under the stream's name, whether it was given by name or by ARN.
+    rows = await store.list(application, StreamRef.of(stream).name) if store is not None else []
     taken_at = datetime.now(timezone.utc)
     listed = {info.shard_id for info in shards}
     targets = {

@@ -291,6 +291,15 @@ def test_status_shows_lineage_checkpoints_leases_and_lag(
     assert low_now["checkpoint"] == shards[roles["low"]]["checkpoint"]
     assert low_now["lag"]["caught_up"] is False
     assert low_now["lag"]["millis_behind_latest"] > 0
+    # Named by its ARN, the stream shows the same rows (they are stored under its name).
+    arn = stream.boto_client().describe_stream_summary(StreamName=stream.name)[
+        "StreamDescriptionSummary"
+    ]["StreamARN"]
+    by_arn = status(env, arn, *store_args, "--json")
+    assert by_arn.returncode == 0, by_arn.stderr
+    assert [(s["shard_id"], s["checkpoint"]) for s in json.loads(by_arn.stdout)["shards"]] == [
+        (s["shard_id"], s["checkpoint"]) for s in stopped["shards"]
+    ]
 
 
 def _shard_in(line: str) -> str:
