@@ -9,6 +9,7 @@ child (a loop does not survive a fork).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import threading
 from collections.abc import Coroutine
@@ -61,7 +62,14 @@ class LoopThread:
         except RuntimeError:
             coro.close()
             raise
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            # The caller gives up: so does the coroutine, instead of finishing unseen (and
+            # keeping what it opened).
+            future.cancel()
+            raise
 
 
 def loop_thread_count() -> int:
