@@ -176,16 +176,20 @@ class SQLiteCheckpointStore:
             isolation_level=None,
             check_same_thread=False,
         )
-        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
-        present = {row[1] for row in conn.execute("PRAGMA table_info(kinesis_checkpoints)")}
-        missing = {"checkpoint", *_ADDED_COLUMNS} - present
-        if missing:
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+            present = {row[1] for row in conn.execute("PRAGMA table_info(kinesis_checkpoints)")}
+            missing = {"checkpoint", *_ADDED_COLUMNS} - present
+            if missing:
+                what = "no checkpoint table" if "checkpoint" in missing else "an older table"
+                raise ConfigurationError(
+                    f"checkpoint file {self.path!r} has {what} "
+                    f"(missing {', '.join(sorted(missing))}); "
+                    "a consumer opening it read-write creates or upgrades it"
+                )
+        except BaseException:
             conn.close()
-            what = "no checkpoint table" if "checkpoint" in missing else "an older table"
-            raise ConfigurationError(
-                f"checkpoint file {self.path!r} has {what} (missing {', '.join(sorted(missing))}); "
-                "a consumer opening it read-write creates or upgrades it"
-            )
+            raise
         return conn
 
     async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
