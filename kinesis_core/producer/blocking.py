@@ -177,10 +177,13 @@ class BlockingProducer:
         """On the loop thread: admit every reserved record, then release the reservations."""
         with self._lock:
             inbox, self._inbox = self._inbox, []
-        for data, partition_key, ehk, hash_key, _, result in inbox:
-            try:
-                self._producer.accept_validated(data, partition_key, ehk, hash_key, result)
-            except Exception as exc:  # closed or crashed meanwhile
+        try:
+            self._producer.accept_validated_many(
+                (data, partition_key, ehk, hash_key, result)
+                for data, partition_key, ehk, hash_key, _, result in inbox
+            )
+        except Exception as exc:  # closed or crashed meanwhile: none was admitted
+            for *_, result in inbox:
                 result.set_exception(exc)
         with self._lock:
             self._reserved_records -= len(inbox)

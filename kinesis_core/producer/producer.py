@@ -306,15 +306,27 @@ class Producer:
     ) -> None:
         """Admit one record already validated (``hash_key`` is what validation returned,
         ``explicit_hash_key`` its decimal form or None), without waiting for room: the caller
-        has reserved it. ``future`` gets the result. For :class:`BlockingProducer`."""
+        has reserved it. ``future`` gets the result."""
+        self.accept_validated_many(((data, partition_key, explicit_hash_key, hash_key, future),))
+
+    def accept_validated_many(
+        self, records: Iterable[tuple[bytes, str, str | None, int, ResultFuture]]
+    ) -> None:
+        """:meth:`accept_validated` for many records at once, with one look at what is due
+        after them (for :class:`BlockingProducer`, which collects records from other threads).
+        Raises, admitting none, if the producer is closed or failed."""
         pipeline = self._require_open()
         epoch = self._epoch
-        self._pending[epoch] = self._pending.get(epoch, 0) + 1
-        sink = BatchSink(1, future, epoch, self._sink_done, single=True)
-        sink.key = pipeline.register(sink)
-        pipeline.admit_one(
-            data, partition_key, explicit_hash_key, hash_key, sink.key, self._clock()
-        )
+        now = self._clock()
+        pending = self._pending
+        register = pipeline.register
+        admit_one = pipeline.admit_one
+        sink_done = self._sink_done
+        for data, partition_key, explicit_hash_key, hash_key, future in records:
+            pending[epoch] = pending.get(epoch, 0) + 1
+            sink = BatchSink(1, future, epoch, sink_done, single=True)
+            sink.key = register(sink)
+            admit_one(data, partition_key, explicit_hash_key, hash_key, sink.key, now)
         self._after_change()
 
     async def put_many(self, records: Iterable[Any]) -> BatchResult:
