@@ -89,9 +89,6 @@ class SyncPolling:
             )
         raise TypeError(f"polling cannot execute {call!r}")
 
-    def wait(self, seconds: float) -> None:
-        time.sleep(max(seconds, 0.0))
-
     def close(self) -> None:
         """Nothing to release: the client is the caller's."""
 
@@ -265,10 +262,6 @@ class SyncSubscribing:
             self._wake.set()
         finally:
             await subscription.aclose()
-
-    def wait(self, seconds: float) -> None:
-        self._wake.wait(max(seconds, 0.0))
-        self._wake.clear()
 
     def close(self) -> None:
         """Stop reading ahead and close the subscription (events not taken are dropped: the

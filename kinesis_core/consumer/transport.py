@@ -158,11 +158,6 @@ class ShardRead:
         """Failed calls in a row since the last success."""
         return self._failures
 
-    @property
-    def last_sequence(self) -> int | None:
-        """Sequence number of the last Kinesis record received, None before the first."""
-        return self._last_sequence
-
     # -- the transport's part ------------------------------------------------------------
 
     def next_action(self, now: float) -> Action:
@@ -243,9 +238,5 @@ class SyncTransport(Protocol):
     """Executes a machine's calls from a synchronous engine (a Beam DoFn)."""
 
     def call(self, call: Call) -> Any: ...
-
-    def wait(self, seconds: float) -> None:
-        """Sleep up to ``seconds``; may return early when the transport has something new."""
-        ...
 
     def close(self) -> None: ...

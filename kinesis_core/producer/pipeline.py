@@ -531,10 +531,12 @@ class Pipeline:
         if not self.landings:
             return
         kept = []
+        expired = []
         for landing in self.landings:
             if landing.kr.expiration > now:
                 kept.append(landing)
                 continue
+            expired.append(landing.kr)
             self.retrier.expire(
                 landing.kr,
                 now,
@@ -542,8 +544,7 @@ class Pipeline:
                 f"aggregate was written there at sequence number {landing.sequence_number}, "
                 "but a KCL reader drops it if a record is outside that range)",
             )
-        if len(kept) != len(self.landings):
-            expired = [landing.kr for landing in self.landings if landing not in kept]
+        if expired:
             self.landings = kept
             if self.config.preserve_order:
                 self._unblock(expired, now)

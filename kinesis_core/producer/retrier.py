@@ -213,10 +213,11 @@ class Retrier:
                 RECORD_COUNT_MISMATCH,
                 f"sent {len(batch.records)} records, the response has {got}",
             )
-        if error is not None or entries is None:
-            code, message = error or (RECORD_COUNT_MISMATCH, "")
+        if error is not None:
+            code, message = error
             self._request_failed(batch, code, message, outcome, now, decisions)
             return decisions
+        assert entries is not None  # no entries is a RECORD_COUNT_MISMATCH error, above
         decisions.answered = True
         for kr, entry in zip(batch.records, entries, strict=True):
             sequence_number = entry.get("SequenceNumber")
