@@ -13,7 +13,12 @@ from typing import Literal
 
 from kinesis_core.consumer.polling import MAX_GET_RECORDS_LIMIT, MIN_CALL_INTERVAL, PollingOptions
 from kinesis_core.consumer.positions import LATEST, InitialPosition, parse_initial_position
-from kinesis_core.consumer.subscription import SubscriptionOptions
+from kinesis_core.consumer.subscription import (
+    DEFAULT_MAX_BUFFERED_BYTES,
+    MAX_SUBSCRIPTION_SECONDS,
+    SubscriptionOptions,
+    check_subscription_options,
+)
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.fanout.consumers import check_consumer_name, parse_consumer_arn
 from kinesis_core.lease import LeaseConfig
@@ -43,9 +48,9 @@ class EnhancedFanOut:
     consumer_name: str | None = None
     consumer_arn: str | None = None
     deregister_on_close: bool = False
-    max_subscription_seconds: float = 300.0
+    max_subscription_seconds: float = MAX_SUBSCRIPTION_SECONDS
     http_version: Literal["auto", "h2", "http/1.1"] = "auto"
-    max_buffered_bytes: int = 2 * 1024 * 1024
+    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
     register_timeout: float = 120.0
     max_failures: int = 20
     closed_check_interval: float = 30.0
@@ -59,16 +64,9 @@ class EnhancedFanOut:
             check_consumer_name(self.consumer_name)
         if self.consumer_arn is not None:
             parse_consumer_arn(self.consumer_arn)
-        if not 0 < self.max_subscription_seconds <= 300:
-            raise ConfigurationError(
-                "max_subscription_seconds",
-                f"must be in (0, 300] seconds, got {self.max_subscription_seconds!r}",
-            )
-        if self.http_version not in ("auto", "h2", "http/1.1"):
-            raise ConfigurationError(
-                "http_version", f"must be 'auto', 'h2' or 'http/1.1', got {self.http_version!r}"
-            )
-        _integer("max_buffered_bytes", self.max_buffered_bytes, 65_535, None)
+        check_subscription_options(
+            self.max_subscription_seconds, self.max_buffered_bytes, self.http_version
+        )
         _seconds("register_timeout", self.register_timeout, minimum=0.0, inclusive=False)
         self.subscription  # noqa: B018 (validates max_failures and closed_check_interval)
 

@@ -51,6 +51,42 @@ def renewal_position(continuation_sequence_number: str) -> dict[str, str]:
     return {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": continuation_sequence_number}
 
 
+MAX_SUBSCRIPTION_SECONDS = 300.0
+"""AWS ends a subscription after 5 minutes."""
+DEFAULT_MAX_BUFFERED_BYTES = 2 * 1024 * 1024
+"""Per subscription: about one second of a shard's 2 MiB/s of fan-out throughput."""
+MIN_BUFFERED_BYTES = 65_535
+"""HTTP/2's smallest flow-control window."""
+HTTP_VERSIONS = ("auto", "h2", "http/1.1")
+
+
+def check_subscription_options(
+    max_subscription_seconds: float, max_buffered_bytes: int, http_version: str
+) -> None:
+    """The options subscriptions are made with (``EnhancedFanOut`` and ``FanOutClient`` take
+    them): a ConfigurationError naming the first one out of bounds."""
+    if not 0 < max_subscription_seconds <= MAX_SUBSCRIPTION_SECONDS:
+        raise ConfigurationError(
+            "max_subscription_seconds",
+            f"must be in (0, {MAX_SUBSCRIPTION_SECONDS:g}] seconds, "
+            f"got {max_subscription_seconds!r}",
+        )
+    if (
+        isinstance(max_buffered_bytes, bool)
+        or not isinstance(max_buffered_bytes, int)
+        or max_buffered_bytes < MIN_BUFFERED_BYTES
+    ):
+        raise ConfigurationError(
+            "max_buffered_bytes",
+            f"must be an int >= {MIN_BUFFERED_BYTES} (HTTP/2's smallest window), "
+            f"got {max_buffered_bytes!r}",
+        )
+    if http_version not in HTTP_VERSIONS:
+        raise ConfigurationError(
+            "http_version", f"must be 'auto', 'h2' or 'http/1.1', got {http_version!r}"
+        )
+
+
 SUBSCRIPTION_BACKOFF = Backoff(0.5, 10.0)
 
 

@@ -23,7 +23,13 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from kinesis_core.client import ClientConfig, create_kinesis_client
-from kinesis_core.consumer.subscription import SubscribeEvent, renewal_position
+from kinesis_core.consumer.subscription import (
+    DEFAULT_MAX_BUFFERED_BYTES,
+    MAX_SUBSCRIPTION_SECONDS,
+    SubscribeEvent,
+    check_subscription_options,
+    renewal_position,
+)
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.fanout.errors import FanOutTimeoutError, FanOutTransportError, missing_dependency
 from kinesis_core.fanout.eventstream import EventStreamDecoder, http_error
@@ -32,10 +38,6 @@ from kinesis_core.fanout.signing import RequestSigner
 if TYPE_CHECKING:
     from kinesis_core.fanout.connection import ConnectionPool, HttpVersion, ResponseChannel
 
-DEFAULT_MAX_BUFFERED_BYTES = 2 * 1024 * 1024
-"""Per subscription: about one second of a shard's 2 MiB/s of fan-out throughput."""
-MAX_SUBSCRIPTION_SECONDS = 300.0
-"""AWS ends a subscription after 5 minutes."""
 EVENT_STREAM_CONTENT_TYPE = "application/vnd.amazon.eventstream"
 _ERROR_BODY_LIMIT = 64 * 1024
 _STARTING_TYPES = frozenset(
@@ -63,8 +65,6 @@ class ShardSubscription:
         self.starting_position = dict(starting_position)
         self.continuation_sequence_number: str | None = None
         """The last delivered event's continuation sequence number (None before the first)."""
-        self.events = 0
-        """Events delivered so far."""
         self._channel = channel
         self._decoder = EventStreamDecoder()
         self._deadline = deadline
@@ -99,7 +99,6 @@ class ShardSubscription:
             while True:
                 event = self._decoder.next_event()
                 if event is not None:
-                    self.events += 1
                     if event.continuation_sequence_number is not None:
                         self.continuation_sequence_number = event.continuation_sequence_number
                     return event
@@ -174,21 +173,7 @@ class FanOutClient:
         http_version: HttpVersion = "auto",
         max_streams_per_connection: int = 100,
     ) -> None:
-        if not 0 < max_subscription_seconds <= MAX_SUBSCRIPTION_SECONDS:
-            raise ConfigurationError(
-                "max_subscription_seconds",
-                f"must be in (0, {MAX_SUBSCRIPTION_SECONDS:g}] seconds, "
-                f"got {max_subscription_seconds!r}",
-            )
-        if max_buffered_bytes < 65_535:
-            raise ConfigurationError(
-                "max_buffered_bytes",
-                f"must be >= 65535 (HTTP/2's smallest window), got {max_buffered_bytes!r}",
-            )
-        if http_version not in ("auto", "h2", "http/1.1"):
-            raise ConfigurationError(
-                "http_version", f"must be 'auto', 'h2' or 'http/1.1', got {http_version!r}"
-            )
+        check_subscription_options(max_subscription_seconds, max_buffered_bytes, http_version)
         if max_streams_per_connection < 1:
             raise ConfigurationError(
                 "max_streams_per_connection", f"must be >= 1, got {max_streams_per_connection!r}"
