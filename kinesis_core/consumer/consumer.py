@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from kinesis_core.backoff import Backoff
+from kinesis_core.backoff import Backoff, ceiling
 from kinesis_core.checkpoint.base import (
     SHARD_END,
     Checkpoint,
@@ -520,7 +520,7 @@ class Consumer:
         another worker's to finish."""
         while not run.frontier.drained:  # noqa: ASYNC110 (see _DRAIN_POLL)
             await asyncio.sleep(_DRAIN_POLL)
-        delay = 0.2
+        failures = 0
         while True:
             try:
                 written = await self._checkpointer.write(
@@ -533,8 +533,8 @@ class Consumer:
                 logger.warning(
                     "writing SHARD_END of %s failed; retrying", run.node.shard_id, exc_info=True
                 )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
+                failures += 1
+                await asyncio.sleep(ceiling(0.2, 10.0, failures))
         self._lineage.shard_ended(run.node.shard_id)
 
     # -- leases -----------------------------------------------------------------------------

@@ -20,7 +20,8 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any
 
-from kinesis_core.classify import ErrorKind, classify, error_details
+from kinesis_core.backoff import ceiling
+from kinesis_core.classify import ErrorKind
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.fanout.registration import (
     Active,
@@ -116,7 +117,6 @@ async def describe_stream_arn(client: Any, stream: str, *, attempts: int = 5) ->
     DescribeStreamSummary is retried on throttling and server errors, ``attempts`` times."""
     if stream.startswith("arn:"):
         return stream
-    delay = 0.2
     for attempt in range(1, attempts + 1):
         try:
             summary = await client.describe_stream_summary(**StreamRef.of(stream).params())
@@ -124,8 +124,7 @@ async def describe_stream_arn(client: Any, stream: str, *, attempts: int = 5) ->
         except Exception as exc:
             if _kind(exc) not in (ErrorKind.THROTTLED, ErrorKind.TRANSIENT) or attempt == attempts:
                 raise
-            await asyncio.sleep(delay)
-            delay *= 2
+            await asyncio.sleep(ceiling(0.2, 5.0, attempt))
     raise AssertionError("unreachable")
 
 
@@ -190,7 +189,7 @@ async def deregister_consumer(
             raise
         return
     deadline = clock() + timeout
-    delay = 0.05
+    polls = 0
     while wait:
         try:
             response = await client.describe_stream_consumer(ConsumerARN=consumer_arn)
@@ -208,8 +207,8 @@ async def deregister_consumer(
                 f"consumer {consumer_arn} is still {status} {timeout:g} s after "
                 "DeregisterStreamConsumer"
             )
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 2.0)
+        polls += 1
+        await asyncio.sleep(ceiling(0.05, 2.0, polls))
 
 
 class RegisteredConsumer:
@@ -337,9 +336,10 @@ def _consumer(description: dict[str, Any], stream_arn: str) -> StreamConsumer:
 
 
 def _kind(exc: BaseException) -> ErrorKind | None:
-    """The kind of a service error; None for anything else (a network failure, our own
-    ConsumerRegistrationError), which is raised as it is."""
-    code, status = error_details(exc)
-    if code is None and status is None:
-        return None
-    return classify(code, status)
+    """The kind of what a call raised, by the client's table: a service error, or a transport
+    failure (TRANSIENT, retried like a server error); None for anything else (our own
+    ConsumerRegistrationError), which is raised as it is. Imported here: the module stays
+    importable without aiobotocore, and a client that raised means it is loaded."""
+    from kinesis_core.client import error_kind
+
+    return error_kind(exc)

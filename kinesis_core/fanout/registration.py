@@ -18,6 +18,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kinesis_core.backoff import ceiling
 from kinesis_core.errors import KinesisConnectorError
 
 MAX_CONSUMERS_PER_STREAM = 20
@@ -162,7 +163,7 @@ class ConsumerActivation:
         if now >= self._deadline:
             raise self._gave_up()
         self._waits += 1
-        delay = min(self._max, self._base * 2 ** (self._waits - 1))
+        delay = ceiling(self._base, self._max, self._waits)
         self._after_wait = then
         self._next = Wait(min(self._deadline, now + delay * (0.5 + 0.5 * self._rng())))
 

@@ -27,7 +27,7 @@ from kinesis_core.fanout import (
 )
 from kinesis_core.fanout.connection import HttpVersion
 from kinesis_core.local import KinesisMock, LocalStream
-from kinesis_core.local.faults import FaultConfig
+from kinesis_core.local.faults import FaultConfig, FaultKind, FaultRule
 from kinesis_core.producer import Producer
 
 pytestmark = pytest.mark.integration
@@ -386,3 +386,25 @@ def test_tls_certificates_are_verified_by_default(
                 await fanout.subscribe(arn, shard_of(stream), TRIM_HORIZON)
 
     asyncio.run(main())
+
+
+def test_registration_rides_out_connections_cut_before_the_answer(
+    kinesis_stream: Any, fault_proxy: Any
+) -> None:
+    """A reset on RegisterStreamConsumer or DescribeStreamConsumer (the client retries
+    nothing itself here) is a transport failure: backed off and tried again, not raised."""
+    stream = kinesis_stream(shards=1)
+    cut = frozenset({"RegisterStreamConsumer", "DescribeStreamConsumer"})
+    proxy = fault_proxy(
+        stream.endpoint_url, FaultConfig(rules=(FaultRule(FaultKind.RESET, 0.5, cut),)), seed=3
+    )
+    through_proxy = dataclasses.replace(stream.client_config, endpoint_url=proxy.endpoint_url)
+
+    async def main() -> str:
+        async with create_kinesis_client(through_proxy, max_attempts=1) as client:
+            stream_arn = await describe_stream_arn(client, stream.name)
+            registered = await register_consumer(client, stream_arn, "through-resets", timeout=30)
+            return registered.status
+
+    assert asyncio.run(main()) == "ACTIVE"
+    assert proxy.stats().by_kind().get(FaultKind.RESET, 0) >= 1
