@@ -9,11 +9,11 @@ lengths are checked once, by the producer, which reports them per record.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from kinesis_core.errors import ValidationError
-from kinesis_core.producer import key_from, random_partition_key
+from kinesis_core.producer import field_getter, key_from, random_partition_key
 
 Serializer = Callable[[Any], object]
 """Element -> bytes or str (anything else it returns is refused per element)."""
@@ -86,25 +86,6 @@ def _pair(element: Any) -> tuple[Any, Any]:
             "element", f"keyed=True needs (key, value) pairs, got {type(element).__name__}"
         ) from None
     return key, value
-
-
-def field_getter(name: str) -> Callable[[Any], Any]:
-    """``element -> element[name]`` for a mapping, else ``element.name`` (a NamedTuple, a
-    ``beam.Row``, any object); a missing field is a bad element."""
-
-    def get(element: Any) -> Any:
-        if isinstance(element, Mapping):
-            if name not in element:
-                raise ValidationError(name, "the element has no such field")
-            return element[name]
-        try:
-            return getattr(element, name)
-        except AttributeError:
-            raise ValidationError(
-                name, f"the element ({type(element).__name__}) has no such field"
-            ) from None
-
-    return get
 
 
 def key(element_key: object) -> object:

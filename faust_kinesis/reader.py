@@ -37,6 +37,7 @@ from faust_kinesis.partitions import shard_tp
 from faust_kinesis.queues import KinesisQueue
 from kinesis_core.checkpoint import SQLiteCheckpointStore
 from kinesis_core.consumer import Consumer, ShardStatus
+from kinesis_core.consumer.consumer import DEFAULT_CHECKPOINT_PATH
 
 if TYPE_CHECKING:
     from faust.types import SchemaT
@@ -47,8 +48,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_FILE = "kinesis-checkpoints.sqlite3"
-"""The default checkpoint store of a channel: this SQLite file in the app's ``datadir``."""
+CHECKPOINT_FILE = DEFAULT_CHECKPOINT_PATH
+"""The default checkpoint store of a channel: this SQLite file (the core consumer's default
+name) in the app's ``datadir``."""
 _DRAIN_POLL = 0.02
 _MONITOR_INTERVAL = 1.0
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from kinesis_core.producer.partitioning import (
         BalancedHashKeys as BalancedHashKeys,
         KeyFn as KeyFn,
+        field_getter as field_getter,
         key_from as key_from,
         random_partition_key as random_partition_key,
         random_partition_keys as random_partition_keys,

@@ -40,6 +40,23 @@ def _as_partition_key(value: object, source: str) -> str:
     return validate_partition_key(key, source)
 
 
+def field_getter(name: str) -> Callable[[Any], Any]:
+    """``element -> element[name]`` for a mapping, else ``element.name`` (a NamedTuple, a
+    ``beam.Row``, any object); a missing field is a bad element."""
+
+    def get(element: Any) -> Any:
+        if isinstance(element, Mapping):
+            if name not in element:
+                raise ValidationError(name, "the element has no such field")
+            return element[name]
+        try:
+            return getattr(element, name)
+        except AttributeError:
+            raise ValidationError(name, "the element has no such field") from None
+
+    return get
+
+
 def key_from(source: str | Callable[[Any], object]) -> KeyFn:
     """A function element -> partition key.
 
@@ -49,18 +66,10 @@ def key_from(source: str | Callable[[Any], object]) -> KeyFn:
     """
     if isinstance(source, str):
         field = source
+        get = field_getter(field)
 
         def from_field(element: Any) -> str:
-            if isinstance(element, Mapping):
-                if field not in element:
-                    raise ValidationError(field, "the element has no such field")
-                value = element[field]
-            else:
-                try:
-                    value = getattr(element, field)
-                except AttributeError:
-                    raise ValidationError(field, "the element has no such attribute") from None
-            return _as_partition_key(value, field)
+            return _as_partition_key(get(element), field)
 
         return from_field
     if callable(source):
