@@ -50,7 +50,6 @@ from kinesis_core.checkpoint.base import (
 from kinesis_core.classify import ErrorKind, classify, error_details
 from kinesis_core.client import ClientConfig, create_dynamodb_client
 from kinesis_core.errors import ConfigurationError, ValidationError
-from kinesis_core.stream import StreamRef
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb.client import DynamoDBClient
@@ -269,7 +268,7 @@ class DynamoDBCheckpointStore:
         table = self.table_name or application
         served = self._tables.get(table)
         if served is not None:
-            if StreamRef.of(served).name != StreamRef.of(stream).name:
+            if _stream_name(served) != _stream_name(stream):
                 raise ConfigurationError(
                     "stream",
                     f"lease table {table!r} already holds the leases of stream {served!r}; a "
@@ -493,3 +492,7 @@ def _check_table_name(field: str, name: str) -> None:
             field, f"a DynamoDB table name is 3-255 characters of A-Z a-z 0-9 _ . -, got {name!r}"
         )
 
+
+def _stream_name(stream: str) -> str:
+    """The name of a stream given by name or ARN."""
+    return stream.rsplit("/", 1)[-1]
