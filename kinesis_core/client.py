@@ -324,18 +324,19 @@ class SecretsFilter(logging.Filter):
 
     botocore's DEBUG records print the signed request (``Sending http request``: every
     header) and the canonical request it signed (``CanonicalRequest``): both hold the session
-    token, and the request holds the SigV4 signature, which replays that request for minutes.
+    token, and the request holds the SigV4 signature, which replays that request for minutes
+    (botocore.auth also logs it alone, as ``Signature:`` and the hex on the next line).
     A parsed STS or SSO answer holds a secret key and a token. This replaces, in the
     formatted message, the value of every ``x-amz-security-token`` header or query parameter,
-    every ``Signature=``, every ``SecretAccessKey``/``SessionToken``/``secretAccessKey``/
-    ``sessionToken`` field (JSON, XML or repr) and every secret value a :class:`ClientConfig`
-    of this process handed to a client, with ``***``. The access key id stays: it names the
-    credentials, it is not one (AWS prints it in errors too).
+    every ``Signature=`` or ``Signature:``, every ``SecretAccessKey``/``SessionToken``/
+    ``secretAccessKey``/``sessionToken`` field (JSON, XML or repr) and every secret value a
+    :class:`ClientConfig` of this process handed to a client, with ``***``. The access key id
+    stays: it names the credentials, it is not one (AWS prints it in errors too).
     """
 
     _PATTERNS = (
         re.compile(r"(x-amz-security-token['\"]?\s*[:=]\s*b?['\"]?)([^'\"\s,}&]+)", re.I),
-        re.compile(r"(Signature=)([0-9a-fA-F]{16,})"),
+        re.compile(r"(Signature[=:]\s*)([0-9a-fA-F]{16,})"),
         re.compile(
             r"(['\"]?(?:SecretAccessKey|SessionToken|aws_secret_access_key|aws_session_token)"
             r"['\"]?\s*[:=]\s*['\"]?)([^'\"\s,}]+)",

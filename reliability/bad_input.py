@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import re
 import sqlite3
 import tempfile
 import time
@@ -43,6 +44,8 @@ from reliability._common import MakeStream, kcl_view, shard_position, via
 from reliability.result import SuiteResult
 
 NAME = "bad-input catalogue"
+SIGNATURE = re.compile(r"Signature[=:]\s*[0-9a-fA-F]{64}")
+"""A SigV4 signature in a log record: in a header, or on botocore.auth's line of its own."""
 SHORT_TTL = ProducerConfig(record_ttl=2.0, record_max_buffered_time=0.05, request_timeout=2.0)
 HANG = 10.0
 """Seconds a consumer may stay silent after its stream was deleted before we call it a hang."""
@@ -263,8 +266,9 @@ async def _stream_by_arn(env: Env) -> list[Check]:
 
 async def _session_token_in_logs(env: Env) -> list[Check]:
     """DEBUG logging of every logger while a producer with a session token writes: botocore
-    logs the signed request headers; the token must be masked in every record."""
-    label = "session token in DEBUG logs"
+    logs the signed request headers and each signature; the token, the secret key and every
+    signature must be masked in every record."""
+    label = "session token or signature in DEBUG logs"
     token = "FQoGZXIvYXdzE" + uuid.uuid4().hex
     secret = "secret-" + uuid.uuid4().hex
     config = dataclasses.replace(
@@ -300,15 +304,23 @@ async def _session_token_in_logs(env: Env) -> list[Check]:
         root.setLevel(level)
         for other, other_level in others:
             other.setLevel(other_level)
-    leaks = sorted({name for name, text in lines if token in text or secret in text})
-    signed = sum("x-amz-security-token" in text.lower() for _, text in lines)
-    seen = (
-        f"token and secret in no record ({len(lines)} DEBUG records, {signed} with the "
-        "x-amz-security-token header, masked)"
-        if not leaks
-        else f"the token or secret shown by: {', '.join(leaks)}"
+    leaks = sorted(
+        {
+            name
+            for name, text in lines
+            if token in text or secret in text or SIGNATURE.search(text)
+        }
     )
-    return [Check(label, "botocore DEBUG logs", seen, not leaks and signed > 0)]
+    signed = sum("x-amz-security-token" in text.lower() for _, text in lines)
+    signatures = sum(text.startswith("Signature:") for _, text in lines)
+    seen = (
+        f"token, secret and signatures in no record ({len(lines)} DEBUG records, {signed} with "
+        f"the x-amz-security-token header, {signatures} botocore.auth 'Signature:' lines, "
+        "masked)"
+        if not leaks
+        else f"the token, secret or a signature shown by: {', '.join(leaks)}"
+    )
+    return [Check(label, "botocore DEBUG logs", seen, not leaks and signed > 0 and signatures > 0)]
 
 
 async def _sqlite_store_path(env: Env) -> list[Check]:
@@ -722,7 +734,7 @@ def cases() -> dict[str, CaseFn]:
         "wrong credentials": _wrong_credentials,
         "endpoint that is down": _endpoint_down,
         "bad configuration": _bad_configuration,
-        "session token in DEBUG logs": _session_token_in_logs,
+        "session token or signature in DEBUG logs": _session_token_in_logs,
         "checkpoint store at a bad path": _sqlite_store_path,
         "two consumers sharing a store without leases": _shared_store,
     }
