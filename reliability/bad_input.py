@@ -395,19 +395,27 @@ async def _shared_store(env: Env) -> list[Check]:
 
 
 async def _malformed_entry(env: Env) -> list[Check]:
+    """Entries that are no record: each fails alone, saying what it got (its type, or which
+    element is missing or how many are too many)."""
     label = "malformed put_many entry"
+    malformed: list[tuple[Any, tuple[str, ...]]] = [
+        ("not a tuple", ("got str",)),
+        (None, ("got None",)),
+        ((b"b",), ("a tuple of 1 element", "partition_key (element 1) is missing")),
+        ((b"b", "k", None, "extra"), ("a tuple of 4 elements", "one too many (at most 3)")),
+    ]
     async with env.producer() as p:
         first, last = env.good_record(), env.good_record()
-        batch = await p.put_many([first, "not a tuple", None, last])
-        env.good.extend([(first[0], batch[0]), (last[0], batch[3])])
+        batch = await p.put_many([first, *(entry for entry, _ in malformed), last])
+        env.good.extend([(first[0], batch[0]), (last[0], batch[len(malformed) + 1])])
     return [
         Check(
             label,
-            f"put_many entry {i}",
+            f"put_many entry {entry!r}",
             result_text(batch[i]),
-            named(result_text(batch[i]), "ValidationError", "tuple"),
+            named(result_text(batch[i]), "ValidationError", "tuple", *needles),
         )
-        for i in (1, 2)
+        for i, (entry, needles) in enumerate(malformed, 1)
     ]
 
 
