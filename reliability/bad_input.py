@@ -31,7 +31,12 @@ from typing import Any
 from kinesis_core.aggregation import MAGIC, encode_aggregate
 from kinesis_core.checkpoint import MemoryCheckpointStore, SQLiteCheckpointStore
 from kinesis_core.client import ClientConfig, create_botocore_client
-from kinesis_core.consumer import TRIM_HORIZON, Consumer, SharedCheckpointsWarning
+from kinesis_core.consumer import (
+    TRIM_HORIZON,
+    AtTimestamp,
+    Consumer,
+    SharedCheckpointsWarning,
+)
 from kinesis_core.errors import ConfigurationError, ValidationError
 from kinesis_core.hashing import MAX_RECORD_BYTES, hash_key
 from kinesis_core.local import KinesisMock, MotoServer
@@ -305,11 +310,7 @@ async def _session_token_in_logs(env: Env) -> list[Check]:
         for other, other_level in others:
             other.setLevel(other_level)
     leaks = sorted(
-        {
-            name
-            for name, text in lines
-            if token in text or secret in text or SIGNATURE.search(text)
-        }
+        {name for name, text in lines if token in text or secret in text or SIGNATURE.search(text)}
     )
     signed = sum("x-amz-security-token" in text.lower() for _, text in lines)
     signatures = sum(text.startswith("Signature:") for _, text in lines)
@@ -664,6 +665,36 @@ async def _bad_configuration(env: Env) -> list[Check]:
             ("ConfigurationError", "max_record_bytes", str(MAX_RECORD_BYTES)),
         ),
         ("Consumer", lambda: Consumer("s", checkpoint_interval=0), ("checkpoint_interval",)),
+        (
+            "ClientConfig",
+            lambda: ClientConfig(endpoint_url="http://127.0.0.1:99999"),
+            ("ConfigurationError", "endpoint_url", "port 1 to 65535", "99999"),
+        ),
+        (
+            "ClientConfig",
+            lambda: ClientConfig(endpoint_url="http://"),
+            ("ConfigurationError", "endpoint_url", "must name a host"),
+        ),
+        (
+            "ClientConfig",
+            lambda: ClientConfig(region_name="us east 1"),
+            ("ConfigurationError", "region_name", "letters, digits and hyphens", "'us east 1'"),
+        ),
+        (
+            "Consumer",
+            lambda: Consumer("s", idle_interval=float("inf")),
+            ("ConfigurationError", "idle_interval", "finite", "inf"),
+        ),
+        (
+            "AtTimestamp",
+            lambda: AtTimestamp(1e12),
+            ("ConfigurationError", "timestamp", "epoch seconds from 0 to", "milliseconds"),
+        ),
+        (
+            "AtTimestamp",
+            lambda: AtTimestamp(float("nan")),
+            ("ConfigurationError", "timestamp", "epoch seconds from 0 to", "nan"),
+        ),
     ]
     checks = []
     for where, make, needles in attempts:
@@ -673,6 +704,38 @@ async def _bad_configuration(env: Env) -> list[Check]:
         except (ConfigurationError, ValidationError) as exc:
             seen = error_text(exc)
         checks.append(Check(label, where, seen, named(seen, *needles)))
+    return checks
+
+
+async def _local_files(env: Env) -> list[Check]:
+    """A profile or a CA bundle that is not on this machine: ``start`` refuses it at once,
+    naming the field (before: botocore's raw ProfileNotFound; 30 s of retries for the
+    bundle, whose path no message named)."""
+    label = "missing profile or CA bundle"
+    checks = []
+    profile = f"no-such-profile-{uuid.uuid4().hex[:6]}"
+    bundle = "/no/such/ca-bundle.pem"
+    healthy = env.healthy.client_config
+    for config, needles in (
+        (
+            dataclasses.replace(healthy, profile_name=profile),
+            ("profile_name", f"no profile '{profile}'"),
+        ),
+        (dataclasses.replace(healthy, verify=bundle), ("verify", f"'{bundle}' does not exist")),
+    ):
+        for where, start in (
+            ("Consumer.start", _start_consumer(env.healthy.name, config)),
+            ("Producer.start", _start_producer(env.healthy.name, config)),
+        ):
+            seen, seconds = await _timed_raise(start)
+            checks.append(
+                Check(
+                    label,
+                    where,
+                    f"{seen} (after {seconds:.1f} s)",
+                    named(seen, "ConfigurationError", *needles) and seconds < FAST,
+                )
+            )
     return checks
 
 
@@ -742,6 +805,7 @@ def cases() -> dict[str, CaseFn]:
         "wrong credentials": _wrong_credentials,
         "endpoint that is down": _endpoint_down,
         "bad configuration": _bad_configuration,
+        "missing profile or CA bundle": _local_files,
         "session token or signature in DEBUG logs": _session_token_in_logs,
         "checkpoint store at a bad path": _sqlite_store_path,
         "two consumers sharing a store without leases": _shared_store,
