@@ -16,8 +16,10 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import re
 import sqlite3
+import sys
 import tempfile
 import time
 import traceback
@@ -739,6 +741,53 @@ async def _local_files(env: Env) -> list[Check]:
     return checks
 
 
+async def _status_command(env: Env) -> list[Check]:
+    """``kinesis-connectors status`` run as a user runs it, with a store that is a directory,
+    a missing one, and an empty ``--application``: the exit status the docs give (1: cannot be
+    read, 2: a wrong command line) and a message naming the cause (before: the directory "does
+    not exist", an empty application became ``default``, and every store problem exited 2)."""
+    label = "status command: bad store or application"
+    config = env.healthy.client_config
+    environ = {
+        **os.environ,
+        "AWS_ENDPOINT_URL_KINESIS": config.endpoint_url or "",
+        "AWS_DEFAULT_REGION": config.region_name or "",
+        "AWS_ACCESS_KEY_ID": config.aws_access_key_id or "",
+        "AWS_SECRET_ACCESS_KEY": config.aws_secret_access_key or "",
+    }
+    checks = []
+    with tempfile.TemporaryDirectory() as folder:
+        missing = str(Path(folder) / "missing.sqlite3")
+        for args, status, needles in (
+            (("--store", folder), 1, (f"{folder!r} is a directory, not a checkpoint file",)),
+            (("--store", missing), 1, (f"{missing!r} does not exist",)),
+            (("--store", missing, "--application", ""), 2, ("--application: must not be empty",)),
+        ):
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "kinesis_core",
+                "status",
+                env.healthy.name,
+                *args,
+                env=environ,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            _, stderr = await process.communicate()
+            said = stderr.decode().strip().splitlines()
+            seen = f"exit {process.returncode}: {said[-1] if said else ''}"
+            checks.append(
+                Check(
+                    label,
+                    f"status {' '.join(args)}",
+                    seen,
+                    process.returncode == status and named(seen, *needles),
+                )
+            )
+    return checks
+
+
 def _corrupt_md5(blob: bytes) -> bytes:
     return blob[:-1] + bytes([blob[-1] ^ 0xFF])
 
@@ -808,6 +857,7 @@ def cases() -> dict[str, CaseFn]:
         "missing profile or CA bundle": _local_files,
         "session token or signature in DEBUG logs": _session_token_in_logs,
         "checkpoint store at a bad path": _sqlite_store_path,
+        "status command: bad store or application": _status_command,
         "two consumers sharing a store without leases": _shared_store,
     }
 

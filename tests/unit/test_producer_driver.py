@@ -180,7 +180,7 @@ def test_a_malformed_put_many_entry_says_what_is_wrong_with_it(entry: Any, probl
         async with producer(FakeKinesis()) as p:
             return await p.put_many([entry])
 
-    (index, result), = run(main).failures
+    ((index, result),) = run(main).failures
     assert index == 0
     assert result.error_code == VALIDATION_ERROR
     assert result.error_message == (
