@@ -171,6 +171,14 @@ class _FanOut:
         efo = self._spec.fan_out
         assert efo is not None
         config = self._spec.client_config
+        # Made first: it refuses to be made without h2 and h11, and nothing may be registered
+        # then (a consumer costs money and counts toward the stream's 20).
+        fanout = FanOutClient(
+            config,
+            max_subscription_seconds=efo.max_subscription_seconds,
+            max_buffered_bytes=efo.max_buffered_bytes,
+            http_version=efo.http_version,
+        )
         try:
             client = await self._exit.enter_async_context(create_kinesis_client(config))
             registered = await self._exit.enter_async_context(
@@ -183,14 +191,7 @@ class _FanOut:
                 )
             )
             self.consumer_arn = registered.consumer_arn
-            self.client = await self._exit.enter_async_context(
-                FanOutClient(
-                    config,
-                    max_subscription_seconds=efo.max_subscription_seconds,
-                    max_buffered_bytes=efo.max_buffered_bytes,
-                    http_version=efo.http_version,
-                )
-            )
+            self.client = await self._exit.enter_async_context(fanout)
         except BaseException:
             await self._exit.aclose()
             raise

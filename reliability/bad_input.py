@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import re
@@ -788,6 +789,93 @@ async def _status_command(env: Env) -> list[Check]:
     return checks
 
 
+_WITHOUT_EFO_EXTRA = """
+import asyncio, json, sys
+sys.modules["h2"] = None  # as if the efo extra (h2, h11) were not installed
+sys.modules["h11"] = None
+from kinesis_core.client import ClientConfig
+from kinesis_core.consumer import Consumer, EnhancedFanOut
+from kinesis_core.checkpoint import MemoryCheckpointStore
+from kinesis_core.stream import StreamRef
+from beam_kinesis import ReadFromKinesis
+from beam_kinesis._shard_readers import _FanOut
+
+stream, config = sys.argv[1], ClientConfig(**json.loads(sys.argv[2]))
+
+
+async def core():
+    async with Consumer(
+        stream,
+        client_config=config,
+        checkpoint_store=MemoryCheckpointStore(),
+        enhanced_fan_out=EnhancedFanOut(consumer_name="core-without-h2"),
+    ):
+        pass
+
+
+def beam():
+    spec = ReadFromKinesis(stream, consumer_name="beam-without-h2", client_config=config)._spec
+    _FanOut(spec, StreamRef.of(stream))
+
+
+seen = {}
+for where, start in (("Consumer.start", lambda: asyncio.run(core())), ("ReadFromKinesis", beam)):
+    try:
+        start()
+        seen[where] = "no error"
+    except Exception as exc:
+        seen[where] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(seen))
+"""
+
+
+async def _without_efo_extra(env: Env) -> list[Check]:
+    """Fan-out where h2 and h11 cannot be imported (a process without the ``efo`` extra): the
+    core consumer and a Beam worker fail with the pip command before they register a consumer
+    (on AWS one costs money and counts toward the 20 a stream may have); before, both
+    registered theirs, then failed."""
+    label = "fan-out without the efo extra"
+    stream = await asyncio.to_thread(env.make_stream, 1)
+    config = stream.client_config
+    fields = {
+        name: getattr(config, name)
+        for name in ("region_name", "endpoint_url", "aws_access_key_id", "aws_secret_access_key")
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _WITHOUT_EFO_EXTRA,
+        stream.name,
+        json.dumps(fields),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    if process.returncode != 0:
+        return [Check(label, "a process without h2 and h11", err.decode()[-500:], False)]
+    seen: dict[str, str] = json.loads(out.decode().strip().splitlines()[-1])
+    client = create_botocore_client(config, "kinesis")
+    try:
+        arn = client.describe_stream_summary(StreamName=stream.name)
+        listed = client.list_stream_consumers(
+            StreamARN=arn["StreamDescriptionSummary"]["StreamARN"]
+        )
+    finally:
+        client.close()
+    registered = sorted(c["ConsumerName"] for c in listed["Consumers"])
+    said = f"; registered: {registered}" if registered else "; nothing registered"
+    return [
+        Check(
+            label,
+            where,
+            text + said,
+            named(text, "ConfigurationError", "h2 and h11", "pip install 'kinesis-connectors[efo]'")
+            and not registered,
+        )
+        for where, text in seen.items()
+    ]
+
+
 def _corrupt_md5(blob: bytes) -> bytes:
     return blob[:-1] + bytes([blob[-1] ^ 0xFF])
 
@@ -858,6 +946,7 @@ def cases() -> dict[str, CaseFn]:
         "session token or signature in DEBUG logs": _session_token_in_logs,
         "checkpoint store at a bad path": _sqlite_store_path,
         "status command: bad store or application": _status_command,
+        "fan-out without the efo extra": _without_efo_extra,
         "two consumers sharing a store without leases": _shared_store,
     }
 
