@@ -98,6 +98,7 @@ class ShardReaders:
                 cursor.shard_id,
                 self._check,
                 self._wake,
+                fan_out.kinesis,
             )
             return SubscriptionRead(node, start, efo.subscription), transport
         machine = PollingRead(node, start, options)
@@ -163,6 +164,9 @@ class _FanOut:
         self._exit = contextlib.AsyncExitStack()
         self.consumer_arn = ""
         self.client: Any = None
+        """The FanOutClient."""
+        self.kinesis: Any = None
+        """The aiobotocore Kinesis client (registration, DescribeStreamConsumer)."""
         LoopThread.get().run(self._start(), _LOOP_TIMEOUT)
 
     async def _start(self) -> None:
@@ -180,7 +184,9 @@ class _FanOut:
             http_version=efo.http_version,
         )
         try:
-            client = await self._exit.enter_async_context(create_kinesis_client(config))
+            client = self.kinesis = await self._exit.enter_async_context(
+                create_kinesis_client(config)
+            )
             registered = await self._exit.enter_async_context(
                 RegisteredConsumer(
                     client,

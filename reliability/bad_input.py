@@ -33,14 +33,16 @@ from typing import Any
 
 from kinesis_core.aggregation import MAGIC, encode_aggregate
 from kinesis_core.checkpoint import MemoryCheckpointStore, SQLiteCheckpointStore
-from kinesis_core.client import ClientConfig, create_botocore_client
+from kinesis_core.client import ClientConfig, create_botocore_client, create_kinesis_client
 from kinesis_core.consumer import (
     TRIM_HORIZON,
     AtTimestamp,
     Consumer,
+    EnhancedFanOut,
     SharedCheckpointsWarning,
 )
 from kinesis_core.errors import ConfigurationError, ValidationError
+from kinesis_core.fanout import deregister_consumer
 from kinesis_core.hashing import MAX_RECORD_BYTES, hash_key
 from kinesis_core.local import KinesisMock, MotoServer
 from kinesis_core.local._server import free_port
@@ -529,6 +531,47 @@ async def _deleted_stream(env: Env) -> list[Check]:
     ]
 
 
+async def _deregistered_consumer(env: Env) -> list[Check]:
+    """The stream consumer of a fan-out reader is deregistered while it reads: the next
+    subscribe gets ResourceNotFoundException, DescribeStreamConsumer says the consumer is gone,
+    and the iteration raises within seconds, naming it (20 backed-off resubscriptions, about
+    109 s, before)."""
+    label = "fan-out consumer deregistered while in use"
+    stream = await asyncio.to_thread(env.make_stream, 1)
+    await asyncio.to_thread(stream.put, b"first", "k")
+    efo = EnhancedFanOut(consumer_name="deregistered", max_subscription_seconds=2.0)
+    async with Consumer(
+        stream.name,
+        client_config=stream.client_config,
+        checkpoint_store=MemoryCheckpointStore(),
+        initial_position=TRIM_HORIZON,
+        enhanced_fan_out=efo,
+    ) as consumer:
+        first = await asyncio.wait_for(consumer.__anext__(), 30)
+        first.ack()
+        assert consumer.consumer_arn is not None
+        async with create_kinesis_client(stream.client_config) as client:
+            await deregister_consumer(client, consumer.consumer_arn)
+        started = time.monotonic()
+        try:
+            record = await asyncio.wait_for(consumer.__anext__(), HANG)
+            seen = f"no error: delivered {record.data[:20]!r}"
+        except asyncio.TimeoutError:
+            seen = f"no error after {HANG:g} s"
+        except Exception as exc:
+            seen = error_text(exc)
+        seconds = time.monotonic() - started
+    return [
+        Check(
+            label,
+            "Consumer (fan-out)",
+            f"{seen} (after {seconds:.1f} s)",
+            named(seen, "ShardReadError", "stream consumer 'deregistered'", stream.name, "gone")
+            and seconds < FAST,
+        )
+    ]
+
+
 async def _creating_stream(env: Env) -> list[Check]:
     """kinesis-mock keeps new streams CREATING for a while: the records cannot be written
     before their TTL runs out (they fail, saying why); a consumer waits (its readers retry
@@ -937,6 +980,7 @@ def cases() -> dict[str, CaseFn]:
         ),
         "stream that does not exist": _missing_stream,
         "stream deleted while in use": _deleted_stream,
+        "fan-out consumer deregistered while in use": _deregistered_consumer,
         "stream still being created": _creating_stream,
         "stream named by its ARN": _stream_by_arn,
         "wrong credentials": _wrong_credentials,

@@ -482,7 +482,9 @@ class Consumer:
         if self.consumer_arn is None:
             return AsyncPolling(self._client, self._stream, shard_id)
         assert self._listing is not None
-        return AsyncSubscribing(self._fanout, self.consumer_arn, shard_id, self._listing)
+        return AsyncSubscribing(
+            self._fanout, self.consumer_arn, shard_id, self._listing, self._client
+        )
 
     async def _read_shard(self, run: _ShardRun) -> None:
         shard_id = run.node.shard_id
