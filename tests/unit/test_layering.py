@@ -10,49 +10,18 @@ the same way (``import_cycles("kinesis_core")``).
 from __future__ import annotations
 
 import ast
-import importlib.util
 import sys
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.source import imports, package_modules
 
 PACKAGES = ["kinesis_core", "beam_kinesis", "faust_kinesis"]
 
 PRIVATE_ACCESS_ALLOWED = {"faust_kinesis": {"faust_kinesis.faust_internals"}}
 """Modules whose job is to reach into another library's internals (one per package at most)."""
-
-
-def package_modules(package: str) -> dict[str, Path]:
-    """Every module of ``package``, by dotted name (a package is its ``__init__``)."""
-    spec = importlib.util.find_spec(package)
-    assert spec is not None, f"no package {package}"
-    assert spec.origin is not None, f"{package} is a namespace package"
-    root = Path(spec.origin).parent
-    modules = {}
-    for path in sorted(root.rglob("*.py")):
-        parts = path.relative_to(root.parent).with_suffix("").parts
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        modules[".".join(parts)] = path
-    return modules
-
-
-def _imports(name: str, path: Path) -> Iterator[tuple[str, list[str]]]:
-    """What a module imports: ``(module, [])`` for ``import module``, ``(module, names)`` for
-    ``from module import names`` (relative imports resolved)."""
-    is_package = path.name == "__init__.py"
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            yield from ((alias.name, []) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                here = name.split(".") if is_package else name.split(".")[:-1]
-                here = here[: len(here) - (node.level - 1)]
-                base = ".".join([*here, node.module] if node.module else here)
-            else:
-                base = node.module or ""
-            yield base, [alias.name for alias in node.names]
 
 
 def import_graph(package: str) -> dict[str, set[str]]:
@@ -68,7 +37,7 @@ def import_graph(package: str) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         targets = set()
-        for base, names in _imports(name, path):
+        for base, names in imports(name, path):
             submodules = [f"{base}.{n}" for n in names if f"{base}.{n}" in modules]
             targets.update(submodules)
             if len(submodules) < len(names) or not names:
