@@ -32,6 +32,7 @@ def run_benchmarks(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_codec_benchmark_quick_run() -> None:
     done = run_benchmarks("--quick", "--only", "codec", "--json")
     assert done.returncode == 0, done.stderr
@@ -56,6 +57,7 @@ def test_codec_benchmark_quick_run() -> None:
     }
 
 
+@pytest.mark.slow
 def test_table_progress_and_legend() -> None:
     done = run_benchmarks("--quick", "--only", "codec")
     assert done.returncode == 0, done.stderr
@@ -75,6 +77,7 @@ def test_table_progress_and_legend() -> None:
     assert "WARNING" not in done.stderr  # no third-party noise (Beam's apitools line)
 
 
+@pytest.mark.slow
 def test_help_lists_the_benchmarks_without_markup() -> None:
     done = run_benchmarks("--help")
     assert done.returncode == 0
@@ -85,6 +88,7 @@ def test_help_lists_the_benchmarks_without_markup() -> None:
     assert "MISS" in done.stdout
 
 
+@pytest.mark.slow
 def test_unknown_names_are_refused_with_the_known_ones() -> None:
     missing = run_benchmarks("--only", "no-such-benchmark")
     assert missing.returncode == 2

@@ -227,6 +227,7 @@ def _increment(path: str, rounds: int, worker: int) -> None:
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_sqlite_compare_and_set_holds_across_processes(tmp_path: Path) -> None:
     path = str(tmp_path / "shared.sqlite3")
 

@@ -169,6 +169,7 @@ class Down(FakeKinesis):
         return await super().put_records(Records=Records, **kwargs)
 
 
+@pytest.mark.slow
 def test_a_dead_endpoint_is_backed_off_one_request_at_a_time_and_recovers() -> None:
     random.seed(7)
     fake = Down(shards=4)
@@ -192,6 +193,7 @@ def test_a_dead_endpoint_is_backed_off_one_request_at_a_time_and_recovers() -> N
     assert any("Could not connect" in (a.error_message or "") for r in results for a in r.attempts)
 
 
+@pytest.mark.slow
 def test_after_the_first_failures_only_one_request_is_in_flight() -> None:
     random.seed(3)
     fake = Down(shards=4)
@@ -209,6 +211,7 @@ def test_after_the_first_failures_only_one_request_is_in_flight() -> None:
     run(main)
 
 
+@pytest.mark.slow
 def test_start_reports_an_endpoint_that_does_not_answer_within_seconds() -> None:
     class Nothing(FakeKinesis):
         async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
