@@ -1,5 +1,5 @@
-"""Consumers sharing a stream through leases, in one event loop: an in-memory fake of Kinesis
-(from test_consumer_driver) and a MemoryCheckpointStore shared by the workers."""
+"""Consumers sharing a stream through leases, in one event loop: the in-memory Kinesis
+(tests/fakes/kinesis.py) and a MemoryCheckpointStore shared by the workers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-from test_consumer_driver import FakeKinesis, assert_in_order_per_key, consumer
 
 from kinesis_core.checkpoint import (
     SHARD_END,
@@ -23,6 +22,8 @@ from kinesis_core.consumer import Consumer, ShardState
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.lease import LeaseConfig
 from kinesis_core.records import KinesisRecord
+from tests.fakes.kinesis import FakeKinesis
+from tests.helpers.consumer import assert_in_order_per_key, consumer
 
 APP = "app"
 Delivery = tuple[int, str, KinesisRecord]

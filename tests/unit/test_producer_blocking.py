@@ -6,7 +6,6 @@ import concurrent.futures
 import threading
 
 import pytest
-from test_producer_fakes import FakeKinesis
 
 from kinesis_core.errors import ValidationError
 from kinesis_core.loop_thread import loop_thread_count
@@ -17,6 +16,7 @@ from kinesis_core.producer import (
     ProducerConfig,
     RecordResult,
 )
+from tests.fakes.kinesis import FakeKinesis
 
 CONFIG = ProducerConfig(record_max_buffered_time=0.01, rate_limit=100_000)
 
