@@ -267,9 +267,12 @@ class FakeKinesis:
     def _call(self, operation: str, params: Mapping[str, Any], shard_id: str | None = None) -> None:
         """Log the call, then raise its next scripted fault, if any."""
         self.calls.append(Call(operation, shard_id, dict(params)))
-        for where in [(operation, shard_id)] * (shard_id is not None) + [operation]:
-            if self.faults.get(where):
-                raise self.faults[where].pop(0)
+        keys: list[str | tuple[str, str]] = [operation]
+        if shard_id is not None:
+            keys.insert(0, (operation, shard_id))
+        for key in keys:
+            if self.faults.get(key):
+                raise self.faults[key].pop(0)
 
     def _list_shards(self, params: Mapping[str, Any]) -> dict[str, Any]:
         self._call("ListShards", params)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -50,6 +50,27 @@ def imports(name: str, path: Path, *, runtime: bool = False) -> Iterator[tuple[s
             else:
                 base = node.module or ""
             yield base, [alias.name for alias in node.names]
+
+
+def imported_modules(base: str, names: list[str], source: Callable[[str], Path | None]) -> set[str]:
+    """The modules that ``from base import names`` (``import base`` if no names) runs: each
+    name's submodule if it is one, else the module a lazy package's export table names for it,
+    else ``base`` itself (``a.b.C`` is in module ``a.b``). ``source`` gives a module's file, or
+    None if there is no such module."""
+    while base and source(base) is None:
+        base = base.rpartition(".")[0]
+    path = source(base)
+    assert path is not None, f"no module for {base}"
+    exports = export_table(path)
+    found = set()
+    for name in names or [""]:
+        if source(f"{base}.{name}") is not None:
+            found.add(f"{base}.{name}")
+        elif name in exports:
+            found.add(exports[name])
+        else:
+            found.add(base)
+    return found
 
 
 def type_checking_imports(path: Path) -> dict[str, str]:

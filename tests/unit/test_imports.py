@@ -16,7 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.source import export_table, imports, package_modules, type_checking_imports
+from tests.helpers.source import (
+    imported_modules,
+    imports,
+    package_modules,
+    type_checking_imports,
+)
 
 PURE = [
     "kinesis_core",
@@ -132,19 +137,8 @@ def runtime_dependencies(package: str) -> dict[str, tuple[set[str], set[str]]]:
         for base, names in imports(name, path, runtime=True):
             if base.split(".")[0] in NO_IO:
                 forbidden.add(base)
-            if base.split(".")[0] != package:
-                continue
-            exports = export_table(modules[base]) if base in modules else {}
-            for imported in names or [""]:
-                if f"{base}.{imported}" in modules:
-                    internal.add(f"{base}.{imported}")
-                elif imported in exports:
-                    internal.add(exports[imported])
-                else:
-                    owner = base
-                    while owner not in modules:  # ``a.b.C`` is in module ``a.b``
-                        owner = owner.rpartition(".")[0]
-                    internal.add(owner)
+            elif base.split(".")[0] == package:
+                internal |= imported_modules(base, names, modules.get)
         found[name] = (forbidden, internal - {name})
     return found
 
@@ -314,7 +308,8 @@ sys.meta_path.insert(0, NoIOStacks())
 
 def unit_tests_without_io_stack() -> list[Path]:
     """The unit test modules that import no I/O stack at run time: not themselves, not through
-    the project's packages, nor through the shared test helpers."""
+    the project's packages, nor through the shared test helpers. Importing by name
+    (``importlib``) or a third-party module not known to be free of one counts as one."""
     root = Path(__file__).parents[2]
     here = Path(__file__).parent
     first_party = {"kinesis_core", "beam_kinesis", "faust_kinesis", "tests", "benchmarks"}
@@ -343,20 +338,9 @@ def unit_tests_without_io_stack() -> list[Path]:
                 found.add("importlib (imports modules by name)")
             elif not (top in sys.stdlib_module_names or top in first_party or top in NO_STACK):
                 found.add(f"{top} (not known to be free of one)")
-            if top not in first_party and not (top.startswith("test_") and source(top)):
-                continue
-            while source(base) is None:  # ``a.b.C`` is in module ``a.b``
-                base = base.rpartition(".")[0]
-            path_of_base = source(base)
-            assert path_of_base is not None
-            exports = export_table(path_of_base)
-            for name in names or [""]:
-                if source(f"{base}.{name}") is not None:
-                    found |= stacks(f"{base}.{name}")
-                elif name in exports:
-                    found |= stacks(exports[name])
-                else:
-                    found |= stacks(base)
+            if top in first_party or (top.startswith("test_") and source(top)):
+                for target in imported_modules(base, names, source):
+                    found |= stacks(target)
         reached[module] = found
         return found
 
