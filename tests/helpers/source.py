@@ -5,8 +5,24 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+
+import pytest
+
+
+def make_package(
+    root: Path, monkeypatch: pytest.MonkeyPatch, name: str, files: Mapping[str, str]
+) -> None:
+    """Write package ``name`` under ``root`` (``files``: relative path -> source) and make it
+    importable for the test, so the checks can be shown what they find."""
+    for relative, text in files.items():
+        path = root / name / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    monkeypatch.syspath_prepend(str(root))
+    sys.modules.pop(name, None)
 
 
 def package_modules(package: str) -> dict[str, Path]:

@@ -19,6 +19,7 @@ import pytest
 from tests.helpers.source import (
     imported_modules,
     imports,
+    make_package,
     package_modules,
     type_checking_imports,
 )
@@ -187,8 +188,6 @@ def test_the_lists_name_modules_that_exist_once() -> None:
 def test_the_purity_check_follows_imports_but_not_type_checking_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    package = tmp_path / "purity_pkg"
-    package.mkdir()
     files = {
         "__init__.py": "_EXPORTS = {'Clock': 'purity_pkg.clock'}\n",
         "clock.py": "def now():\n    import time\n    return time.time()\nclass Clock: ...\n",
@@ -196,10 +195,7 @@ def test_the_purity_check_follows_imports_but_not_type_checking_ones(
         "lazy_user.py": "from purity_pkg import Clock\n",
         "user.py": "from . import values\nfrom purity_pkg.lazy_user import Clock\n",
     }
-    for relative, text in files.items():
-        (package / relative).write_text(text)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("purity_pkg", None)
+    make_package(tmp_path, monkeypatch, "purity_pkg", files)
 
     graph = runtime_dependencies("purity_pkg")
     assert list(io_imports("purity_pkg.values", graph)) == []

@@ -10,13 +10,12 @@ the same way (``import_cycles("kinesis_core")``).
 from __future__ import annotations
 
 import ast
-import sys
 from collections.abc import Collection
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.source import imports, package_modules
+from tests.helpers.source import imports, make_package, package_modules
 
 PACKAGES = ["kinesis_core", "beam_kinesis", "faust_kinesis"]
 
@@ -160,8 +159,6 @@ def test_the_checks_find_what_they_look_for(
     """A package with a cycle through a TYPE_CHECKING import and a relative import, and with
     private names taken from siblings: both checks see them, and ``from pkg import module``
     depends on that module, not on the package's ``__init__``."""
-    package = tmp_path / "cyclic_pkg"
-    (package / "sub").mkdir(parents=True)
     files = {
         "__init__.py": "from cyclic_pkg.a import A\n",
         "a.py": "from cyclic_pkg.b import B, _helper\nclass A: ...\n",
@@ -183,10 +180,7 @@ def test_the_checks_find_what_they_look_for(
         "leaf.py": "import cyclic_pkg.sub\nfrom cyclic_pkg import A\n",
         "sub/d.py": "from cyclic_pkg.sub import c\nx = c._ok()._replace()\n",
     }
-    for relative, text in files.items():
-        (package / relative).write_text(text)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("cyclic_pkg", None)
+    make_package(tmp_path, monkeypatch, "cyclic_pkg", files)
 
     assert import_graph("cyclic_pkg") == {
         "cyclic_pkg": {"cyclic_pkg.a"},
