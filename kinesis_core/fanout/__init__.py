@@ -52,6 +52,7 @@ _EXPORTS = {
     "RegisteredConsumer": "kinesis_core.fanout.consumers",
     "StreamConsumer": "kinesis_core.fanout.consumers",
     "check_consumer_of_stream": "kinesis_core.fanout.consumers",
+    "consumer_check": "kinesis_core.fanout.consumers",
     "deregister_consumer": "kinesis_core.fanout.consumers",
     "describe_stream_arn": "kinesis_core.fanout.consumers",
     "parse_consumer_arn": "kinesis_core.fanout.consumers",
