@@ -4,7 +4,10 @@ Everything that decides lives in the sans-I/O pieces (:mod:`.lineage`, :mod:`.fr
 :mod:`.reader`); this module only runs tasks and moves batches between them:
 
 - discovery: ListShards (paginated) plus the stored checkpoints feed the lineage, which says
-  which shards may start and from where (parents before children);
+  which shards may start and from where (parents before children); at start, the stored
+  checkpoints are first checked against the stream's creation time
+  (:func:`~.checkpointer.settle_incarnation`: positions of a stream deleted and created
+  again are never used);
 - one reader task per started shard: batches go into one bounded queue (backpressure), and are
   registered in the shard's frontier before they are queued;
 - the flusher: every ``checkpoint_interval`` the frontier's contiguous acked prefix goes to the
@@ -42,15 +45,17 @@ from kinesis_core.checkpoint.sqlite import SQLiteCheckpointStore
 from kinesis_core.classify import ErrorKind
 from kinesis_core.client import ClientConfig, create_kinesis_client, error_kind, unreachable
 from kinesis_core.consumer import fastparse
-from kinesis_core.consumer.checkpointer import Checkpointer
+from kinesis_core.consumer.checkpointer import Checkpointer, settle_incarnation
 from kinesis_core.consumer.config import ConsumerConfig, EnhancedFanOut
 from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier
+from kinesis_core.consumer.incarnation import StreamFacts
 from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
 from kinesis_core.consumer.polling import PollingRead
 from kinesis_core.consumer.positions import InitialPosition
 from kinesis_core.consumer.reading import (
     AsyncPolling,
     AsyncShardListing,
+    AsyncStreamView,
     AsyncSubscribing,
     run_shard_read,
 )
@@ -145,6 +150,10 @@ class Consumer:
         """The stream consumer this one reads as, with enhanced fan-out (after ``start``)."""
         self._fanout: Any = None
         self._listing: AsyncShardListing | None = None
+        self._view: AsyncStreamView | None = None
+        self.stream_facts: StreamFacts | None = None
+        """What DescribeStreamSummary said at start (the creation time is the incarnation
+        whose checkpoints this consumer reads and writes)."""
         lease_config = config.lease_config
         if lease_config is None:
             self._checkpointer = Checkpointer(
@@ -207,6 +216,7 @@ class Consumer:
                     )
                 )
             self._exit.callback(fastparse.install(self._client))
+            self._view = AsyncStreamView(self._client, self._stream)
             if self.config.fan_out is not None:
                 await self._start_fan_out(self.config.fan_out)
             await self._first_discovery()
@@ -389,9 +399,27 @@ class Consumer:
     # -- discovery and readers --------------------------------------------------------------
 
     async def _discover(self, *, first: bool = False) -> None:
-        rows = await self._store.list(self.config.application_name, self._stream.name)
-        shard_filter = self.config.initial_position.shard_filter() if first and not rows else None
+        config = self.config
+        app, name = config.application_name, self._stream.name
+        if first:
+            summary = await self._client.describe_stream_summary(**self._stream.params())
+            facts = StreamFacts.from_response(summary)
+        rows = await self._store.list(app, name)
+        shard_filter = config.initial_position.shard_filter() if first and not rows else None
         shards = await list_all_shards(self._client, self._stream, shard_filter)
+        if first:
+            rows = await settle_incarnation(
+                self._store,
+                app,
+                name,
+                rows,
+                facts=facts,
+                shards=shards,
+                on_stream_recreated=config.on_stream_recreated,
+                initial_position=config.initial_position,
+            )
+            self.stream_facts = facts
+            self._checkpointer.stream_created_ms = facts.created_ms
         for row in rows:
             self._checkpointer.observe(row)
         self._lineage.update(
@@ -402,10 +430,12 @@ class Consumer:
         self._start_ready()
 
     async def _first_discovery(self) -> None:
-        """Discovery at start. Errors that may pass (throttling, a 5xx, a stream still being
+        """Discovery at start: describe the stream, check the stored checkpoints against it,
+        list the shards. Errors that may pass (throttling, a 5xx, a stream still being
         created) are retried with backoff for ``start_timeout`` seconds, an endpoint that
-        does not answer at all for a few attempts; the rest (no such stream, access denied)
-        raise from ``start`` at once, naming the cause.
+        does not answer at all for a few attempts; the rest (no such
+        stream, access denied, checkpoints of another incarnation) raise from ``start`` at
+        once, naming the cause.
 
         An application with no checkpoints yet lists only the shards its initial position can
         read (the KCL's rule for an empty lease table). Every later listing is complete: a
@@ -430,10 +460,8 @@ class Consumer:
                 no_answer += unreachable(exc)
                 now = time.monotonic()
                 if not kind.retryable or now >= deadline or no_answer >= _UNREACHABLE_ATTEMPTS:
-                    raise KinesisServiceError.wrap(
-                        exc, f"listing the shards of {self.stream}"
-                    ) from exc
-                logger.warning("listing the shards of %s failed; retrying", self.stream)
+                    raise KinesisServiceError.wrap(exc, f"starting to read {self.stream}") from exc
+                logger.warning("starting to read %s failed; retrying", self.stream)
                 await asyncio.sleep(min(backoff.failed("start", now), deadline - now))
 
     async def _discovery_loop(self) -> None:
@@ -466,7 +494,13 @@ class Consumer:
             )
             efo = self.config.fan_out
             machine: ShardRead = (
-                PollingRead(node, start, self._polling_options)
+                PollingRead(
+                    node,
+                    start,
+                    self._polling_options,
+                    incarnation=self._checkpointer.stream_created_ms,
+                    stream=self.stream,
+                )
                 if efo is None
                 else SubscriptionRead(node, start, efo.subscription)
             )
@@ -479,7 +513,7 @@ class Consumer:
     def _transport(self, shard_id: str) -> AsyncTransport:
         """What executes the calls of a shard's reader: GetRecords, or SubscribeToShard."""
         if self.consumer_arn is None:
-            return AsyncPolling(self._client, self._stream, shard_id)
+            return AsyncPolling(self._client, self._stream, shard_id, self._view)
         assert self._listing is not None
         return AsyncSubscribing(self._fanout, self.consumer_arn, shard_id, self._listing)
 
@@ -494,7 +528,12 @@ class Consumer:
             finally:
                 await transport.aclose()
             if ended.gone:
-                logger.warning("shard %s of %s is gone; not reading it", shard_id, self.stream)
+                logger.warning(
+                    "shard %s of %s is no longer listed (past the retention period); not "
+                    "reading it",
+                    shard_id,
+                    self.stream,
+                )
                 self._lineage.shard_gone(shard_id)
             else:
                 self._lineage.add_children(ended.children)

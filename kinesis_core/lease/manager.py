@@ -24,6 +24,7 @@ from kinesis_core.checkpoint.base import (
     CheckpointValue,
     LeaseStore,
     checkpoint_order,
+    same_incarnation,
 )
 from kinesis_core.lease.coordinator import LeaseConfig, LeaseCoordinator, Take
 
@@ -62,6 +63,9 @@ class LeaseManager:
         self._on_lost = on_lost
         self._on_scan = on_scan
         self._clock = clock
+        self.stream_created_ms: int | None = None
+        """The creation time of the stream, written with every checkpoint (the incarnation
+        the positions belong to); set once the stream was described."""
         self._rows: dict[str, Checkpoint] = {}
         """Per lease, the row as this worker last wrote it; for a held lease its counter
         fences the next write."""
@@ -147,6 +151,7 @@ class LeaseManager:
                 expected=None,
                 parent_shard_ids=parents,
                 hash_range=hash_range,
+                stream_created_ms=self.stream_created_ms,
             )
         except CheckpointConflictError:
             self._known.add(shard_id)
@@ -169,7 +174,10 @@ class LeaseManager:
             if not self.coordinator.holds(shard_id):
                 return False
             current = self._rows[shard_id]
-            if current.value == value or checkpoint_order(value) < checkpoint_order(current.value):
+            created = self.stream_created_ms
+            if same_incarnation(current, created) and (
+                current.value == value or checkpoint_order(value) < checkpoint_order(current.value)
+            ):
                 return True
             sent_at = self._clock()
             try:
@@ -181,6 +189,7 @@ class LeaseManager:
                     expected=current,
                     parent_shard_ids=parents,
                     child_shard_ids=children,
+                    stream_created_ms=created,
                 )
             except CheckpointConflictError as exc:
                 self._lose(shard_id, f"checkpoint refused: {exc}")

@@ -38,6 +38,7 @@ from kinesis_core.records import SubRecord
 
 HALF = MAX_HASH_KEY // 2
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+CREATED = datetime(2025, 1, 1, tzinfo=timezone.utc)
 SECOND = 1_000_000
 
 
@@ -167,6 +168,14 @@ class FakeKinesis:
     def list_shards(self, **kw: Any) -> dict[str, Any]:
         self.calls.append(("ListShards", kw.get("ShardFilter", {}).get("Type", "")))
         return {"Shards": [s.api() for s in self.shards.values()]}
+
+    def describe_stream_summary(self, **kw: Any) -> dict[str, Any]:
+        return {
+            "StreamDescriptionSummary": {
+                "StreamCreationTimestamp": CREATED,
+                "RetentionPeriodHours": 24,
+            }
+        }
 
     def close(self) -> None:
         """The botocore client's close: nothing to release."""

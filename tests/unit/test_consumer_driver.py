@@ -57,6 +57,7 @@ class FakeKinesis:
         self.faults: dict[str, list[ClientError]] = defaultdict(list)
         self.calls: dict[str, int] = defaultdict(int)
         self.shard_filters: list[dict[str, Any] | None] = []
+        self.created = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
     def _new_shard(self, start: int, end: int, parents: tuple[str, ...]) -> FakeShard:
         shard = FakeShard(f"shardId-{next(self._ids):012d}", start, end, parents)
@@ -135,6 +136,15 @@ class FakeKinesis:
         if start + 2 < len(ids):
             response["NextToken"] = f"{'latest' if open_only else 'all'}:{start + 2}"
         return response
+
+    async def describe_stream_summary(self, **kwargs: Any) -> dict[str, Any]:
+        self._fault("DescribeStreamSummary")
+        return {
+            "StreamDescriptionSummary": {
+                "StreamCreationTimestamp": self.created,
+                "RetentionPeriodHours": 24,
+            }
+        }
 
     async def get_shard_iterator(self, **kwargs: Any) -> dict[str, Any]:
         self._fault("GetShardIterator")
@@ -349,7 +359,7 @@ def test_a_missing_stream_fails_at_start() -> None:
         fake = FakeKinesis(1)
         fake.faults["ListShards"].append(client_error("ResourceNotFoundException"))
         with pytest.raises(
-            KinesisServiceError, match="listing the shards of stream failed"
+            KinesisServiceError, match="starting to read stream failed"
         ) as info:
             async with consumer(fake, MemoryCheckpointStore()):
                 pass
