@@ -34,13 +34,14 @@ from beam_kinesis.restriction import (
     partition,
 )
 from kinesis_core.checkpoint import Checkpoint, CheckpointStore, CheckpointValue
-from kinesis_core.client import create_botocore_client
+from kinesis_core.client import create_botocore_client, error_kind
 from kinesis_core.consumer import Checkpointer
 from kinesis_core.consumer.checkpointer import settle_incarnation
 from kinesis_core.consumer.incarnation import StreamFacts
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.positions import LATEST
 from kinesis_core.consumer.reading import sync_list_shards
+from kinesis_core.errors import KinesisServiceError
 from kinesis_core.loop_thread import LoopThread
 from kinesis_core.shard_map import ShardInfo
 from kinesis_core.stream import StreamRef
@@ -142,24 +143,30 @@ class ReadFn(beam.DoFn, RestrictionProvider):
         self, client: Any, stream: StreamRef, store: CheckpointStore | None
     ) -> tuple[StreamFacts, list[Checkpoint], list[ShardInfo]]:
         """The stream's facts, the stored rows and the shards to start from (all of them when
-        there are rows; else those the start position can read)."""
+        there are rows; else those the start position can read). Service errors raise as a
+        :class:`KinesisServiceError` naming the stream, as the core consumer's start does."""
         position = self._spec.initial_position
-        facts = StreamFacts.from_response(client.describe_stream_summary(**stream.params()))
-        rows: list[Checkpoint] = []
-        if store is not None:
-            rows = LoopThread.get().run(
-                store.list(self._spec.application_name, stream.name), _STORE_TIMEOUT
-            )
-        if rows:
-            shards = sync_list_shards(client, stream)
-        elif position.timestamp is not None:
-            shard_filter = {"Type": "AT_TIMESTAMP", "Timestamp": position.timestamp}
-            shards = sync_list_shards(client, stream, shard_filter)
-        elif position == LATEST:
-            listed = sync_list_shards(client, stream, {"Type": "AT_LATEST"})
-            shards = [s for s in listed if s.is_open]  # moto ignores ShardFilter
-        else:
-            shards = sync_list_shards(client, stream, {"Type": "AT_TRIM_HORIZON"})
+        try:
+            facts = StreamFacts.from_response(client.describe_stream_summary(**stream.params()))
+            rows: list[Checkpoint] = []
+            if store is not None:
+                rows = LoopThread.get().run(
+                    store.list(self._spec.application_name, stream.name), _STORE_TIMEOUT
+                )
+            if rows:
+                shards = sync_list_shards(client, stream)
+            elif position.timestamp is not None:
+                shard_filter = {"Type": "AT_TIMESTAMP", "Timestamp": position.timestamp}
+                shards = sync_list_shards(client, stream, shard_filter)
+            elif position == LATEST:
+                listed = sync_list_shards(client, stream, {"Type": "AT_LATEST"})
+                shards = [s for s in listed if s.is_open]  # moto ignores ShardFilter
+            else:
+                shards = sync_list_shards(client, stream, {"Type": "AT_TRIM_HORIZON"})
+        except Exception as exc:
+            if error_kind(exc) is None:
+                raise
+            raise KinesisServiceError.wrap(exc, f"starting to read {stream}") from exc
         return facts, rows, shards
 
     def split(self, element: str, restriction: KinesisRestriction) -> Iterator[KinesisRestriction]:

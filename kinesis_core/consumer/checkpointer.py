@@ -4,10 +4,11 @@ and the check at start that stored rows belong to the stream as it is now."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import warnings
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from kinesis_core.checkpoint.base import (
     Checkpoint,
@@ -29,9 +30,32 @@ from kinesis_core.shard_map import ShardInfo
 
 logger = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+
 
 class SharedCheckpointsWarning(UserWarning):
     """Another consumer writes the same checkpoint rows: both read every shard."""
+
+
+async def landed(write: Awaitable[_T], keep: Callable[[_T], None]) -> _T:
+    """Await a store write that cancellation must not cut off halfway; ``keep`` takes the
+    row it wrote, whether or not the caller was cancelled meanwhile.
+
+    A write may land after its caller was cancelled (an SQLite write runs to its commit on its
+    own thread; a request already sent is applied). A writer that forgot it would expect the
+    old row next time and lose its compare-and-set to itself. So a cancelled caller first
+    waits for the write to finish and keeps its row, then is cancelled.
+    """
+    task = asyncio.ensure_future(write)
+    try:
+        row = await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait({task})
+        if not task.cancelled() and task.exception() is None:
+            keep(task.result())
+        raise
+    keep(row)
+    return row
 
 
 class Checkpointer:
@@ -39,6 +63,9 @@ class Checkpointer:
 
     Writes are serialized per shard. A lost compare-and-set adopts the stored row; the write is
     retried only if the stored value is still behind, so a checkpoint never moves backwards.
+    A write cancelled in flight is waited for (:func:`landed`), so the next one expects the row
+    it left.
+
     ``stream_created_ms`` (set once the stream was described) goes with every write: the
     incarnation of the stream the positions belong to.
 
@@ -94,15 +121,18 @@ class Checkpointer:
                 # the first version of the protocol do not take them.
                 extra: dict[str, Any] = {"child_shard_ids": children} if children else {}
                 try:
-                    self._rows[shard_id] = await self.store.put(
-                        self.application,
-                        self.stream,
-                        shard_id,
-                        value,
-                        expected=current,
-                        parent_shard_ids=parents,
-                        stream_created_ms=created,
-                        **extra,
+                    await landed(
+                        self.store.put(
+                            self.application,
+                            self.stream,
+                            shard_id,
+                            value,
+                            expected=current,
+                            parent_shard_ids=parents,
+                            stream_created_ms=created,
+                            **extra,
+                        ),
+                        functools.partial(self._rows.__setitem__, shard_id),
                     )
                     return True
                 except CheckpointConflictError as exc:

@@ -28,13 +28,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from kinesis_core.backoff import Backoff, ceiling
+from kinesis_core.backoff import ceiling
 from kinesis_core.checkpoint.base import (
     SHARD_END,
     Checkpoint,
@@ -61,7 +62,7 @@ from kinesis_core.consumer.reading import (
 )
 from kinesis_core.consumer.status import ShardStatus
 from kinesis_core.consumer.subscription import SubscriptionRead
-from kinesis_core.consumer.transport import AsyncTransport, ShardRead
+from kinesis_core.consumer.transport import AsyncTransport, Backoff, ShardRead
 from kinesis_core.errors import ConfigurationError, KinesisServiceError
 from kinesis_core.lease import LeaseManager
 from kinesis_core.lifecycle import Event, Lifecycle, State
@@ -73,8 +74,11 @@ from kinesis_core.stream import StreamRef
 logger = logging.getLogger(__name__)
 
 DEFAULT_CHECKPOINT_PATH = "kinesis-checkpoints.sqlite3"
-_UNREACHABLE_ATTEMPTS = 3
-"""``start`` gives up after this many ListShards attempts that reached no endpoint at all."""
+_UNREACHABLE_ATTEMPTS = 5
+"""``start`` gives up after this many attempts that reached no endpoint at all (waiting
+:data:`_START_BACKOFF` between them: 1.5 to 3 s in all)."""
+_START_BACKOFF = Backoff(0.2, 2.0)
+_draw = random.random
 _DRAIN_POLL = 0.02
 """Seconds between looks at a frontier while waiting for acks. Acks are plain synchronous
 calls that must stay cheap per record, so nothing wakes a waiter on each; waiting for acks
@@ -430,20 +434,18 @@ class Consumer:
         self._start_ready()
 
     async def _first_discovery(self) -> None:
-        """Discovery at start: describe the stream, check the stored checkpoints against it,
-        list the shards. Errors that may pass (throttling, a 5xx, a stream still being
-        created) are retried with backoff for ``start_timeout`` seconds, an endpoint that
-        does not answer at all for a few attempts; the rest (no such
-        stream, access denied, checkpoints of another incarnation) raise from ``start`` at
-        once, naming the cause.
+        """Discovery at start: describe the stream, check the stored checkpoints against it, list
+        the shards. Errors that may pass (throttling, a 5xx, a stream still being created) are
+        retried with backoff for ``start_timeout`` seconds, an endpoint that does not answer at all
+        for :data:`_UNREACHABLE_ATTEMPTS` attempts; the rest (no such stream, access denied,
+        checkpoints of another incarnation) raise from ``start`` at once, naming the cause.
 
         An application with no checkpoints yet lists only the shards its initial position can
         read (the KCL's rule for an empty lease table). Every later listing is complete: a
         filtered one could hide a parent that must be read before its children.
         """
         deadline = time.monotonic() + self.config.start_timeout
-        backoff = Backoff(0.2, 2.0)
-        no_answer = 0
+        failures = no_answer = 0
         while True:
             try:
                 await self._discover(first=True)
@@ -451,18 +453,25 @@ class Consumer:
                     return
                 # No shard at all: a stream still being created lists none (kinesis-mock).
                 logger.info("%s lists no shards yet; waiting for it", self.stream)
-                await asyncio.sleep(min(backoff.failed("start", time.monotonic()), 1.0))
+                failures += 1
+                await asyncio.sleep(min(_START_BACKOFF.delay(failures, _draw()), 1.0))
                 continue
             except Exception as exc:
                 kind = error_kind(exc)
                 if kind is None:
                     raise
                 no_answer += unreachable(exc)
+                failures += 1
                 now = time.monotonic()
                 if not kind.retryable or now >= deadline or no_answer >= _UNREACHABLE_ATTEMPTS:
                     raise KinesisServiceError.wrap(exc, f"starting to read {self.stream}") from exc
-                logger.warning("starting to read %s failed; retrying", self.stream)
-                await asyncio.sleep(min(backoff.failed("start", now), deadline - now))
+                delay = min(_START_BACKOFF.delay(failures, _draw()), deadline - now)
+                logger.warning(
+                    "%s; retrying in %.1f s",
+                    KinesisServiceError.wrap(exc, f"starting to read {self.stream}"),
+                    delay,
+                )
+                await asyncio.sleep(delay)
 
     async def _discovery_loop(self) -> None:
         while True:
@@ -474,7 +483,9 @@ class Consumer:
             except Exception as exc:
                 if error_kind(exc) is ErrorKind.NOT_FOUND:
                     # The stream was deleted: no retry brings it back; the iterator raises.
-                    self._fail(exc)
+                    wrapped = KinesisServiceError.wrap(exc, f"listing the shards of {self.stream}")
+                    wrapped.__cause__ = exc
+                    self._fail(wrapped)
                     return
                 logger.warning("shard discovery of %s failed; retrying", self.stream, exc_info=True)
 

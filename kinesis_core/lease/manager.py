@@ -26,6 +26,7 @@ from kinesis_core.checkpoint.base import (
     checkpoint_order,
     same_incarnation,
 )
+from kinesis_core.consumer.checkpointer import landed
 from kinesis_core.lease.coordinator import LeaseConfig, LeaseCoordinator, Take
 
 logger = logging.getLogger(__name__)
@@ -180,22 +181,29 @@ class LeaseManager:
             ):
                 return True
             sent_at = self._clock()
+
+            def keep(row: Checkpoint) -> None:
+                self._rows[shard_id] = row
+                self.coordinator.renewed(shard_id, sent_at)
+
             try:
-                row = await self.store.put(
-                    self.application,
-                    self.stream,
-                    shard_id,
-                    value,
-                    expected=current,
-                    parent_shard_ids=parents,
-                    child_shard_ids=children,
-                    stream_created_ms=created,
+                # Waited for even if this is cancelled: the next write expects its row.
+                await landed(
+                    self.store.put(
+                        self.application,
+                        self.stream,
+                        shard_id,
+                        value,
+                        expected=current,
+                        parent_shard_ids=parents,
+                        child_shard_ids=children,
+                        stream_created_ms=created,
+                    ),
+                    keep,
                 )
             except CheckpointConflictError as exc:
                 self._lose(shard_id, f"checkpoint refused: {exc}")
                 return False
-            self._rows[shard_id] = row
-            self.coordinator.renewed(shard_id, sent_at)
             return True
 
     async def release(self, shard_id: str) -> None:
