@@ -27,6 +27,7 @@ PURE = [
     "kinesis_core.consumer",
     "kinesis_core.consumer.config",
     "kinesis_core.consumer.frontier",
+    "kinesis_core.consumer.incarnation",
     "kinesis_core.consumer.lineage",
     "kinesis_core.consumer.polling",
     "kinesis_core.consumer.positions",
