@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, NoReturn
+from typing import Any, Generic, NoReturn, TypeVar
 
 from kinesis_core.classify import ErrorKind, error_details, error_message
 from kinesis_core.client import error_kind
@@ -53,6 +53,8 @@ from kinesis_core.stream import StreamRef
 
 logger = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+
 VIEW_MAX_AGE = 1.0
 """Seconds a :class:`~.transport.StreamView` serves every reader of a consumer: when many
 shards meet a refusal at once (a stream deleted or trimmed), one look answers them all."""
@@ -62,10 +64,33 @@ class ShardReadError(KinesisServiceError):
     """A shard's reader gave up (a :class:`~.transport.Failed` action)."""
 
 
-class AsyncStreamView:
+class Shared(Generic[_T]):
+    """One answer to ``fetch()`` shared by many callers, fetched again (by one of them at a
+    time) once it is older than ``max_age`` seconds."""
+
+    def __init__(
+        self,
+        fetch: Callable[[], Awaitable[_T]],
+        max_age: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._fetch = fetch
+        self._max_age = max_age
+        self._clock = clock
+        self._value: tuple[float, _T] | None = None
+        self._lock = asyncio.Lock()
+
+    async def get(self) -> _T:
+        async with self._lock:
+            if self._value is None or self._clock() - self._value[0] > self._max_age:
+                value = await self._fetch()
+                self._value = (self._clock(), value)
+            return self._value[1]
+
+
+class AsyncStreamView(Shared[StreamView]):
     """The answer to :class:`~.transport.CheckStream` (ListShards, all pages, and
-    DescribeStreamSummary) on an aiobotocore client, shared by the readers of a consumer and
-    looked up again when older than ``max_age`` seconds."""
+    DescribeStreamSummary) on an aiobotocore client, shared by the readers of a consumer."""
 
     def __init__(
         self,
@@ -74,22 +99,12 @@ class AsyncStreamView:
         max_age: float = VIEW_MAX_AGE,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._client = client
-        self._stream = stream
-        self._max_age = max_age
-        self._clock = clock
-        self._view: StreamView | None = None
-        self._at = float("-inf")
-        self._lock = asyncio.Lock()
+        async def look() -> StreamView:
+            shards = await list_all_shards(client, stream)
+            summary = await client.describe_stream_summary(**stream.params())
+            return StreamView(shards, StreamFacts.from_response(summary))
 
-    async def get(self) -> StreamView:
-        async with self._lock:
-            if self._view is None or self._clock() - self._at > self._max_age:
-                shards = await list_all_shards(self._client, self._stream)
-                summary = await self._client.describe_stream_summary(**self._stream.params())
-                self._view = StreamView(shards, StreamFacts.from_response(summary))
-                self._at = self._clock()
-            return self._view
+        super().__init__(look, max_age, clock)
 
 
 class AsyncPolling:
@@ -180,20 +195,10 @@ class AsyncShardListing:
         max_age: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._client = client
-        self._stream = stream
-        self._max_age = max_age
-        self._clock = clock
-        self._shards: list[ShardInfo] = []
-        self._at = float("-inf")
-        self._lock = asyncio.Lock()
+        self._listing = Shared(lambda: list_all_shards(client, stream), max_age, clock)
 
     async def check(self, shard_id: str) -> ShardCheck:
-        async with self._lock:
-            if self._clock() - self._at > self._max_age:
-                self._shards = await list_all_shards(self._client, self._stream)
-                self._at = self._clock()
-        return shard_check(self._shards, shard_id)
+        return shard_check(await self._listing.get(), shard_id)
 
 
 def shard_check(shards: list[ShardInfo], shard_id: str) -> ShardCheck:
