@@ -49,7 +49,11 @@ from kinesis_core.consumer import fastparse
 from kinesis_core.consumer.checkpointer import Checkpointer, settle_incarnation
 from kinesis_core.consumer.config import ConsumerConfig, EnhancedFanOut
 from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier
-from kinesis_core.consumer.incarnation import StreamFacts
+from kinesis_core.consumer.incarnation import (
+    StreamFacts,
+    StreamRecreatedError,
+    recreated_while_read,
+)
 from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
 from kinesis_core.consumer.polling import PollingRead
 from kinesis_core.consumer.positions import InitialPosition
@@ -405,9 +409,15 @@ class Consumer:
     async def _discover(self, *, first: bool = False) -> None:
         config = self.config
         app, name = config.application_name, self._stream.name
-        if first:
-            summary = await self._client.describe_stream_summary(**self._stream.params())
-            facts = StreamFacts.from_response(summary)
+        summary = await self._client.describe_stream_summary(**self._stream.params())
+        facts = StreamFacts.from_response(summary)
+        known = self.stream_facts
+        if known is not None and facts.created_ms != known.created_ms:
+            # Deleted and created again since start (a server that still answers the old
+            # iterators, as moto does, would let the readers skip its records).
+            raise recreated_while_read(
+                f"discovery of {self.stream}", self.stream, known.created_ms, facts.created_ms
+            )
         rows = await self._store.list(app, name)
         shard_filter = config.initial_position.shard_filter() if first and not rows else None
         shards = await list_all_shards(self._client, self._stream, shard_filter)
@@ -480,6 +490,9 @@ class Consumer:
             self._refresh.clear()
             try:
                 await self._discover()
+            except StreamRecreatedError as exc:
+                self._fail(exc)
+                return
             except Exception as exc:
                 if error_kind(exc) is ErrorKind.NOT_FOUND:
                     # The stream was deleted: no retry brings it back; the iterator raises.

@@ -162,6 +162,22 @@ def reset_message(
     )
 
 
+def recreated_while_read(
+    where: str, stream: str, incarnation: int, created_ms: int
+) -> StreamRecreatedError:
+    """The error of a reader that finds its stream created again since it started."""
+    return StreamRecreatedError(
+        f"{where}: stream {stream!r} was deleted and created again while it was read "
+        f"(created {timestamp_text(incarnation)}, now {timestamp_text(created_ms)}); its "
+        "positions mean nothing in the new stream. Start again: on_stream_recreated "
+        "(ConsumerConfig) then says whether to fail or to read the new stream from the "
+        "initial position.",
+        stream=stream,
+        stored_created_ms=(incarnation,),
+        created_ms=created_ms,
+    )
+
+
 class Refusal(enum.Enum):
     """What a fresh look at the stream says of a refused position or a vanished shard."""
 
@@ -199,17 +215,8 @@ def judge_refusal(
     """
     where = f"shard {shard_id} of {stream}"
     if incarnation is not None and facts.created_ms != incarnation:
-        message = (
-            f"{where}: stream {stream!r} was deleted and created again while it was read "
-            f"(created {timestamp_text(incarnation)}, now {timestamp_text(facts.created_ms)}); "
-            "its positions mean nothing in the new stream. Start again: on_stream_recreated "
-            "(ConsumerConfig) then says whether to fail or to read the new stream from the "
-            "initial position."
-        )
-        error = StreamRecreatedError(
-            message, stream=stream, stored_created_ms=(incarnation,), created_ms=facts.created_ms
-        )
-        return Verdict(Refusal.RECREATED, message, error)
+        error = recreated_while_read(where, stream, incarnation, facts.created_ms)
+        return Verdict(Refusal.RECREATED, str(error), error)
     info = next((s for s in shards if s.shard_id == shard_id), None)
     if info is None:
         return Verdict(

@@ -153,6 +153,33 @@ def test_a_consumer_refuses_positions_of_the_earlier_stream_or_resets_them(
     asyncio.run(store.close())
 
 
+def test_a_stream_recreated_while_read_raises(make_stream: Any) -> None:
+    """moto answers the earlier stream's iterators from the new stream (skipping its first
+    records); kinesis-mock refuses them. Either way the reader raises, by the next discovery
+    at the latest."""
+    stream: LocalStream = make_stream(1)
+    stream.put(b"old", "k")
+
+    async def main() -> BaseException:
+        async with Consumer(
+            stream.name,
+            consumer_config=READER,
+            client_config=stream.client_config,
+            checkpoint_store=MemoryCheckpointStore(),
+            shard_refresh_interval=1.0,
+        ) as consumer:
+            first = await asyncio.wait_for(consumer.__anext__(), HANG)
+            first.ack()
+            await asyncio.to_thread(stream.recreate, 1)
+            await asyncio.to_thread(stream.put, b"new", "k")
+            with pytest.raises(StreamRecreatedError) as raised:
+                await asyncio.wait_for(consumer.__anext__(), HANG)
+            return raised.value
+
+    error = asyncio.run(main())
+    assert "deleted and created again while it was read" in str(error)
+
+
 async def readme_run(stream: LocalStream, path: Path, **options: Any) -> None:
     """The README's core snippet, against ``stream``: write one record, read from TRIM_HORIZON
     with a SQLite checkpoint file until that record comes."""
