@@ -105,6 +105,7 @@ class ShardReaders:
                 cursor.shard_id,
                 self._check,
                 self._wake,
+                fan_out.kinesis,
             )
             return SubscriptionRead(node, start, efo.subscription), transport
         machine = PollingRead(
@@ -181,6 +182,9 @@ class _FanOut:
         self._exit = contextlib.AsyncExitStack()
         self.consumer_arn = ""
         self.client: Any = None
+        """The FanOutClient."""
+        self.kinesis: Any = None
+        """The aiobotocore Kinesis client (registration, DescribeStreamConsumer)."""
         LoopThread.get().run(self._start(), _LOOP_TIMEOUT)
 
     async def _start(self) -> None:
@@ -189,8 +193,18 @@ class _FanOut:
         efo = self._spec.fan_out
         assert efo is not None
         config = self._spec.client_config
+        # Made first: it refuses to be made without h2 and h11, and nothing may be registered
+        # then (a consumer costs money and counts toward the stream's 20).
+        fanout = FanOutClient(
+            config,
+            max_subscription_seconds=efo.max_subscription_seconds,
+            max_buffered_bytes=efo.max_buffered_bytes,
+            http_version=efo.http_version,
+        )
         try:
-            client = await self._exit.enter_async_context(create_kinesis_client(config))
+            client = self.kinesis = await self._exit.enter_async_context(
+                create_kinesis_client(config)
+            )
             registered = await self._exit.enter_async_context(
                 RegisteredConsumer(
                     client,
@@ -201,14 +215,7 @@ class _FanOut:
                 )
             )
             self.consumer_arn = registered.consumer_arn
-            self.client = await self._exit.enter_async_context(
-                FanOutClient(
-                    config,
-                    max_subscription_seconds=efo.max_subscription_seconds,
-                    max_buffered_bytes=efo.max_buffered_bytes,
-                    http_version=efo.http_version,
-                )
-            )
+            self.client = await self._exit.enter_async_context(fanout)
         except BaseException:
             await self._exit.aclose()
             raise

@@ -186,6 +186,11 @@ class SQLiteCheckpointStore:
         return conn
 
     def _open_read_only(self) -> sqlite3.Connection:
+        if os.path.isdir(self.path):
+            raise ConfigurationError(
+                f"checkpoint file {self.path!r} is a directory, not a checkpoint file "
+                "(give the SQLite file the consumers write)"
+            )
         if not os.path.isfile(self.path):
             raise ConfigurationError(f"checkpoint file {self.path!r} does not exist")
         uri = f"file:{urllib.parse.quote(os.path.abspath(self.path))}?mode=ro"

@@ -8,6 +8,7 @@ a mistake is reported where it was written rather than when a worker starts.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -127,11 +128,19 @@ class ConsumerConfig:
                 "application_name", f"must be a non-empty string, got {self.application_name!r}"
             )
         object.__setattr__(self, "initial_position", parse_initial_position(self.initial_position))
+        # An infinite interval would mean "never" (no checkpoint, no new shard, no read after
+        # the first empty one); an infinite timeout means "wait as long as it takes".
         for name in ("checkpoint_interval", "shard_refresh_interval"):
-            _seconds(name, getattr(self, name), minimum=0.0, inclusive=False)
+            _seconds(name, getattr(self, name), minimum=0.0, inclusive=False, finite=True)
         _seconds("close_timeout", self.close_timeout, minimum=0.0, inclusive=True)
         _seconds("start_timeout", self.start_timeout, minimum=0.0, inclusive=True)
-        _seconds("idle_interval", self.idle_interval, minimum=MIN_CALL_INTERVAL, inclusive=True)
+        _seconds(
+            "idle_interval",
+            self.idle_interval,
+            minimum=MIN_CALL_INTERVAL,
+            inclusive=True,
+            finite=True,
+        )
         if not isinstance(self.auto_ack, bool):
             raise ConfigurationError("auto_ack", f"must be True or False, got {self.auto_ack!r}")
         _integer("max_queued_batches", self.max_queued_batches, 1, None)
@@ -178,14 +187,19 @@ class ConsumerConfig:
         return PollingOptions(limit=self.max_records_per_call, idle_interval=self.idle_interval)
 
 
-def _seconds(name: str, value: object, *, minimum: float, inclusive: bool) -> None:
+def _seconds(
+    name: str, value: object, *, minimum: float, inclusive: bool, finite: bool = False
+) -> None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     if ok:
         assert isinstance(value, (int, float))
-        ok = value >= minimum if inclusive else value > minimum
+        ok = (value >= minimum if inclusive else value > minimum) and (
+            not finite or math.isfinite(value)
+        )
     if not ok:
         bound = ">=" if inclusive else ">"
-        raise ConfigurationError(name, f"must be {bound} {minimum:g} seconds, got {value!r}")
+        also = " (and finite)" if finite else ""
+        raise ConfigurationError(name, f"must be {bound} {minimum:g} seconds{also}, got {value!r}")
 
 
 def _integer(name: str, value: object, minimum: int, maximum: int | None) -> None:

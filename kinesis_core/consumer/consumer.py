@@ -249,6 +249,14 @@ class Consumer:
         every shard's subscription goes through."""
         from kinesis_core.fanout import FanOutClient, RegisteredConsumer
 
+        # Made first: it refuses to be made without h2 and h11, and nothing may be registered
+        # then (a consumer costs money and counts toward the stream's 20).
+        fanout = FanOutClient(
+            self._client_config or ClientConfig.from_env(),
+            max_subscription_seconds=efo.max_subscription_seconds,
+            max_buffered_bytes=efo.max_buffered_bytes,
+            http_version=efo.http_version,
+        )
         registered = await self._exit.enter_async_context(
             RegisteredConsumer(
                 self._client,
@@ -260,14 +268,7 @@ class Consumer:
             )
         )
         self.consumer_arn = registered.consumer_arn
-        self._fanout = await self._exit.enter_async_context(
-            FanOutClient(
-                self._client_config or ClientConfig.from_env(),
-                max_subscription_seconds=efo.max_subscription_seconds,
-                max_buffered_bytes=efo.max_buffered_bytes,
-                http_version=efo.http_version,
-            )
-        )
+        self._fanout = await self._exit.enter_async_context(fanout)
         self._listing = AsyncShardListing(
             self._client, self._stream, max_age=efo.closed_check_interval / 2
         )
@@ -539,7 +540,9 @@ class Consumer:
         if self.consumer_arn is None:
             return AsyncPolling(self._client, self._stream, shard_id, self._view)
         assert self._listing is not None
-        return AsyncSubscribing(self._fanout, self.consumer_arn, shard_id, self._listing)
+        return AsyncSubscribing(
+            self._fanout, self.consumer_arn, shard_id, self._listing, self._client
+        )
 
     async def _read_shard(self, run: _ShardRun) -> None:
         shard_id = run.node.shard_id

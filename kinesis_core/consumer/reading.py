@@ -29,6 +29,7 @@ from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.polling import GetIterator, GetRecords
 from kinesis_core.consumer.subscription import (
     PENDING,
+    CheckConsumer,
     CheckShard,
     NextEvent,
     ShardCheck,
@@ -47,6 +48,7 @@ from kinesis_core.consumer.transport import (
     Wait,
 )
 from kinesis_core.errors import KinesisServiceError
+from kinesis_core.fanout.consumers import consumer_check
 from kinesis_core.records import KinesisRecord
 from kinesis_core.shard_map import ShardInfo, list_all_shards
 from kinesis_core.stream import StreamRef
@@ -213,15 +215,22 @@ def shard_check(shards: list[ShardInfo], shard_id: str) -> ShardCheck:
 class AsyncSubscribing:
     """SubscribeToShard for one shard through a :class:`~kinesis_core.fanout.FanOutClient`
     (the caller owns it): one open subscription at a time, closed on every error, at its
-    end, and by :meth:`aclose`."""
+    end, and by :meth:`aclose`. ``client`` (an aiobotocore Kinesis client) describes the
+    consumer when the machine asks (:class:`~.subscription.CheckConsumer`)."""
 
     def __init__(
-        self, fanout: Any, consumer_arn: str, shard_id: str, listing: AsyncShardListing
+        self,
+        fanout: Any,
+        consumer_arn: str,
+        shard_id: str,
+        listing: AsyncShardListing,
+        client: Any,
     ) -> None:
         self._fanout = fanout
         self._consumer_arn = consumer_arn
         self._shard_id = shard_id
         self._listing = listing
+        self._client = client
         self._subscription: Any = None
 
     async def call(self, call: Call) -> Any:
@@ -244,6 +253,8 @@ class AsyncSubscribing:
             return self._subscription
         if isinstance(call, CheckShard):
             return await self._listing.check(self._shard_id)
+        if isinstance(call, CheckConsumer):
+            return await consumer_check(self._client, self._consumer_arn)
         raise TypeError(f"a subscription cannot execute {call!r}")
 
     async def aclose(self) -> None:
@@ -270,7 +281,8 @@ class SyncSubscribing:
     None when the subscription ended, or :data:`~.subscription.PENDING`; ``wake`` is set
     whenever an event lands, so the engine's wait ends early. Reading only ``prefetch`` ahead
     is the backpressure (HTTP/2 flow control stops the server beyond it). A subscription
-    outlives calls and bundles until :meth:`close`.
+    outlives calls and bundles until :meth:`close`. ``client``, an aiobotocore Kinesis client
+    of that loop, describes the consumer when the machine asks.
     """
 
     def __init__(
@@ -281,6 +293,7 @@ class SyncSubscribing:
         shard_id: str,
         check: Callable[[str], ShardCheck],
         wake: threading.Event,
+        client: Any,
         *,
         prefetch: int = 2,
         timeout: float = 60.0,
@@ -290,6 +303,7 @@ class SyncSubscribing:
         self._consumer_arn = consumer_arn
         self._shard_id = shard_id
         self._check = check
+        self._client = client
         self._wake = wake
         self._prefetch = prefetch
         self._timeout = timeout
@@ -317,6 +331,8 @@ class SyncSubscribing:
             return self._pump
         if isinstance(call, CheckShard):
             return self._check(self._shard_id)
+        if isinstance(call, CheckConsumer):
+            return self._loop.run(consumer_check(self._client, self._consumer_arn), self._timeout)
         raise TypeError(f"a subscription cannot execute {call!r}")
 
     async def _open(self, starting_position: dict[str, Any]) -> None:

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         RegisteredConsumer as RegisteredConsumer,
         StreamConsumer as StreamConsumer,
         check_consumer_of_stream as check_consumer_of_stream,
+        consumer_check as consumer_check,
         deregister_consumer as deregister_consumer,
         describe_stream_arn as describe_stream_arn,
         parse_consumer_arn as parse_consumer_arn,

@@ -1,6 +1,7 @@
 """FanOutClient against a small HTTP/2 server on loopback (h2's server side, TLS with ALPN and a
 throwaway self-signed certificate): flow control over a real socket, stream limits, GOAWAY,
-RST_STREAM and a server that ends the stream."""
+RST_STREAM, a server that ends the stream, and one that refuses a SubscribeToShard arriving
+within a second of the previous one, as AWS does."""
 
 from __future__ import annotations
 
@@ -23,13 +24,21 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from kinesis_core.checkpoint.base import Sentinel
 from kinesis_core.client import ClientConfig
+from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier
+from kinesis_core.consumer.lineage import ShardNode
+from kinesis_core.consumer.positions import TRIM_HORIZON as TRIM_HORIZON_START
+from kinesis_core.consumer.reading import AsyncShardListing, AsyncSubscribing, run_shard_read
+from kinesis_core.consumer.subscription import SubscriptionRead
 from kinesis_core.fanout import (
     FanOutClient,
     FanOutTimeoutError,
     FanOutTransportError,
     SubscribeEvent,
 )
+from kinesis_core.hashing import MAX_HASH_KEY
+from kinesis_core.stream import StreamRef
 from tests.fanout_frames import CONSUMER_ARN, initial_response, record, subscribe_event
 
 pytestmark = pytest.mark.integration
@@ -37,6 +46,7 @@ pytestmark = pytest.mark.integration
 SHARD = "shardId-000000000000"
 TRIM_HORIZON = {"Type": "TRIM_HORIZON"}
 EVENTS = [subscribe_event([record(n, bytes([n]) * 16_000)], str(n)) for n in range(1, 41)]
+RATE_EXCEEDED = b'{"__type": "LimitExceededException", "message": "Rate exceeded for consumer"}'
 
 
 @pytest.fixture(scope="module")
@@ -92,13 +102,37 @@ class _Connection(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self.server.connections += 1
+        self.early: list[bytes] | None = []
+        # A slow handshake (a far region, a TLS handshake): the client waits for SETTINGS.
+        asyncio.get_running_loop().call_later(self.server.handshake_delay, self.settle)
+
+    def settle(self) -> None:
         self.conn.initiate_connection()
         self.flush()
+        early, self.early = self.early or [], None
+        for data in early:
+            self.data_received(data)
 
     def data_received(self, data: bytes) -> None:
+        if self.early is not None:
+            self.early.append(data)
+            return
         for event in self.conn.receive_data(data):
             if isinstance(event, h2.events.RequestReceived):
                 self.server.requests.append(dict(event.headers or ()))
+                now = asyncio.get_running_loop().time()
+                arrivals = self.server.arrivals
+                too_soon = bool(arrivals) and now - arrivals[-1] < self.server.refuse_within
+                arrivals.append(now)
+                if too_soon:
+                    # AWS: more than one SubscribeToShard per second per shard and consumer.
+                    self.server.refused += 1
+                    self.conn.send_headers(
+                        event.stream_id,
+                        [(b":status", b"400"), (b"content-type", b"application/json")],
+                    )
+                    self.conn.send_data(event.stream_id, RATE_EXCEEDED, end_stream=True)
+                    continue
                 if self.server.error is not None:
                     status, body = self.server.error
                     self.conn.send_headers(
@@ -165,9 +199,17 @@ class H2Server:
         max_concurrent_streams: int | None = None,
         tls: ssl.SSLContext | None = None,
         error: tuple[int, bytes] | None = None,
+        handshake_delay: float = 0.0,
+        refuse_within: float = 0.0,
     ) -> None:
         self.body = body
         self.error = error
+        self.handshake_delay = handshake_delay
+        self.refuse_within = refuse_within
+        """Refuse a request that arrives sooner than this after the previous one, as AWS
+        refuses a second SubscribeToShard within a second (LimitExceededException)."""
+        self.arrivals: list[float] = []
+        self.refused = 0
         self.finish = finish
         self.max_concurrent_streams = max_concurrent_streams
         self.tls = tls
@@ -365,3 +407,36 @@ def test_nobody_listening_is_a_transport_error() -> None:
                 await client.subscribe(CONSUMER_ARN, SHARD, TRIM_HORIZON)
 
     asyncio.run(run())
+
+
+def test_renewals_are_paced_from_where_the_previous_subscribe_landed() -> None:
+    """A shard's reader against a server that refuses a SubscribeToShard arriving within 1 s
+    of the previous one (as AWS does, with LimitExceededException) and ends every subscription
+    after one event. The first call waits for a slow handshake, the later ones reuse the
+    connection: pacing from when each call was decided let the second one arrive 0.7 s after
+    the first, which the server refused. Paced from the answer, none is refused."""
+    body = initial_response() + subscribe_event([], "1", millis=1000)  # behind: no listing
+
+    async def run() -> H2Server:
+        server = H2Server(body, finish="end", handshake_delay=0.3, refuse_within=1.0)
+        async with server as endpoint, FanOutClient(config(endpoint), http_version="h2") as client:
+            node = ShardNode(SHARD, (), (0, MAX_HASH_KEY), True)
+            machine = SubscriptionRead(node, TRIM_HORIZON_START)
+            listing = AsyncShardListing(None, StreamRef.of("orders"), max_age=30.0)
+            transport = AsyncSubscribing(client, CONSUMER_ARN, SHARD, listing, None)
+            frontier = ShardFrontier(SHARD, Sentinel.TRIM_HORIZON)
+
+            async def emit(batch: RecordBatch) -> None:
+                batch.ack()
+
+            reading = asyncio.create_task(run_shard_read(machine, transport, frontier, emit))
+            while len(server.arrivals) < 4 and not reading.done():  # noqa: ASYNC110 (a test)
+                await asyncio.sleep(0.05)
+            reading.cancel()
+            await asyncio.gather(reading, return_exceptions=True)
+            await transport.aclose()
+        return server
+
+    server = asyncio.run(run())
+    assert len(server.arrivals) >= 4
+    assert server.refused == 0

@@ -220,6 +220,14 @@ def test_partition_key_from_a_field_a_function_or_the_element_key() -> None:
     assert keyed((b"k", "v")) == (b"v", "k", 5)
     with pytest.raises(ValidationError, match=r"element: keyed=True needs \(key, value\) pairs"):
         keyed(3)
+    with pytest.raises(ValidationError) as too_long:
+        keyed(("k", "v", "extra"))
+    assert str(too_long.value) == (
+        "element: keyed=True needs (key, value) pairs; "
+        "got a tuple of 3 elements, one too many (at most 2)"
+    )
+    with pytest.raises(ValidationError, match=r"got a list of 1 element: value \(element 1\)"):
+        keyed(["k"])
     with pytest.raises(ValidationError, match=r"key: must give a str, int or UTF-8 bytes"):
         keyed((1.5, "v"))
 

@@ -162,6 +162,32 @@ def test_put_many_fails_bad_records_alone() -> None:
         batch.raise_for_failures()
 
 
+MALFORMED: list[tuple[Any, str]] = [
+    ((b"b",), "got a tuple of 1 element: partition_key (element 1) is missing"),
+    ([b"b"], "got a list of 1 element: partition_key (element 1) is missing"),
+    ((), "got a tuple of 0 elements: data (element 0) is missing"),
+    ((b"a", "b", None, "d"), "got a tuple of 4 elements, one too many (at most 3)"),
+    ((b"a", "b", None, "d", "e"), "got a tuple of 5 elements, 2 too many (at most 3)"),
+    (None, "got None"),
+    (42, "got int 42"),
+    ("not a tuple", "got str 'not a tuple'"),
+]
+
+
+@pytest.mark.parametrize(("entry", "problem"), MALFORMED)
+def test_a_malformed_put_many_entry_says_what_is_wrong_with_it(entry: Any, problem: str) -> None:
+    async def main() -> Any:
+        async with producer(FakeKinesis()) as p:
+            return await p.put_many([entry])
+
+    ((index, result),) = run(main).failures
+    assert index == 0
+    assert result.error_code == VALIDATION_ERROR
+    assert result.error_message == (
+        f"record: must be a (data, partition_key[, explicit_hash_key]) tuple; {problem}"
+    )
+
+
 def test_put_many_accepts_any_iterable_and_an_empty_batch() -> None:
     fake = FakeKinesis()
 
