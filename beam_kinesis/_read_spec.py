@@ -18,6 +18,7 @@ from beam_kinesis.record import KinesisRecord
 from kinesis_core.checkpoint import CheckpointStore
 from kinesis_core.client import ClientConfig
 from kinesis_core.consumer.config import EnhancedFanOut
+from kinesis_core.consumer.incarnation import OnStreamRecreated
 from kinesis_core.consumer.positions import InitialPosition
 from kinesis_core.errors import ValidationError
 
@@ -73,6 +74,8 @@ class ReadSpec:
     max_records_per_call: int
     fan_out: EnhancedFanOut | None = None
     """Read by enhanced fan-out (SubscribeToShard) with these settings; None: polling."""
+    on_stream_recreated: OnStreamRecreated = "fail"
+    """What the start does with stored positions of an earlier stream of the same name."""
 
     @property
     def bounded(self) -> bool:

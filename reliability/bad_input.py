@@ -400,6 +400,130 @@ async def _shared_store(env: Env) -> list[Check]:
     return [Check(label, "Consumer", seen, both and named(seen, "another consumer", "leases=True"))]
 
 
+async def _read_one(
+    stream: LocalStream, store: SQLiteCheckpointStore, **options: Any
+) -> bytes:
+    """Start a consumer on ``store`` (application "bad-input") and read one record."""
+    async with Consumer(
+        stream.name,
+        client_config=stream.client_config,
+        checkpoint_store=store,
+        application_name="bad-input",
+        initial_position=TRIM_HORIZON,
+        idle_interval=0.2,
+        checkpoint_interval=0.1,
+        **options,
+    ) as consumer:
+        record = await asyncio.wait_for(consumer.__anext__(), HANG)
+        record.ack()
+        await consumer.checkpoint()
+        return record.data
+
+
+def _read_with_beam(stream: LocalStream, store_path: Path) -> str:
+    """``ReadFromKinesis`` with a checkpoint store until caught up; what it raised."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
+
+    from beam_kinesis import ReadFromKinesis
+    from beam_kinesis.options import CredentialsInPipelineWarning
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CredentialsInPipelineWarning)
+            with beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions([])) as p:
+                _ = p | ReadFromKinesis(
+                    stream.name,
+                    client_config=stream.client_config,
+                    initial_position=TRIM_HORIZON,
+                    checkpoint_store=str(store_path),
+                    application_name="bad-input",
+                    stop_when_caught_up=True,
+                )
+    except Exception as exc:
+        return error_text(exc)
+    return "no error"
+
+
+async def _recreated_stream(env: Env) -> list[Check]:
+    """A store holding positions of a stream that was deleted and created again under the same
+    name (same shard ids, new sequence numbers): the core consumer and ReadFromKinesis stop at
+    start with StreamRecreatedError naming the store, the stream and both creation times;
+    with on_stream_recreated="reset" the new stream is read from the initial position. (The
+    core consumer skipped an open shard, and Beam stored SHARD_END for it, before.)"""
+    label = "stream deleted and created again"
+    stream = await asyncio.to_thread(env.make_stream, 1)
+    await asyncio.to_thread(stream.put, b"old", "k")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "c.sqlite3"
+        async with SQLiteCheckpointStore(path) as store:
+            await _read_one(stream, store)
+            await asyncio.to_thread(stream.recreate, 1)
+            await asyncio.to_thread(stream.put, b"new", "k")
+            seen, seconds = await _timed_raise(_read_one(stream, store))
+            needles = ("StreamRecreatedError", str(path), stream.name, "on_stream_recreated")
+            checks = [
+                Check(
+                    label,
+                    "Consumer.start",
+                    f"{seen} (after {seconds:.1f} s)",
+                    named(seen, *needles) and seconds < FAST,
+                )
+            ]
+        seen = await asyncio.to_thread(_read_with_beam, stream, path)
+        checks.append(Check(label, "ReadFromKinesis", seen, named(seen, *needles)))
+        async with SQLiteCheckpointStore(path) as store:
+            try:
+                seen = f"read {await _read_one(stream, store, on_stream_recreated='reset')!r}"
+            except Exception as exc:
+                seen = error_text(exc)
+    reset = "Consumer, on_stream_recreated='reset'"
+    checks.append(Check(label, reset, seen, seen == "read b'new'"))
+    return checks
+
+
+async def _refused_position(env: Env) -> list[Check]:
+    """A stored position of a listed shard that the service refuses (a row written before
+    stream creation times were kept, at a sequence number past every record: kinesis-mock
+    answers ResourceNotFound): read from TRIM_HORIZON, with a warning naming the shard (the
+    shard was taken for gone and skipped before)."""
+    label = "stored position the service refuses"
+    stream = await asyncio.to_thread(env.make_stream, 1)
+    await asyncio.to_thread(stream.put, b"kept", "k")
+    (shard,) = await asyncio.to_thread(stream.shards)
+    start = int(shard["SequenceNumberRange"]["StartingSequenceNumber"])
+    logged: list[str] = []
+    handler = _Collect(logged)
+    logger = logging.getLogger("kinesis_core")
+    logger.addHandler(handler)
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            async with SQLiteCheckpointStore(Path(folder) / "c.sqlite3") as store:
+                await store.put(
+                    "bad-input", stream.name, shard["ShardId"], (start + 10**20, 0), expected=None
+                )
+                try:
+                    seen = f"read {await _read_one(stream, store)!r}"
+                except Exception as exc:
+                    seen = error_text(exc)
+    finally:
+        logger.removeHandler(handler)
+    warned = [line for line in logged if "trim horizon" in line]
+    seen = f"{seen}; warned: {warned[0] if warned else 'nothing'}"
+    ok = seen.startswith("read b'kept'") and named(seen, shard["ShardId"], "TRIM_HORIZON")
+    return [Check(label, "Consumer", seen, ok)]
+
+
+class _Collect(logging.Handler):
+    def __init__(self, into: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.append(record.getMessage())
+
+
 async def _malformed_entry(env: Env) -> list[Check]:
     """Entries that are no record: each fails alone, saying what it got (its type, or which
     element is missing or how many are too many)."""
@@ -992,6 +1116,8 @@ def cases() -> dict[str, CaseFn]:
         "status command: bad store or application": _status_command,
         "fan-out without the efo extra": _without_efo_extra,
         "two consumers sharing a store without leases": _shared_store,
+        "stream deleted and created again": _recreated_stream,
+        "stored position the service refuses": _refused_position,
     }
 
 

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from kinesis_core.consumer.incarnation import ON_STREAM_RECREATED, OnStreamRecreated
 from kinesis_core.consumer.polling import MAX_GET_RECORDS_LIMIT, MIN_CALL_INTERVAL, PollingOptions
 from kinesis_core.consumer.positions import LATEST, InitialPosition, parse_initial_position
 from kinesis_core.consumer.subscription import (
@@ -100,6 +101,11 @@ class ConsumerConfig:
     - ``enhanced_fan_out``: an :class:`EnhancedFanOut`, or True for one whose consumer is
       named after the application: read by SubscribeToShard instead of polling. Checkpoints
       are the same either way, so an application can switch on one store.
+    - ``on_stream_recreated``: what a start does with stored checkpoints of an earlier stream
+      of the same name (deleted and created again, told apart by its creation time):
+      ``"fail"`` raises :class:`~kinesis_core.consumer.incarnation.StreamRecreatedError`,
+      ``"reset"`` starts those shards over at ``initial_position``, with a WARNING. See
+      docs/checkpoints.md.
     """
 
     application_name: str = "default"
@@ -114,6 +120,7 @@ class ConsumerConfig:
     start_timeout: float = 30.0
     leases: LeaseConfig | bool = False
     enhanced_fan_out: EnhancedFanOut | bool = False
+    on_stream_recreated: OnStreamRecreated = "fail"
 
     def __post_init__(self) -> None:
         if not isinstance(self.application_name, str) or not self.application_name:
@@ -149,6 +156,11 @@ class ConsumerConfig:
             )
         if self.enhanced_fan_out is True:
             check_consumer_name(self.application_name, "application_name")
+        if self.on_stream_recreated not in ON_STREAM_RECREATED:
+            raise ConfigurationError(
+                "on_stream_recreated",
+                f"must be 'fail' or 'reset', got {self.on_stream_recreated!r:.80}",
+            )
 
     @property
     def lease_config(self) -> LeaseConfig | None:

@@ -144,12 +144,17 @@ class FakeKinesis:
         self.in_flight = 0
         self.max_in_flight = 0
         self._seq = itertools.count(FIRST_SEQUENCE_NUMBER)
+        self.created = datetime(2024, 1, 1, tzinfo=timezone.utc)
+        """The StreamCreationTimestamp DescribeStreamSummary answers (the stream's identity)."""
         self.sync = SyncKinesis(self)
 
     # -- the API, as aiobotocore's client has it ---------------------------------------------
 
     async def list_shards(self, **params: Any) -> dict[str, Any]:
         return self._list_shards(params)
+
+    async def describe_stream_summary(self, **params: Any) -> dict[str, Any]:
+        return self._describe_stream_summary(params)
 
     async def get_shard_iterator(self, **params: Any) -> dict[str, Any]:
         return self._get_shard_iterator(params)
@@ -274,6 +279,15 @@ class FakeKinesis:
             if self.faults.get(key):
                 raise self.faults[key].pop(0)
 
+    def _describe_stream_summary(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        self._call("DescribeStreamSummary", params)
+        return {
+            "StreamDescriptionSummary": {
+                "StreamCreationTimestamp": self.created,
+                "RetentionPeriodHours": 24,
+            }
+        }
+
     def _list_shards(self, params: Mapping[str, Any]) -> dict[str, Any]:
         self._call("ListShards", params)
         if "NextToken" in params:
@@ -364,6 +378,9 @@ class SyncKinesis:
 
     def list_shards(self, **params: Any) -> dict[str, Any]:
         return self._fake._list_shards(params)
+
+    def describe_stream_summary(self, **params: Any) -> dict[str, Any]:
+        return self._fake._describe_stream_summary(params)
 
     def get_shard_iterator(self, **params: Any) -> dict[str, Any]:
         return self._fake._get_shard_iterator(params)

@@ -162,7 +162,7 @@ def test_a_missing_stream_fails_at_start() -> None:
         fake = FakeKinesis(1)
         fake.faults["ListShards"].append(client_error("ResourceNotFoundException"))
         with pytest.raises(
-            KinesisServiceError, match="listing the shards of stream failed"
+            KinesisServiceError, match="starting to read stream failed"
         ) as info:
             async with consumer(fake, MemoryCheckpointStore()):
                 pass

@@ -63,6 +63,7 @@ NOT_YET_PURE = {
     "paginator and the asyncio ShardMapDriver (asyncio, time)",
     "kinesis_core.skew": "imports kinesis_core.shard_map",
     "kinesis_core.consumer.lineage": "imports ShardInfo from kinesis_core.shard_map",
+    "kinesis_core.consumer.incarnation": "imports ShardInfo from kinesis_core.shard_map",
     "kinesis_core.consumer.transport": "imports kinesis_core.consumer.lineage",
     "kinesis_core.consumer.polling": "imports kinesis_core.consumer.transport",
     "kinesis_core.consumer.subscription": "imports kinesis_core.consumer.transport",
