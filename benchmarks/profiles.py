@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -106,6 +107,7 @@ def owner_of(frame: Frame) -> str | None:
 @dataclass
 class Summary:
     samples: int
+    by_thread: Counter[str]
     by_owner: Counter[str]
     self_time: Counter[Frame]
     cumulative: Counter[Frame]
@@ -115,7 +117,9 @@ class Summary:
         def pct(n: int) -> str:
             return f"{100 * n / max(self.samples, 1):5.1f}%"
 
-        lines = [f"{self.samples} samples", "", "owner (innermost frame not of the stdlib)"]
+        lines = [f"{self.samples} samples", "", "thread"]
+        lines += [f"  {pct(n)}  {name}" for name, n in self.by_thread.most_common()]
+        lines += ["", "owner (innermost frame not of the stdlib)"]
         lines += [f"  {pct(n)}  {owner}" for owner, n in self.by_owner.most_common()]
         wrappers = {None, "benchmark harness", "event loop (asyncio)", THREADS}
         cumulative = Counter(
@@ -134,6 +138,7 @@ def summarize(lines: Iterator[str], thread: str | None = None) -> Summary:
     """Summary of py-spy's raw output (``--format raw``), optionally of the threads whose
     name contains ``thread``."""
     samples = 0
+    by_thread: Counter[str] = Counter()
     by_owner: Counter[str] = Counter()
     self_time: Counter[Frame] = Counter()
     cumulative: Counter[Frame] = Counter()
@@ -143,13 +148,16 @@ def summarize(lines: Iterator[str], thread: str | None = None) -> Summary:
         if not stack or not count_text.isdigit():
             continue
         parts = stack.split(";")
+        name = "(one thread)"
         if parts and parts[0].startswith("thread ("):
-            name, parts = parts[0], parts[1:]
+            name = parts[0].partition("): ")[2] or parts[0]
+            parts = parts[1:]
             if thread is not None and thread not in name:
                 continue
         if not parts:
             continue
         count = int(count_text)
+        by_thread[_thread_kind(name)] += count
         frames = [parse_frame(part) for part in parts]
         samples += count
         for frame in set(frames):
@@ -167,17 +175,24 @@ def summarize(lines: Iterator[str], thread: str | None = None) -> Summary:
             owner = owner_of(frame)
             if owner is not None:
                 owners[frame] = owner
-    return Summary(samples, by_owner, self_time, cumulative, owners)
+    return Summary(samples, by_thread, by_owner, self_time, cumulative, owners)
+
+
+def _thread_kind(name: str) -> str:
+    """A thread's name without its number: the workers of one pool count together."""
+    return re.sub(r"[-_ ]?\d+", "", name).strip() or name
 
 
 @contextlib.contextmanager
-def py_spy(path: Path, rate: int) -> Iterator[None]:
-    """py-spy records this process into ``path`` (raw format) inside the block."""
+def py_spy(path: Path, rate: int, wall: bool = False) -> Iterator[None]:
+    """py-spy records this process into ``path`` (raw format) inside the block: the thread
+    holding the GIL, or with ``wall`` every thread, waiting or not."""
     exe = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
     if exe is None:
         raise SystemExit("py-spy is not installed: pip install py-spy")
     command = [exe, "record", "--pid", str(os.getpid()), "--rate", str(rate)]
-    command += ["--format", "raw", "--threads", "--full-filenames", "--gil", "--output", str(path)]
+    command += ["--format", "raw", "--threads", "--full-filenames", "--output", str(path)]
+    command.append("--idle" if wall else "--gil")
     spy = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(1.0)  # attached
     try:
@@ -330,6 +345,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--thread", help="only the threads whose name contains this")
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--runs", type=int, help="runs of the workload (default: per subject)")
+    parser.add_argument(
+        "--wall",
+        action="store_true",
+        help="sample every thread, waiting or not (the file gets a -wall suffix): where each "
+        "thread spends its time, rather than who holds the GIL",
+    )
     args = parser.parse_args(argv)
     if args.summary:
         with open(args.summary) as f:
@@ -346,11 +367,11 @@ def main(argv: list[str] | None = None) -> int:
     random.seed(7)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{args.subject}.txt"
+    path = out / f"{args.subject}{'-wall' if args.wall else ''}.txt"
     with contextlib.ExitStack() as stack:
         setup, runs = SUBJECTS[args.subject]
         one = setup(stack)
-        with py_spy(path, args.rate):
+        with py_spy(path, args.rate, args.wall):
             cpu, wall = time.process_time(), time.perf_counter()
             for i in range(args.runs or runs):
                 one(i)
