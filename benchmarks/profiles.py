@@ -211,33 +211,12 @@ Run = Callable[[int], object]
 
 
 def _beam_read(ceiling: bool, stack: contextlib.ExitStack) -> Run:
-    import apache_beam as beam
-
-    from beam_kinesis.read import ReadFromKinesis
     from benchmarks import bench_beam_read as b
-    from kinesis_core.client import ClientConfig
-    from kinesis_core.consumer import TRIM_HORIZON
-    from kinesis_core.local import LOCAL_REGION, MotoServer
+    from kinesis_core.local import MotoServer
 
     count = 500_000
-    moto = stack.enter_context(MotoServer())
-    stream = moto.create_stream("beam-read", b.SHARDS)
-    b._fill_aggregated(stream, count)
-    b._ELEMENTS[:] = b._elements(stream)
-    config = ClientConfig(region_name=LOCAL_REGION, endpoint_url=moto.endpoint_url)
-
-    def read(p: beam.Pipeline) -> object:
-        return p | ReadFromKinesis(
-            stream.name,
-            client_config=config,
-            initial_position=TRIM_HORIZON,
-            stop_when_caught_up=True,
-        )
-
-    def flat_map(p: beam.Pipeline) -> object:
-        return p | beam.Impulse() | beam.FlatMap(b._yield_elements)
-
-    build = flat_map if ceiling else read
+    read = b.prepare(stack.enter_context(MotoServer()), count)
+    build = b.ceiling if ceiling else read
     return lambda _: b._timed(build, count)
 
 
