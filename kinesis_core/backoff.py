@@ -1,14 +1,18 @@
-"""Exponential backoff with full jitter, per key: how long to wait after a failure, sans-I/O.
+"""Exponential backoff with jitter: how long to wait after a failure, sans-I/O.
 
-After the n-th failure in a row of one key (the endpoint, a shard), the next attempt waits a
-uniformly random time in ``[0, min(cap, base * 2 ** (n - 1))]`` ("full jitter", the scheme the
-AWS SDKs use: clients that failed together do not come back together). A success resets the
-key. Nothing sleeps here: :meth:`Backoff.failed` returns the delay and remembers when the key
-may be tried again; the caller decides what waits (a request, a shard's queue).
+After the n-th failure in a row, the longest wait is ``min(cap, base * 2 ** (n - 1))``
+(:func:`ceiling`); the jitter draws the wait below it (:func:`jittered`): "full" anywhere in
+``[0, ceiling]`` (the scheme the AWS SDKs use: clients that failed together do not come back
+together), "equal" in ``[ceiling / 2, ceiling]`` (a reader that failed never comes back at
+once). :class:`Backoff` keeps the schedule per key (the endpoint, a shard) with full jitter; a
+success resets the key. Nothing sleeps here: :meth:`Backoff.failed` returns the delay and
+remembers when the key may be tried again; the caller decides what waits (a request, a shard's
+queue). :mod:`kinesis_core.retry` builds the retry policy of every executed call on these.
 """
 
 from __future__ import annotations
 
+import enum
 import random as _random
 from collections.abc import Callable, Hashable
 
@@ -23,6 +27,22 @@ def ceiling(base: float, cap: float, failures: int) -> float:
     if failures < 1:
         return 0.0
     return min(cap, base * 2.0 ** min(failures - 1, _MAX_EXPONENT))
+
+
+class Jitter(enum.Enum):
+    """Where below the ceiling a wait is drawn."""
+
+    FULL = "full"
+    """Uniformly in ``[0, ceiling]``."""
+    EQUAL = "equal"
+    """Uniformly in ``[ceiling / 2, ceiling]``: never much sooner than the ceiling."""
+
+
+def jittered(longest: float, draw: float, jitter: Jitter) -> float:
+    """The wait below ``longest`` (a :func:`ceiling`) for a ``draw`` in [0, 1)."""
+    if jitter is Jitter.EQUAL:
+        return longest * (0.5 + 0.5 * draw)
+    return longest * draw
 
 
 class Backoff:
@@ -43,7 +63,7 @@ class Backoff:
         """One more failure of ``key`` at ``now``; returns the delay before its next attempt."""
         failures = self._failures.get(key, 0) + 1
         self._failures[key] = failures
-        delay = self._random() * ceiling(self.base, self.cap, failures)
+        delay = jittered(ceiling(self.base, self.cap, failures), self._random(), Jitter.FULL)
         self._until[key] = now + delay
         return delay
 
