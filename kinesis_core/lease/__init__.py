@@ -16,8 +16,8 @@ _EXPORTS = {
     "LeaseConfig": "kinesis_core.lease.coordinator",
     "LeaseCoordinator": "kinesis_core.lease.coordinator",
     "Take": "kinesis_core.lease.coordinator",
-    "default_worker_id": "kinesis_core.lease.coordinator",
     "LeaseManager": "kinesis_core.lease.manager",
+    "default_worker_id": "kinesis_core.lease.manager",
 }
 
 if TYPE_CHECKING:
@@ -25,10 +25,10 @@ if TYPE_CHECKING:
         LeaseConfig as LeaseConfig,
         LeaseCoordinator as LeaseCoordinator,
         Take as Take,
-        default_worker_id as default_worker_id,
     )
     from kinesis_core.lease.manager import (
         LeaseManager as LeaseManager,
+        default_worker_id as default_worker_id,
     )
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -21,12 +21,9 @@ held leases whose renewals stopped working); the clock comes in as ``now`` (seco
 from __future__ import annotations
 
 import math
-import os
 import random
-import socket
-import uuid
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kinesis_core.checkpoint.base import Checkpoint
 from kinesis_core.errors import ConfigurationError
@@ -37,16 +34,13 @@ VERY_OLD_FACTOR = 3
 """The KCL's ``veryOldLeaseDurationNanosMultiplier``."""
 
 
-def default_worker_id() -> str:
-    """Host, process and a random part: unique per process, readable in the lease table."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
 @dataclass(frozen=True, slots=True)
 class LeaseConfig:
     """How a consumer shares a stream with other workers through leases (KCL defaults).
 
-    - ``worker_id``: this worker's name in ``leaseOwner``; unique per running worker.
+    - ``worker_id``: this worker's name in ``leaseOwner``; unique per running worker. None:
+      the worker makes one when it starts, from its host, its process and a random part
+      (:func:`~kinesis_core.lease.manager.default_worker_id`).
     - ``failover_time``: a lease whose counter has not moved for this long (seconds) may be
       taken by another worker (the KCL's ``failoverTimeMillis``, 10 s).
     - ``renew_interval``: seconds between renewals; default ``failover_time / 3 - 0.025``.
@@ -59,7 +53,7 @@ class LeaseConfig:
     - ``priority_takes``: take new and long-dead leases first, whatever the target (True).
     """
 
-    worker_id: str = field(default_factory=default_worker_id)
+    worker_id: str | None = None
     failover_time: float = 10.0
     renew_interval: float | None = None
     take_interval: float | None = None
@@ -69,8 +63,12 @@ class LeaseConfig:
     priority_takes: bool = True
 
     def __post_init__(self) -> None:
-        if not self.worker_id:
-            raise ConfigurationError("worker_id", "must be a non-empty string")
+        if self.worker_id is not None and (
+            not isinstance(self.worker_id, str) or not self.worker_id
+        ):
+            raise ConfigurationError(
+                "worker_id", f"must be a non-empty string or None, got {self.worker_id!r}"
+            )
         for name in ("failover_time", "parent_poll_interval"):
             if not getattr(self, name) > 0:
                 raise ConfigurationError(name, f"must be > 0 seconds, got {getattr(self, name)!r}")
@@ -127,9 +125,21 @@ class _Seen:
 class LeaseCoordinator:
     """The lease decisions of one worker (sans-I/O)."""
 
-    def __init__(self, config: LeaseConfig, *, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        config: LeaseConfig,
+        *,
+        rng: random.Random | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        """``worker_id`` (the one its worker made) when ``config`` names none."""
         self.config = config
-        self.worker_id = config.worker_id
+        chosen = worker_id or config.worker_id
+        if not chosen:
+            raise ConfigurationError(
+                "worker_id", "LeaseConfig.worker_id is None: give the worker's own id"
+            )
+        self.worker_id = chosen
         self._rng = rng or random.Random()  # noqa: S311 (spreads contention, not a secret)
         self._view: dict[str, _Seen] = {}
         self._held: dict[str, float] = {}

@@ -12,10 +12,11 @@ has passed since its last successful write, since other workers may take it from
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import os
 import random
-import time
+import socket
+import uuid
 from collections.abc import Callable, Collection, Sequence
 
 from kinesis_core.checkpoint.base import (
@@ -26,10 +27,16 @@ from kinesis_core.checkpoint.base import (
     checkpoint_order,
     same_incarnation,
 )
+from kinesis_core.clock import SYSTEM_CLOCK, Clock, wait_event
 from kinesis_core.consumer.checkpointer import landed
 from kinesis_core.lease.coordinator import LeaseConfig, LeaseCoordinator, Take
 
 logger = logging.getLogger(__name__)
+
+
+def default_worker_id() -> str:
+    """Host, process and a random part: unique per process, readable in the lease table."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class LeaseManager:
@@ -37,7 +44,8 @@ class LeaseManager:
 
     ``eligible()`` names the shards that may be leased now; ``on_acquired(shard_id)`` and
     ``on_lost(shard_id)`` are called (synchronously) when a lease is taken or lost;
-    ``on_scan(rows)`` sees every table scan.
+    ``on_scan(rows)`` sees every table scan. ``config.worker_id`` None: the worker's name is
+    :func:`default_worker_id`'s. Every wait is on ``clock``.
     """
 
     def __init__(
@@ -51,14 +59,16 @@ class LeaseManager:
         on_acquired: Callable[[str], None],
         on_lost: Callable[[str], None],
         on_scan: Callable[[list[Checkpoint]], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
     ) -> None:
         self.store = store
         self.application = application
         self.stream = stream
         self.config = config
-        self.coordinator = LeaseCoordinator(config, rng=rng)
+        self.worker_id = config.worker_id or default_worker_id()
+        """This worker's name in the lease table."""
+        self.coordinator = LeaseCoordinator(config, rng=rng, worker_id=self.worker_id)
         self._eligible = eligible
         self._on_acquired = on_acquired
         self._on_lost = on_lost
@@ -83,10 +93,6 @@ class LeaseManager:
         self._renewing: dict[str, asyncio.Task[None]] = {}
         """Renewals in flight, at most one per lease."""
         self._background: set[asyncio.Task[None]] = set()
-
-    @property
-    def worker_id(self) -> str:
-        return self.config.worker_id
 
     def _lock(self, shard_id: str) -> asyncio.Lock:
         return self._locks.setdefault(shard_id, asyncio.Lock())
@@ -180,7 +186,7 @@ class LeaseManager:
                 current.value == value or checkpoint_order(value) < checkpoint_order(current.value)
             ):
                 return True
-            sent_at = self._clock()
+            sent_at = self._clock.now()
 
             def keep(row: Checkpoint) -> None:
                 self._rows[shard_id] = row
@@ -252,11 +258,9 @@ class LeaseManager:
         in flight may still land, leaving the lease's counter unknown to us."""
         every = self.config.renew_every
         while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._no_renewals.wait(), every)
-            if self._no_renewals.is_set():
+            if await wait_event(self._clock, self._no_renewals, every):
                 break
-            for shard_id in self.coordinator.expired_held(self._clock()):
+            for shard_id in self.coordinator.expired_held(self._clock.now()):
                 logger.warning(
                     "lost the lease of %s: not renewed within the failover time", shard_id
                 )
@@ -278,7 +282,7 @@ class LeaseManager:
         async with self._lock(shard_id):
             if not self.coordinator.holds(shard_id):
                 return
-            sent_at = self._clock()
+            sent_at = self._clock.now()
             try:
                 row = await self.store.update_lease(
                     self.application,
@@ -301,14 +305,13 @@ class LeaseManager:
                 await self.take_round()
             except Exception:
                 logger.warning("scanning the lease table failed; retrying", exc_info=True)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._poke.wait(), self.config.take_every)
+            await wait_event(self._clock, self._poke, self.config.take_every)
             self._poke.clear()
 
     async def take_round(self) -> list[str]:
         """Scan the table, take what the coordinator says; return the shards taken."""
         rows = await self.store.list(self.application, self.stream)
-        now = self._clock()
+        now = self._clock.now()
         self.coordinator.scan(now, rows)
         self._known = {row.shard_id for row in rows}
         if self._on_scan is not None:
@@ -324,7 +327,7 @@ class LeaseManager:
         async with self._lock(shard_id):
             if self.coordinator.holds(shard_id):
                 return False
-            sent_at = self._clock()
+            sent_at = self._clock.now()
             try:
                 row = await self.store.update_lease(
                     self.application,

@@ -7,6 +7,7 @@ from typing import Any
 
 from kinesis_core.checkpoint import Checkpoint, MemoryCheckpointStore, Sentinel
 from kinesis_core.lease import LeaseConfig, LeaseManager
+from tests.fakes.clock import FakeClock
 
 APP, STREAM = "app", "stream"
 
@@ -123,10 +124,11 @@ def test_closing_waits_for_a_take_in_flight_and_releases_it() -> None:
 
 
 def test_renewals_keep_the_lease_and_failures_expire_it() -> None:
+    clock = FakeClock()
+
     async def main() -> None:
         store = SlowStore()
-        now = [0.0]
-        m = manager(store, renew_interval=0.02, clock=lambda: now[0])  # failover: fake clock
+        m = manager(store, renew_interval=0.02, clock=clock)
         await m.create("s1", Sentinel.TRIM_HORIZON, [], None)
         await m.take_round()
         m.start()
@@ -134,12 +136,11 @@ def test_renewals_keep_the_lease_and_failures_expire_it() -> None:
         row = await store.get(APP, STREAM, "s1")
         assert row is not None
         assert row.counter > 3  # renewed several times
-        store.delay = 1.0  # renewals now hang (no answer)
-        now[0] = 6.0
-        await asyncio.sleep(0.1)
+        store.delay = 60.0  # renewals now hang (no answer)
+        await asyncio.sleep(6.0)  # past the failover time (5 s)
         assert m.events["lost"] == ["s1"]  # type: ignore[attr-defined]
         assert m.held() == {}
         store.delay = 0.0
         await m.close()
 
-    asyncio.run(main())
+    clock.run(main())
