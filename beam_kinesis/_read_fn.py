@@ -33,6 +33,7 @@ from beam_kinesis.restriction import (
     initial_restriction,
     partition,
 )
+from kinesis_core.calls import DescribeStreamSummary, ListShards
 from kinesis_core.checkpoint import Checkpoint, CheckpointStore, CheckpointValue
 from kinesis_core.client import create_botocore_client, error_kind
 from kinesis_core.consumer import Checkpointer
@@ -40,8 +41,8 @@ from kinesis_core.consumer.checkpointer import settle_incarnation
 from kinesis_core.consumer.incarnation import StreamFacts
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.positions import LATEST
-from kinesis_core.consumer.reading import sync_list_shards
 from kinesis_core.errors import KinesisServiceError
+from kinesis_core.executor import LISTING_RETRY, SyncExecutor
 from kinesis_core.loop_thread import LoopThread
 from kinesis_core.shard_map import ShardInfo
 from kinesis_core.stream import StreamRef
@@ -143,26 +144,22 @@ class ReadFn(beam.DoFn, RestrictionProvider):
         self, client: Any, stream: StreamRef, store: CheckpointStore | None
     ) -> tuple[StreamFacts, list[Checkpoint], list[ShardInfo]]:
         """The stream's facts, the stored rows and the shards to start from (all of them when
-        there are rows; else those the start position can read). Service errors raise as a
-        :class:`KinesisServiceError` naming the stream, as the core consumer's start does."""
+        there are rows; else those the start position can read, by the core consumer's rule:
+        :meth:`~kinesis_core.consumer.InitialPosition.shard_filter`). Service errors raise as
+        a :class:`KinesisServiceError` naming the stream, as the core consumer's start does."""
         position = self._spec.initial_position
+        executor = SyncExecutor(client)
         try:
-            facts = StreamFacts.from_response(client.describe_stream_summary(**stream.params()))
+            facts = StreamFacts.from_response(executor.execute(DescribeStreamSummary(stream)))
             rows: list[Checkpoint] = []
             if store is not None:
                 rows = LoopThread.get().run(
                     store.list(self._spec.application_name, stream.name), _STORE_TIMEOUT
                 )
-            if rows:
-                shards = sync_list_shards(client, stream)
-            elif position.timestamp is not None:
-                shard_filter = {"Type": "AT_TIMESTAMP", "Timestamp": position.timestamp}
-                shards = sync_list_shards(client, stream, shard_filter)
-            elif position == LATEST:
-                listed = sync_list_shards(client, stream, {"Type": "AT_LATEST"})
-                shards = [s for s in listed if s.is_open]  # moto ignores ShardFilter
-            else:
-                shards = sync_list_shards(client, stream, {"Type": "AT_TRIM_HORIZON"})
+            shard_filter = None if rows else position.shard_filter()
+            shards = executor.execute(ListShards(stream, shard_filter), LISTING_RETRY)
+            if not rows and position == LATEST:
+                shards = [s for s in shards if s.is_open]  # moto ignores ShardFilter
         except Exception as exc:
             if error_kind(exc) is None:
                 raise

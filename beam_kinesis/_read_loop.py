@@ -1,10 +1,11 @@
 """The read loop of one ``ReadFromKinesis`` ``process`` call, whatever the transport.
 
 :class:`ReadLoop` round-robins over the restriction's readable shards, executes the call each
-reader asks for (through :func:`kinesis_core.consumer.reading.execute`), claims every record
-before it outputs it, filters the records of a shard that straddles the restriction's range,
-adopts a shard's children at its end, moves the watermark, and stops at the self-checkpoint
-time, a bounded stop or a refused claim. :mod:`beam_kinesis._shard_readers` makes the readers.
+reader asks for (a step of its :class:`kinesis_core.consumer.reading.SyncShardReader`), claims
+every record before it outputs it, filters the records of a shard that straddles the
+restriction's range, adopts a shard's children at its end, moves the watermark, and stops at
+the self-checkpoint time, a bounded stop or a refused claim. :mod:`beam_kinesis._shard_readers`
+makes the readers.
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ from beam_kinesis.restriction import (
     StopClaim,
     restriction_watermark,
 )
+from kinesis_core.calls import Call
 from kinesis_core.classify import ErrorKind
 from kinesis_core.consumer.lineage import ShardNode
-from kinesis_core.consumer.reading import ShardReadError, execute
-from kinesis_core.consumer.transport import Call, Ended, Failed, ShardRead, SyncTransport, Wait
+from kinesis_core.consumer.transport import Ended, Failed, Wait
 from kinesis_core.hashing import hash_key
 from kinesis_core.records import KinesisRecord as CoreRecord, Position
 
@@ -143,8 +144,8 @@ class ReadLoop:
             next_due = float("inf")
             called = False
             for shard_id in list(self.readers):
-                machine, transport = self.readers[shard_id]
-                action = machine.next_action(now)
+                reader = self.readers[shard_id]
+                action = reader.next_action(now)
                 if isinstance(action, Wait):
                     next_due = min(next_due, action.until)
                     continue
@@ -153,14 +154,8 @@ class ReadLoop:
                     if not self._end(shard_id, action):
                         return
                 elif isinstance(action, Failed):
-                    if action.error is not None:
-                        raise action.error
-                    raise ShardReadError(
-                        f"gave up reading {shard_id} of {self.spec.stream}: {action.reason}",
-                        code=None,
-                        kind=machine.last_error or ErrorKind.FATAL,
-                    )
-                elif (yield from self._call(shard_id, machine, transport, action)) is not None:
+                    raise reader.failure(action)
+                elif (yield from self._call(shard_id, reader, action)) is not None:
                     return
                 now = time.monotonic()
             worked = worked or called
@@ -179,32 +174,32 @@ class ReadLoop:
             self.shard_readers.wait(wake - now)
 
     def _call(
-        self, shard_id: str, machine: ShardRead, transport: SyncTransport, action: Call
+        self, shard_id: str, reader: Reader, action: Call
     ) -> Generator[Any, None, str | None]:
-        """One call of the shard's transport and what follows from it. Returns (as the
+        """One call of the shard's reader and what follows from it. Returns (as the
         generator's value) None to go on, or "stop" after a refused claim or a bounded stop."""
         self.counters.call(action)
-        records = execute(machine, transport, action, where=self.spec.stream)
-        if records is None:
-            kind = machine.last_error
+        outcome = reader.step(action)
+        kind = outcome.error
+        if kind is not None:
             if kind is ErrorKind.THROTTLED:
                 self.counters.throttles.inc()
             elif kind in (ErrorKind.TRANSIENT, ErrorKind.IN_USE):
                 self.counters.errors.inc()
             self.caught_up.discard(shard_id)
             return None
-        if not machine.data_read:
+        if not outcome.data:
             return None
-        millis = machine.millis_behind_latest
+        millis = outcome.millis_behind_latest
         if millis is not None:
             self.counters.gauge("millis_behind_latest", shard_id).set(millis)
-        if records:
-            stopped = yield from self._emit(shard_id, records)
+        if outcome.records:
+            stopped = yield from self._emit(shard_id, outcome.records)
             if stopped:
                 return "stop"
-        if machine.caught_up:
+        if outcome.caught_up:
             self.caught_up.add(shard_id)
-            if machine.idle:
+            if outcome.idle:
                 idle = int((time.time() - self.spec.idle_threshold) * 1e6)
                 if not self.tracker.try_claim(IdleClaim(shard_id, idle)):
                     self.clean.discard(shard_id)
@@ -315,7 +310,7 @@ class ReadLoop:
             known = tuple(ShardRef(s.shard_id, s.start_hash_key, s.end_hash_key) for s in listing)
         if not self.tracker.try_claim(EndClaim(shard_id, children, known)):
             return False
-        self.readers.pop(shard_id)[1].close()
+        self.readers.pop(shard_id).close()
         self.clean.discard(shard_id)
         self.caught_up.discard(shard_id)
         if ended.gone:

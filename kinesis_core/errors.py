@@ -89,12 +89,16 @@ class KinesisServiceError(KinesisConnectorError):
     @classmethod
     def wrap(cls, exc: BaseException, doing: str) -> KinesisServiceError:
         """``doing`` says what failed (``"GetRecords on shardId-000000000001 of orders"``);
-        raise the result ``from exc``."""
+        raise the result ``from exc``. The notes of ``exc`` (the attempts before it, when an
+        executor retried it) end the message."""
         code, status = error_details(exc)
         kind = classify(code, status)
         what = f"{code}: {error_message(exc)}" if code else error_message(exc)
         hint = _HINTS.get(kind, "")
-        return cls(f"{doing} failed: {what}{hint}", code=code, kind=kind, http_status=status)
+        notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
+        return cls(
+            f"{doing} failed: {what}{hint}{notes}", code=code, kind=kind, http_status=status
+        )
 
 
 _HINTS = {

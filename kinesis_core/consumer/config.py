@@ -22,7 +22,7 @@ from kinesis_core.consumer.subscription import (
     check_subscription_options,
 )
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.fanout.consumers import check_consumer_name, parse_consumer_arn
+from kinesis_core.fanout.registration import check_consumer_name, parse_consumer_arn
 from kinesis_core.lease import LeaseConfig
 
 

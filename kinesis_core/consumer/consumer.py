@@ -27,15 +27,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
-import random
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from kinesis_core.backoff import ceiling
+from kinesis_core.backoff import Jitter
+from kinesis_core.calls import DescribeStreamSummary, ListShards
 from kinesis_core.checkpoint.base import (
     SHARD_END,
     Checkpoint,
@@ -44,7 +44,8 @@ from kinesis_core.checkpoint.base import (
 )
 from kinesis_core.checkpoint.sqlite import SQLiteCheckpointStore
 from kinesis_core.classify import ErrorKind
-from kinesis_core.client import ClientConfig, create_kinesis_client, error_kind, unreachable
+from kinesis_core.client import ClientConfig, create_kinesis_client, error_kind
+from kinesis_core.clock import SYSTEM_CLOCK, Clock, wait_event
 from kinesis_core.consumer import fastparse
 from kinesis_core.consumer.checkpointer import Checkpointer, settle_incarnation
 from kinesis_core.consumer.config import ConsumerConfig, EnhancedFanOut
@@ -57,32 +58,34 @@ from kinesis_core.consumer.incarnation import (
 from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
 from kinesis_core.consumer.polling import PollingRead
 from kinesis_core.consumer.positions import InitialPosition
-from kinesis_core.consumer.reading import (
-    AsyncPolling,
-    AsyncShardListing,
-    AsyncStreamView,
-    AsyncSubscribing,
-    run_shard_read,
-)
+from kinesis_core.consumer.reading import run_shard_read
 from kinesis_core.consumer.status import ShardStatus
 from kinesis_core.consumer.subscription import SubscriptionRead
-from kinesis_core.consumer.transport import AsyncTransport, Backoff, ShardRead
+from kinesis_core.consumer.transport import ShardRead
 from kinesis_core.errors import ConfigurationError, KinesisServiceError
+from kinesis_core.executor import LISTING_MAX_AGE, AsyncExecutor
 from kinesis_core.lease import LeaseManager
 from kinesis_core.lifecycle import Event, Lifecycle, State
 from kinesis_core.overrides import with_overrides
 from kinesis_core.records import KinesisRecord
-from kinesis_core.shard_map import list_all_shards
+from kinesis_core.retry import RetryPolicy
 from kinesis_core.stream import StreamRef
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_CHECKPOINT_PATH = "kinesis-checkpoints.sqlite3"
-_UNREACHABLE_ATTEMPTS = 5
-"""``start`` gives up after this many attempts that reached no endpoint at all (waiting
-:data:`_START_BACKOFF` between them: 1.5 to 3 s in all)."""
-_START_BACKOFF = Backoff(0.2, 2.0)
-_draw = random.random
+START_RETRY = RetryPolicy(
+    base=0.2, cap=2.0, jitter=Jitter.EQUAL, attempts=None, unreachable_attempts=5
+)
+"""The first discovery at ``start``: retried until ``start_timeout`` (the policy's deadline),
+but given up after five attempts that reached no endpoint at all (1.5 to 3 s in all)."""
+_EMPTY_STREAM_WAIT = 1.0
+"""At most this long between two listings of a stream that lists no shard yet."""
+SHARD_END_RETRY = RetryPolicy(
+    base=0.2, cap=10.0, jitter=Jitter.EQUAL, attempts=None, unknown=ErrorKind.TRANSIENT
+)
+"""Writing SHARD_END, which the children wait for: tried again until it is written, whatever
+the store raised."""
 _DRAIN_POLL = 0.02
 """Seconds between looks at a frontier while waiting for acks. Acks are plain synchronous
 calls that must stay cheap per record, so nothing wakes a waiter on each; waiting for acks
@@ -126,6 +129,9 @@ class Consumer:
     the shards it holds leases for; the store must hold leases (DynamoDB across hosts, the
     SQLite file across the processes of one host, memory within one process).
     ``worker_id`` is then this consumer's name in the lease table.
+
+    ``clock`` is the time every wait of the consumer, its readers and its leases runs on
+    (:mod:`kinesis_core.clock`; tests give a fake one).
     """
 
     def __init__(
@@ -136,6 +142,7 @@ class Consumer:
         client_config: ClientConfig | None = None,
         client: Any = None,
         checkpoint_store: CheckpointStore | None = None,
+        clock: Clock = SYSTEM_CLOCK,
         **options: Any,
     ) -> None:
         self._stream = StreamRef.of(stream)
@@ -147,6 +154,8 @@ class Consumer:
         self._polling_options = config.polling
         self._client_config = client_config
         self._client = client
+        self._clock = clock
+        self._executor: AsyncExecutor | None = None
         self._owns_store = checkpoint_store is None
         self._store: CheckpointStore = checkpoint_store or SQLiteCheckpointStore(
             DEFAULT_CHECKPOINT_PATH
@@ -156,9 +165,6 @@ class Consumer:
         self.worker_id: str | None = None
         self.consumer_arn: str | None = None
         """The stream consumer this one reads as, with enhanced fan-out (after ``start``)."""
-        self._fanout: Any = None
-        self._listing: AsyncShardListing | None = None
-        self._view: AsyncStreamView | None = None
         self.stream_facts: StreamFacts | None = None
         """What DescribeStreamSummary said at start (the creation time is the incarnation
         whose checkpoints this consumer reads and writes)."""
@@ -183,9 +189,10 @@ class Consumer:
                 on_acquired=lambda _: self._start_ready(),
                 on_lost=self._revoke,
                 on_scan=self._on_lease_scan,
+                clock=clock,
             )
             self._checkpointer = self._leases
-            self.worker_id = lease_config.worker_id
+            self.worker_id = self._leases.worker_id
         self._unknown_leases: set[str] = set()
         self._lineage = Lineage(config.initial_position)
         self._shards: dict[str, _ShardRun] = {}
@@ -196,6 +203,8 @@ class Consumer:
         self._failure: BaseException | None = None
         self._current: RecordBatch | None = None
         self._delivered = 0
+        self._reading = False
+        """Readers may start (after the checks at start, and the fan-out's registration)."""
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -224,10 +233,19 @@ class Consumer:
                     )
                 )
             self._exit.callback(fastparse.install(self._client))
-            self._view = AsyncStreamView(self._client, self._stream)
-            if self.config.fan_out is not None:
-                await self._start_fan_out(self.config.fan_out)
+            efo = self.config.fan_out
+            self._executor = AsyncExecutor(
+                self._client,
+                clock=self._clock,
+                listing_max_age=LISTING_MAX_AGE if efo is None else efo.closed_check_interval / 2,
+            )
+            # The stored checkpoints are checked before a stream consumer is registered: a
+            # start that fails on them leaves nothing behind (a consumer costs money).
             await self._first_discovery()
+            if efo is not None:
+                await self._start_fan_out(efo)
+            self._reading = True
+            self._start_ready()
         except BaseException:
             self._life.handle(Event.START_FAILED)
             await self._exit.aclose()
@@ -247,33 +265,16 @@ class Consumer:
     async def _start_fan_out(self, efo: EnhancedFanOut) -> None:
         """Register (or reuse, or check) the stream consumer and open the HTTP/2 client that
         every shard's subscription goes through."""
-        from kinesis_core.fanout import FanOutClient, RegisteredConsumer
+        from kinesis_core.fanout.consumers import open_fan_out
 
-        # Made first: it refuses to be made without h2 and h11, and nothing may be registered
-        # then (a consumer costs money and counts toward the stream's 20).
-        fanout = FanOutClient(
+        executor = self._executor
+        assert executor is not None
+        executor.fanout, self.consumer_arn = await open_fan_out(
+            self._exit,
             self._client_config or ClientConfig.from_env(),
-            max_subscription_seconds=efo.max_subscription_seconds,
-            max_buffered_bytes=efo.max_buffered_bytes,
-            http_version=efo.http_version,
-        )
-        registered = await self._exit.enter_async_context(
-            RegisteredConsumer(
-                self._client,
-                str(self._stream),
-                consumer_name=efo.consumer_name,
-                consumer_arn=efo.consumer_arn,
-                deregister_on_close=efo.deregister_on_close,
-                timeout=efo.register_timeout,
-            )
-        )
-        self.consumer_arn = registered.consumer_arn
-        self._fanout = await self._exit.enter_async_context(fanout)
-        self._listing = AsyncShardListing(
-            self._client, self._stream, max_age=efo.closed_check_interval / 2
-        )
-        logger.info(
-            "reading %s by enhanced fan-out as consumer %s", self.stream, self.consumer_arn
+            self._stream,
+            efo,
+            executor,
         )
 
     async def close(self) -> None:
@@ -296,11 +297,12 @@ class Consumer:
         self._forget_undelivered()
         # With auto_ack no ack can come once the loop stopped asking for records.
         config = self.config
-        deadline = time.monotonic() + (0.0 if config.auto_ack else config.close_timeout)
-        while time.monotonic() < deadline and not all(  # noqa: ASYNC110 (see _DRAIN_POLL)
+        clock = self._clock
+        deadline = clock.now() + (0.0 if config.auto_ack else config.close_timeout)
+        while clock.now() < deadline and not all(
             run.frontier.drained for run in self._shards.values()
         ):
-            await asyncio.sleep(_DRAIN_POLL)
+            await clock.sleep(_DRAIN_POLL)
         try:
             await self._flush()
         finally:
@@ -410,7 +412,9 @@ class Consumer:
     async def _discover(self, *, first: bool = False) -> None:
         config = self.config
         app, name = config.application_name, self._stream.name
-        summary = await self._client.describe_stream_summary(**self._stream.params())
+        executor = self._executor
+        assert executor is not None
+        summary = await executor.execute(DescribeStreamSummary(self._stream))
         facts = StreamFacts.from_response(summary)
         known = self.stream_facts
         if known is not None and facts.created_ms != known.created_ms:
@@ -421,7 +425,7 @@ class Consumer:
             )
         rows = await self._store.list(app, name)
         shard_filter = config.initial_position.shard_filter() if first and not rows else None
-        shards = await list_all_shards(self._client, self._stream, shard_filter)
+        shards = await executor.execute(ListShards(self._stream, shard_filter))
         if first:
             rows = await settle_incarnation(
                 self._store,
@@ -447,47 +451,39 @@ class Consumer:
     async def _first_discovery(self) -> None:
         """Discovery at start: describe the stream, check the stored checkpoints against it, list
         the shards. Errors that may pass (throttling, a 5xx, a stream still being created) are
-        retried with backoff for ``start_timeout`` seconds, an endpoint that does not answer at all
-        for :data:`_UNREACHABLE_ATTEMPTS` attempts; the rest (no such stream, access denied,
-        checkpoints of another incarnation) raise from ``start`` at once, naming the cause.
+        retried (:data:`START_RETRY`) for ``start_timeout`` seconds, an endpoint that does not
+        answer at all for five attempts; the rest (no such stream, access denied, checkpoints
+        of another incarnation) raise from ``start`` at once, naming the cause.
 
         An application with no checkpoints yet lists only the shards its initial position can
         read (the KCL's rule for an empty lease table). Every later listing is complete: a
         filtered one could hide a parent that must be read before its children.
         """
-        deadline = time.monotonic() + self.config.start_timeout
-        failures = no_answer = 0
+        executor = self._executor
+        assert executor is not None
+        what = f"starting to read {self.stream}"
+        retry = dataclasses.replace(START_RETRY, deadline=self.config.start_timeout).begin(
+            self._clock.now()
+        )
         while True:
             try:
-                await self._discover(first=True)
-                if self._lineage.states() or time.monotonic() >= deadline:
-                    return
-                # No shard at all: a stream still being created lists none (kinesis-mock).
-                logger.info("%s lists no shards yet; waiting for it", self.stream)
-                failures += 1
-                await asyncio.sleep(min(_START_BACKOFF.delay(failures, _draw()), 1.0))
-                continue
+                await executor.attempt(lambda: self._discover(first=True), retry, what)
             except Exception as exc:
-                kind = error_kind(exc)
-                if kind is None:
+                if error_kind(exc) is None:
                     raise
-                no_answer += unreachable(exc)
-                failures += 1
-                now = time.monotonic()
-                if not kind.retryable or now >= deadline or no_answer >= _UNREACHABLE_ATTEMPTS:
-                    raise KinesisServiceError.wrap(exc, f"starting to read {self.stream}") from exc
-                delay = min(_START_BACKOFF.delay(failures, _draw()), deadline - now)
-                logger.warning(
-                    "%s; retrying in %.1f s",
-                    KinesisServiceError.wrap(exc, f"starting to read {self.stream}"),
-                    delay,
-                )
-                await asyncio.sleep(delay)
+                raise KinesisServiceError.wrap(exc, what) from exc
+            if self._lineage.states():
+                return
+            # No shard at all: a stream still being created lists none (kinesis-mock).
+            delay = retry.pause(self._clock.now())
+            if delay is None:
+                return
+            logger.info("%s lists no shards yet; waiting for it", self.stream)
+            await self._clock.sleep(min(delay, _EMPTY_STREAM_WAIT))
 
     async def _discovery_loop(self) -> None:
         while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._refresh.wait(), self.config.shard_refresh_interval)
+            await wait_event(self._clock, self._refresh, self.config.shard_refresh_interval)
             self._refresh.clear()
             try:
                 await self._discover()
@@ -504,7 +500,7 @@ class Consumer:
                 logger.warning("shard discovery of %s failed; retrying", self.stream, exc_info=True)
 
     def _start_ready(self) -> None:
-        if self._life.stopping:
+        if self._life.stopping or not self._reading:
             return
         held = None
         if self._leases is not None:
@@ -518,16 +514,15 @@ class Consumer:
                 node.shard_id, start if isinstance(start, tuple) else start.sentinel
             )
             efo = self.config.fan_out
+            incarnation = self._checkpointer.stream_created_ms
             machine: ShardRead = (
                 PollingRead(
-                    node,
-                    start,
-                    self._polling_options,
-                    incarnation=self._checkpointer.stream_created_ms,
-                    stream=self.stream,
+                    node, start, self._polling_options, incarnation=incarnation, stream=self.stream
                 )
                 if efo is None
-                else SubscriptionRead(node, start, efo.subscription)
+                else SubscriptionRead(
+                    node, start, efo.subscription, incarnation=incarnation, stream=self.stream
+                )
             )
             run = _ShardRun(node, frontier, machine)
             run.task = asyncio.create_task(
@@ -535,25 +530,23 @@ class Consumer:
             )
             self._shards[node.shard_id] = run
 
-    def _transport(self, shard_id: str) -> AsyncTransport:
-        """What executes the calls of a shard's reader: GetRecords, or SubscribeToShard."""
-        if self.consumer_arn is None:
-            return AsyncPolling(self._client, self._stream, shard_id, self._view)
-        assert self._listing is not None
-        return AsyncSubscribing(
-            self._fanout, self.consumer_arn, shard_id, self._listing, self._client
-        )
-
     async def _read_shard(self, run: _ShardRun) -> None:
         shard_id = run.node.shard_id
-        transport = self._transport(shard_id)
+        executor = self._executor
+        assert executor is not None
+        link = executor.link(self._stream, shard_id, self.consumer_arn)
         try:
             try:
                 ended = await run_shard_read(
-                    run.machine, transport, run.frontier, self._queue.put, where=self.stream
+                    run.machine,
+                    link,
+                    run.frontier,
+                    self._queue.put,
+                    clock=self._clock,
+                    where=self.stream,
                 )
             finally:
-                await transport.aclose()
+                await link.aclose()
             if ended.gone:
                 logger.warning(
                     "shard %s of %s is no longer listed (past the retention period); not "
@@ -584,24 +577,19 @@ class Consumer:
         """SHARD_END goes to the store only after every record of the shard is acked; the
         children start only after it is stored. A lost lease ends this early: the shard is
         another worker's to finish."""
-        while not run.frontier.drained:  # noqa: ASYNC110 (see _DRAIN_POLL)
-            await asyncio.sleep(_DRAIN_POLL)
-        failures = 0
-        while True:
-            try:
-                written = await self._checkpointer.write(
-                    run.node.shard_id, SHARD_END, run.node.parents, run.children
-                )
-                if not written:
-                    return
-                break
-            except Exception:
-                logger.warning(
-                    "writing SHARD_END of %s failed; retrying", run.node.shard_id, exc_info=True
-                )
-                failures += 1
-                await asyncio.sleep(ceiling(0.2, 10.0, failures))
-        self._lineage.shard_ended(run.node.shard_id)
+        while not run.frontier.drained:
+            await self._clock.sleep(_DRAIN_POLL)
+        executor = self._executor
+        assert executor is not None
+        written = await executor.attempt(
+            lambda: self._checkpointer.write(
+                run.node.shard_id, SHARD_END, run.node.parents, run.children
+            ),
+            SHARD_END_RETRY,
+            f"writing SHARD_END of {run.node.shard_id}",
+        )
+        if written:
+            self._lineage.shard_ended(run.node.shard_id)
 
     # -- leases -----------------------------------------------------------------------------
 
@@ -649,7 +637,7 @@ class Consumer:
         rows now and then (the KCL's BlockOnParentShardTask)."""
         assert self._leases is not None
         while True:
-            await asyncio.sleep(self._leases.config.parent_poll_interval)
+            await self._clock.sleep(self._leases.config.parent_poll_interval)
             waiting = [
                 node
                 for shard_id in self._leases.held()
@@ -675,7 +663,7 @@ class Consumer:
 
     async def _flush_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.config.checkpoint_interval)
+            await self._clock.sleep(self.config.checkpoint_interval)
             try:
                 await self._flush()
             except Exception:

@@ -17,21 +17,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kinesis_core.calls import Call
 from kinesis_core.classify import ErrorKind
 from kinesis_core.consumer.lineage import ShardNode, StartPoint
 from kinesis_core.consumer.positions import InitialPosition, resume_params
 from kinesis_core.consumer.transport import (
+    NOTHING,
     Ack,
     Action,
     Backoff,
-    Call,
     CheckStream,
+    Outcome,
+    ReadEvent,
     ReadState,
     ShardRead,
     Wait,
 )
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.records import KinesisRecord
 
 MAX_GET_RECORDS_LIMIT = 10_000
 MIN_CALL_INTERVAL = 0.2
@@ -119,7 +121,7 @@ class PollingRead(ShardRead):
             return Wait(due)
         if needs_iterator:
             self._next_iterator_at = now + self.options.min_interval
-            self.connects += 1
+            self._connects += 1
             return GetIterator(self._iterator_params())
         assert self._iterator is not None
         self._next_records_at = now + self.options.min_interval
@@ -132,34 +134,30 @@ class PollingRead(ShardRead):
             return self._start.iterator_params()
         return resume_params(self._start[0], after=False)
 
-    def on_response(
-        self, now: float, call: Any, response: Any, ack: Ack | None = None
-    ) -> list[KinesisRecord]:
+    def on_response(self, now: float, call: Call, response: Any, ack: Ack | None = None) -> Outcome:
         if isinstance(call, GetRecords):
             return self.on_records(now, response, ack)
         if isinstance(call, CheckStream):
-            self.on_stream_view(now, response)
-            return []
-        self.on_iterator(response.get("ShardIterator"))
-        return []
+            return self.on_stream_view(now, response)
+        return self.on_iterator(response.get("ShardIterator"))
 
-    def on_iterator(self, iterator: str | None) -> None:
+    def on_iterator(self, iterator: str | None) -> Outcome:
         """A GetShardIterator response (None: the shard has nothing more to give)."""
         self._progress()
-        self.data_read = False
         if iterator is None:
             self._end(None)
-            return
+            return NOTHING
         self._iterator = iterator
-        self._state = ReadState.READING
+        self._handle(ReadEvent.CONNECTED)
+        return NOTHING
 
-    def on_records(self, now: float, response: Any, ack: Ack | None = None) -> list[KinesisRecord]:
+    def on_records(self, now: float, response: Any, ack: Ack | None = None) -> Outcome:
         """A GetRecords response: the user records to deliver, in shard order."""
+        self._expect(ReadEvent.DATA)
         self._progress()
-        self.data_read = True
         raw = response.get("Records") or ()
         millis = response.get("MillisBehindLatest")
-        self.millis_behind_latest = millis
+        self._millis_behind_latest = millis
         records = self._deliver(raw, ack)
         if not raw and millis == 0:
             self._not_before = max(self._not_before, now + self.options.idle_interval)
@@ -167,13 +165,17 @@ class PollingRead(ShardRead):
         if next_iterator is None:
             self._iterator = None
             self._end(response.get("ChildShards"))
-        else:
-            self._iterator = next_iterator
-        self.caught_up = (
-            millis == 0 and len(raw) < self.options.limit and self._state is not ReadState.ENDED
+            return Outcome(records, data=True, millis_behind_latest=millis)
+        self._iterator = next_iterator
+        self._handle(ReadEvent.DATA)
+        caught_up = millis == 0 and len(raw) < self.options.limit
+        return Outcome(
+            records,
+            data=True,
+            caught_up=caught_up,
+            idle=caught_up and not raw,
+            millis_behind_latest=millis,
         )
-        self.idle = self.caught_up and not raw
-        return records
 
     def handles(self, call: Call, kind: ErrorKind | None) -> bool:
         """Also InvalidArgument for a GetShardIterator at a sequence number: AWS refuses a
@@ -187,12 +189,11 @@ class PollingRead(ShardRead):
             return int(call.params["StartingSequenceNumber"])
         return None
 
-    def on_error(self, now: float, call: Any, kind: ErrorKind) -> None:
+    def on_error(self, now: float, call: Call, kind: ErrorKind) -> Outcome:
         if kind is ErrorKind.EXPIRED:
             # A new iterator after the last record read: nothing skipped, nothing read twice.
-            self.last_error = kind
-            self.caught_up = self.idle = self.data_read = False
+            self._failed_call(call, kind)
             self._iterator = None
-            self._state = ReadState.CONNECTING
-            return
-        super().on_error(now, call, kind)
+            self._handle(ReadEvent.DISCONNECTED)
+            return Outcome([], error=kind)
+        return super().on_error(now, call, kind)

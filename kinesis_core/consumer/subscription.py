@@ -15,8 +15,13 @@ common part (:class:`~.transport.ShardRead`), so checkpoints mean the same in bo
 
 A ResourceNotFoundException (from the subscribe or mid-stream) makes the reader describe its
 stream consumer (:class:`CheckConsumer`) before it backs off: a consumer that is gone
-(deregistered, or its stream deleted) fails the reader at once, naming it; one that is still
-there keeps the backoff.
+(deregistered, or its stream deleted) fails the reader at once, naming it. When the consumer is
+still there, the shard or the stream was not found: the reader looks at the stream
+(:class:`~.transport.CheckStream`) and decides as a polling reader does
+(:func:`~.incarnation.judge_refusal`): a shard no longer listed is gone, a stream created
+again fails the reader, a listed shard is subscribed again after the backoff. A subscribe at a
+sequence number that the service refuses with InvalidArgument is judged the same way, as a
+refused position (another incarnation's, or one older than the trim horizon).
 
 A server that never sends that last event (kinesis-mock 0.6.2 keeps a closed shard's
 subscription open with empty events) is covered too: a reader that is caught up at the tip
@@ -33,20 +38,23 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kinesis_core.calls import Call
 from kinesis_core.classify import ErrorKind
 from kinesis_core.consumer.lineage import ShardNode, StartPoint
 from kinesis_core.consumer.positions import InitialPosition
 from kinesis_core.consumer.transport import (
+    NOTHING,
     Ack,
     Action,
     Backoff,
-    Call,
+    CheckStream,
+    Outcome,
+    ReadEvent,
     ReadState,
     ShardRead,
     Wait,
 )
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.records import KinesisRecord
 
 
 def renewal_position(continuation_sequence_number: str) -> dict[str, str]:
@@ -144,8 +152,7 @@ class Subscribe(Call):
 @dataclass(frozen=True, slots=True)
 class NextEvent(Call):
     """The next event of the open subscription. The response is a :class:`SubscribeEvent`,
-    None when the subscription ended normally, or :data:`PENDING` from a synchronous transport
-    that has nothing yet."""
+    or None when the subscription ended normally."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,17 +219,6 @@ class SubscribeEvent:
         return bool(self.child_shards) or self.continuation_sequence_number is None
 
 
-class _Pending:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "PENDING"
-
-
-PENDING: Any = _Pending()
-"""A synchronous transport's answer to NextEvent when no event is waiting."""
-
-
 def starting_position(start: InitialPosition) -> dict[str, Any]:
     """The StartingPosition of an initial position."""
     if start.timestamp is not None:
@@ -242,36 +238,40 @@ class SubscriptionRead(ShardRead):
         options: SubscriptionOptions | None = None,
         *,
         rng: Callable[[], float] = random.random,
+        incarnation: int | None = None,
+        stream: str = "",
     ) -> None:
         self.options = options or SubscriptionOptions()
-        super().__init__(node, start, self.options.backoff, rng)
+        super().__init__(
+            node, start, self.options.backoff, rng, incarnation=incarnation, stream=stream
+        )
         self._continuation: str | None = None
         self._next_subscribe_at = 0.0
         self._closed = not node.is_open
         self._closed_children: tuple[ShardNode, ...] = ()
         self._next_check_at = 0.0
-        self._check_consumer = False
+        self._at_tip = False
+        """The last event was empty and at the tip: a look-up may tell that the shard closed."""
 
     def next_action(self, now: float) -> Action:
-        finished = self._finished()
+        finished = self._finished() or self._check_action(now)
         if finished is not None:
             return finished
         if self._state is ReadState.READING:
             if now < self._not_before:
                 return Wait(self._not_before)
-            if self.idle and not self._closed and now >= self._next_check_at:
+            if self._at_tip and not self._closed and now >= self._next_check_at:
                 self._next_check_at = now + self.options.closed_check_interval
                 return CheckShard()
             return NextEvent()
-        if self._check_consumer:
+        if self._state is ReadState.CHECKING_CONSUMER:
             # Before the backoff: a consumer that is gone should fail the reader at once.
-            self._check_consumer = False
             return CheckConsumer()
         due = max(self._not_before, self._next_subscribe_at)
         if now < due:
             return Wait(due)
         self._next_subscribe_at = now + self.options.subscribe_interval
-        self.connects += 1
+        self._connects += 1
         return Subscribe(self._starting_position())
 
     def _starting_position(self) -> dict[str, Any]:
@@ -283,52 +283,50 @@ class SubscriptionRead(ShardRead):
             return starting_position(self._start)
         return {"Type": "AT_SEQUENCE_NUMBER", "SequenceNumber": str(self._start[0])}
 
-    def on_response(
-        self, now: float, call: Call, response: Any, ack: Ack | None = None
-    ) -> list[KinesisRecord]:
+    def on_response(self, now: float, call: Call, response: Any, ack: Ack | None = None) -> Outcome:
         if isinstance(call, Subscribe):
+            self._handle(ReadEvent.CONNECTED)
             self._paced(now)
-            self._state = ReadState.READING
             self._not_before = 0.0
-            self.data_read = False
-            return []
+            self._at_tip = False
+            return NOTHING
         if isinstance(call, CheckShard):
-            self.on_check(response)
-            return []
+            return self.on_check(response)
         if isinstance(call, CheckConsumer):
-            self.on_consumer(response)
-            return []
-        if response is PENDING:
-            self.data_read = False
-            self._not_before = now + self.options.pending_interval
-            return []
+            return self.on_consumer(response)
+        if isinstance(call, CheckStream):
+            return self.on_stream_view(now, response)
         if response is None:
             # The subscription ended (five minutes, or the server closed it): renew it from
             # the continuation, as soon as the subscribe rate allows.
-            self.data_read = False
-            self._state = ReadState.CONNECTING
-            return []
+            self._handle(ReadEvent.DISCONNECTED)
+            return NOTHING
         return self.on_event(response, ack)
 
-    def on_event(self, event: SubscribeEvent, ack: Ack | None = None) -> list[KinesisRecord]:
+    def on_event(self, event: SubscribeEvent, ack: Ack | None = None) -> Outcome:
         """One SubscribeToShardEvent: the user records to deliver, in shard order."""
+        self._expect(ReadEvent.DATA)
         self._progress()
-        self.data_read = True
         records = self._deliver(event.records, ack)
         millis = event.millis_behind_latest
-        self.millis_behind_latest = millis
+        self._millis_behind_latest = millis
         continuation = event.continuation_sequence_number
         if continuation is not None:
             self._continuation = continuation
         if event.shard_ended:
             self._end(event.child_shards)
-        elif self._closed and millis == 0 and not event.records:
+            return Outcome(records, data=True, millis_behind_latest=millis)
+        if self._closed and millis == 0 and not event.records:
             # At the tip of a shard known to be closed: nothing more can come.
-            self._state = ReadState.ENDED
             self._children = self._closed_children
-        self.caught_up = millis == 0 and self._state is not ReadState.ENDED
-        self.idle = self.caught_up and not event.records
-        return records
+            self._handle(ReadEvent.SHARD_ENDED)
+            return Outcome(records, data=True, millis_behind_latest=millis)
+        self._handle(ReadEvent.DATA)
+        caught_up = millis == 0
+        self._at_tip = caught_up and not event.records
+        return Outcome(
+            records, data=True, caught_up=caught_up, idle=self._at_tip, millis_behind_latest=millis
+        )
 
     def _paced(self, now: float) -> None:
         """A SubscribeToShard call was answered (or failed) at ``now``: it reached the service
@@ -337,10 +335,10 @@ class SubscriptionRead(ShardRead):
             self._next_subscribe_at, now + self.options.subscribe_interval
         )
 
-    def on_consumer(self, check: ConsumerCheck) -> None:
+    def on_consumer(self, check: ConsumerCheck) -> Outcome:
         """DescribeStreamConsumer's answer after a ResourceNotFoundException: a consumer that
-        is gone fails the reader now; one that is still there keeps the backoff (the shard or
-        the service was the cause)."""
+        is gone fails the reader now; when it is still there, the shard or the stream was not
+        found: look at the stream."""
         if check.gone:
             self._fail(
                 f"stream consumer {check.consumer_name!r} of stream {check.stream!r} is gone "
@@ -348,30 +346,43 @@ class SubscriptionRead(ShardRead):
                 f"{check.consumer_arn}): it was deregistered, or its stream deleted, while this "
                 "reader subscribed as it"
             )
+        else:
+            self._handle(ReadEvent.CONSUMER_THERE)
+        return NOTHING
 
-    def on_check(self, check: ShardCheck) -> None:
+    def on_check(self, check: ShardCheck) -> Outcome:
         """A listing's view of the shard (the response to :class:`CheckShard`)."""
         if not check.listed:
-            self._state = ReadState.ENDED
             self._gone = True
-        elif check.closed:
+            self._handle(ReadEvent.SHARD_ENDED)
+            return NOTHING
+        self._handle(ReadEvent.LOOKED_UP)
+        if check.closed:
             self._closed = True
             self._closed_children = check.children
+        return NOTHING
 
-    def on_error(self, now: float, call: Call, kind: ErrorKind) -> None:
+    def handles(self, call: Call, kind: ErrorKind | None) -> bool:
+        """Also InvalidArgument for a subscribe at a sequence number: a refused position."""
+        if kind is ErrorKind.INVALID:
+            return self.refused_position(call) is not None
+        return super().handles(call, kind)
+
+    def refused_position(self, call: Call) -> int | None:
+        if isinstance(call, Subscribe) and "SequenceNumber" in call.starting_position:
+            return int(call.starting_position["SequenceNumber"])
+        return None
+
+    def on_error(self, now: float, call: Call, kind: ErrorKind) -> Outcome:
         """Every failure (of the subscribe or mid-stream) closes the subscription: subscribe
         again after a backoff, from where the last event left off; give up after
-        ``max_failures`` in a row."""
-        if kind not in (ErrorKind.NOT_FOUND, ErrorKind.EXPIRED) and not kind.retryable:
-            raise ValueError(f"{kind} errors are raised by the driver, not fed to the machine")
+        ``max_failures`` in a row. A look at the stream that fails is the common part's."""
+        if isinstance(call, CheckStream):
+            return super().on_error(now, call, kind)
+        self._failed_call(call, kind)
         if isinstance(call, Subscribe):
             self._paced(now)
-        self.last_error = kind
-        self.caught_up = self.idle = self.data_read = False
-        self._state = ReadState.CONNECTING
-        self._backoff(now)
-        if kind is ErrorKind.NOT_FOUND and isinstance(call, (Subscribe, NextEvent)):
-            self._check_consumer = True
+        self._failures += 1
         if self._failures >= self.options.max_failures:
             what = "SubscribeToShard" if isinstance(call, Subscribe) else "the subscription"
             self._fail(
@@ -382,6 +393,26 @@ class SubscriptionRead(ShardRead):
                     else ""
                 )
             )
+        elif kind is ErrorKind.NOT_FOUND and isinstance(call, (Subscribe, NextEvent)):
+            self._refused = None
+            self._handle(ReadEvent.DOUBTED_CONSUMER)
+        elif kind is ErrorKind.INVALID:
+            self._refused = self.refused_position(call)
+            self._handle(ReadEvent.REFUSED)
+        else:
+            self._handle(
+                ReadEvent.DISCONNECTED if self._state is ReadState.READING else ReadEvent.RETRY
+            )
+            self._hold(now)
+        return Outcome([], error=kind)
+
+    def _restart_backoff(self, now: float) -> None:
+        """The failure was counted (and checked against ``max_failures``) when it came."""
+        self._hold(now)
+
+    def _read_from_trim_horizon(self) -> None:
+        super()._read_from_trim_horizon()
+        self._continuation = None
 
 
 def event_from_api(payload: Mapping[str, Any]) -> SubscribeEvent:

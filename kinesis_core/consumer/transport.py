@@ -10,12 +10,17 @@ covers, what the end of a shard says (its children, or that it is gone), and how
 off. :class:`ShardRead` holds that common part as a sans-I/O state machine; a transport adds
 only its calls.
 
-A machine says what to do next (:meth:`ShardRead.next_action`): a transport call (a
-:class:`Call` subclass the transport defines, or the :class:`CheckStream` every transport
-executes), :class:`Wait` until a time, :class:`Ended`, or :class:`Failed`. A driver executes
-calls through a transport object (:class:`AsyncTransport` for the asyncio consumer,
-:class:`SyncTransport` for synchronous engines such as Beam's DoFns) and feeds the response
-(:meth:`ShardRead.on_response`) or the error's kind (:meth:`ShardRead.on_error`) back.
+The machine is explicit, h11 style: its :class:`ReadState` changes only through
+:data:`TRANSITIONS`, a table of (state, :class:`ReadEvent`) -> state, and an event the table
+does not allow in the current state raises :class:`ReadProtocolError`. A machine says what to
+do next (:meth:`ShardRead.next_action`): a transport call (a :class:`Call` subclass the
+transport defines, or the :class:`CheckStream` every transport executes), :class:`Wait` until
+a time, :class:`Ended`, or :class:`Failed`. A driver hands calls to an executor
+(:mod:`kinesis_core.executor`: a reader's link executes the calls of one shard) and feeds the
+response (:meth:`ShardRead.on_response`) or the error's kind (:meth:`ShardRead.on_error`) back;
+both return an :class:`Outcome`: the records to deliver and what the response said of the
+shard's tip, the kind of a failure the machine took, a warning to log. The driver reads
+nothing else off the machine.
 
 A shard that seems to vanish (ResourceNotFound) or a stored position the service refuses
 (ResourceNotFound, or InvalidArgument for a GetShardIterator at a sequence number) is never
@@ -23,9 +28,10 @@ taken for an end on its own: the machine asks for a fresh look at the stream
 (:class:`CheckStream`: a listing and the stream's creation time) and lets
 :func:`~.incarnation.judge_refusal` decide: gone for real (no longer listed), a position of
 another incarnation of the stream (:class:`~.incarnation.StreamRecreatedError`), or one older
-than the trim horizon (read again from TRIM_HORIZON, with :meth:`ShardRead.take_warning` for
-the driver to log). The lineage, the ack frontier and the checkpoint stores sit
-above this seam and never see which transport ran, so one checkpoint store serves both.
+than the trim horizon (read again from TRIM_HORIZON, with a warning in the outcome). A fan-out
+reader first asks whether its stream consumer is gone (:mod:`.subscription`). The lineage, the
+ack frontier and the checkpoint stores sit above this seam and never see which transport ran,
+so one checkpoint store serves both.
 """
 
 from __future__ import annotations
@@ -34,10 +40,12 @@ import enum
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 from kinesis_core.aggregation import deaggregate
-from kinesis_core.backoff import ceiling
+from kinesis_core.backoff import Jitter, ceiling, jittered
+from kinesis_core.calls import Call
 from kinesis_core.classify import ErrorKind
 from kinesis_core.consumer.incarnation import Refusal, StreamFacts, judge_refusal
 from kinesis_core.consumer.lineage import ShardNode, StartPoint
@@ -47,12 +55,6 @@ from kinesis_core.records import KinesisRecord, Position
 from kinesis_core.shard_map import ShardInfo
 
 Ack = Callable[[KinesisRecord], None]
-
-
-class Call:
-    """A request a transport executes for a machine (GetRecords, SubscribeToShard, ...)."""
-
-    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,14 +100,126 @@ class Failed:
 Action = Call | Wait | Ended | Failed
 
 
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What feeding a response or an error to a machine gave the driver."""
+
+    records: list[KinesisRecord]
+    """The user records to deliver, in shard order."""
+    data: bool = False
+    """The response carried records (or their absence): not a connection step or a look-up.
+    Only then do ``caught_up`` and ``idle`` speak of the shard."""
+    caught_up: bool = False
+    """The response reached the tip of the shard (MillisBehindLatest 0, nothing more
+    waiting)."""
+    idle: bool = False
+    """Caught up and the response was empty: a quiet shard, whose watermark may move up to
+    now."""
+    millis_behind_latest: int | None = None
+    """The lag the data response reported."""
+    error: ErrorKind | None = None
+    """The call failed with an error of this kind, which the machine took (and backs off
+    from, or looks into)."""
+    warning: str | None = None
+    """Something to log once (a checkpoint older than the trim horizon was skipped)."""
+
+
+NOTHING = Outcome([])
+"""The outcome of a step that gave nothing to deliver (a connection step, a look-up)."""
+
+
 class ReadState(enum.Enum):
     CONNECTING = "connecting"
     """Needs a shard iterator (polling) or a subscription (fan-out) before it can read."""
+    READING = "reading"
+    CHECKING_CONSUMER = "checking_consumer"
+    """Fan-out: a call was answered ResourceNotFound; is the stream consumer gone?"""
     CHECKING = "checking"
     """A position was refused or the shard seemed to vanish: needs a look at the stream."""
-    READING = "reading"
     ENDED = "ended"
     FAILED = "failed"
+
+
+class ReadEvent(enum.Enum):
+    """What happened to a shard's reader, as the transition table takes it."""
+
+    CONNECTED = "connected"
+    """A shard iterator, or a subscription, came back."""
+    DATA = "data"
+    """Records (or their absence) came, and the shard goes on."""
+    LOOKED_UP = "looked_up"
+    """A look-up while reading (is the shard closed?) was answered; the shard goes on."""
+    DISCONNECTED = "disconnected"
+    """The iterator expired, or the subscription ended or was cut: connect again."""
+    RETRY = "retry"
+    """A call failed with an error waiting fixes: back off, then the same step again."""
+    REFUSED = "refused"
+    """A position was refused, or the shard was not found: look at the stream."""
+    DOUBTED_CONSUMER = "doubted_consumer"
+    """Fan-out: ResourceNotFound; look at the stream consumer first."""
+    CONSUMER_THERE = "consumer_there"
+    """The stream consumer is there: look at the stream."""
+    RESTART = "restart"
+    """The look at the stream says: connect again (from the position, or the trim horizon)."""
+    SHARD_ENDED = "shard_ended"
+    """The shard was read to its end, or is gone."""
+    GAVE_UP = "gave_up"
+    """No retry fixes it (or too many failed): the reader fails."""
+
+
+_S, _E = ReadState, ReadEvent
+TRANSITIONS: Mapping[ReadState, Mapping[ReadEvent, ReadState]] = MappingProxyType(
+    {
+        _S.CONNECTING: {
+            _E.CONNECTED: _S.READING,
+            _E.DISCONNECTED: _S.CONNECTING,
+            _E.RETRY: _S.CONNECTING,
+            _E.REFUSED: _S.CHECKING,
+            _E.DOUBTED_CONSUMER: _S.CHECKING_CONSUMER,
+            _E.SHARD_ENDED: _S.ENDED,
+            _E.GAVE_UP: _S.FAILED,
+        },
+        _S.READING: {
+            _E.DATA: _S.READING,
+            _E.LOOKED_UP: _S.READING,
+            _E.DISCONNECTED: _S.CONNECTING,
+            _E.RETRY: _S.READING,
+            _E.REFUSED: _S.CHECKING,
+            _E.DOUBTED_CONSUMER: _S.CHECKING_CONSUMER,
+            _E.SHARD_ENDED: _S.ENDED,
+            _E.GAVE_UP: _S.FAILED,
+        },
+        _S.CHECKING_CONSUMER: {
+            _E.CONSUMER_THERE: _S.CHECKING,
+            _E.RETRY: _S.CONNECTING,
+            _E.GAVE_UP: _S.FAILED,
+        },
+        _S.CHECKING: {
+            _E.RESTART: _S.CONNECTING,
+            _E.RETRY: _S.CHECKING,
+            _E.SHARD_ENDED: _S.ENDED,
+            _E.GAVE_UP: _S.FAILED,
+        },
+        _S.ENDED: {},
+        _S.FAILED: {},
+    }
+)
+"""Every state a reader can be in, and where each event it allows takes it. ENDED and
+FAILED allow none: the driver stops there."""
+
+
+class ReadProtocolError(KinesisConnectorError, RuntimeError):
+    """An event the transition table does not allow in the reader's state: a driver bug (a
+    response fed twice, or to a machine that never asked for that call)."""
+
+
+def transition(state: ReadState, event: ReadEvent) -> ReadState:
+    """The state ``event`` leads to from ``state`` (:data:`TRANSITIONS`), or
+    :class:`ReadProtocolError` when the table does not allow it."""
+    target = TRANSITIONS[state].get(event)
+    if target is None:
+        raise ReadProtocolError(f"{event.name} is not allowed while {state.name}")
+    return target
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +239,7 @@ class Backoff:
 
     def delay(self, failures: int, draw: float) -> float:
         """Seconds to wait after the ``failures``-th failure in a row; ``draw`` in [0, 1)."""
-        return ceiling(self.base, self.maximum, failures) * (0.5 + 0.5 * draw)
+        return jittered(ceiling(self.base, self.maximum, failures), draw, Jitter.EQUAL)
 
 
 def handled_by_reader(kind: ErrorKind | None) -> bool:
@@ -142,9 +256,10 @@ MAX_UNEXPLAINED = 5
 class ShardRead:
     """The transport-independent half of one shard's reader (sans-I/O: ``now`` comes in).
 
-    Subclasses implement :meth:`next_action` and :meth:`on_response` for their calls, and
-    call :meth:`_deliver` with the raw records of each response, :meth:`_end` at the end of the
-    shard, :meth:`_backoff` after a failure and :meth:`_progress` after a success.
+    Subclasses implement :meth:`next_action` and :meth:`on_response` for their calls. They
+    move the state only through :meth:`_handle` (the table), and use :meth:`_deliver` for the
+    raw records of a response, :meth:`_end` at the end of the shard, :meth:`_backoff` after a
+    failure and :meth:`_progress` after a success.
     """
 
     transport: ClassVar[str]
@@ -181,20 +296,9 @@ class ShardRead:
         self._failed_error: KinesisConnectorError | None = None
         self._refused: int | None = None
         """The sequence number of the position the service refused, if one was."""
-        self._warning: str | None = None
-        self.millis_behind_latest: int | None = None
-        self.last_error: ErrorKind | None = None
-        self.caught_up = False
-        """The last response reached the tip of the shard (MillisBehindLatest 0, nothing more
-        waiting)."""
-        self.idle = False
-        """Caught up and the last response was empty: a quiet shard, whose watermark may move
-        up to now."""
-        self.data_read = False
-        """The last response carried records (or their absence), not a connection step: only
-        then do ``caught_up`` and ``idle`` speak of the last response."""
-        self.connects = 0
-        """Connection steps asked for: shard iterators (polling) or subscriptions (fan-out)."""
+        self._millis_behind_latest: int | None = None
+        self._last_error: ErrorKind | None = None
+        self._connects = 0
 
     @property
     def state(self) -> ReadState:
@@ -205,16 +309,29 @@ class ShardRead:
         """Failed calls in a row since the last success."""
         return self._failures
 
+    @property
+    def last_error(self) -> ErrorKind | None:
+        """The kind of the last failure, until a call succeeds."""
+        return self._last_error
+
+    @property
+    def millis_behind_latest(self) -> int | None:
+        """The lag the last data response reported (for status)."""
+        return self._millis_behind_latest
+
+    @property
+    def connects(self) -> int:
+        """Connection steps asked for: shard iterators (polling) or subscriptions (fan-out)."""
+        return self._connects
+
     # -- the transport's part ------------------------------------------------------------
 
     def next_action(self, now: float) -> Action:
         """What to do now. A returned call means "send it now" (rate limits count it)."""
         raise NotImplementedError
 
-    def on_response(
-        self, now: float, call: Call, response: Any, ack: Ack | None = None
-    ) -> list[KinesisRecord]:
-        """The response to ``call``: the user records to deliver, in shard order."""
+    def on_response(self, now: float, call: Call, response: Any, ack: Ack | None = None) -> Outcome:
+        """The response to ``call``."""
         raise NotImplementedError
 
     def handles(self, call: Call, kind: ErrorKind | None) -> bool:
@@ -227,54 +344,75 @@ class ShardRead:
         of it is then judged as a refused position)."""
         return None
 
-    def on_error(self, now: float, call: Call, kind: ErrorKind) -> None:
+    def on_error(self, now: float, call: Call, kind: ErrorKind) -> Outcome:
         """``call`` failed with an error of ``kind`` that :meth:`handles` accepts."""
-        if not self.handles(call, kind):
-            raise ValueError(f"{kind} errors are raised by the driver, not fed to the machine")
-        self.last_error = kind
-        self.caught_up = self.idle = self.data_read = False
+        self._failed_call(call, kind)
         if isinstance(call, CheckStream) and kind is ErrorKind.NOT_FOUND:
             self._fail(f"stream {self.stream or '?'} no longer exists (deleted?)")
-            return
-        if kind in (ErrorKind.NOT_FOUND, ErrorKind.INVALID):
+        elif kind in (ErrorKind.NOT_FOUND, ErrorKind.INVALID):
             self._refused = self.refused_position(call)
-            self._state = ReadState.CHECKING
-            return
-        self._backoff(now)
+            self._handle(ReadEvent.REFUSED)
+        else:
+            self._handle(ReadEvent.RETRY)
+            self._backoff(now)
+        return Outcome([], error=kind)
 
-    def on_stream_view(self, now: float, view: StreamView) -> None:
+    def on_stream_view(self, now: float, view: StreamView) -> Outcome:
         """The answer to :class:`CheckStream`: decide what the refusal meant."""
         verdict = judge_refusal(
             self.shard_id, self._refused, view.shards, view.facts, self.incarnation, self.stream
         )
         self._refused = None
         if verdict.refusal is Refusal.GONE:
-            self._state = ReadState.ENDED
             self._gone = True
+            self._handle(ReadEvent.SHARD_ENDED)
         elif verdict.refusal is Refusal.RECREATED:
             self._fail(verdict.message, verdict.error)
         elif verdict.refusal is Refusal.TRIMMED:
-            self._warning = verdict.message
-            self._start = TRIM_HORIZON
-            self._skip_through = None
-            self._last_sequence = None
-            self._state = ReadState.CONNECTING
+            self._read_from_trim_horizon()
+            self._handle(ReadEvent.RESTART)
+            return Outcome([], warning=verdict.message)
         else:
-            self._state = ReadState.CONNECTING
-            self._backoff(now)
-            if self._failures >= MAX_UNEXPLAINED:
-                self._fail(
-                    f"{self._failures} failures in a row, the last a ResourceNotFound for a "
-                    "shard that ListShards still lists"
-                )
+            self._handle(ReadEvent.RESTART)
+            self._restart_backoff(now)
+        return NOTHING
 
-    def take_warning(self) -> str | None:
-        """A warning for the driver to log (once), e.g. that a checkpoint older than the trim
-        horizon was skipped."""
-        warning, self._warning = self._warning, None
-        return warning
+    def _read_from_trim_horizon(self) -> None:
+        """Forget every position: the next connection reads from the trim horizon."""
+        self._start = TRIM_HORIZON
+        self._skip_through = None
+        self._last_sequence = None
+
+    def _restart_backoff(self, now: float) -> None:
+        """Connecting again after a look that explained nothing (the shard is listed, no
+        position was refused): back off, and give up after :data:`MAX_UNEXPLAINED` such
+        failures in a row."""
+        self._backoff(now)
+        if self._failures >= MAX_UNEXPLAINED:
+            self._fail(
+                f"{self._failures} failures in a row, the last a ResourceNotFound for a "
+                "shard that ListShards still lists"
+            )
 
     # -- the common part -----------------------------------------------------------------
+
+    def _handle(self, event: ReadEvent) -> None:
+        """Move the state as :data:`TRANSITIONS` says, or raise :class:`ReadProtocolError`."""
+        self._state = self._expect(event)
+
+    def _expect(self, event: ReadEvent) -> ReadState:
+        """The state ``event`` leads to from here; :class:`ReadProtocolError` when the table
+        does not allow it (checked before a response is taken apart)."""
+        try:
+            return transition(self._state, event)
+        except ReadProtocolError as exc:
+            raise ReadProtocolError(f"reader of {self.shard_id}: {exc}") from None
+
+    def _failed_call(self, call: Call, kind: ErrorKind) -> None:
+        """The checks every failure goes through before the machine decides."""
+        if not self.handles(call, kind):
+            raise ValueError(f"{kind} errors are raised by the driver, not fed to the machine")
+        self._last_error = kind
 
     def _check_action(self, now: float) -> Action | None:
         """The :class:`CheckStream` call a CHECKING machine needs, when it is due."""
@@ -307,37 +445,24 @@ class ShardRead:
 
     def _end(self, children: Sequence[Mapping[str, Any]] | None) -> None:
         """The shard reached its end; ``children`` are the ChildShards of the last response."""
-        self._state = ReadState.ENDED
         self._children = tuple(ShardNode.from_child_shard(child) for child in children or ())
+        self._handle(ReadEvent.SHARD_ENDED)
 
     def _fail(self, reason: str, error: KinesisConnectorError | None = None) -> None:
-        self._state = ReadState.FAILED
         self._failed_reason = reason
         self._failed_error = error
+        self._handle(ReadEvent.GAVE_UP)
 
     def _progress(self) -> None:
         self._failures = 0
-        self.last_error = None
+        self._last_error = None
 
     def _backoff(self, now: float) -> None:
+        """One more failure in a row, and the wait after it."""
         self._failures += 1
+        self._hold(now)
+
+    def _hold(self, now: float) -> None:
+        """Wait after the failures counted so far before the next call."""
         delay = self._backoff_policy.delay(self._failures, self._rng())
         self._not_before = max(self._not_before, now + delay)
-
-
-class AsyncTransport(Protocol):
-    """Executes a machine's calls on an event loop."""
-
-    async def call(self, call: Call) -> Any:
-        """The response of ``call``; raises what the service or the network raised."""
-        ...
-
-    async def aclose(self) -> None: ...
-
-
-class SyncTransport(Protocol):
-    """Executes a machine's calls from a synchronous engine (a Beam DoFn)."""
-
-    def call(self, call: Call) -> Any: ...
-
-    def close(self) -> None: ...

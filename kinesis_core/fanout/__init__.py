@@ -35,7 +35,8 @@ Design note (wire facts established for this package; docs/efo.md has the user's
 Modules: ``http2`` / ``http11`` (sans-I/O protocols on h2 / h11), ``connection`` (asyncio
 drivers and the connection pool), ``tls``, ``signing``, ``eventstream`` (decoder and
 ``SubscribeEvent``), ``client`` (``FanOutClient``, ``ShardSubscription``), ``registration``
-(sans-I/O consumer life cycle) and ``consumers`` (its async driver and ARN helpers).
+(sans-I/O consumer life cycle and ARN rules) and ``consumers`` (its async driver, and the
+fan-out start every reader shares).
 """
 
 from typing import TYPE_CHECKING
@@ -48,19 +49,19 @@ _EXPORTS = {
     "renewal_position": "kinesis_core.consumer.subscription",
     "FanOutClient": "kinesis_core.fanout.client",
     "ShardSubscription": "kinesis_core.fanout.client",
-    "ConsumerArn": "kinesis_core.fanout.consumers",
     "RegisteredConsumer": "kinesis_core.fanout.consumers",
-    "StreamConsumer": "kinesis_core.fanout.consumers",
-    "check_consumer_of_stream": "kinesis_core.fanout.consumers",
     "consumer_check": "kinesis_core.fanout.consumers",
     "deregister_consumer": "kinesis_core.fanout.consumers",
     "describe_stream_arn": "kinesis_core.fanout.consumers",
-    "parse_consumer_arn": "kinesis_core.fanout.consumers",
     "register_consumer": "kinesis_core.fanout.consumers",
     "wait_for_consumer": "kinesis_core.fanout.consumers",
     "FanOutTimeoutError": "kinesis_core.fanout.errors",
     "FanOutTransportError": "kinesis_core.fanout.errors",
+    "ConsumerArn": "kinesis_core.fanout.registration",
     "ConsumerRegistrationError": "kinesis_core.fanout.registration",
+    "StreamConsumer": "kinesis_core.fanout.registration",
+    "check_consumer_of_stream": "kinesis_core.fanout.registration",
+    "parse_consumer_arn": "kinesis_core.fanout.registration",
 }
 
 if TYPE_CHECKING:
@@ -73,14 +74,10 @@ if TYPE_CHECKING:
         ShardSubscription as ShardSubscription,
     )
     from kinesis_core.fanout.consumers import (
-        ConsumerArn as ConsumerArn,
         RegisteredConsumer as RegisteredConsumer,
-        StreamConsumer as StreamConsumer,
-        check_consumer_of_stream as check_consumer_of_stream,
         consumer_check as consumer_check,
         deregister_consumer as deregister_consumer,
         describe_stream_arn as describe_stream_arn,
-        parse_consumer_arn as parse_consumer_arn,
         register_consumer as register_consumer,
         wait_for_consumer as wait_for_consumer,
     )
@@ -89,7 +86,11 @@ if TYPE_CHECKING:
         FanOutTransportError as FanOutTransportError,
     )
     from kinesis_core.fanout.registration import (
+        ConsumerArn as ConsumerArn,
         ConsumerRegistrationError as ConsumerRegistrationError,
+        StreamConsumer as StreamConsumer,
+        check_consumer_of_stream as check_consumer_of_stream,
+        parse_consumer_arn as parse_consumer_arn,
     )
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -33,6 +33,7 @@ from kinesis_core.consumer.subscription import (
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.fanout.errors import FanOutTimeoutError, FanOutTransportError, missing_dependency
 from kinesis_core.fanout.eventstream import EventStreamDecoder, http_error
+from kinesis_core.fanout.registration import parse_consumer_arn
 from kinesis_core.fanout.signing import RequestSigner
 
 if TYPE_CHECKING:
@@ -297,8 +298,6 @@ async def _read_all(channel: ResponseChannel, timeout: float) -> bytes:
 
 
 def _validate(consumer_arn: str, shard_id: str, starting_position: Mapping[str, Any]) -> None:
-    from kinesis_core.fanout.consumers import parse_consumer_arn
-
     parse_consumer_arn(consumer_arn)
     if not isinstance(shard_id, str) or not _SHARD_ID.match(shard_id):
         raise ConfigurationError(

@@ -1,132 +1,81 @@
-"""Registered stream consumers: register or reuse by name, wait until ACTIVE, deregister.
+"""Registered stream consumers, the async driver: register or reuse by name, wait until ACTIVE,
+deregister; and the start every fan-out reader shares (:func:`open_fan_out`).
 
-Async, on an aiobotocore Kinesis client from ``kinesis_core.client.create_kinesis_client``; the
-decisions (which call next, how long to back off, when to give up) are
-``kinesis_core.fanout.registration.ConsumerActivation``'s.
-
-A consumer ARN looks like
-``arn:aws:kinesis:us-east-1:123456789012:stream/orders/consumer/reader:1700000000``: the stream
-it belongs to is part of it, which ``parse_consumer_arn`` checks without a call.
+Every call goes through an :class:`~kinesis_core.executor.AsyncExecutor` on an aiobotocore
+Kinesis client from ``kinesis_core.client.create_kinesis_client``; the decisions (which call
+next, how long to back off, when to give up) are
+:class:`~kinesis_core.fanout.registration.ConsumerActivation`'s, and the ARN and name rules are
+in :mod:`kinesis_core.fanout.registration` too.
 """
 
 from __future__ import annotations
 
-import asyncio
-import re
-import time
+import contextlib
+import dataclasses
+import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kinesis_core.backoff import ceiling
+from kinesis_core.backoff import Jitter
+from kinesis_core.calls import (
+    DeregisterStreamConsumer,
+    DescribeStreamConsumer,
+    DescribeStreamSummary,
+    ListStreamConsumers,
+    RegisterStreamConsumer,
+)
 from kinesis_core.classify import ErrorKind
+from kinesis_core.client import ClientConfig, create_kinesis_client, error_kind
+from kinesis_core.clock import SYSTEM_CLOCK, Clock
 from kinesis_core.consumer.subscription import ConsumerCheck
 from kinesis_core.errors import ConfigurationError
+from kinesis_core.executor import AsyncExecutor, LoopFanOut
 from kinesis_core.fanout.registration import (
     Active,
     Call,
     ConsumerActivation,
     ConsumerRegistrationError,
     Send,
+    StreamConsumer,
     Wait,
+    check_consumer_name,
+    check_consumer_of_stream,
+    parse_consumer_arn,
 )
+from kinesis_core.retry import RetryPolicy
 from kinesis_core.stream import StreamRef
 
-_ARN = re.compile(
-    r"^arn:(?P<partition>aws[a-zA-Z-]*):kinesis:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
-    r"stream/(?P<stream>[a-zA-Z0-9_.-]{1,128})/consumer/(?P<consumer>[a-zA-Z0-9_.-]{1,128})"
-    r":(?P<created>\d+)$"
-)
-_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
+if TYPE_CHECKING:
+    from kinesis_core.consumer.config import EnhancedFanOut
+    from kinesis_core.fanout.client import FanOutClient
+    from kinesis_core.loop_thread import LoopThread
+
+logger = logging.getLogger(__name__)
+
+DESCRIBE_RETRY = RetryPolicy(base=0.2, cap=5.0, attempts=5)
+"""DescribeStreamSummary (the stream's ARN) on throttling and server errors."""
+DEREGISTER_POLL = RetryPolicy(base=0.05, cap=2.0, jitter=Jitter.EQUAL, attempts=None)
+"""The looks at a consumer being deregistered (the deadline is the caller's timeout)."""
 
 
-@dataclass(frozen=True)
-class ConsumerArn:
-    """The parts of a consumer ARN."""
-
-    arn: str
-    partition: str
-    region: str
-    account_id: str
-    stream_name: str
-    consumer_name: str
-    creation_timestamp: int
-
-    @property
-    def stream_arn(self) -> str:
-        return (
-            f"arn:{self.partition}:kinesis:{self.region}:{self.account_id}:"
-            f"stream/{self.stream_name}"
-        )
+def _executor(client: Any, clock: Clock) -> AsyncExecutor:
+    return client if isinstance(client, AsyncExecutor) else AsyncExecutor(client, clock=clock)
 
 
-@dataclass(frozen=True)
-class StreamConsumer:
-    """A registered consumer as DescribeStreamConsumer describes it."""
-
-    consumer_name: str
-    consumer_arn: str
-    stream_arn: str
-    status: str
-    creation_timestamp: datetime | None = None
-
-
-def parse_consumer_arn(consumer_arn: str) -> ConsumerArn:
-    """The parts of ``consumer_arn``; ConfigurationError naming the expected shape otherwise."""
-    match = _ARN.match(consumer_arn) if isinstance(consumer_arn, str) else None
-    if match is None:
-        raise ConfigurationError(
-            "consumer_arn",
-            "must look like arn:aws:kinesis:REGION:ACCOUNT:stream/STREAM/consumer/NAME:"
-            f"CREATION_TIMESTAMP, got {consumer_arn!r}",
-        )
-    return ConsumerArn(
-        arn=consumer_arn,
-        partition=match["partition"],
-        region=match["region"],
-        account_id=match["account"],
-        stream_name=match["stream"],
-        consumer_name=match["consumer"],
-        creation_timestamp=int(match["created"]),
-    )
-
-
-def check_consumer_name(name: object, field: str = "consumer_name") -> str:
-    """A valid consumer name (1 to 128 of ``[a-zA-Z0-9_.-]``), or ConfigurationError."""
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise ConfigurationError(
-            field, f"a consumer name is 1..128 characters of [a-zA-Z0-9_.-], got {name!r}"
-        )
-    return name
-
-
-def check_consumer_of_stream(consumer_arn: str, stream_arn: str) -> ConsumerArn:
-    """Parse ``consumer_arn`` and check that it is a consumer of ``stream_arn``."""
-    parsed = parse_consumer_arn(consumer_arn)
-    if parsed.stream_arn != stream_arn:
-        raise ConfigurationError(
-            "consumer_arn",
-            f"{consumer_arn} is a consumer of {parsed.stream_arn}, not of {stream_arn}",
-        )
-    return parsed
-
-
-async def describe_stream_arn(client: Any, stream: str, *, attempts: int = 5) -> str:
+async def describe_stream_arn(
+    client: Any, stream: str, *, attempts: int = 5, clock: Clock = SYSTEM_CLOCK
+) -> str:
     """The ARN of ``stream`` (a name or an ARN, the latter returned as it is).
-    DescribeStreamSummary is retried on throttling and server errors, ``attempts`` times."""
+    DescribeStreamSummary is retried on throttling and server errors, ``attempts`` times.
+    ``client``: an aiobotocore Kinesis client, or an executor."""
     if stream.startswith("arn:"):
         return stream
-    for attempt in range(1, attempts + 1):
-        try:
-            summary = await client.describe_stream_summary(**StreamRef.of(stream).params())
-            return str(summary["StreamDescriptionSummary"]["StreamARN"])
-        except Exception as exc:
-            if _kind(exc) not in (ErrorKind.THROTTLED, ErrorKind.TRANSIENT) or attempt == attempts:
-                raise
-            await asyncio.sleep(ceiling(0.2, 5.0, attempt))
-    raise AssertionError("unreachable")
+    summary = await _executor(client, clock).execute(
+        DescribeStreamSummary(StreamRef.of(stream)),
+        dataclasses.replace(DESCRIBE_RETRY, attempts=attempts),
+    )
+    return str(summary["StreamDescriptionSummary"]["StreamARN"])
 
 
 async def register_consumer(
@@ -135,16 +84,17 @@ async def register_consumer(
     consumer_name: str,
     *,
     timeout: float = 120.0,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> StreamConsumer:
     """Register ``consumer_name`` on the stream, or reuse the consumer of that name, and wait
     until it is ACTIVE. ConsumerRegistrationError when the stream has its 20 consumers or the
     consumer is not ACTIVE within ``timeout`` seconds; ClientError for other refusals."""
     check_consumer_name(consumer_name)
+    executor = _executor(client, clock)
     machine = ConsumerActivation(
-        consumer_name=consumer_name, stream=stream_arn, now=clock(), timeout=timeout
+        consumer_name=consumer_name, stream=stream_arn, now=executor.clock.now(), timeout=timeout
     )
-    return await _drive(client, machine, stream_arn, clock)
+    return await _drive(executor, machine, stream_arn)
 
 
 async def wait_for_consumer(
@@ -153,7 +103,7 @@ async def wait_for_consumer(
     *,
     stream_arn: str | None = None,
     timeout: float = 120.0,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> StreamConsumer:
     """Wait until the consumer ``consumer_arn`` is ACTIVE (checking first, when ``stream_arn``
     is given, that it belongs to that stream)."""
@@ -162,14 +112,15 @@ async def wait_for_consumer(
         if stream_arn is not None
         else parse_consumer_arn(consumer_arn)
     )
+    executor = _executor(client, clock)
     machine = ConsumerActivation(
         consumer_name=parsed.consumer_name,
         stream=parsed.stream_arn,
         consumer_arn=consumer_arn,
-        now=clock(),
+        now=executor.clock.now(),
         timeout=timeout,
     )
-    return await _drive(client, machine, parsed.stream_arn, clock)
+    return await _drive(executor, machine, parsed.stream_arn)
 
 
 async def deregister_consumer(
@@ -178,53 +129,43 @@ async def deregister_consumer(
     *,
     wait: bool = True,
     timeout: float = 120.0,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> None:
     """Deregister the consumer; with ``wait``, until DescribeStreamConsumer no longer finds it.
     A consumer that is already gone is fine."""
     parse_consumer_arn(consumer_arn)
+    executor = _executor(client, clock)
     try:
-        await client.deregister_stream_consumer(ConsumerARN=consumer_arn)
+        await executor.execute(DeregisterStreamConsumer(consumer_arn))
     except Exception as exc:
-        if _kind(exc) is not ErrorKind.NOT_FOUND:
+        if error_kind(exc) is not ErrorKind.NOT_FOUND:
             raise
         return
-    deadline = clock() + timeout
-    polls = 0
-    while wait:
+    if not wait:
+        return
+    clock = executor.clock
+    policy = dataclasses.replace(DEREGISTER_POLL, deadline=timeout)
+    errors, looks = policy.begin(clock.now()), policy.begin(clock.now())
+    while True:
         try:
-            response = await client.describe_stream_consumer(ConsumerARN=consumer_arn)
+            description = await executor.execute(DescribeStreamConsumer(consumer_arn), errors)
         except Exception as exc:
-            kind = _kind(exc)
-            if kind is ErrorKind.NOT_FOUND:
+            if error_kind(exc) is ErrorKind.NOT_FOUND:
                 return
-            if kind not in (ErrorKind.TRANSIENT, ErrorKind.THROTTLED):
-                raise
-            status = "unknown"
-        else:
-            status = response["ConsumerDescription"]["ConsumerStatus"]
-        if clock() >= deadline:
+            raise
+        delay = looks.pause(clock.now())
+        if delay is None:
             raise ConsumerRegistrationError(
-                f"consumer {consumer_arn} is still {status} {timeout:g} s after "
-                "DeregisterStreamConsumer"
+                f"consumer {consumer_arn} is still {description['ConsumerStatus']} "
+                f"{timeout:g} s after DeregisterStreamConsumer"
             )
-        polls += 1
-        await asyncio.sleep(ceiling(0.05, 2.0, polls))
+        await clock.sleep(delay)
 
 
 async def consumer_check(client: Any, consumer_arn: str) -> ConsumerCheck:
     """DescribeStreamConsumer of ``consumer_arn``, as a fan-out reader's machine takes it:
     its status, or None when the consumer is not found. Other errors raise."""
-    parsed = parse_consumer_arn(consumer_arn)
-    try:
-        response = await client.describe_stream_consumer(ConsumerARN=consumer_arn)
-    except Exception as exc:
-        if _kind(exc) is not ErrorKind.NOT_FOUND:
-            raise
-        status = None
-    else:
-        status = response["ConsumerDescription"]["ConsumerStatus"]
-    return ConsumerCheck(consumer_arn, parsed.consumer_name, parsed.stream_name, status)
+    return await _executor(client, SYSTEM_CLOCK).consumer_check(consumer_arn)
 
 
 class RegisteredConsumer:
@@ -232,7 +173,8 @@ class RegisteredConsumer:
 
     Give ``consumer_name`` (registered, or reused when it exists) or ``consumer_arn`` (checked
     against the stream, then waited for); ``deregister_on_close`` deregisters it on exit.
-    ``stream`` is a stream name or ARN.
+    ``stream`` is a stream name or ARN; ``client`` an aiobotocore Kinesis client, or an
+    executor.
     """
 
     def __init__(
@@ -244,12 +186,13 @@ class RegisteredConsumer:
         consumer_arn: str | None = None,
         deregister_on_close: bool = False,
         timeout: float = 120.0,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if (consumer_name is None) == (consumer_arn is None):
             raise ConfigurationError(
                 "consumer_name", "give exactly one of consumer_name and consumer_arn"
             )
-        self._client = client
+        self._executor = _executor(client, clock)
         self._stream = stream
         self._name = consumer_name
         self._arn = consumer_arn
@@ -258,15 +201,15 @@ class RegisteredConsumer:
         self.consumer: StreamConsumer | None = None
 
     async def __aenter__(self) -> StreamConsumer:
-        stream_arn = await describe_stream_arn(self._client, self._stream)
+        stream_arn = await describe_stream_arn(self._executor, self._stream)
         if self._arn is not None:
             self.consumer = await wait_for_consumer(
-                self._client, self._arn, stream_arn=stream_arn, timeout=self._timeout
+                self._executor, self._arn, stream_arn=stream_arn, timeout=self._timeout
             )
         else:
             assert self._name is not None
             self.consumer = await register_consumer(
-                self._client, stream_arn, self._name, timeout=self._timeout
+                self._executor, stream_arn, self._name, timeout=self._timeout
             )
         return self.consumer
 
@@ -278,66 +221,121 @@ class RegisteredConsumer:
     ) -> None:
         if self._deregister and self.consumer is not None:
             await deregister_consumer(
-                self._client, self.consumer.consumer_arn, timeout=self._timeout
+                self._executor, self.consumer.consumer_arn, timeout=self._timeout
             )
 
 
+async def open_fan_out(
+    stack: contextlib.AsyncExitStack,
+    client_config: ClientConfig,
+    stream: StreamRef,
+    efo: EnhancedFanOut,
+    executor: AsyncExecutor | None = None,
+) -> tuple[FanOutClient, str]:
+    """The start every fan-out reader shares (the core consumer, the Faust channel, the Beam
+    source): register (or reuse, or check) the stream consumer ``efo`` names and open the
+    HTTP/2 client its subscriptions go through; both are closed by ``stack``. ``executor``
+    (one of the caller's aiobotocore client) makes the calls; without one, a client of
+    ``client_config`` is made for them. Returns the client and the consumer's ARN."""
+    from kinesis_core.fanout.client import FanOutClient
+
+    # Made first: it refuses to be made without h2 and h11, and nothing may be registered
+    # then (a consumer costs money and counts toward the stream's 20).
+    fanout = FanOutClient(
+        client_config,
+        max_subscription_seconds=efo.max_subscription_seconds,
+        max_buffered_bytes=efo.max_buffered_bytes,
+        http_version=efo.http_version,
+    )
+    if executor is None:
+        executor = AsyncExecutor(
+            await stack.enter_async_context(create_kinesis_client(client_config))
+        )
+    registered = await stack.enter_async_context(
+        RegisteredConsumer(
+            executor,
+            str(stream),
+            consumer_name=efo.consumer_name,
+            consumer_arn=efo.consumer_arn,
+            deregister_on_close=efo.deregister_on_close,
+            timeout=efo.register_timeout,
+        )
+    )
+    await stack.enter_async_context(fanout)
+    logger.info("reading %s by enhanced fan-out as consumer %s", stream, registered.consumer_arn)
+    return fanout, registered.consumer_arn
+
+
+def open_fan_out_on_loop(
+    loop: LoopThread,
+    client_config: ClientConfig,
+    stream: StreamRef,
+    efo: EnhancedFanOut,
+    *,
+    timeout: float = 60.0,
+) -> tuple[LoopFanOut, Callable[[], None]]:
+    """:func:`open_fan_out` on the event-loop thread ``loop``, for a synchronous engine (the
+    Beam source): what its links subscribe through
+    (:meth:`~kinesis_core.executor.SyncExecutor.link`), and the function that closes it."""
+
+    async def start() -> tuple[FanOutClient, str, contextlib.AsyncExitStack]:
+        stack = contextlib.AsyncExitStack()
+        try:
+            client, arn = await open_fan_out(stack, client_config, stream, efo)
+        except BaseException:
+            await stack.aclose()
+            raise
+        return client, arn, stack
+
+    client, arn, stack = loop.run(start(), timeout)
+    return LoopFanOut(loop, client, arn), lambda: loop.run(stack.aclose(), timeout)
+
+
 async def _drive(
-    client: Any, machine: ConsumerActivation, stream_arn: str, clock: Callable[[], float]
+    executor: AsyncExecutor, machine: ConsumerActivation, stream_arn: str
 ) -> StreamConsumer:
+    clock = executor.clock
     described: dict[str, Any] = {}
     while True:
-        action = machine.next_action(clock())
+        action = machine.next_action(clock.now())
         if isinstance(action, Active):
             return _consumer(described, stream_arn)
         if isinstance(action, Wait):
-            await asyncio.sleep(max(0.0, action.until - clock()))
+            await clock.sleep(max(0.0, action.until - clock.now()))
             continue
         assert isinstance(action, Send)
         try:
             if action.call is Call.REGISTER:
-                response = await client.register_stream_consumer(
-                    StreamARN=stream_arn, ConsumerName=machine.consumer_name
+                described = await executor.execute(
+                    RegisterStreamConsumer(stream_arn, machine.consumer_name)
                 )
-                described = response["Consumer"]
             elif action.call is Call.DESCRIBE:
                 if machine.consumer_arn is not None:
-                    kwargs = {"ConsumerARN": machine.consumer_arn}
+                    describe = DescribeStreamConsumer(consumer_arn=machine.consumer_arn)
                 else:
-                    kwargs = {"StreamARN": stream_arn, "ConsumerName": machine.consumer_name}
-                response = await client.describe_stream_consumer(**kwargs)
-                described = response["ConsumerDescription"]
+                    describe = DescribeStreamConsumer(
+                        stream_arn=stream_arn, consumer_name=machine.consumer_name
+                    )
+                described = await executor.execute(describe)
             else:
-                names = await _consumer_names(client, stream_arn)
-                machine.on_listed(names, clock())
+                names = await executor.execute(ListStreamConsumers(stream_arn))
+                machine.on_listed(names, clock.now())
                 continue
         except Exception as exc:
-            kind = _kind(exc)
+            kind = error_kind(exc)
             if kind is ErrorKind.IN_USE and action.call is Call.REGISTER:
-                machine.on_in_use(clock())
+                machine.on_in_use(clock.now())
             elif kind is ErrorKind.NOT_FOUND and action.call is Call.DESCRIBE:
-                machine.on_not_found(clock())
+                machine.on_not_found(clock.now())
             elif kind is ErrorKind.THROTTLED:
                 # The machine lists the consumers to tell the 20-consumer limit from a rate.
-                machine.on_limit_exceeded(action.call, clock())
+                machine.on_limit_exceeded(action.call, clock.now())
             elif kind is ErrorKind.TRANSIENT:
-                machine.on_transient_error(action.call, clock())
+                machine.on_transient_error(action.call, clock.now())
             else:
                 raise
             continue
-        machine.on_consumer(described["ConsumerARN"], described["ConsumerStatus"], clock())
-
-
-async def _consumer_names(client: Any, stream_arn: str) -> list[str]:
-    names: list[str] = []
-    kwargs: dict[str, Any] = {"StreamARN": stream_arn}
-    while True:
-        response = await client.list_stream_consumers(**kwargs)
-        names += [c["ConsumerName"] for c in response.get("Consumers", ())]
-        token = response.get("NextToken")
-        if not token:
-            return names
-        kwargs = {"StreamARN": stream_arn, "NextToken": token}
+        machine.on_consumer(described["ConsumerARN"], described["ConsumerStatus"], clock.now())
 
 
 def _consumer(description: dict[str, Any], stream_arn: str) -> StreamConsumer:
@@ -348,14 +346,3 @@ def _consumer(description: dict[str, Any], stream_arn: str) -> StreamConsumer:
         status=description["ConsumerStatus"],
         creation_timestamp=description.get("ConsumerCreationTimestamp"),
     )
-
-
-
-def _kind(exc: BaseException) -> ErrorKind | None:
-    """The kind of what a call raised, by the client's table: a service error, or a transport
-    failure (TRANSIENT, retried like a server error); None for anything else (our own
-    ConsumerRegistrationError), which is raised as it is. Imported here: the module stays
-    importable without aiobotocore, and a client that raised means it is loaded."""
-    from kinesis_core.client import error_kind
-
-    return error_kind(exc)

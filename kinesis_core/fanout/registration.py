@@ -1,4 +1,5 @@
-"""Sans-I/O decisions of a registered consumer's life cycle: register or reuse, wait for ACTIVE.
+"""Sans-I/O decisions of a registered consumer's life cycle: register or reuse, wait for ACTIVE;
+and what a consumer ARN and a consumer name may look like.
 
 RegisterStreamConsumer answers with the consumer in CREATING (kinesis-mock: for its
 REGISTER_STREAM_CONSUMER_DURATION, 500 ms by default; AWS: several seconds), and
@@ -8,20 +9,105 @@ may have: the consumers are listed to tell which, and only the rate case is retr
 that is DELETING is waited out and registered again. Every wait backs off (with jitter) until a
 deadline, after which the machine fails with the last status it saw.
 
-The driver asks ``next_action(now)``, performs it, and reports what came back.
+The driver (:mod:`kinesis_core.fanout.consumers`) asks ``next_action(now)``, performs it, and
+reports what came back.
+
+A consumer ARN looks like
+``arn:aws:kinesis:us-east-1:123456789012:stream/orders/consumer/reader:1700000000``: the stream
+it belongs to is part of it, which :func:`parse_consumer_arn` checks without a call.
 """
 
 from __future__ import annotations
 
 import enum
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from kinesis_core.backoff import ceiling
-from kinesis_core.errors import KinesisConnectorError
+from kinesis_core.errors import ConfigurationError, KinesisConnectorError
 
 MAX_CONSUMERS_PER_STREAM = 20
+
+_ARN = re.compile(
+    r"^arn:(?P<partition>aws[a-zA-Z-]*):kinesis:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
+    r"stream/(?P<stream>[a-zA-Z0-9_.-]{1,128})/consumer/(?P<consumer>[a-zA-Z0-9_.-]{1,128})"
+    r":(?P<created>\d+)$"
+)
+_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
+
+
+@dataclass(frozen=True)
+class ConsumerArn:
+    """The parts of a consumer ARN."""
+
+    arn: str
+    partition: str
+    region: str
+    account_id: str
+    stream_name: str
+    consumer_name: str
+    creation_timestamp: int
+
+    @property
+    def stream_arn(self) -> str:
+        return (
+            f"arn:{self.partition}:kinesis:{self.region}:{self.account_id}:"
+            f"stream/{self.stream_name}"
+        )
+
+
+@dataclass(frozen=True)
+class StreamConsumer:
+    """A registered consumer as DescribeStreamConsumer describes it."""
+
+    consumer_name: str
+    consumer_arn: str
+    stream_arn: str
+    status: str
+    creation_timestamp: datetime | None = None
+
+
+def parse_consumer_arn(consumer_arn: str) -> ConsumerArn:
+    """The parts of ``consumer_arn``; ConfigurationError naming the expected shape otherwise."""
+    match = _ARN.match(consumer_arn) if isinstance(consumer_arn, str) else None
+    if match is None:
+        raise ConfigurationError(
+            "consumer_arn",
+            "must look like arn:aws:kinesis:REGION:ACCOUNT:stream/STREAM/consumer/NAME:"
+            f"CREATION_TIMESTAMP, got {consumer_arn!r}",
+        )
+    return ConsumerArn(
+        arn=consumer_arn,
+        partition=match["partition"],
+        region=match["region"],
+        account_id=match["account"],
+        stream_name=match["stream"],
+        consumer_name=match["consumer"],
+        creation_timestamp=int(match["created"]),
+    )
+
+
+def check_consumer_name(name: object, field: str = "consumer_name") -> str:
+    """A valid consumer name (1 to 128 of ``[a-zA-Z0-9_.-]``), or ConfigurationError."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigurationError(
+            field, f"a consumer name is 1..128 characters of [a-zA-Z0-9_.-], got {name!r}"
+        )
+    return name
+
+
+def check_consumer_of_stream(consumer_arn: str, stream_arn: str) -> ConsumerArn:
+    """Parse ``consumer_arn`` and check that it is a consumer of ``stream_arn``."""
+    parsed = parse_consumer_arn(consumer_arn)
+    if parsed.stream_arn != stream_arn:
+        raise ConfigurationError(
+            "consumer_arn",
+            f"{consumer_arn} is a consumer of {parsed.stream_arn}, not of {stream_arn}",
+        )
+    return parsed
 
 
 class ConsumerRegistrationError(KinesisConnectorError, RuntimeError):

@@ -387,10 +387,13 @@ def test_initial_restriction_resolves_latest_once(fake: FakeKinesis) -> None:
 def test_initial_restriction_at_a_timestamp(fake: FakeKinesis) -> None:
     fake.put(LOW_KEY, b"old", shard="s0", at=T0)
     fake.put(LOW_KEY, b"new", shard="s0", at=T0 + timedelta(hours=1))
-    fn = make_fn(initial_position=AtTimestamp(T0 + timedelta(minutes=1)))
+    position = AtTimestamp(T0 + timedelta(minutes=1))
+    fn = make_fn(initial_position=position)
     r = whole(fn)
     assert r.child_start == r.cursors[0].start
-    assert "AT_TIMESTAMP" in [f["Type"] for f in fake.shard_filters if f]
+    # The core consumer's rule: the shards open at or after the time (FROM_TIMESTAMP).
+    assert [f for f in fake.shard_filters if f] == [position.shard_filter()]
+    assert position.shard_filter() == {"Type": "FROM_TIMESTAMP", "Timestamp": position.timestamp}
     assert [e.data for e in Bundle(fn, next(iter(fn.split("stream", r)))).elements] == [b"new"]
 
 

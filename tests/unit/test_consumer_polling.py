@@ -85,7 +85,7 @@ def test_resume_inside_an_aggregate_skips_what_was_checkpointed() -> None:
     machine.next_action(1)
     records = machine.on_records(
         1, {"Records": [aggregate(500, 5), raw(501, b"plain")], "NextShardIterator": "it2"}
-    )
+    ).records
     assert [r.position for r in records] == [(500, 3), (500, 4), (501, 0)]
     assert [r.data for r in records] == [b"500-3", b"500-4", b"plain"]
 
@@ -102,7 +102,7 @@ def test_resume_skip_holds_across_an_expiry_before_the_first_record() -> None:
     machine.on_iterator("it")
     machine.next_action(3)
     response = {"Records": [raw(500, b"a"), raw(502, b"b")], "NextShardIterator": "x"}
-    records = machine.on_records(3, response)
+    records = machine.on_records(3, response).records
     assert [r.position for r in records] == [(502, 0)]
 
 
@@ -160,7 +160,7 @@ def test_shard_end_reports_the_children() -> None:
         "ParentShards": ["shard-1"],
         "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": str(MAX_HASH_KEY)},
     }
-    records = machine.on_records(1, {"Records": [raw(3, b"last")], "ChildShards": [child]})
+    records = machine.on_records(1, {"Records": [raw(3, b"last")], "ChildShards": [child]}).records
     assert [r.data for r in records] == [b"last"]
     assert machine.state is ReadState.ENDED
     action = machine.next_action(5)
@@ -218,19 +218,19 @@ def test_a_refused_position_older_than_the_trim_horizon_reads_from_trim_horizon(
         {"ShardIteratorType": "AT_SEQUENCE_NUMBER", "StartingSequenceNumber": "500"}
     )
     refused(machine, first, ErrorKind.INVALID)
-    machine.on_response(0, CheckStream(), view())
-    warning = machine.take_warning()
+    warning = machine.on_response(0, CheckStream(), view()).warning
     assert warning is not None
     assert "shard-1 of orders" in warning
     assert "500" in warning
     assert "trim horizon" in warning
     assert "24 h" in warning
-    assert machine.take_warning() is None
     assert machine.next_action(1) == GetIterator({"ShardIteratorType": "TRIM_HORIZON"})
-    machine.on_iterator("it-1")
+    assert machine.on_iterator("it-1").warning is None  # said once
     machine.next_action(2)
     # Nothing of the old checkpoint is skipped any more: every record comes.
-    records = machine.on_records(2, {"Records": [raw(400, b"kept")], "NextShardIterator": "n"})
+    records = machine.on_records(
+        2, {"Records": [raw(400, b"kept")], "NextShardIterator": "n"}
+    ).records
     assert [r.data for r in records] == [b"kept"]
 
 
@@ -313,7 +313,7 @@ def test_hash_range_filter_drops_aggregates_that_straddle_the_shard() -> None:
             "Records": [raw(1, mixed, inside), raw(2, good, inside), raw(3, b"plain", outside)],
             "NextShardIterator": "n",
         },
-    )
+    ).records
     assert [r.data for r in records] == [b"c", b"d", b"plain"]
 
 

@@ -12,9 +12,9 @@ import pytest
 from kinesis_core.aggregation import encode_aggregate
 from kinesis_core.classify import ErrorKind
 from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp
+from kinesis_core.consumer.incarnation import StreamFacts, StreamRecreatedError
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.subscription import (
-    PENDING,
     CheckConsumer,
     CheckShard,
     ConsumerCheck,
@@ -26,10 +26,19 @@ from kinesis_core.consumer.subscription import (
     SubscriptionRead,
     event_from_api,
 )
-from kinesis_core.consumer.transport import Backoff, Ended, Failed, ReadState, Wait
+from kinesis_core.consumer.transport import (
+    Backoff,
+    CheckStream,
+    Ended,
+    Failed,
+    ReadState,
+    StreamView,
+    Wait,
+)
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.records import SubRecord
+from kinesis_core.shard_map import ShardInfo
 
 NODE = ShardNode("shard-1", (), (0, MAX_HASH_KEY), True)
 ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/orders/consumer/reader:1700000000"
@@ -71,16 +80,17 @@ def test_events_are_read_one_at_a_time_and_deaggregated() -> None:
     assert machine.state is ReadState.READING
     assert machine.next_action(0.1) == NextEvent()
     agg = encode_aggregate([SubRecord("a", None, b"1"), SubRecord("b", None, b"2")])
-    records = machine.on_response(0.1, NextEvent(), event(raw(5, agg), raw(6, b"3"), millis=9))
-    assert [(r.data, r.sequence_number, r.sub_sequence_number) for r in records] == [
+    out = machine.on_response(0.1, NextEvent(), event(raw(5, agg), raw(6, b"3"), millis=9))
+    assert [(r.data, r.sequence_number, r.sub_sequence_number) for r in out.records] == [
         (b"1", 5, 0),
         (b"2", 5, 1),
         (b"3", 6, 0),
     ]
     assert machine.millis_behind_latest == 9
-    assert machine.data_read
-    assert not machine.caught_up
-    assert not machine.idle
+    assert out.millis_behind_latest == 9
+    assert out.data
+    assert not out.caught_up
+    assert not out.idle
     assert machine.next_action(0.1) == NextEvent()
 
 
@@ -88,9 +98,9 @@ def test_renewal_starts_after_the_continuation_and_respects_the_subscribe_rate()
     machine = SubscriptionRead(NODE, TRIM_HORIZON)
     subscribed(machine, now=10.0)
     machine.on_response(10.2, NextEvent(), event(raw(5, b"x"), cont="77"))
-    machine.on_response(10.3, NextEvent(), None)  # the subscription ended
+    ended = machine.on_response(10.3, NextEvent(), None)  # the subscription ended
     assert machine.state is ReadState.CONNECTING
-    assert not machine.data_read
+    assert not ended.data
     assert machine.next_action(10.5) == Wait(11.1)  # 1.1 s after the subscribe was answered
     again = machine.next_action(11.1)
     assert again == Subscribe({"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": "77"})
@@ -134,10 +144,10 @@ def test_resume_inside_an_aggregate_skips_what_the_checkpoint_covers() -> None:
     machine = SubscriptionRead(NODE, (5, 1))
     subscribed(machine)
     subs = [SubRecord(f"k{i}", None, f"s{i}".encode()) for i in range(4)]
-    records = machine.on_response(0, NextEvent(), event(raw(5, encode_aggregate(subs), "k0")))
-    assert [r.data for r in records] == [b"s2", b"s3"]
+    out = machine.on_response(0, NextEvent(), event(raw(5, encode_aggregate(subs), "k0")))
+    assert [r.data for r in out.records] == [b"s2", b"s3"]
     later = machine.on_response(0, NextEvent(), event(raw(9, b"next")))
-    assert [r.data for r in later] == [b"next"]
+    assert [r.data for r in later.records] == [b"next"]
 
 
 def test_the_hash_range_filter_applies_as_with_polling() -> None:
@@ -146,28 +156,21 @@ def test_the_hash_range_filter_applies_as_with_polling() -> None:
     machine = SubscriptionRead(ShardNode("shard-1", (), (0, MAX_HASH_KEY // 2), True), TRIM_HORIZON)
     subscribed(machine)
     mixed = encode_aggregate([SubRecord(inside, None, b"a"), SubRecord(outside, None, b"b")])
-    records = machine.on_response(0, NextEvent(), event(raw(1, mixed, inside), raw(2, b"c")))
-    assert [r.data for r in records] == [b"c"]
+    out = machine.on_response(0, NextEvent(), event(raw(1, mixed, inside), raw(2, b"c")))
+    assert [r.data for r in out.records] == [b"c"]
 
 
 def test_an_empty_event_at_the_tip_is_idle() -> None:
     machine = SubscriptionRead(NODE, TRIM_HORIZON)
     subscribed(machine)
-    assert machine.on_response(0, NextEvent(), event(millis=0)) == []
-    assert machine.caught_up
-    assert machine.idle
-    assert machine.data_read
-    machine.on_response(0, NextEvent(), event(raw(1, b"x"), millis=0))
-    assert machine.caught_up
-    assert not machine.idle
-
-
-def test_pending_means_look_again_shortly() -> None:
-    machine = SubscriptionRead(NODE, TRIM_HORIZON, SubscriptionOptions(pending_interval=0.05))
-    subscribed(machine)
-    assert machine.on_response(1.0, NextEvent(), PENDING) == []
-    assert machine.next_action(1.01) == Wait(1.05)
-    assert machine.next_action(1.05) == NextEvent()
+    out = machine.on_response(0, NextEvent(), event(millis=0))
+    assert out.records == []
+    assert out.caught_up
+    assert out.idle
+    assert out.data
+    out = machine.on_response(0, NextEvent(), event(raw(1, b"x"), millis=0))
+    assert out.caught_up
+    assert not out.idle
 
 
 def test_the_last_event_ends_the_shard_with_its_children() -> None:
@@ -178,11 +181,9 @@ def test_the_last_event_ends_the_shard_with_its_children() -> None:
         "ParentShards": ["shard-1"],
         "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": str(MAX_HASH_KEY)},
     }
-    records = machine.on_response(
-        0, NextEvent(), event(raw(3, b"last"), cont=None, children=[child])
-    )
-    assert [r.data for r in records] == [b"last"]
-    assert not machine.caught_up
+    out = machine.on_response(0, NextEvent(), event(raw(3, b"last"), cont=None, children=[child]))
+    assert [r.data for r in out.records] == [b"last"]
+    assert not out.caught_up
     action = machine.next_action(5)
     assert isinstance(action, Ended)
     assert not action.gone
@@ -198,9 +199,11 @@ def test_errors_back_off_and_resubscribe_from_where_the_events_left_off(kind: Er
     subscribed(machine, now=100.0)
     machine.on_response(100.1, NextEvent(), event(raw(8, b"x"), cont="8"))
     machine.on_error(100.2, NextEvent(), kind)
-    if kind is ErrorKind.NOT_FOUND:  # is the consumer gone? No: the backoff holds
+    if kind is ErrorKind.NOT_FOUND:  # is the consumer gone? No: the stream says why
         assert machine.next_action(100.2) == CheckConsumer()
         machine.on_response(100.2, CheckConsumer(), ACTIVE)
+        assert machine.next_action(100.2) == CheckStream()
+        machine.on_response(100.2, CheckStream(), LISTED)  # listed: the backoff holds
     assert machine.state is ReadState.CONNECTING
     assert machine.last_error is kind
     assert machine.next_action(100.2) == Wait(101.1)  # the subscribe rate holds
@@ -229,6 +232,8 @@ def test_backoff_grows_and_an_event_resets_it() -> None:
 
 
 ACTIVE = ConsumerCheck(ARN, "reader", "orders", "ACTIVE")
+CREATED = StreamFacts(1_700_000_000_000, 24)
+LISTED = StreamView([ShardInfo("shard-1", 0, MAX_HASH_KEY, starting_sequence_number=1)], CREATED)
 
 
 def test_giving_up_after_max_failures_says_why() -> None:
@@ -238,6 +243,7 @@ def test_giving_up_after_max_failures_says_why() -> None:
         action = machine.next_action(now)
         if isinstance(action, CheckConsumer):  # after each ResourceNotFound: still ACTIVE
             machine.on_response(now, action, ACTIVE)
+            machine.on_response(now, machine.next_action(now), LISTED)  # and the shard listed
             action = machine.next_action(now)
         while isinstance(action, Wait):
             now = action.until
@@ -280,6 +286,8 @@ def test_a_consumer_still_there_keeps_the_backoff(status: str) -> None:
     machine.on_error(5.5, NextEvent(), ErrorKind.NOT_FOUND)
     assert machine.next_action(5.5) == CheckConsumer()
     machine.on_response(5.6, CheckConsumer(), ConsumerCheck(ARN, "reader", "orders", status))
+    assert machine.next_action(5.6) == CheckStream()
+    machine.on_response(5.6, CheckStream(), LISTED)
     wait = machine.next_action(5.6)
     assert wait == Wait(6.1)  # the subscribe rate (1.1 s after 5.0) over the 0.25 s backoff
     assert isinstance(machine.next_action(6.1), Subscribe)
@@ -348,7 +356,7 @@ def test_a_server_that_never_ends_the_shard_is_covered_by_a_listing() -> None:
     machine.on_response(7.1, CheckShard(), ShardCheck(listed=True, closed=True, children=(CHILD,)))
     # Records written before the close may still come: the shard ends only at the tip.
     late = machine.on_response(8.0, NextEvent(), event(raw(2, b"late"), millis=0))
-    assert [r.data for r in late] == [b"late"]
+    assert [r.data for r in late.records] == [b"late"]
     assert machine.next_action(8.0) == NextEvent()
     machine.on_response(9.0, NextEvent(), event(millis=0))
     assert machine.next_action(9.0) == Ended((CHILD,), False)
@@ -371,3 +379,55 @@ def test_a_shard_missing_from_the_listing_is_gone() -> None:
     assert machine.next_action(0) == CheckShard()
     machine.on_response(0, CheckShard(), ShardCheck(listed=False, closed=False))
     assert machine.next_action(0) == Ended((), True)
+
+
+# -- what a refusal means: the polling reader's rule (issue 26) ---------------------------------
+
+
+def not_found_with_the_consumer_there(machine: SubscriptionRead, now: float = 5.5) -> None:
+    """A ResourceNotFound mid-stream, the consumer still ACTIVE: the stream is looked at."""
+    machine.on_error(now, NextEvent(), ErrorKind.NOT_FOUND)
+    assert machine.next_action(now) == CheckConsumer()
+    machine.on_response(now, CheckConsumer(), ACTIVE)
+    assert machine.state is ReadState.CHECKING
+    assert machine.next_action(now) == CheckStream()
+
+
+def test_a_shard_not_found_and_no_longer_listed_is_gone() -> None:
+    """Before, a fan-out reader whose shard was trimmed away subscribed again and again
+    (20 backed-off failures) and then failed the consumer; a polling reader ends it as gone."""
+    machine = SubscriptionRead(NODE, TRIM_HORIZON, incarnation=CREATED.created_ms)
+    subscribed(machine, now=5.0)
+    not_found_with_the_consumer_there(machine)
+    machine.on_response(5.6, CheckStream(), StreamView([], CREATED))
+    assert machine.next_action(5.6) == Ended((), True)
+
+
+def test_a_stream_created_again_fails_the_fan_out_reader() -> None:
+    machine = SubscriptionRead(
+        NODE, TRIM_HORIZON, incarnation=CREATED.created_ms - 60_000, stream="orders"
+    )
+    subscribed(machine, now=5.0)
+    not_found_with_the_consumer_there(machine)
+    machine.on_response(5.6, CheckStream(), LISTED)
+    failed = machine.next_action(5.6)
+    assert isinstance(failed, Failed)
+    assert isinstance(failed.error, StreamRecreatedError)
+    assert "deleted and created again" in str(failed.error)
+
+
+def test_a_refused_subscribe_position_older_than_the_trim_horizon_reads_from_there() -> None:
+    machine = SubscriptionRead(NODE, (500, 3), incarnation=CREATED.created_ms, stream="orders")
+    first = machine.next_action(0)
+    assert first == Subscribe({"Type": "AT_SEQUENCE_NUMBER", "SequenceNumber": "500"})
+    assert machine.handles(first, ErrorKind.INVALID)
+    assert not machine.handles(Subscribe({"Type": "LATEST"}), ErrorKind.INVALID)
+    machine.on_error(0.1, first, ErrorKind.INVALID)
+    assert machine.next_action(0.1) == CheckStream()
+    out = machine.on_response(0.1, CheckStream(), LISTED)
+    assert out.warning is not None
+    assert "trim horizon" in out.warning
+    assert machine.next_action(2.0) == Subscribe({"Type": "TRIM_HORIZON"})
+    machine.on_response(2.0, Subscribe({"Type": "TRIM_HORIZON"}), object())
+    kept = machine.on_response(2.1, NextEvent(), event(raw(400, b"kept")))
+    assert [r.data for r in kept.records] == [b"kept"]  # the old checkpoint skips nothing

@@ -1,5 +1,6 @@
-"""SyncSubscribing: a subscription on the event-loop thread, read ahead a bounded number of
-events, for a synchronous engine that must never block on it."""
+"""A fan-out reader's link to the synchronous executor: a subscription on the event-loop
+thread, read ahead a bounded number of events, for a synchronous engine that must never block
+on it."""
 
 from __future__ import annotations
 
@@ -11,9 +12,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from kinesis_core.consumer.reading import SyncSubscribing
 from kinesis_core.consumer.subscription import (
-    PENDING,
     CheckConsumer,
     CheckShard,
     ConsumerCheck,
@@ -22,7 +21,9 @@ from kinesis_core.consumer.subscription import (
     Subscribe,
     SubscribeEvent,
 )
+from kinesis_core.executor import PENDING, LoopFanOut, SyncExecutor, SyncShardLink
 from kinesis_core.loop_thread import LoopThread
+from kinesis_core.stream import StreamRef
 
 
 class FakeSubscription:
@@ -71,12 +72,21 @@ ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/orders/consumer/reader:1700
 
 
 class FakeKinesis:
-    """DescribeStreamConsumer: the consumer is ``status``, or not found (None)."""
+    """A botocore client: DescribeStreamConsumer (the consumer is ``status``, or not found:
+    None) and ListShards (shard-1, closed)."""
 
     def __init__(self, status: str | None) -> None:
         self.status = status
 
-    async def describe_stream_consumer(self, ConsumerARN: str) -> Any:
+    def list_shards(self, **params: Any) -> Any:
+        shard = {
+            "ShardId": "shard-1",
+            "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "9"},
+            "SequenceNumberRange": {"StartingSequenceNumber": "1", "EndingSequenceNumber": "5"},
+        }
+        return {"Shards": [shard]}
+
+    def describe_stream_consumer(self, ConsumerARN: str) -> Any:
         if self.status is None:
             error = {"Error": {"Code": "ResourceNotFoundException", "Message": "not found"}}
             raise ClientError(error, "DescribeStreamConsumer")  # type: ignore[arg-type]
@@ -85,15 +95,12 @@ class FakeKinesis:
 
 def transport(
     fanout: FakeFanOut, wake: threading.Event, prefetch: int = 2, consumer: str | None = "ACTIVE"
-) -> SyncSubscribing:
-    return SyncSubscribing(
-        LoopThread.get(),
-        fanout,
-        ARN,
+) -> SyncShardLink:
+    return SyncExecutor(FakeKinesis(consumer)).link(
+        StreamRef.of("orders"),
         "shard-1",
-        lambda shard_id: ShardCheck(listed=True, closed=shard_id == "shard-1"),
-        wake,
-        FakeKinesis(consumer),
+        LoopFanOut(LoopThread.get(), fanout, ARN),
+        wake=wake,
         prefetch=prefetch,
     )
 

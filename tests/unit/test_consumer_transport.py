@@ -1,0 +1,187 @@
+"""The shard reader's state machine: every state and event of the transition table, events a
+state refuses, and the synchronous driver's "no event yet" that the machine never sees."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from kinesis_core.calls import Call
+from kinesis_core.consumer import TRIM_HORIZON
+from kinesis_core.consumer.incarnation import StreamFacts
+from kinesis_core.consumer.lineage import ShardNode
+from kinesis_core.consumer.polling import GetIterator, GetRecords, PollingRead
+from kinesis_core.consumer.reading import ShardReadError, SyncShardReader
+from kinesis_core.consumer.subscription import (
+    NextEvent,
+    Subscribe,
+    SubscribeEvent,
+    SubscriptionOptions,
+    SubscriptionRead,
+)
+from kinesis_core.consumer.transport import (
+    MAX_UNEXPLAINED,
+    TRANSITIONS,
+    Failed,
+    ReadEvent,
+    ReadProtocolError,
+    ReadState,
+    StreamView,
+    Wait,
+    transition,
+)
+from kinesis_core.executor import PENDING
+from kinesis_core.hashing import MAX_HASH_KEY
+from kinesis_core.shard_map import ShardInfo
+
+S, E = ReadState, ReadEvent
+
+EXPECTED = {
+    (S.CONNECTING, E.CONNECTED, S.READING),
+    (S.CONNECTING, E.DISCONNECTED, S.CONNECTING),
+    (S.CONNECTING, E.RETRY, S.CONNECTING),
+    (S.CONNECTING, E.REFUSED, S.CHECKING),
+    (S.CONNECTING, E.DOUBTED_CONSUMER, S.CHECKING_CONSUMER),
+    (S.CONNECTING, E.SHARD_ENDED, S.ENDED),
+    (S.CONNECTING, E.GAVE_UP, S.FAILED),
+    (S.READING, E.DATA, S.READING),
+    (S.READING, E.LOOKED_UP, S.READING),
+    (S.READING, E.DISCONNECTED, S.CONNECTING),
+    (S.READING, E.RETRY, S.READING),
+    (S.READING, E.REFUSED, S.CHECKING),
+    (S.READING, E.DOUBTED_CONSUMER, S.CHECKING_CONSUMER),
+    (S.READING, E.SHARD_ENDED, S.ENDED),
+    (S.READING, E.GAVE_UP, S.FAILED),
+    (S.CHECKING_CONSUMER, E.CONSUMER_THERE, S.CHECKING),
+    (S.CHECKING_CONSUMER, E.RETRY, S.CONNECTING),
+    (S.CHECKING_CONSUMER, E.GAVE_UP, S.FAILED),
+    (S.CHECKING, E.RESTART, S.CONNECTING),
+    (S.CHECKING, E.RETRY, S.CHECKING),
+    (S.CHECKING, E.SHARD_ENDED, S.ENDED),
+    (S.CHECKING, E.GAVE_UP, S.FAILED),
+}
+"""The table, spelled out: a change to it must change this too."""
+
+
+@pytest.mark.parametrize("state", list(ReadState))
+@pytest.mark.parametrize("event", list(ReadEvent))
+def test_every_event_in_every_state_goes_where_the_table_says_or_raises(
+    state: ReadState, event: ReadEvent
+) -> None:
+    allowed = {(s, e): t for s, e, t in EXPECTED}
+    if (state, event) in allowed:
+        assert transition(state, event) is allowed[state, event]
+    else:
+        with pytest.raises(ReadProtocolError, match=f"{event.name} is not allowed while"):
+            transition(state, event)
+
+
+def test_the_table_is_the_one_spelled_out_and_only_ended_and_failed_are_final() -> None:
+    table = {(s, e, t) for s, events in TRANSITIONS.items() for e, t in events.items()}
+    assert table == EXPECTED
+    assert set(TRANSITIONS) == set(ReadState)
+    final = {state for state, events in TRANSITIONS.items() if not events}
+    assert final == {S.ENDED, S.FAILED}
+    reached, frontier = {S.CONNECTING}, [S.CONNECTING]
+    while frontier:
+        for target in TRANSITIONS[frontier.pop()].values():
+            if target not in reached:
+                reached.add(target)
+                frontier.append(target)
+    assert reached == set(ReadState)
+
+
+NODE = ShardNode("shard-1", (), (0, MAX_HASH_KEY), True)
+RECORDS = {"Records": [], "MillisBehindLatest": 0, "NextShardIterator": "n"}
+
+
+def test_a_response_the_machine_did_not_ask_for_is_refused_and_changes_nothing() -> None:
+    machine = PollingRead(NODE, TRIM_HORIZON)
+    assert isinstance(machine.next_action(0), GetIterator)
+    with pytest.raises(ReadProtocolError, match="DATA is not allowed while CONNECTING"):
+        machine.on_response(0, GetRecords("it", 10), RECORDS)
+    assert machine.state is ReadState.CONNECTING
+    machine.on_iterator(None)  # the shard has nothing more to give
+    assert machine.state is ReadState.ENDED
+    with pytest.raises(ReadProtocolError, match="CONNECTED is not allowed while ENDED"):
+        machine.on_iterator("it")
+
+
+def test_an_event_after_the_end_of_a_subscription_shard_is_refused() -> None:
+    machine = SubscriptionRead(NODE, TRIM_HORIZON)
+    machine.on_response(0, machine.next_action(0), object())
+    machine.on_response(0, NextEvent(), SubscribeEvent([], None, 0))  # the last event
+    assert machine.state is ReadState.ENDED
+    with pytest.raises(ReadProtocolError, match="shard-1: DATA is not allowed while ENDED"):
+        machine.on_response(0, NextEvent(), SubscribeEvent([], "c", 0))
+
+
+class Link:
+    """A synchronous link that answers from a script (an exception is raised)."""
+
+    def __init__(self, *answers: Any) -> None:
+        self.answers = list(answers)
+        self.calls: list[Call] = []
+
+    def call(self, call: Call) -> Any:
+        self.calls.append(call)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def close(self) -> None:
+        pass
+
+
+def test_no_event_yet_is_the_synchronous_drivers_and_it_looks_again_shortly() -> None:
+    """A synchronous link never blocks on a subscription: it answers PENDING when no event is
+    waiting, and the driver waits ``pending_interval`` before it asks again; the machine is
+    not told (it was, before: the driver's PENDING lived in the pure machine)."""
+    now = [1.0]
+    machine = SubscriptionRead(NODE, TRIM_HORIZON, SubscriptionOptions(pending_interval=0.05))
+    event = SubscribeEvent([{"SequenceNumber": "1", "Data": b"x", "PartitionKey": "k"}], "1", 0)
+    reader = SyncShardReader(
+        machine, Link(object(), PENDING, event), pending_interval=0.05, clock=lambda: now[0]
+    )
+    subscribe = reader.next_action(now[0])
+    assert isinstance(subscribe, Subscribe)
+    reader.step(subscribe)
+    assert reader.next_action(now[0]) == NextEvent()
+    assert reader.step(NextEvent()).records == []
+    assert machine.state is ReadState.READING
+    assert reader.next_action(1.01) == Wait(1.05)
+    assert machine.next_action(1.01) == NextEvent()  # the machine knows nothing of it
+    now[0] = 1.05
+    assert reader.next_action(now[0]) == NextEvent()
+    assert [r.data for r in reader.step(NextEvent()).records] == [b"x"]
+
+
+def test_a_reader_that_gives_up_raises_with_the_last_error_it_took() -> None:
+    """The synchronous driver (the Beam source's) keeps the last error, as the asyncio one
+    does: the ShardReadError names it, with its code, and has it as its cause (the Beam
+    source raised the reason alone before)."""
+    refused = ClientError(
+        {"Error": {"Code": "ResourceNotFoundException", "Message": "no shard"}}, "GetShardIterator"
+    )
+    now = [0.0]
+    view = StreamView([ShardInfo("shard-1", 0, MAX_HASH_KEY)], StreamFacts(1, 24))
+    link = Link(*([refused, view] * MAX_UNEXPLAINED))
+    machine = PollingRead(NODE, TRIM_HORIZON, rng=lambda: 0.0)
+    reader = SyncShardReader(machine, link, clock=lambda: now[0], where="orders")
+    while True:
+        action = reader.next_action(now[0])
+        if isinstance(action, Wait):
+            now[0] = action.until
+        elif isinstance(action, Failed):
+            break
+        else:
+            reader.step(action)
+    error = reader.failure(action)
+    assert isinstance(error, ShardReadError)
+    assert str(error).startswith("gave up reading shard-1 of orders: 5 failures in a row")
+    assert str(error).endswith("last error: ResourceNotFoundException: no shard")
+    assert error.code == "ResourceNotFoundException"
+    assert error.__cause__ is refused
