@@ -18,8 +18,6 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from typing import Any
 
-from kinesis_core.consumer._gc import gc_paused
-
 EVENT = "before-parse.kinesis.GetRecords"
 _UNIQUE_ID = "kinesis-connectors-fast-get-records"
 
@@ -61,8 +59,7 @@ def _before_parse(
     if response_dict.get("status_code") != 200 or not isinstance(body, bytes):
         return
     try:
-        with gc_paused():
-            parsed = parse_get_records(body)
+        parsed = parse_get_records(body)
     except (ValueError, TypeError, KeyError, binascii.Error):
         return
     customized_response_dict.update(parsed)

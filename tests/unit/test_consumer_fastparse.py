@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import gc
 import json
 from typing import Any
 
@@ -12,7 +11,6 @@ import pytest
 from botocore.parsers import create_parser
 
 from kinesis_core.consumer import fastparse
-from kinesis_core.consumer._gc import gc_paused
 
 BODY = json.dumps(
     {
@@ -109,17 +107,3 @@ def test_install_and_uninstall_on_a_client() -> None:
     uninstall()
     assert emit() == {}
     assert fastparse.install(object())() is None
-
-
-def test_gc_paused_restores_the_collector_state() -> None:
-    assert gc.isenabled()
-    with gc_paused():
-        assert not gc.isenabled()
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        with gc_paused():
-            pass
-        assert not gc.isenabled()
-    finally:
-        gc.enable()

@@ -35,10 +35,12 @@ PURE = [
     "kinesis_core.lifecycle",
     "kinesis_core.overrides",
     "kinesis_core.records",
+    "kinesis_core.retry",
     "kinesis_core.stream",
     "kinesis_core.checkpoint",
     "kinesis_core.checkpoint.base",
     "kinesis_core.consumer",
+    "kinesis_core.consumer.fastparse",
     "kinesis_core.consumer.frontier",
     "kinesis_core.consumer.positions",
     "kinesis_core.fanout",
@@ -46,6 +48,7 @@ PURE = [
     "kinesis_core.fanout.http2",
     "kinesis_core.fanout.registration",
     "kinesis_core.lease",
+    "kinesis_core.lease.coordinator",
     "kinesis_core.producer",
     "kinesis_core.producer.aggregator",
     "kinesis_core.producer.collector",
@@ -67,15 +70,8 @@ NOT_YET_PURE = {
     "kinesis_core.consumer.transport": "imports kinesis_core.consumer.lineage",
     "kinesis_core.consumer.polling": "imports kinesis_core.consumer.transport",
     "kinesis_core.consumer.subscription": "imports kinesis_core.consumer.transport",
-    "kinesis_core.consumer.config": "imports kinesis_core.fanout.consumers and "
-    "kinesis_core.lease.coordinator",
+    "kinesis_core.consumer.config": "imports kinesis_core.consumer.polling",
     "kinesis_core.consumer.checkpointer": "the Checkpointer awaits the store (asyncio)",
-    "kinesis_core.consumer.fastparse": "pauses the process-wide garbage collector "
-    "(kinesis_core.consumer._gc, gc)",
-    "kinesis_core.lease.coordinator": "default_worker_id reads the host name and the process id "
-    "(socket, os)",
-    "kinesis_core.fanout.consumers": "the sans-I/O registration shares the module with its "
-    "async driver (asyncio, time, kinesis_core.client)",
 }
 """Modules the design calls sans-I/O that are not yet, and why: each waits for a split. When one
 becomes pure, test_modules_waiting_to_be_pure_still_are says to move it to ``PURE``."""
