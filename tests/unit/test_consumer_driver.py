@@ -14,6 +14,7 @@ from kinesis_core.checkpoint import SHARD_END, MemoryCheckpointStore, Sentinel
 from kinesis_core.consumer import LATEST, Consumer, RecordBatch, ShardState
 from kinesis_core.errors import KinesisServiceError
 from kinesis_core.records import KinesisRecord, SubRecord
+from tests.fakes.clock import FakeClock
 from tests.fakes.kinesis import FakeKinesis, client_error
 from tests.helpers.consumer import assert_in_order_per_key, consumer, keyed
 
@@ -120,6 +121,8 @@ def test_out_of_order_acks_checkpoint_only_the_contiguous_prefix() -> None:
 
 
 def test_expired_iterator_and_throttling_lose_nothing_and_repeat_nothing() -> None:
+    clock = FakeClock()  # the backoffs and the idle waits pass at once
+
     async def main() -> None:
         fake = FakeKinesis(1)
         for i in range(5):
@@ -128,7 +131,8 @@ def test_expired_iterator_and_throttling_lose_nothing_and_repeat_nothing() -> No
             client_error("ProvisionedThroughputExceededException"),
             client_error("InternalFailure", status=500),
         ]
-        async with consumer(fake, MemoryCheckpointStore(), max_records_per_call=2) as c:
+        store = MemoryCheckpointStore()
+        async with consumer(fake, store, max_records_per_call=2, clock=clock) as c:
             got = await collect(c, 3)
             fake.faults["GetRecords"].append(client_error("ExpiredIteratorException"))
             for i in range(5, 8):
@@ -137,7 +141,7 @@ def test_expired_iterator_and_throttling_lose_nothing_and_repeat_nothing() -> No
         assert [keyed(r)[1] for r in got] == list(range(8))
         assert fake.count("GetShardIterator") == 2
 
-    asyncio.run(main())
+    clock.run(main())
 
 
 def test_a_fatal_error_surfaces_from_the_iterator() -> None:

@@ -18,6 +18,7 @@ from faust.types import TP
 from faust_kinesis.acks import Ledger, Outcome, decide
 from faust_kinesis.message import KinesisMessage
 from kinesis_core.records import KinesisRecord
+from tests.fakes.clock import FakeClock
 
 
 @pytest.mark.parametrize(
@@ -195,7 +196,7 @@ def run_agent(tmp_path: Path, agent_body: Any, values: list[int]) -> Recorder:
             await asyncio.sleep(0.01)
         await app.stop()
 
-    asyncio.run(main())
+    FakeClock().run(main())  # an agent that stops early is waited for the whole 1 s: at once
     return run
 
 

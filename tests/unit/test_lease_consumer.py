@@ -24,6 +24,7 @@ from kinesis_core.consumer.incarnation import StreamRecreatedError
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.lease import LeaseConfig
 from kinesis_core.records import KinesisRecord
+from tests.fakes.clock import FakeClock
 from tests.fakes.kinesis import FakeKinesis
 from tests.helpers.consumer import assert_in_order_per_key, consumer
 
@@ -132,13 +133,16 @@ def test_two_workers_split_the_shards_and_lose_nothing() -> None:
 
 
 def test_a_lost_lease_stops_delivery_at_once_and_fences_checkpoints() -> None:
+    clock = FakeClock()  # the renewals, the thief's and the waits pass at once
+
     async def main() -> None:
         fake = FakeKinesis(1)
         put_keys(fake, 300)
         store = MemoryCheckpointStore()
         (shard,) = fake.shards
         # Small batches, so that several wait in the consumer's queue, undelivered.
-        a = worker(fake, store, "a", max_records_per_call=10, leases=lease_config("a", 30.0))
+        config = lease_config("a", 30.0)
+        a = worker(fake, store, "a", max_records_per_call=10, leases=config, clock=clock)
         async with a:
             first = await asyncio.wait_for(a.__anext__(), 5)
             while a._queue.qsize() < 3:  # noqa: ASYNC110 (batches read, not delivered)
@@ -186,7 +190,7 @@ def test_a_lost_lease_stops_delivery_at_once_and_fences_checkpoints() -> None:
         assert row.owner == "b"
         assert row.position == first.position
 
-    asyncio.run(main())
+    clock.run(main())
 
 
 def test_close_hands_over_checkpoint_then_release() -> None:
@@ -298,11 +302,13 @@ class FlakyLeases(MemoryCheckpointStore):
 
 
 def test_a_worker_that_cannot_renew_stops_after_the_failover_time() -> None:
+    clock = FakeClock()  # the failover time and the waits pass at once
+
     async def main() -> None:
         fake = FakeKinesis(1)
         put_keys(fake, 50)
         store = FlakyLeases()
-        a = worker(fake, store, "a", leases=lease_config("a", failover=0.5))
+        a = worker(fake, store, "a", leases=lease_config("a", failover=0.5), clock=clock)
         async with a:
             pumps = Pumps({"a": a})
             await pumps.until(lambda: len(pumps.log) == 50)
@@ -314,7 +320,7 @@ def test_a_worker_that_cannot_renew_stops_after_the_failover_time() -> None:
             assert len(pumps.log) == count
             await pumps.stop()
 
-    asyncio.run(main())
+    clock.run(main())
 
 
 def test_status_with_leases_shows_this_workers_shards() -> None:
