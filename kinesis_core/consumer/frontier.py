@@ -9,6 +9,7 @@ Sans-I/O: no clock, no awaits.
 
 from __future__ import annotations
 
+import weakref
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterator
@@ -28,11 +29,13 @@ class RecordBatch:
     """
 
     __slots__ = (
+        "__weakref__",
         "_acked",
         "_frontier",
         "_n",
         "_prefix",
         "millis_behind_latest",
+        "record_ack",
         "records",
         "shard_id",
     )
@@ -40,6 +43,8 @@ class RecordBatch:
     def __init__(self, shard_id: str, frontier: ShardFrontier | None = None) -> None:
         self.shard_id = shard_id
         self._frontier = frontier
+        self.record_ack = RecordAck(self)
+        """The ``ack`` callback to give the batch's records (:class:`RecordAck`)."""
         self.records: list[KinesisRecord] = []
         self.millis_behind_latest: int | None = None
         self._n = 0
@@ -71,7 +76,7 @@ class RecordBatch:
         self._completed()
 
     def ack_record(self, record: KinesisRecord) -> None:
-        """Ack one record of this batch (the ``ack`` callback of its KinesisRecords).
+        """Ack one record of this batch (what its records' ``ack`` does).
 
         Acking twice, or a record of another batch, changes nothing.
         """
@@ -106,6 +111,27 @@ class RecordBatch:
         self._n = len(records)
 
 
+class RecordAck:
+    """A batch's ack callback for its records, holding the batch weakly.
+
+    A record that held its batch strongly would close a reference cycle (the batch holds its
+    records): every batch read would then be freed only by the cyclic garbage collector, whose
+    collections would keep walking tens of thousands of dead records. Held weakly, a consumed
+    batch is freed as soon as nothing refers to it. A record whose batch is gone acks nothing:
+    its batch left the frontier fully acked, or was never delivered.
+    """
+
+    __slots__ = ("_batch",)
+
+    def __init__(self, batch: RecordBatch) -> None:
+        self._batch = weakref.ref(batch)
+
+    def __call__(self, record: KinesisRecord) -> None:
+        batch = self._batch()
+        if batch is not None:
+            batch.ack_record(record)
+
+
 class ShardFrontier:
     """The registered-but-not-checkpointed batches of one shard, oldest first.
 
@@ -121,7 +147,7 @@ class ShardFrontier:
         self._ended = False
 
     def new_batch(self) -> RecordBatch:
-        """An empty batch; its ``ack_record`` is the ack callback for the records to come."""
+        """An empty batch; its ``record_ack`` is the ack callback for the records to come."""
         return RecordBatch(self.shard_id, self)
 
     def add(

@@ -117,10 +117,9 @@ async def run_shard_read(
             machine.on_error(clock.now(), action, kind)
             continue
         batch = frontier.new_batch()
-        outcome = machine.on_response(clock.now(), action, response, batch.ack_record)
+        outcome = machine.on_response(clock.now(), action, response, batch.record_ack)
         _log_warning(outcome)
-        # The raw response (one dict per record) must not stay alive while emit blocks: a
-        # large live heap makes every full garbage collection slow.
+        # The raw response (one dict per record) must not stay alive while emit blocks.
         del response
         if outcome.records:
             frontier.add(batch, outcome.records, outcome.millis_behind_latest)

@@ -3,6 +3,9 @@ order of the acks."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -13,7 +16,7 @@ from kinesis_core.records import KinesisRecord
 
 def make_records(batch: RecordBatch, positions: list[tuple[int, int]]) -> list[KinesisRecord]:
     return [
-        KinesisRecord(b"x", "pk", None, seq, sub, "shard-0", None, sub > 0, batch.ack_record)
+        KinesisRecord(b"x", "pk", None, seq, sub, "shard-0", None, sub > 0, batch.record_ack)
         for seq, sub in positions
     ]
 
@@ -22,6 +25,27 @@ def add_batch(frontier: ShardFrontier, positions: list[tuple[int, int]]) -> Reco
     batch = frontier.new_batch()
     frontier.add(batch, make_records(batch, positions), 0)
     return batch
+
+
+def test_a_consumed_batch_is_freed_without_the_cyclic_collector() -> None:
+    """Records hold their batch weakly: a batch read, acked and dropped goes at once, and so
+    do its records (before, record -> batch -> records was a cycle: every batch of tens of
+    thousands of records waited for a full collection)."""
+    frontier = ShardFrontier("shard-0", Sentinel.TRIM_HORIZON)
+    batch = add_batch(frontier, [(10, 0), (11, 0)])
+    first = batch.records[0]
+    gone = weakref.ref(batch)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        batch.ack()
+        del batch
+        assert gone() is None
+        first.ack()  # its batch is gone: nothing to do
+        assert frontier.checkpoint == (11, 0)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def test_in_order_acks_move_the_checkpoint_record_by_record() -> None:
