@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from kinesis_core.backoff import Jitter
 from kinesis_core.checkpoint.base import (
     Checkpoint,
     CheckpointConflictError,
@@ -54,6 +56,7 @@ from kinesis_core.checkpoint.base import (
 from kinesis_core.classify import ErrorKind, classify, error_details
 from kinesis_core.client import ClientConfig, create_dynamodb_client
 from kinesis_core.errors import ConfigurationError, ValidationError
+from kinesis_core.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb.client import DynamoDBClient
@@ -64,6 +67,8 @@ LEASE_KEY = "leaseKey"
 STREAM_CREATED = "streamCreatedMillis"
 _OPTIONAL = ("parentShardId", "childShardIds", "startingHashKey", "endingHashKey")
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
+TABLE_POLL = RetryPolicy(base=0.1, cap=2.0, jitter=Jitter.EQUAL, attempts=None)
+"""The looks at a lease table being created, until ACTIVE (the deadline is ``table_timeout``)."""
 _REMOVED_BY_CHECKPOINT = (
     "pendingCheckpoint",
     "pendingCheckpointSubSequenceNumber",
@@ -316,15 +321,16 @@ class DynamoDBCheckpointStore:
                     BillingMode="PAY_PER_REQUEST",
                 )
             status = None
-        deadline = time.monotonic() + self._table_timeout
-        delay = 0.1
+        looks = dataclasses.replace(TABLE_POLL, deadline=self._table_timeout).begin(
+            time.monotonic()
+        )
         while status != "ACTIVE":
-            if time.monotonic() > deadline:
+            delay = looks.pause(time.monotonic())
+            if delay is None:
                 raise ConfigurationError(
                     f"lease table {table!r} is still {status} after {self._table_timeout:g} s"
                 )
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
             status = (await client.describe_table(TableName=table))["Table"].get("TableStatus")
 
     async def _conflict(
