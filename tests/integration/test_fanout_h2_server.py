@@ -24,8 +24,9 @@ from kinesis_core.client import ClientConfig
 from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.positions import TRIM_HORIZON as TRIM_HORIZON_START
-from kinesis_core.consumer.reading import AsyncShardListing, AsyncSubscribing, run_shard_read
+from kinesis_core.consumer.reading import run_shard_read
 from kinesis_core.consumer.subscription import SubscriptionRead
+from kinesis_core.executor import AsyncExecutor
 from kinesis_core.fanout import (
     FanOutClient,
     FanOutTimeoutError,
@@ -273,8 +274,8 @@ def test_renewals_are_paced_from_where_the_previous_subscribe_landed() -> None:
         async with server as endpoint, FanOutClient(config(endpoint), http_version="h2") as client:
             node = ShardNode(SHARD, (), (0, MAX_HASH_KEY), True)
             machine = SubscriptionRead(node, TRIM_HORIZON_START)
-            listing = AsyncShardListing(None, StreamRef.of("orders"), max_age=30.0)
-            transport = AsyncSubscribing(client, CONSUMER_ARN, SHARD, listing, None)
+            executor = AsyncExecutor(None, fanout=client)  # subscriptions only: no client
+            transport = executor.link(StreamRef.of("orders"), SHARD, CONSUMER_ARN)
             frontier = ShardFrontier(SHARD, Sentinel.TRIM_HORIZON)
 
             async def emit(batch: RecordBatch) -> None:

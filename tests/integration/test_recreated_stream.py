@@ -37,7 +37,13 @@ from kinesis_core.checkpoint import (
     MemoryCheckpointStore,
     SQLiteCheckpointStore,
 )
-from kinesis_core.consumer import TRIM_HORIZON, Consumer, ConsumerConfig, ShardState
+from kinesis_core.consumer import (
+    TRIM_HORIZON,
+    Consumer,
+    ConsumerConfig,
+    EnhancedFanOut,
+    ShardState,
+)
 from kinesis_core.consumer.incarnation import StreamFacts, StreamRecreatedError, timestamp_text
 from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LocalStream
 from kinesis_core.producer import Producer
@@ -151,6 +157,24 @@ def test_a_consumer_refuses_positions_of_the_earlier_stream_or_resets_them(
     read_back, _ = asyncio.run(read(stream, store, 4))
     assert sorted(read_back) == sorted(f"later-{i}".encode() for i in range(4))
     asyncio.run(store.close())
+
+
+def test_a_fan_out_start_that_refuses_positions_registers_no_stream_consumer(
+    kinesis_stream: Any,
+) -> None:
+    """The stored positions are checked before the stream consumer is registered: a start
+    that fails on them leaves no consumer behind (it registered one first before, which costs
+    money by the hour and counts toward the stream's 20)."""
+    stream: LocalStream = kinesis_stream(1)
+    store = MemoryCheckpointStore()
+    earlier_stream_read(stream, store)
+    efo = EnhancedFanOut(consumer_name="checked-first")
+    with pytest.raises(StreamRecreatedError):
+        asyncio.run(read(stream, store, 1, enhanced_fan_out=efo))
+    client = stream.boto_client()
+    summary = client.describe_stream_summary(StreamName=stream.name)
+    arn = summary["StreamDescriptionSummary"]["StreamARN"]
+    assert client.list_stream_consumers(StreamARN=arn)["Consumers"] == []
 
 
 def test_a_stream_recreated_while_read_raises(make_stream: Any) -> None:
