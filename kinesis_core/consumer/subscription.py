@@ -16,12 +16,13 @@ common part (:class:`~.transport.ShardRead`), so checkpoints mean the same in bo
 A ResourceNotFoundException (from the subscribe or mid-stream) makes the reader describe its
 stream consumer (:class:`CheckConsumer`) before it backs off: a consumer that is gone
 (deregistered, or its stream deleted) fails the reader at once, naming it. When the consumer is
-still there, the shard or the stream was not found: the reader looks at the stream
-(:class:`~.transport.CheckStream`) and decides as a polling reader does
+still there, the shard, the stream or the position was not found: the reader looks at the
+stream (:class:`~.transport.CheckStream`) and decides by the polling reader's rule
 (:func:`~.incarnation.judge_refusal`): a shard no longer listed is gone, a stream created
-again fails the reader, a listed shard is subscribed again after the backoff. A subscribe at a
-sequence number that the service refuses with InvalidArgument is judged the same way, as a
-refused position (another incarnation's, or one older than the trim horizon).
+again fails the reader, a position the service refused (a subscribe at a sequence number
+answered ResourceNotFound or InvalidArgument) is another incarnation's or older than the trim
+horizon (read from TRIM_HORIZON, with a warning), and anything else subscribes again after the
+backoff.
 
 A server that never sends that last event (kinesis-mock 0.6.2 keeps a closed shard's
 subscription open with empty events) is covered too: a reader that is caught up at the tip
@@ -394,7 +395,7 @@ class SubscriptionRead(ShardRead):
                 )
             )
         elif kind is ErrorKind.NOT_FOUND and isinstance(call, (Subscribe, NextEvent)):
-            self._refused = None
+            self._refused = self.refused_position(call)
             self._handle(ReadEvent.DOUBTED_CONSUMER)
         elif kind is ErrorKind.INVALID:
             self._refused = self.refused_position(call)

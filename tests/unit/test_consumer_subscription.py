@@ -416,13 +416,18 @@ def test_a_stream_created_again_fails_the_fan_out_reader() -> None:
     assert "deleted and created again" in str(failed.error)
 
 
-def test_a_refused_subscribe_position_older_than_the_trim_horizon_reads_from_there() -> None:
+@pytest.mark.parametrize("kind", [ErrorKind.INVALID, ErrorKind.NOT_FOUND])
+def test_a_refused_subscribe_position_older_than_the_trim_horizon_reads_from_there(
+    kind: ErrorKind,
+) -> None:
     machine = SubscriptionRead(NODE, (500, 3), incarnation=CREATED.created_ms, stream="orders")
     first = machine.next_action(0)
     assert first == Subscribe({"Type": "AT_SEQUENCE_NUMBER", "SequenceNumber": "500"})
     assert machine.handles(first, ErrorKind.INVALID)
     assert not machine.handles(Subscribe({"Type": "LATEST"}), ErrorKind.INVALID)
-    machine.on_error(0.1, first, ErrorKind.INVALID)
+    machine.on_error(0.1, first, kind)
+    if kind is ErrorKind.NOT_FOUND:
+        machine.on_response(0.1, machine.next_action(0.1), ACTIVE)  # the consumer is there
     assert machine.next_action(0.1) == CheckStream()
     out = machine.on_response(0.1, CheckStream(), LISTED)
     assert out.warning is not None
