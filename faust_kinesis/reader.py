@@ -36,6 +36,7 @@ from faust_kinesis.message import KinesisMessage
 from faust_kinesis.partitions import shard_tp
 from faust_kinesis.queues import KinesisQueue
 from kinesis_core.checkpoint import SQLiteCheckpointStore
+from kinesis_core.clock import SYSTEM_CLOCK, Clock
 from kinesis_core.consumer import Consumer, ShardStatus
 from kinesis_core.consumer.consumer import DEFAULT_CHECKPOINT_PATH
 
@@ -111,10 +112,13 @@ class Reader(Service):
         schema: SchemaT[Any, Any],
         subscribers: Collection[ChannelT[Any]],
         on_decode_error: Callable[[Exception, Message], Awaitable[None]],
+        clock: Clock = SYSTEM_CLOCK,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.app = app
+        self.clock = clock
+        """The time of the consumer and of the drain at the end of a run."""
         self.settings = settings
         self.topic = str(settings.stream)
         """The stream as given (name or ARN): the topic of the events' messages."""
@@ -232,6 +236,7 @@ class Reader(Service):
             consumer_config=settings.consumer_config_for(conf.id, conf.consumer_auto_offset_reset),
             client_config=settings.client_config,
             checkpoint_store=self._store,
+            clock=self.clock,
         )
         await consumer.start()
         run = ConsumerRun(self, consumer)
@@ -260,9 +265,10 @@ class Reader(Service):
         for queue in self._subscriber_queues():
             queue.clear()
         drain_timeout = self.settings.drain_timeout
-        deadline = time.monotonic() + drain_timeout
-        while run.ledger.in_flight and time.monotonic() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(_DRAIN_POLL)
+        clock = self.clock
+        deadline = clock.now() + drain_timeout
+        while run.ledger.in_flight and clock.now() < deadline:
+            await clock.sleep(_DRAIN_POLL)
         if run.ledger.in_flight:
             logger.warning(
                 "%s: %d events still in flight after %s s; they will be delivered again",
