@@ -7,8 +7,12 @@ per record would cost a round trip. This follows the C++ KPL's ``shard_map.cc``:
   refresh is in flight) and READY (``predict`` answers). Events go in (``start``,
   ``refresh_succeeded``, ``refresh_failed``, ``retry_due``, ``invalidate``); decisions come
   out (start a refresh: ``True``; wait this many seconds, then send ``retry_due``).
+- :class:`RecordSizeLimit` is sans-I/O too: the stream's maximum record size as
+  DescribeStreamSummary last reported it (``MaxRecordSizeInKiB``), and when it may be asked
+  again.
 - :class:`ShardMapDriver` runs the refreshes against an injected ``list_shards_fn`` (in
-  production ``client.list_shards`` of an aiobotocore client; in tests a fake).
+  production ``client.list_shards`` of an aiobotocore client; in tests a fake), and with a
+  ``describe_fn`` learns the stream's maximum record size at every refresh and on demand.
 - :func:`list_all_shards` is the paginated ListShards call that both use.
 """
 
@@ -25,15 +29,22 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from kinesis_core.classify import ErrorKind, classify, error_details
+from kinesis_core.classify import ErrorKind, classify, error_details, error_message
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError, ValidationError
-from kinesis_core.hashing import MAX_HASH_KEY, parse_explicit_hash_key
+from kinesis_core.hashing import (
+    LARGEST_RECORD_BYTES,
+    MAX_HASH_KEY,
+    MAX_RECORD_BYTES,
+    parse_explicit_hash_key,
+)
 from kinesis_core.stream import StreamRef
 
 logger = logging.getLogger(__name__)
 
 ListShardsFn = Callable[..., Awaitable[Mapping[str, Any]]]
 """``await fn(**ListShards kwargs)`` returns the ListShards response dict."""
+DescribeFn = Callable[..., Awaitable[Mapping[str, Any]]]
+"""``await fn(**DescribeStreamSummary kwargs)`` returns the DescribeStreamSummary response."""
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[object]]
 
@@ -41,6 +52,7 @@ AT_LATEST: Mapping[str, str] = {"Type": "AT_LATEST"}
 """ShardFilter for the shards open now: all the producer can write to."""
 AT_TRIM_HORIZON: Mapping[str, str] = {"Type": "AT_TRIM_HORIZON"}
 """ShardFilter for every shard still holding data, closed ones included."""
+
 
 def _permanent(error: BaseException) -> bool:
     """A ListShards error that retrying will not fix: ``start()`` reports it at once."""
@@ -374,6 +386,91 @@ class ShardMap:
                 self._closed.pop(sid, None)
 
 
+class RecordSizeLimit:
+    """The stream's maximum record size (data plus partition key), sans-I/O.
+
+    ``bytes`` is what DescribeStreamSummary last reported (``MaxRecordSizeInKiB``), or the
+    Kinesis default of 1 MiB until one answers, when the answer has no such field (a server
+    older than late 2025, moto) and when the call failed (``error`` says why; the last value
+    stays). A record over it may still fit a limit raised since (``UpdateMaxRecordSize``), so
+    the driver asks again before refusing one: at most one such check every ``min_interval``
+    seconds (``next_check``; the checks of shard-map refreshes do not count), and a record is
+    refused only by a check that started after it came (``checked_since``).
+    """
+
+    def __init__(self, *, min_interval: float = 1.0) -> None:
+        if min_interval < 0:
+            raise ConfigurationError("min_interval", f"must be >= 0 seconds, got {min_interval}")
+        self.min_interval = min_interval
+        self.bytes = MAX_RECORD_BYTES
+        self.reported = False
+        """Whether the stream reported its limit (False: ``bytes`` is the default)."""
+        self.error: str | None = None
+        """Why the last check failed (None when it answered)."""
+        self._last_start = -math.inf
+        self._answered_from = -math.inf
+
+    def next_check(self, now: float) -> float:
+        """Seconds until the next check may start."""
+        return max(0.0, self._last_start + self.min_interval - now)
+
+    def started(self, now: float) -> None:
+        """A DescribeStreamSummary asked for by a record starts now (``next_check`` paces
+        those)."""
+        self._last_start = max(self._last_start, now)
+
+    def answered(self, summary: Mapping[str, Any], started_at: float) -> bool:
+        """The ``StreamDescriptionSummary`` of a check that started at ``started_at``; True when
+        the limit changed."""
+        kib = summary.get("MaxRecordSizeInKiB")
+        reported = False
+        new = MAX_RECORD_BYTES
+        if isinstance(kib, int) and not isinstance(kib, bool) and kib > 0:
+            reported = True
+            new = min(kib * 1024, LARGEST_RECORD_BYTES)
+        changed = new != self.bytes
+        self.bytes = new
+        self.reported = reported
+        self.error = None
+        self._answered_from = max(self._answered_from, started_at)
+        return changed
+
+    def failed(self, reason: str, started_at: float) -> None:
+        """The check that started at ``started_at`` failed (``reason``); the limit stays."""
+        self.error = reason
+        self._answered_from = max(self._answered_from, started_at)
+
+    def checked_since(self, when: float) -> bool:
+        """Whether a check that started at or after ``when`` has finished."""
+        return self._answered_from >= when
+
+    def explain(self, size: int, stream: str) -> str:
+        """Why a record of ``size`` bytes is refused, and what to do about it."""
+        kib = self.bytes // 1024
+        if size > LARGEST_RECORD_BYTES:
+            return (
+                f"data plus partition key is {size} bytes, over {LARGEST_RECORD_BYTES} bytes "
+                "(10 MiB), the most any Kinesis stream takes: put the data in S3 and send a "
+                "pointer to it instead (docs/producer.md, Large records)"
+            )
+        if self.error is not None and not self.reported:
+            source = (
+                f"the default maximum record size, assumed because the stream's own could not "
+                f"be learned ({self.error}; the producer needs kinesis:DescribeStreamSummary)"
+            )
+        elif self.reported:
+            source = "its maximum record size (MaxRecordSizeInKiB, checked after the record came)"
+        else:
+            source = "its maximum record size (the default: DescribeStreamSummary reports none)"
+        return (
+            f"data plus partition key is {size} bytes, over the {kib} KiB ({self.bytes} "
+            f"bytes) stream {stream!r} takes, {source}: raise it with UpdateMaxRecordSize "
+            f"(aws kinesis update-max-record-size --stream-arn ARN --max-record-size-in-ki-b "
+            f"{max(1024, -(-size // 1024))}; up to 10240), which a running producer picks up, or "
+            "put the data in S3 and send a pointer to it (docs/producer.md, Large records)"
+        )
+
+
 def _first_page_kwargs(
     stream: str | StreamRef, shard_filter: Mapping[str, Any] | None, page_size: int
 ) -> dict[str, Any]:
@@ -438,6 +535,11 @@ class ShardMapDriver:
     access denied), or when ``give_up(error, attempts)`` says so. With ``wait_on_start=False``
     records flow unpredicted until the map is ready. ``clock`` must be the clock the callers of
     ``invalidate`` read ``seen_at`` from.
+
+    With ``describe_fn`` (``client.describe_stream_summary``), every refresh first asks
+    DescribeStreamSummary for the stream's maximum record size (:attr:`record_limit`), and
+    :meth:`check_record_limit` asks again on demand. A failed DescribeStreamSummary never fails
+    a refresh: the limit keeps its last value (1 MiB at first) and says why.
     """
 
     def __init__(
@@ -454,8 +556,13 @@ class ShardMapDriver:
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         give_up: Callable[[BaseException, int], bool] | None = None,
+        describe_fn: DescribeFn | None = None,
+        limit_check_interval: float = 1.0,
     ) -> None:
         self.stream_name = str(stream_name)
+        self._describe_fn = describe_fn
+        self._limit = RecordSizeLimit(min_interval=limit_check_interval)
+        self._limit_task: asyncio.Task[None] | None = None
         self._stream = stream_name
         self._give_up = give_up
         self.clock = clock
@@ -479,6 +586,62 @@ class ShardMapDriver:
     @property
     def map(self) -> ShardMap:
         return self._map
+
+    @property
+    def record_limit(self) -> RecordSizeLimit:
+        """The stream's maximum record size as last learned (1 MiB until then)."""
+        return self._limit
+
+    async def check_record_limit(self) -> RecordSizeLimit:
+        """The stream's maximum record size from a DescribeStreamSummary that started after
+        this call (several callers share one call; one call per ``limit_check_interval`` at
+        most). Without a ``describe_fn``, the limit as it is."""
+        if self._describe_fn is None:
+            return self._limit
+        asked_at = self.clock()
+        while not self._limit.checked_since(asked_at):
+            task = self._limit_task
+            if task is None or task.done():
+                task = self._limit_task = asyncio.get_running_loop().create_task(
+                    self._paced_limit_check(), name=f"record-limit:{self.stream_name}"
+                )
+            await asyncio.shield(task)
+        return self._limit
+
+    async def _paced_limit_check(self) -> None:
+        delay = self._limit.next_check(self.clock())
+        if delay > 0:
+            await self._sleep(delay)
+        await self._check_limit(paced=True)
+
+    async def _check_limit(self, *, paced: bool = False) -> None:
+        """One DescribeStreamSummary into :attr:`record_limit` (``paced``: asked for by a
+        record); never raises."""
+        assert self._describe_fn is not None
+        started = self.clock()
+        if paced:
+            self._limit.started(started)
+        try:
+            response = await self._describe_fn(**StreamRef.of(self._stream).params())
+            summary = response["StreamDescriptionSummary"]
+        except Exception as exc:
+            code = error_details(exc)[0]
+            reason = f"DescribeStreamSummary failed: {code or type(exc).__name__}: " + (
+                error_message(exc)
+            )
+            if reason != self._limit.error:
+                logger.warning(
+                    "stream %r: %s; the maximum record size stays %d bytes",
+                    self.stream_name,
+                    reason,
+                    self._limit.bytes,
+                )
+            self._limit.failed(reason, started)
+            return
+        if self._limit.answered(summary, started):
+            logger.info(
+                "stream %r: maximum record size %d bytes", self.stream_name, self._limit.bytes
+            )
 
     @property
     def last_error(self) -> BaseException | None:
@@ -551,10 +714,11 @@ class ShardMapDriver:
     async def close(self) -> None:
         """Stop any refresh in flight. The map keeps its last snapshot."""
         self._closed = True
-        task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        for task in (self._task, self._limit_task):
+            if task is not None and not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._task = self._limit_task = None
 
     async def __aenter__(self) -> ShardMapDriver:
         await self.start()
@@ -576,6 +740,8 @@ class ShardMapDriver:
     async def _refresh(self) -> None:
         while True:
             self._attempts += 1
+            if self._describe_fn is not None:
+                await self._check_limit()
             try:
                 shards = await list_all_shards(
                     self._list_shards_fn,

@@ -1,6 +1,7 @@
 """An in-memory Kinesis for the producer's unit tests (and a check that it routes like Kinesis).
 
-``FakeKinesis`` answers ListShards and PutRecords: it routes every entry by its explicit hash key
+``FakeKinesis`` answers ListShards, DescribeStreamSummary (``max_record_size_kib``, None: no
+such field, as before late 2025) and PutRecords: it routes every entry by its explicit hash key
 (or the MD5 of its partition key) to the open shard that owns it, gives it the next sequence
 number, and keeps it so a test can read it back through the KCL-style ``deaggregate``. Tests
 script failures with ``fake.script``: a queue of callables that get the request entries and
@@ -80,6 +81,8 @@ class FakeKinesis:
         self.params: list[dict[str, Any]] = []
         """The arguments of every call but the records (how the stream was named...)."""
         self.list_calls = 0
+        self.describe_calls = 0
+        self.max_record_size_kib: int | None = None
         self.in_flight = 0
         self.max_in_flight = 0
         self._seq = itertools.count(1)
@@ -92,6 +95,17 @@ class FakeKinesis:
         self.params.append({"op": "ListShards", **kwargs})
         latest = kwargs.get("ShardFilter", {"Type": "AT_LATEST"})["Type"] == "AT_LATEST"
         return {"Shards": [self._api_shard(s) for s in self.shards if s.is_open or not latest]}
+
+    async def describe_stream_summary(self, **kwargs: Any) -> dict[str, Any]:
+        self.describe_calls += 1
+        self.params.append({"op": "DescribeStreamSummary", **kwargs})
+        summary: dict[str, Any] = {
+            "StreamStatus": "ACTIVE",
+            "OpenShardCount": sum(s.is_open for s in self.shards),
+        }
+        if self.max_record_size_kib is not None:
+            summary["MaxRecordSizeInKiB"] = self.max_record_size_kib
+        return {"StreamDescriptionSummary": summary}
 
     async def put_records(self, *, Records: list[Entry], **kwargs: Any) -> dict[str, Any]:
         self.requests.append(Records)
