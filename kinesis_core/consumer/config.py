@@ -11,7 +11,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from kinesis_core.consumer.polling import MAX_GET_RECORDS_LIMIT, MIN_CALL_INTERVAL, PollingOptions
+from kinesis_core.consumer.polling import (
+    MAX_GET_RECORDS_LIMIT,
+    MIN_CALL_INTERVAL,
+    READ_BYTES_PER_SECOND,
+    PollingOptions,
+)
 from kinesis_core.consumer.positions import LATEST, InitialPosition, parse_initial_position
 from kinesis_core.consumer.subscription import (
     DEFAULT_MAX_BUFFERED_BYTES,
@@ -92,6 +97,10 @@ class ConsumerConfig:
     - ``max_queued_batches``: batches read ahead of the application (the backpressure).
     - ``max_records_per_call``: GetRecords ``Limit`` (1 to 10,000).
     - ``idle_interval``: seconds a caught-up shard waits after an empty read (>= 0.2).
+    - ``max_read_bytes_per_second``: bytes of data a polling reader reads from one shard per
+      second at most: after a response of n bytes the next GetRecords waits until n / this
+      after the call. Kinesis serves 2 MiB/s per shard (the default) and throttles the calls
+      of the next 5 s after a 10 MiB response; raise it only for an emulator.
     - ``start_timeout``: seconds ``start`` retries a listing that may succeed later
       (throttling, a 5xx, a stream still being created) before it raises.
     - ``leases``: a :class:`~kinesis_core.lease.LeaseConfig`, or True for the KCL's
@@ -110,6 +119,7 @@ class ConsumerConfig:
     max_queued_batches: int = 8
     max_records_per_call: int = MAX_GET_RECORDS_LIMIT
     idle_interval: float = 1.0
+    max_read_bytes_per_second: float = READ_BYTES_PER_SECOND
     start_timeout: float = 30.0
     leases: LeaseConfig | bool = False
     enhanced_fan_out: EnhancedFanOut | bool = False
@@ -125,6 +135,15 @@ class ConsumerConfig:
         _seconds("close_timeout", self.close_timeout, minimum=0.0, inclusive=True)
         _seconds("start_timeout", self.start_timeout, minimum=0.0, inclusive=True)
         _seconds("idle_interval", self.idle_interval, minimum=MIN_CALL_INTERVAL, inclusive=True)
+        if (
+            not isinstance(self.max_read_bytes_per_second, (int, float))
+            or isinstance(self.max_read_bytes_per_second, bool)
+            or not self.max_read_bytes_per_second > 0
+        ):
+            raise ConfigurationError(
+                "max_read_bytes_per_second",
+                f"must be a number of bytes > 0, got {self.max_read_bytes_per_second!r}",
+            )
         if not isinstance(self.auto_ack, bool):
             raise ConfigurationError("auto_ack", f"must be True or False, got {self.auto_ack!r}")
         _integer("max_queued_batches", self.max_queued_batches, 1, None)
@@ -163,7 +182,11 @@ class ConsumerConfig:
     @property
     def polling(self) -> PollingOptions:
         """The options of each shard's polling reader."""
-        return PollingOptions(limit=self.max_records_per_call, idle_interval=self.idle_interval)
+        return PollingOptions(
+            limit=self.max_records_per_call,
+            idle_interval=self.idle_interval,
+            max_bytes_per_second=self.max_read_bytes_per_second,
+        )
 
 
 def _seconds(name: str, value: object, *, minimum: float, inclusive: bool) -> None:

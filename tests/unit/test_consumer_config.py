@@ -68,6 +68,8 @@ def test_a_wrong_start_position_names_what_was_given_and_what_is_accepted(value:
         ("max_records_per_call", True, r"must be an int in \[1, 10000\]"),
         ("leases", "yes", "must be a LeaseConfig, True or False"),
         ("checkpoint_interval", "5", "must be > 0 seconds"),
+        ("max_read_bytes_per_second", 0, "must be a number of bytes > 0"),
+        ("max_read_bytes_per_second", "2MiB", "must be a number of bytes > 0"),
     ],
 )
 def test_bad_values_name_their_field(field: str, value: object, message: str) -> None:
@@ -84,6 +86,9 @@ def test_defaults_and_lease_config() -> None:
     leases = LeaseConfig(worker_id="w1")
     assert ConsumerConfig(leases=leases).lease_config is leases
     assert config.polling.limit == 10_000
+    assert config.polling.max_bytes_per_second == 2 * 1024 * 1024  # the shard's read limit
+    fast = ConsumerConfig(max_read_bytes_per_second=float("inf"))
+    assert fast.polling.max_bytes_per_second == float("inf")
     assert pickle.loads(pickle.dumps(ConsumerConfig(initial_position=T))) == ConsumerConfig(
         initial_position=AtTimestamp(T)
     )
