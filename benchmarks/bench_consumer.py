@@ -14,6 +14,10 @@ Two sources:
   a small aiohttp server in another process (the other calls are forwarded to moto). This is
   what each consumer costs on its own.
 
+The readers' pacing to the shard's 2 MiB/s of reads (``max_read_bytes_per_second``) is off: these
+servers do not limit reads, and the benchmark measures consumers (async-kinesis has no such
+pacing).
+
 Measured: user records per second from the first delivery to the last (start-up excluded:
 client creation, listing, first iterators), each record (or batch) acked,
 TRIM_HORIZON, memory checkpoints; and the same per CPU-second of the consumer's process (the
@@ -30,6 +34,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import multiprocessing
 import os
 import pickle
@@ -259,6 +264,7 @@ async def _ours(
         checkpoint_store=MemoryCheckpointStore(),
         initial_position=TRIM_HORIZON,
         max_records_per_call=limit,
+        max_read_bytes_per_second=math.inf,
         close_timeout=0,
     ) as consumer:
         if batches:
