@@ -182,6 +182,7 @@ class _FanOut:
                     str(self._stream),
                     consumer_name=efo.consumer_name,
                     consumer_arn=efo.consumer_arn,
+                    tags=efo.tags,
                     timeout=efo.register_timeout,
                 )
             )

@@ -8,6 +8,7 @@ a mistake is reported where it was written rather than when a worker starts.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -25,7 +26,11 @@ from kinesis_core.consumer.subscription import (
     check_subscription_options,
 )
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.fanout.consumers import check_consumer_name, parse_consumer_arn
+from kinesis_core.fanout.consumers import (
+    check_consumer_name,
+    check_consumer_tags,
+    parse_consumer_arn,
+)
 from kinesis_core.lease import LeaseConfig
 
 
@@ -48,6 +53,9 @@ class EnhancedFanOut:
       a shard's reader gives up with an error.
     - ``closed_check_interval``: seconds between listings of a caught-up shard, for servers
       that do not end a closed shard's subscription (kinesis-mock).
+    - ``tags``: tags (a mapping, kept as ``(key, value)`` pairs) of the consumer when this
+      reader registers it (RegisterStreamConsumer ``Tags``, which needs kinesis:TagResource
+      too); a consumer of that name that exists already keeps its own.
     """
 
     consumer_name: str | None = None
@@ -59,11 +67,17 @@ class EnhancedFanOut:
     register_timeout: float = 120.0
     max_failures: int = 20
     closed_check_interval: float = 30.0
+    tags: Mapping[str, str] | tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.consumer_name is not None and self.consumer_arn is not None:
             raise ConfigurationError(
                 "consumer_name", "give consumer_name or consumer_arn, not both"
+            )
+        object.__setattr__(self, "tags", check_consumer_tags(self.tags))
+        if self.tags and self.consumer_arn is not None:
+            raise ConfigurationError(
+                "tags", "tag a consumer when it is registered by name, not one given by ARN"
             )
         if self.consumer_name is not None:
             check_consumer_name(self.consumer_name)

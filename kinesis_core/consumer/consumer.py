@@ -237,6 +237,7 @@ class Consumer:
                 str(self._stream),
                 consumer_name=efo.consumer_name,
                 consumer_arn=efo.consumer_arn,
+                tags=efo.tags,
                 deregister_on_close=efo.deregister_on_close,
                 timeout=efo.register_timeout,
             )

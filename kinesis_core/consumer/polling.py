@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from operator import itemgetter
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from kinesis_core.classify import ErrorKind

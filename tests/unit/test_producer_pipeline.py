@@ -394,7 +394,12 @@ def test_an_auth_error_fails_every_record_held_at_once(code: str, status: int) -
 
 @pytest.mark.parametrize(
     "code",
-    ["KMSDisabledException", "KMSInvalidStateException", "KMSNotFoundException", "KMSOptInRequired"],
+    [
+        "KMSDisabledException",
+        "KMSInvalidStateException",
+        "KMSNotFoundException",
+        "KMSOptInRequired",
+    ],
 )
 def test_a_kms_key_error_fails_the_whole_request_without_splitting_it(code: str) -> None:
     s = Setup()
