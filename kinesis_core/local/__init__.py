@@ -35,6 +35,7 @@ from kinesis_core.local.streams import (
     merge_shards,
     read_records,
     split_shard,
+    update_max_record_size,
     update_shard_count,
     wait_for_active,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "merge_shards",
     "read_records",
     "split_shard",
+    "update_max_record_size",
     "update_shard_count",
     "wait_for_active",
 ]
