@@ -22,6 +22,7 @@ import json
 import os
 from typing import Any
 
+from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.client import ClientConfig, create_botocore_client
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
 from kinesis_core.errors import RecordTooLargeError
@@ -79,7 +80,11 @@ async def produce(stream: str, kinesis: ClientConfig, s3: Any) -> dict[str, byte
 async def consume(stream: str, kinesis: ClientConfig, s3: Any, expected: int) -> dict[str, bytes]:
     got: dict[str, bytes] = {}
     async with Consumer(
-        stream, client_config=kinesis, initial_position=TRIM_HORIZON, idle_interval=0.2
+        stream,
+        client_config=kinesis,
+        checkpoint_store=MemoryCheckpointStore(),  # a fresh emulator each run: start over
+        initial_position=TRIM_HORIZON,
+        idle_interval=0.2,
     ) as consumer:
         async for record in consumer:
             got[record.partition_key] = await asyncio.to_thread(resolve, s3, record.data)

@@ -7,6 +7,8 @@
   streaming DirectRunner's own bundle retry, and on the FnApiRunner (which does not retry
   bundles) by running the failed job again, as a production runner would retry it.
 - Bad elements go to ``failed_records`` with their error while the rest is written.
+- Records of 3 and 9.5 MiB are written and read back intact by ReadFromKinesis, polling and
+  by enhanced fan-out.
 
 The runners are passed as objects: ``runner="DirectRunner"`` would try Prism first, which
 downloads a binary. Credentials come from the environment, as on a worker.
@@ -15,6 +17,7 @@ downloads a binary. Credentials come from the environment, as on a worker.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import subprocess
@@ -33,8 +36,10 @@ from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing import test_stream
 from apache_beam.testing.util import assert_that, equal_to
+from test_large_records import large_records
 
 from beam_kinesis import FailedRecord, WriteToKinesis, _producer_cache
+from beam_kinesis.read import ReadFromKinesis
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.client import ClientConfig, create_botocore_client
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
@@ -379,3 +384,41 @@ def test_the_benchmark_runs_in_quick_mode() -> None:
         ("WriteToKinesis", 0.8),
     ]
     assert core[1]["group"].endswith("per element vs core")
+
+
+def _digest_line(path: str) -> Any:
+    """A sink that appends ``sha256 length`` of each record's data to ``path``."""
+
+    def write(record: KinesisRecord) -> None:
+        with open(path, "a") as f:
+            f.write(f"{hashlib.sha256(record.data).hexdigest()} {len(record.data)}\n")
+
+    return write
+
+
+def test_large_records_through_the_sink_and_back_through_the_source_both_ways(
+    kinesis_stream: Any, tmp_path: Path
+) -> None:
+    """A 3 MiB and a 9.5 MiB element among small ones, with default settings: written by
+    WriteToKinesis, read back intact by ReadFromKinesis polling and by enhanced fan-out."""
+    stream = kinesis_stream(shards=1, max_record_size_kib=10240)
+    values = [data for data, _ in large_records("beam")]
+    expected = sorted(f"{hashlib.sha256(v).hexdigest()} {len(v)}" for v in values)
+    with beam.Pipeline(runner=FnApiRunner(), options=options(stream)) as p:
+        result = p | beam.Create(values, reshuffle=False) | WriteToKinesis(stream.name)
+        assert_that(result.failed_records, equal_to([]))
+    for name, fan_out in (("polling", {}), ("fan-out", {"consumer_name": "beam-large"})):
+        out = tmp_path / f"{name}.txt"
+        with beam.Pipeline(runner=FnApiRunner(), options=options(stream)) as p:
+            _ = (
+                p
+                | ReadFromKinesis(
+                    stream.name,
+                    initial_position=TRIM_HORIZON,
+                    max_records=len(values),
+                    idle_interval=0.2,
+                    **fan_out,
+                )
+                | beam.Map(_digest_line(str(out)))
+            )
+        assert sorted(out.read_text().splitlines()) == expected, name

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from kinesis_core.aggregation import deaggregate
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.consumer import TRIM_HORIZON, Consumer, ConsumerConfig, EnhancedFanOut
 from kinesis_core.errors import RecordTooLargeError
@@ -124,7 +125,8 @@ def test_on_a_1_mib_stream_a_2_mib_record_fails_alone_with_the_streams_limit(
                 await producer.put(big, "big")
 
     asyncio.run(main())
-    assert sorted(r["Data"] for r in stream.records()) == [b"after", b"before", b"y" * (MIB - 1)]
+    written = deaggregate(stream.records(), stream.shards()[0]["ShardId"])
+    assert sorted(r.data for r in written) == [b"after", b"before", b"y" * (MIB - 1)]
 
 
 def test_a_running_producer_takes_larger_records_once_the_limit_is_raised(
