@@ -92,6 +92,8 @@ class Producer:
             raise ConfigurationError(
                 f"config: must be a ProducerConfig, got {type(self.config).__name__}"
             )
+        if client_config is not None:
+            self.stream.check_endpoint(client_config.endpoint_url)
         self._client_config = client_config
         self._client = client
         self._on_metrics = on_metrics

@@ -25,6 +25,7 @@ from kinesis_core.producer import (
     ProducerConfig,
     ProducerFailedError,
 )
+from kinesis_core.stream import StreamRef
 
 AUTH_CODES = sorted(code for code, kind in ERROR_CODES.items() if kind is ErrorKind.AUTH)
 AUTH_CASES = [(code, 400) for code in AUTH_CODES] + [("403", 403), ("Forbidden", 403)]
@@ -244,6 +245,22 @@ def test_a_stream_arn_names_the_stream_by_its_arn_in_every_call() -> None:
     for params in fake.params:
         assert params.get("StreamARN") == ARN or "NextToken" in params
         assert "StreamName" not in params
+
+
+def test_a_stream_id_goes_with_every_call_that_names_the_stream() -> None:
+    fake = FakeKinesis(shards=2)
+    stream = StreamRef("orders", stream_id="abcdefghij0123456789-abc")
+
+    async def main() -> Any:
+        async with Producer(stream, client=fake, config=ProducerConfig(**FAST)) as p:
+            return await p.put_many(records(20))
+
+    assert run(main).ok
+    ops = {params["op"] for params in fake.params}
+    assert ops == {"ListShards", "DescribeStreamSummary", "PutRecords"}
+    for params in fake.params:
+        assert params["StreamId"] == "abcdefghij0123456789-abc"
+        assert params["StreamName"] == "orders"
 
 
 def test_stream_name_still_works_with_a_deprecation_warning() -> None:
