@@ -35,7 +35,6 @@ import contextlib
 import json
 import logging
 import math
-import multiprocessing
 import os
 import pickle
 import random
@@ -48,6 +47,7 @@ from typing import Any, NamedTuple
 import aiohttp
 from aiohttp import web
 
+from benchmarks._serve import serve_until_told, served
 from benchmarks._table import Row
 from benchmarks.peers import why_missing
 from kinesis_core.aggregation import AggregateBuilder
@@ -192,35 +192,17 @@ async def _replay_serve(bodies: dict[str, list[bytes]], moto_url: str, conn: Con
                     body=await response.read(), status=response.status, content_type=_JSON
                 )
 
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_post("/", handle)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert server is not None
-        conn.send(server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
-        await asyncio.get_running_loop().run_in_executor(None, conn.recv)
-        await runner.cleanup()
+        await serve_until_told(handle, conn)
 
 
 @contextlib.contextmanager
 def _replay(bodies: dict[str, list[bytes]], moto_url: str) -> Iterator[str]:
     with tempfile.NamedTemporaryFile(suffix=".pickle", delete=False) as f:
         pickle.dump(bodies, f)
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_replay_main, args=(f.name, moto_url, child), daemon=True)
-    proc.start()
     try:
-        port = parent.recv()
-        yield f"http://127.0.0.1:{port}"
+        with served(_replay_main, f.name, moto_url) as url:
+            yield url
     finally:
-        parent.send("stop")
-        proc.join(10)
-        if proc.is_alive():
-            proc.kill()
         os.unlink(f.name)
 
 

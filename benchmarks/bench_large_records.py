@@ -29,21 +29,20 @@ producer takes it, so the caller holds none) through the default 256 MiB budget;
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import multiprocessing
 import random
 import subprocess
 import sys
 import time
 from base64 import b64decode
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
 import boto3
 from aiohttp import web
 
+from benchmarks._serve import serve_until_told, served
 from benchmarks._table import Row
 from benchmarks.bench_producer import _peak_rss_kib
 from kinesis_core.hashing import LARGEST_RECORD_BYTES, MAX_PUT_RECORDS_BYTES, hash_key
@@ -129,32 +128,7 @@ async def _serve(conn: Connection) -> None:
             raise ValueError(f"the stand-in does not serve {op}")
         return web.Response(body=json.dumps(reply).encode(), content_type=_JSON)
 
-    app = web.Application(client_max_size=64 * MIB)
-    app.router.add_post("/", handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server = site._server
-    assert server is not None
-    conn.send(server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
-    await asyncio.get_running_loop().run_in_executor(None, conn.recv)
-    await runner.cleanup()
-
-
-@contextlib.contextmanager
-def _stand_in() -> Iterator[str]:
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_serve_main, args=(child,), daemon=True)
-    proc.start()
-    try:
-        yield f"http://127.0.0.1:{parent.recv()}"
-    finally:
-        parent.send("stop")
-        proc.join(10)
-        if proc.is_alive():
-            proc.kill()
+    await serve_until_told(handle, conn)
 
 
 # -- the subjects ----------------------------------------------------------------------------
@@ -200,8 +174,9 @@ async def _ours(endpoint: str, records: list[tuple[bytes, str]]) -> float:
 # -- memory ----------------------------------------------------------------------------------
 
 
-class _Lazy(Sequence[tuple[bytes, str]]):
-    """``count`` records of ``size`` random bytes, each made when it is asked for."""
+class LazyRecords(Sequence[tuple[bytes, str]]):
+    """``count`` records of ``size`` random bytes, each made when it is asked for: a caller
+    that holds none of them (the producer's own memory shows)."""
 
     def __init__(self, count: int, size: int) -> None:
         self.count = count
@@ -221,7 +196,7 @@ async def _produce_for_memory(endpoint: str, count: int) -> None:
     async with Producer(
         STREAM, client_config=local_client_config(endpoint), config=config
     ) as producer:
-        (await producer.put_many(_Lazy(count, 5 * MIB))).raise_for_failures()
+        (await producer.put_many(LazyRecords(count, 5 * MIB))).raise_for_failures()
 
 
 def _memory_child(endpoint: str, count: int) -> None:
@@ -255,7 +230,7 @@ def run(quick: bool) -> list[Row]:
     runs = 1 if quick else 5
     memory_count = 12 if quick else MEMORY_RECORDS
     rows: list[Row] = []
-    with _stand_in() as endpoint:
+    with served(_serve_main) as endpoint:
         for mib, count in counts.items():
             records = _records(count, mib * MIB, seed=mib)
             best = {LOOP: float("inf"), OURS: float("inf")}

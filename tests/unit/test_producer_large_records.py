@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import gc
 import tracemalloc
-from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
 from test_producer_driver import FAST, producer, run
 from test_producer_fakes import Entry, FakeKinesis
 
+from benchmarks.bench_large_records import LazyRecords
 from kinesis_core.aggregation import is_aggregated
 from kinesis_core.errors import RecordTooLargeError, ValidationError
 from kinesis_core.producer import VALIDATION_ERROR, BlockingProducer, ProducerConfig
@@ -140,27 +140,6 @@ def test_a_kinesis_record_over_the_streams_limit_never_forms_from_small_ones() -
     assert len(sizes) < 30
 
 
-class Lazy(Sequence[tuple[bytes, str]]):
-    """``count`` records of ``size`` bytes each, made when asked for: the caller holds none."""
-
-    def __init__(self, count: int, size: int) -> None:
-        self.count = count
-        self.size = size
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            raise TypeError("no slices")
-        if not 0 <= index < self.count:
-            raise IndexError(index)
-        return (bytes(self.size), f"k{index}")
-
-    def __iter__(self) -> Iterator[tuple[bytes, str]]:
-        return (self[i] for i in range(self.count))
-
-
 class Forgetful(FakeKinesis):
     """Keeps no data: what the producer holds is all that is held."""
 
@@ -187,7 +166,7 @@ def test_a_hundred_9_mib_records_put_at_once_stay_within_the_budget() -> None:
 
             watcher = asyncio.ensure_future(watch())
             try:
-                return await p.put_many(Lazy(100, 9 * MIB))
+                return await p.put_many(LazyRecords(100, 9 * MIB))
             finally:
                 watcher.cancel()
 
