@@ -13,6 +13,7 @@ with the response's ChildShards.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -164,11 +165,11 @@ class PollingRead(ShardRead):
         raw = response.get("Records") or ()
         millis = response.get("MillisBehindLatest")
         self.millis_behind_latest = millis
-        if raw:
+        rate = self.options.max_bytes_per_second
+        if raw and rate != math.inf:
             # The call went at _next_records_at - min_interval: the next waits until its data
             # is paid for at the shard's read rate.
-            nbytes = sum(map(len, map(_data, raw)))
-            pause = nbytes / self.options.max_bytes_per_second - self.options.min_interval
+            pause = sum(map(len, map(_data, raw))) / rate - self.options.min_interval
             if pause > 0:
                 self._next_records_at += pause
         records = self._deliver(raw, ack)
