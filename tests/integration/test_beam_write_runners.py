@@ -310,9 +310,10 @@ def test_bad_elements_go_to_failed_records_and_the_rest_is_written(moto_stream: 
         by_key = {f.element[0]: f for f in failed}
         assert set(by_key) == {"big", "", "wrong-type", 1.5}
         assert {f.error_code for f in failed} == {VALIDATION_ERROR}
-        assert "data plus partition key is 1048579 bytes, the limit is 1048576" in (
+        assert "data plus partition key is 1048579 bytes, over the 1024 KiB" in (
             by_key["big"].error_message
         )
+        assert "UpdateMaxRecordSize" in by_key["big"].error_message
         assert "key: must not be empty" in by_key[""].error_message
         assert "data: must be bytes or str, got int" in by_key["wrong-type"].error_message
         assert "must give a str, int or UTF-8 bytes partition key, got float" in (
