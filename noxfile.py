@@ -1,4 +1,4 @@
-"""The Python version matrix: ``nox`` (from ``.venv/bin``) installs the project with its dev extra
+"""The Python version matrix: ``nox`` (from ``.venv/bin``) installs the project with its test extra
 in a fresh virtualenv per interpreter and runs the unit tests, on the lowest and the newest
 supported Python found on this machine.
 
@@ -88,8 +88,8 @@ def matrix() -> list[str]:
 
 @nox.session(python=matrix())
 def tests(session: nox.Session) -> None:
-    """Install the project with its dev extra and run the unit tests."""
-    session.install(".[dev]")
+    """Install the project with its test extra and run the unit tests."""
+    session.install(".[test]")
     session.run(
         "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit", *session.posargs
     )

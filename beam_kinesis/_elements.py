@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kinesis_core.errors import ValidationError
+from kinesis_core.errors import ValidationError, shape_problem
 from kinesis_core.producer import field_getter, key_from, random_partition_key
 
 Serializer = Callable[[Any], object]
@@ -81,9 +81,11 @@ def _pair(element: Any) -> tuple[Any, Any]:
         return element
     try:
         key, value = element
-    except (TypeError, ValueError):
+    except (TypeError, ValueError) as exc:
+        problem = shape_problem(element, ("key", "value"), 2)
         raise ValidationError(
-            "element", f"keyed=True needs (key, value) pairs, got {type(element).__name__}"
+            "element",
+            f"keyed=True needs (key, value) pairs; {problem or f'{type(exc).__name__}: {exc}'}",
         ) from None
     return key, value
 

@@ -1,10 +1,12 @@
 """The splittable DoFn of ``ReadFromKinesis`` and its restriction provider.
 
-The initial restriction lists the shards (and the stored positions, with a checkpoint store);
-``split`` cuts it into one restriction per shard (:mod:`beam_kinesis.restriction`). Each
-``process`` call runs a :class:`~beam_kinesis._read_loop.ReadLoop` over the shard readers of
-this DoFn instance (:mod:`beam_kinesis._shard_readers`), self-checkpoints when the loop asks,
-and registers a bundle finalizer that writes the committed positions to the checkpoint store.
+The initial restriction describes the stream and lists its shards (and the stored positions,
+with a checkpoint store, checked against the stream's creation time by the core's
+:func:`~kinesis_core.consumer.checkpointer.settle_incarnation`); ``split`` cuts it into one
+restriction per shard (:mod:`beam_kinesis.restriction`). Each ``process`` call runs a
+:class:`~beam_kinesis._read_loop.ReadLoop` over the shard readers of this DoFn instance
+(:mod:`beam_kinesis._shard_readers`), self-checkpoints when the loop asks, and registers a
+bundle finalizer that writes the committed positions to the checkpoint store.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from apache_beam.utils.timestamp import Duration
 
 from beam_kinesis._read_loop import Counters, ReadLoop
 from beam_kinesis._read_spec import ReadSpec, micros, now_micros
-from beam_kinesis._shard_readers import ShardReaders, list_shards
+from beam_kinesis._shard_readers import ShardReaders
 from beam_kinesis.restriction import (
     DeadlineClaim,
     KinesisRestriction,
@@ -31,12 +33,17 @@ from beam_kinesis.restriction import (
     initial_restriction,
     partition,
 )
-from kinesis_core.checkpoint import CheckpointStore, CheckpointValue
-from kinesis_core.client import create_botocore_client
+from kinesis_core.checkpoint import Checkpoint, CheckpointStore, CheckpointValue
+from kinesis_core.client import create_botocore_client, error_kind
 from kinesis_core.consumer import Checkpointer
+from kinesis_core.consumer.checkpointer import settle_incarnation
+from kinesis_core.consumer.incarnation import StreamFacts
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.positions import LATEST
+from kinesis_core.consumer.reading import sync_list_shards
+from kinesis_core.errors import KinesisServiceError
 from kinesis_core.loop_thread import LoopThread
+from kinesis_core.shard_map import ShardInfo
 from kinesis_core.stream import StreamRef
 
 logger = logging.getLogger(__name__)
@@ -83,8 +90,9 @@ class ReadFn(beam.DoFn, RestrictionProvider):
     # -- restriction provider -------------------------------------------------------------
 
     def initial_restriction(self, element: str) -> KinesisRestriction:
-        """List the shards (and the stored positions, with a checkpoint store) and build the
-        whole-stream restriction that ``split`` cuts into one per shard."""
+        """Describe the stream, list its shards (and the stored positions, with a checkpoint
+        store, checked against the stream's creation time) and build the whole-stream
+        restriction that ``split`` cuts into one per shard."""
         spec = self._spec
         now = now_micros()
         position = spec.initial_position
@@ -97,44 +105,69 @@ class ReadFn(beam.DoFn, RestrictionProvider):
             start, child_start = now, None
         else:
             start = child_start = None
-        checkpoints = self._stored_checkpoints(element)
-        client = create_botocore_client(spec.client_config, "kinesis")
         stream = StreamRef.of(element)
+        store = spec.checkpoint_store() if spec.checkpoint_store is not None else None
         try:
-            if checkpoints:
-                shards = list_shards(client, stream, None)
-            elif position.timestamp is not None:
-                shard_filter = {"Type": "AT_TIMESTAMP", "Timestamp": position.timestamp}
-                shards = list_shards(client, stream, shard_filter)
-            elif position == LATEST:
-                listed = list_shards(client, stream, {"Type": "AT_LATEST"})
-                shards = [s for s in listed if s.is_open]  # moto ignores ShardFilter
-            else:
-                shards = list_shards(client, stream, {"Type": "AT_TRIM_HORIZON"})
+            client = create_botocore_client(spec.client_config, "kinesis")
+            try:
+                facts, rows, shards = self._look(client, stream, store)
+            finally:
+                client.close()
+            if store is not None:
+                rows = LoopThread.get().run(
+                    settle_incarnation(
+                        store,
+                        spec.application_name,
+                        stream.name,
+                        rows,
+                        facts=facts,
+                        shards=shards,
+                        on_stream_recreated=spec.on_stream_recreated,
+                        initial_position=position,
+                    ),
+                    _STORE_TIMEOUT,
+                )
         finally:
-            client.close()
+            if store is not None:
+                LoopThread.get().run(store.close(), _STORE_TIMEOUT)
         return initial_restriction(
             [ShardNode.from_shard_info(s) for s in shards],
-            checkpoints,
+            {row.shard_id: row.value for row in rows},
             start=start,
             child_start=child_start,
             records_left=spec.max_records,
+            created_ms=facts.created_ms,
         )
 
-    def _stored_checkpoints(self, stream: str) -> dict[str, CheckpointValue]:
-        factory = self._spec.checkpoint_store
-        if factory is None:
-            return {}
-        store = factory()
-
-        async def read() -> dict[str, CheckpointValue]:
-            try:
-                rows = await store.list(self._spec.application_name, StreamRef.of(stream).name)
-            finally:
-                await store.close()
-            return {row.shard_id: row.value for row in rows}
-
-        return LoopThread.get().run(read(), _STORE_TIMEOUT)
+    def _look(
+        self, client: Any, stream: StreamRef, store: CheckpointStore | None
+    ) -> tuple[StreamFacts, list[Checkpoint], list[ShardInfo]]:
+        """The stream's facts, the stored rows and the shards to start from (all of them when
+        there are rows; else those the start position can read). Service errors raise as a
+        :class:`KinesisServiceError` naming the stream, as the core consumer's start does."""
+        position = self._spec.initial_position
+        try:
+            facts = StreamFacts.from_response(client.describe_stream_summary(**stream.params()))
+            rows: list[Checkpoint] = []
+            if store is not None:
+                rows = LoopThread.get().run(
+                    store.list(self._spec.application_name, stream.name), _STORE_TIMEOUT
+                )
+            if rows:
+                shards = sync_list_shards(client, stream)
+            elif position.timestamp is not None:
+                shard_filter = {"Type": "AT_TIMESTAMP", "Timestamp": position.timestamp}
+                shards = sync_list_shards(client, stream, shard_filter)
+            elif position == LATEST:
+                listed = sync_list_shards(client, stream, {"Type": "AT_LATEST"})
+                shards = [s for s in listed if s.is_open]  # moto ignores ShardFilter
+            else:
+                shards = sync_list_shards(client, stream, {"Type": "AT_TRIM_HORIZON"})
+        except Exception as exc:
+            if error_kind(exc) is None:
+                raise
+            raise KinesisServiceError.wrap(exc, f"starting to read {stream}") from exc
+        return facts, rows, shards
 
     def split(self, element: str, restriction: KinesisRestriction) -> Iterator[KinesisRestriction]:
         if self._spec.max_records is not None:
@@ -182,14 +215,20 @@ class ReadFn(beam.DoFn, RestrictionProvider):
         if self._checkpointer is not None:
             values = commit_values(final, run.before, run.ended)
             if values:
-                bundle_finalizer.register(functools.partial(self._commit, values))
+                bundle_finalizer.register(
+                    functools.partial(self._commit, final.created_ms, values)
+                )
 
-    def _commit(self, values: list[tuple[str, CheckpointValue, tuple[str, ...]]]) -> None:
-        """The bundle finalizer: the runner committed the bundle, its positions may be stored."""
+    def _commit(
+        self, created_ms: int | None, values: list[tuple[str, CheckpointValue, tuple[str, ...]]]
+    ) -> None:
+        """The bundle finalizer: the runner committed the bundle, its positions (of the stream
+        created at ``created_ms``) may be stored."""
         checkpointer = self._checkpointer
         assert checkpointer is not None
 
         async def write() -> None:
+            checkpointer.stream_created_ms = created_ms
             for key, value, parents in values:
                 await checkpointer.write(key, value, parents)
 

@@ -9,6 +9,7 @@ time, a bounded stop or a refused claim. :mod:`beam_kinesis._shard_readers` make
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Generator
@@ -38,6 +39,8 @@ from kinesis_core.consumer.reading import ShardReadError, execute
 from kinesis_core.consumer.transport import Call, Ended, Failed, ShardRead, SyncTransport, Wait
 from kinesis_core.hashing import hash_key
 from kinesis_core.records import KinesisRecord as CoreRecord, Position
+
+logger = logging.getLogger(__name__)
 
 METRICS_NAMESPACE = "ReadFromKinesis"
 
@@ -150,6 +153,8 @@ class ReadLoop:
                     if not self._end(shard_id, action):
                         return
                 elif isinstance(action, Failed):
+                    if action.error is not None:
+                        raise action.error
                     raise ShardReadError(
                         f"gave up reading {shard_id} of {self.spec.stream}: {action.reason}",
                         code=None,
@@ -297,7 +302,8 @@ class ReadLoop:
             self.counters.bytes.inc(nbytes)
 
     def _end(self, shard_id: str, ended: Ended) -> bool:
-        """The shard ended (or vanished): adopt its children. False if the claim was refused."""
+        """The shard ended (or is gone: no longer listed): adopt its children. Only a shard
+        read to its end gets SHARD_END stored. False if the claim was refused."""
         cursor = self.cursors[shard_id]
         children = ended.children
         known: tuple[ShardRef, ...] = ()
@@ -312,7 +318,14 @@ class ReadLoop:
         self.readers.pop(shard_id)[1].close()
         self.clean.discard(shard_id)
         self.caught_up.discard(shard_id)
-        self.ended.append(cursor)
+        if ended.gone:
+            logger.warning(
+                "shard %s of %s is no longer listed (past the retention period); not reading it",
+                shard_id,
+                self.spec.stream,
+            )
+        else:
+            self.ended.append(cursor)
         restriction: KinesisRestriction = self.tracker.current_restriction()
         self.cursors = {c.shard_id: c for c in restriction.cursors}
         self._start_readers(restriction)

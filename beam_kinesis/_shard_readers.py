@@ -15,7 +15,6 @@ only one subscription per shard, so such a shard is polled even in fan-out mode.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
 import time
@@ -30,12 +29,19 @@ from kinesis_core.consumer import fastparse
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.polling import MIN_CALL_INTERVAL, PollingOptions, PollingRead
 from kinesis_core.consumer.positions import TRIM_HORIZON, AtTimestamp, InitialPosition
-from kinesis_core.consumer.reading import SyncPolling, SyncSubscribing, shard_check
+from kinesis_core.consumer.reading import (
+    VIEW_MAX_AGE,
+    SyncPolling,
+    SyncSubscribing,
+    shard_check,
+    sync_list_shards,
+    sync_stream_view,
+)
 from kinesis_core.consumer.subscription import ShardCheck, SubscriptionRead
-from kinesis_core.consumer.transport import ShardRead, SyncTransport
+from kinesis_core.consumer.transport import ShardRead, StreamView, SyncTransport
 from kinesis_core.loop_thread import LoopThread
 from kinesis_core.records import Position
-from kinesis_core.shard_map import ShardInfo, list_all_shards
+from kinesis_core.shard_map import ShardInfo
 from kinesis_core.stream import StreamRef
 
 KEEP_SECONDS = 290.0
@@ -61,6 +67,7 @@ class ShardReaders:
         self._fan_out: _FanOut | None = None
         self._wake = threading.Event()
         self._listing: tuple[float, list[ShardInfo]] = (float("-inf"), [])
+        self._view: tuple[float, StreamView | None] = (float("-inf"), None)
 
     def open(self, restriction: KinesisRestriction, cursor: ShardCursor) -> Reader:
         """The kept reader of this shard if it stopped exactly where the cursor is, else a new
@@ -101,10 +108,22 @@ class ShardReaders:
                 cursor.shard_id,
                 self._check,
                 self._wake,
+                fan_out.kinesis,
             )
             return SubscriptionRead(node, start, efo.subscription), transport
-        machine = PollingRead(node, start, options)
-        return machine, SyncPolling(self.client, self._stream, cursor.shard_id)
+        machine = PollingRead(
+            node, start, options, incarnation=restriction.created_ms, stream=self._spec.stream
+        )
+        return machine, SyncPolling(self.client, self._stream, cursor.shard_id, self.view)
+
+    def view(self) -> StreamView:
+        """A polling reader's look at the stream after a refusal (one served to every shard
+        of this DoFn instance for :data:`VIEW_MAX_AGE` seconds)."""
+        at, view = self._view
+        if view is None or time.monotonic() - at > VIEW_MAX_AGE:
+            view = sync_stream_view(self.client, self._stream)
+            self._view = (time.monotonic(), view)
+        return view
 
     def _check(self, shard_id: str) -> ShardCheck:
         """A fan-out reader's look-up of its shard, in a listing at most half the check
@@ -144,7 +163,7 @@ class ShardReaders:
 
     def list_shards(self, shard_filter: Mapping[str, Any] | None = None) -> list[ShardInfo]:
         """ListShards through the core's paginating helper, on the synchronous client."""
-        return list_shards(self.client, self._stream, shard_filter)
+        return sync_list_shards(self.client, self._stream, shard_filter)
 
     def close(self) -> None:
         for _, reader, _ in self._kept.values():
@@ -166,6 +185,9 @@ class _FanOut:
         self._exit = contextlib.AsyncExitStack()
         self.consumer_arn = ""
         self.client: Any = None
+        """The FanOutClient."""
+        self.kinesis: Any = None
+        """The aiobotocore Kinesis client (registration, DescribeStreamConsumer)."""
         LoopThread.get().run(self._start(), _LOOP_TIMEOUT)
 
     async def _start(self) -> None:
@@ -174,8 +196,18 @@ class _FanOut:
         efo = self._spec.fan_out
         assert efo is not None
         config = self._spec.client_config
+        # Made first: it refuses to be made without h2 and h11, and nothing may be registered
+        # then (a consumer costs money and counts toward the stream's 20).
+        fanout = FanOutClient(
+            config,
+            max_subscription_seconds=efo.max_subscription_seconds,
+            max_buffered_bytes=efo.max_buffered_bytes,
+            http_version=efo.http_version,
+        )
         try:
-            client = await self._exit.enter_async_context(create_kinesis_client(config))
+            client = self.kinesis = await self._exit.enter_async_context(
+                create_kinesis_client(config)
+            )
             registered = await self._exit.enter_async_context(
                 RegisteredConsumer(
                     client,
@@ -187,14 +219,7 @@ class _FanOut:
                 )
             )
             self.consumer_arn = registered.consumer_arn
-            self.client = await self._exit.enter_async_context(
-                FanOutClient(
-                    config,
-                    max_subscription_seconds=efo.max_subscription_seconds,
-                    max_buffered_bytes=efo.max_buffered_bytes,
-                    http_version=efo.http_version,
-                )
-            )
+            self.client = await self._exit.enter_async_context(fanout)
         except BaseException:
             await self._exit.aclose()
             raise
@@ -202,13 +227,3 @@ class _FanOut:
     def close(self) -> None:
         LoopThread.get().run(self._exit.aclose(), _LOOP_TIMEOUT)
 
-
-def list_shards(
-    client: Any, stream: StreamRef, shard_filter: Mapping[str, Any] | None
-) -> list[ShardInfo]:
-    """ListShards through the core's paginating helper, on a synchronous botocore client."""
-
-    async def call(**kwargs: Any) -> Any:
-        return client.list_shards(**kwargs)
-
-    return asyncio.run(list_all_shards(call, stream, shard_filter))

@@ -119,12 +119,17 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
     see docs/efo.md. A subscription is kept across the bundles of its restriction; the
     positions and checkpoints are the same as with polling.
 
+    ``on_stream_recreated``: what the start does when the store holds positions of an earlier
+    stream of the same name (deleted and created again): ``"fail"`` (the default) raises
+    :class:`~kinesis_core.consumer.incarnation.StreamRecreatedError`, ``"reset"`` reads those
+    shards from ``initial_position``, with a WARNING (docs/checkpoints.md).
+
     ``consumer_config``: a :class:`~kinesis_core.consumer.ConsumerConfig` shared with the core
     consumer or a Faust channel; its ``application_name``, ``initial_position``,
-    ``idle_interval``, ``max_records_per_call``, ``max_read_bytes_per_second`` and
-    ``enhanced_fan_out`` apply (the keyword arguments of the same names override them), and
-    settings that mean nothing to a Beam source (leases, auto_ack, ...) are refused rather
-    than ignored. ``initial_position`` takes what
+    ``idle_interval``, ``max_records_per_call``, ``max_read_bytes_per_second``,
+    ``enhanced_fan_out`` and ``on_stream_recreated`` apply (the keyword arguments of the same
+    names override them), and settings that mean nothing to a Beam source (leases, auto_ack,
+    ...) are refused rather than ignored. ``initial_position`` takes what
     :func:`~kinesis_core.consumer.parse_initial_position` takes.
     """
 
@@ -148,6 +153,7 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
         max_records_per_call: int | None = None,
         consumer_arn: str | None = None,
         consumer_name: str | None = None,
+        on_stream_recreated: str | None = None,
     ) -> None:
         super().__init__()
         ref = StreamRef.of(stream)
@@ -164,6 +170,7 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
             idle_interval=idle_interval,
             max_records_per_call=max_records_per_call,
             enhanced_fan_out=fan_out,
+            on_stream_recreated=on_stream_recreated,
         )
         if consumer.fan_out is not None and consumer.fan_out.deregister_on_close:
             raise ConfigurationError(
@@ -200,6 +207,7 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
             max_records_per_call=consumer.max_records_per_call,
             fan_out=consumer.fan_out,
             max_read_bytes_per_second=consumer.max_read_bytes_per_second,
+            on_stream_recreated=consumer.on_stream_recreated,
         )
 
     def expand(self, pbegin: Any) -> Any:

@@ -84,6 +84,10 @@ class KinesisRestriction(NamedTuple):
     """Epoch microseconds after which a bounded read stops (set by its first process call)."""
     done: bool = False
     """Nothing more to do: the primary of a checkpoint, or a bounded read that stopped."""
+    created_ms: int | None = None
+    """The creation time (epoch ms) of the stream the positions belong to (its incarnation):
+    what the positions are checkpointed with; None in restrictions encoded before it was
+    kept."""
 
 
 def overlaps(lo: int, hi: int, other_lo: int, other_hi: int) -> bool:
@@ -214,6 +218,7 @@ class KinesisRestrictionTracker(RestrictionTracker):
         self._left = restriction.records_left
         self._deadline = restriction.deadline
         self._done = restriction.done
+        self._created_ms = restriction.created_ms
         self._bounded = bounded
         self._cursors = {c.shard_id: _Cursor(c) for c in restriction.cursors}
         self._claimed = 0
@@ -224,7 +229,14 @@ class KinesisRestrictionTracker(RestrictionTracker):
     def _snapshot(self, done: bool) -> KinesisRestriction:
         cursors = tuple(self._cursors[k].freeze() for k in sorted(self._cursors))
         return KinesisRestriction(
-            self._lo, self._hi, cursors, self._child_start, self._left, self._deadline, done
+            self._lo,
+            self._hi,
+            cursors,
+            self._child_start,
+            self._left,
+            self._deadline,
+            done,
+            self._created_ms,
         )
 
     @property
@@ -406,8 +418,10 @@ def initial_restriction(
     start: int | None,
     child_start: int | None,
     records_left: int | None = None,
+    created_ms: int | None = None,
 ) -> KinesisRestriction:
-    """The whole key space with the shards to read first, from a listing and stored rows.
+    """The whole key space with the shards to read first, from a listing and stored rows
+    (of the stream created at ``created_ms``).
 
     The listing's roots (shards with no listed parent) start at ``start``; a shard whose every
     key is checkpointed at SHARD_END hands over to its children, which start at
@@ -466,7 +480,9 @@ def initial_restriction(
             )
         )
     cursors.sort(key=lambda c: c.shard_id)
-    return KinesisRestriction(0, MAX_HASH_KEY, tuple(cursors), child_start, records_left)
+    return KinesisRestriction(
+        0, MAX_HASH_KEY, tuple(cursors), child_start, records_left, created_ms=created_ms
+    )
 
 
 def narrow(restriction: KinesisRestriction, lo: int, hi: int) -> KinesisRestriction:
@@ -522,6 +538,7 @@ def encode_restriction(restriction: KinesisRestriction) -> bytes:
         "records_left": restriction.records_left,
         "deadline": restriction.deadline,
         "done": restriction.done,
+        "created_ms": restriction.created_ms,
         "cursors": [
             [
                 c.shard_id,
@@ -564,6 +581,7 @@ def decode_restriction(encoded: bytes) -> KinesisRestriction:
         document["records_left"],
         document["deadline"],
         document["done"],
+        document.get("created_ms"),
     )
 
 

@@ -28,7 +28,9 @@ class Row:
 
     ``baseline`` names another subject of the same ``group``; the table prints
     ``value / baseline value`` and checks it against ``target`` (a minimum ratio), if any.
-    ``minimum`` and ``maximum`` are targets for the value itself.
+    ``minimum`` and ``maximum`` are targets for the value itself. ``quote_baseline`` prints the
+    baseline's value beside the ratio: for a baseline that moves from one release of its
+    engine to the next, so that a ratio that moved says whether the baseline did.
     """
 
     group: str
@@ -40,6 +42,7 @@ class Row:
     note: str = ""
     minimum: float | None = None
     maximum: float | None = None
+    quote_baseline: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,10 @@ def ratio(row: Row, rows: Sequence[Row]) -> tuple[float | None, str]:
     if base is None or base.value is None or row.value is None or base.value <= 0:
         return None, f"({row.baseline} not measured)"
     measured = row.value / base.value
-    return measured, f"{measured:.2f}x {base.subject}"
+    text = f"{measured:.2f}x {base.subject}"
+    if row.quote_baseline:
+        text += f" at {_format_value(base.value)} {base.unit}"
+    return measured, text
 
 
 def verdicts(row: Row, rows: Sequence[Row]) -> list[Verdict]:

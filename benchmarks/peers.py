@@ -1,9 +1,10 @@
 """The peers that benchmarks/ and the interop tests measure against, and why one may be absent.
 
 A peer whose release cannot install on some supported Python has an environment marker in the
-dev extra (``async-kinesis==3.0.1; python_version >= '3.11'``). There, the benchmark rows of
-that peer say so, and tests marked ``@pytest.mark.peer(NAME)`` are deselected with the reason
-(tests/conftest.py). A peer that should be installed and is not is an error, never a skip.
+bench extra (``async-kinesis==3.0.1; python_version >= '3.11'``; the test and dev extras include
+bench). There, the benchmark rows of that peer say so, and tests marked
+``@pytest.mark.peer(NAME)`` are deselected with the reason (tests/conftest.py). A peer that
+should be installed and is not is an error, never a skip.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import platform
 from packaging.requirements import Requirement
 
 PROJECT = "kinesis-connectors"
+EXTRA = "bench"
+"""The extra that lists the peers."""
 
 
 def installed(distribution: str) -> bool:
@@ -25,7 +28,7 @@ def installed(distribution: str) -> bool:
 
 
 def excluded_here(distribution: str) -> str | None:
-    """Why the dev extra does not install ``distribution`` on this Python (its marker says so),
+    """Why the bench extra does not install ``distribution`` on this Python (its marker says so),
     or None if it does (or if the project's metadata is not installed)."""
     try:
         requirements = importlib.metadata.requires(PROJECT) or []
@@ -35,11 +38,11 @@ def excluded_here(distribution: str) -> str | None:
         requirement = Requirement(text)
         if requirement.name.lower() != distribution.lower() or requirement.marker is None:
             continue
-        if not requirement.marker.evaluate({"extra": "dev"}):
-            condition = str(requirement.marker).replace(' and extra == "dev"', "")
+        if not requirement.marker.evaluate({"extra": EXTRA}):
+            condition = str(requirement.marker).replace(f' and extra == "{EXTRA}"', "")
             return (
                 f"{distribution} is not installed on this Python ({platform.python_version()}):"
-                f" the dev extra installs it where {condition}"
+                f" the {EXTRA} extra installs it where {condition}"
             )
     return None
 

@@ -9,6 +9,75 @@ from typing import TYPE_CHECKING
 
 from kinesis_core._lazy import lazy_exports
 
+# name -> the module defining it, imported on first use (kinesis_core/_lazy.py)
+_EXPORTS = {
+    "MAGIC": "kinesis_core.aggregation",
+    "AggregateBuilder": "kinesis_core.aggregation",
+    "deaggregate": "kinesis_core.aggregation",
+    "decode_aggregate": "kinesis_core.aggregation",
+    "encode_aggregate": "kinesis_core.aggregation",
+    "is_aggregated": "kinesis_core.aggregation",
+    "BalancedKeyAllocator": "kinesis_core.allocator",
+    "SHARD_END": "kinesis_core.checkpoint",
+    "Checkpoint": "kinesis_core.checkpoint",
+    "CheckpointConflictError": "kinesis_core.checkpoint",
+    "CheckpointStore": "kinesis_core.checkpoint",
+    "DynamoDBCheckpointStore": "kinesis_core.checkpoint",
+    "LeaseStore": "kinesis_core.checkpoint",
+    "MemoryCheckpointStore": "kinesis_core.checkpoint",
+    "SQLiteCheckpointStore": "kinesis_core.checkpoint",
+    "ErrorKind": "kinesis_core.classify",
+    "ClientConfig": "kinesis_core.client",
+    "create_botocore_client": "kinesis_core.client",
+    "create_dynamodb_client": "kinesis_core.client",
+    "create_kinesis_client": "kinesis_core.client",
+    "LATEST": "kinesis_core.consumer",
+    "TRIM_HORIZON": "kinesis_core.consumer",
+    "AtTimestamp": "kinesis_core.consumer",
+    "Consumer": "kinesis_core.consumer",
+    "ConsumerConfig": "kinesis_core.consumer",
+    "EnhancedFanOut": "kinesis_core.consumer",
+    "InitialPosition": "kinesis_core.consumer",
+    "RecordBatch": "kinesis_core.consumer",
+    "ShardState": "kinesis_core.consumer",
+    "ShardStatus": "kinesis_core.consumer",
+    "ConfigurationError": "kinesis_core.errors",
+    "EmulatorError": "kinesis_core.errors",
+    "KinesisConnectorError": "kinesis_core.errors",
+    "KinesisServiceError": "kinesis_core.errors",
+    "ValidationError": "kinesis_core.errors",
+    "MAX_HASH_KEY": "kinesis_core.hashing",
+    "hash_key": "kinesis_core.hashing",
+    "parse_explicit_hash_key": "kinesis_core.hashing",
+    "validate_partition_key": "kinesis_core.hashing",
+    "validate_record": "kinesis_core.hashing",
+    "LeaseConfig": "kinesis_core.lease",
+    "LifecycleError": "kinesis_core.lifecycle",
+    "Attempt": "kinesis_core.producer",
+    "BatchResult": "kinesis_core.producer",
+    "BlockingProducer": "kinesis_core.producer",
+    "Producer": "kinesis_core.producer",
+    "ProducerClosedError": "kinesis_core.producer",
+    "ProducerConfig": "kinesis_core.producer",
+    "ProducerCrashedError": "kinesis_core.producer",
+    "ProducerFailedError": "kinesis_core.producer",
+    "Record": "kinesis_core.producer",
+    "RecordResult": "kinesis_core.producer",
+    "KinesisRecord": "kinesis_core.records",
+    "Position": "kinesis_core.records",
+    "SubRecord": "kinesis_core.records",
+    "ShardInfo": "kinesis_core.shard_map",
+    "ShardMap": "kinesis_core.shard_map",
+    "ShardMapDriver": "kinesis_core.shard_map",
+    "ShardMapState": "kinesis_core.shard_map",
+    "ShardMapTimeoutError": "kinesis_core.shard_map",
+    "list_all_shards": "kinesis_core.shard_map",
+    "uniform_shards": "kinesis_core.shard_map",
+    "SkewReport": "kinesis_core.skew",
+    "skew_report": "kinesis_core.skew",
+    "StreamRef": "kinesis_core.stream",
+}
+
 if TYPE_CHECKING:
     from kinesis_core.aggregation import (
         MAGIC as MAGIC,
@@ -31,7 +100,7 @@ if TYPE_CHECKING:
         MemoryCheckpointStore as MemoryCheckpointStore,
         SQLiteCheckpointStore as SQLiteCheckpointStore,
     )
-    from kinesis_core.classify import ErrorKind as ErrorKind, classify as classify
+    from kinesis_core.classify import ErrorKind as ErrorKind
     from kinesis_core.client import (
         ClientConfig as ClientConfig,
         create_botocore_client as create_botocore_client,
@@ -100,4 +169,4 @@ if TYPE_CHECKING:
     )
     from kinesis_core.stream import StreamRef as StreamRef
 
-__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -21,6 +21,7 @@ from kinesis_core.hashing import hash_key, validate_partition_key
 from kinesis_core.noise import silence_third_party_noise
 from kinesis_core.shard_map import AT_LATEST, ShardInfo, list_all_shards
 from kinesis_core.skew import skew_report
+from kinesis_core.stream import StreamRef
 
 if TYPE_CHECKING:
     from kinesis_core.client import ClientConfig
@@ -167,8 +168,17 @@ def _status_command(parser: argparse.ArgumentParser) -> Handler:
     )
 
     def run(args: argparse.Namespace) -> int:
+        # A command line that is wrong in itself exits 2 (ConfigurationError); what it names
+        # but cannot be read (the stream, the store, the credentials to reach them) exits 1.
         if args.watch is not None and args.watch <= 0:
             raise ConfigurationError("--watch", f"must be > 0 seconds, got {args.watch:g}")
+        if args.application == "":
+            raise ConfigurationError(
+                "--application",
+                "must not be empty: give the consumers' application_name, or leave the option "
+                "out for 'default' (with --dynamodb-table: the table's name)",
+            )
+        StreamRef.of(args.stream, "STREAM")
         from kinesis_core.client import ClientConfig
 
         overrides = {
@@ -181,9 +191,11 @@ def _status_command(parser: argparse.ArgumentParser) -> Handler:
             asyncio.run(_status(args, config))
         except KeyboardInterrupt:
             return 0
-        except KinesisConnectorError:
-            raise
         except Exception as exc:
+            # A ConfigurationError found while reading (a store or a profile that is not
+            # there) is no bad argument: it exits 1 too.
+            if isinstance(exc, KinesisConnectorError) and not isinstance(exc, ConfigurationError):
+                raise
             raise KinesisConnectorError(
                 f"cannot read the status of stream {args.stream!r}: {exc}"
             ) from exc

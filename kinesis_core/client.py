@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import threading
+import urllib.parse
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -120,10 +121,10 @@ class ClientConfig:
             )
         for name in ("endpoint_url", "dynamodb_endpoint_url"):
             url = getattr(self, name)
-            if url is not None and not url.startswith(("http://", "https://")):
-                raise ConfigurationError(
-                    f"{name}: must start with http:// or https://, got {url!r}"
-                )
+            if url is not None:
+                _check_endpoint(name, url)
+        if self.region_name is not None:
+            check_region(self.region_name)
         for name in ("connect_timeout", "read_timeout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -189,6 +190,65 @@ class ClientConfig:
         return self.endpoint_url if service == "kinesis" else self.dynamodb_endpoint_url
 
 
+_REGION = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?$")
+"""A region is one DNS label, as botocore requires (``validate_region_name``)."""
+
+
+def check_region(region: str, source: str = "") -> None:
+    """ConfigurationError unless ``region`` is a possible region name; ``source`` says where
+    it came from when that is not the ``region_name`` field."""
+    if not _REGION.match(region):
+        raise ConfigurationError(
+            "region_name",
+            f"a region is 1 to 63 letters, digits and hyphens (e.g. us-east-1), got "
+            f"{region!r}{source}",
+        )
+
+
+def _check_endpoint(name: str, url: str) -> None:
+    """An endpoint URL botocore can connect to: http(s), a host, a valid port."""
+    if not url.startswith(("http://", "https://")):
+        raise ConfigurationError(name, f"must start with http:// or https://, got {url!r}")
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname
+    if not host or any(c.isspace() for c in host):
+        raise ConfigurationError(
+            name, f"must name a host (http://HOST[:PORT], e.g. http://127.0.0.1:4567), got {url!r}"
+        )
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0 or (port is None and parts.netloc.endswith(":")):
+        raise ConfigurationError(name, f"must have a port 1 to 65535 (or none), got {url!r}")
+
+
+def _check_local_files(config: ClientConfig, session: botocore.session.Session) -> None:
+    """What only the machine that makes a client can check: that the profile exists and the
+    CA bundle is there (botocore would fail on the first call, raw or after every retry)."""
+    profile = config.profile_name or session.profile
+    if profile is not None and profile not in session.available_profiles:
+        files = [
+            os.path.expanduser(session.get_config_variable(name))
+            for name in ("config_file", "credentials_file")
+        ]
+        source = "" if config.profile_name else " (from AWS_PROFILE)"
+        raise ConfigurationError(
+            "profile_name",
+            f"no profile {profile!r}{source} in {' or '.join(files)}; the profiles there are "
+            f"{sorted(session.available_profiles)}",
+        )
+    bundle, source = config.verify, ""
+    if bundle is True:
+        bundle, source = session.get_config_variable("ca_bundle"), " (AWS_CA_BUNDLE or ca_bundle)"
+    if isinstance(bundle, str) and not os.path.exists(bundle):
+        raise ConfigurationError(
+            "verify",
+            f"the CA bundle {bundle!r}{source} does not exist; give the path of a CA bundle "
+            "(PEM), True (botocore's bundle) or False (no verification, local emulators only)",
+        )
+
+
 def _client_kwargs(
     config: ClientConfig,
     service: Service,
@@ -196,6 +256,7 @@ def _client_kwargs(
     http_config: Config,
 ) -> dict[str, Any]:
     """Arguments of ``session.create_client`` for ``config``: the one place that maps fields."""
+    _check_local_files(config, session)
     region = (
         config.region_name
         or session.get_config_variable("region")
@@ -206,6 +267,8 @@ def _client_kwargs(
             "region_name: no AWS region configured; pass ClientConfig(region_name=...) or set "
             "AWS_DEFAULT_REGION (or AWS_REGION), or a region in the AWS config profile"
         )
+    if region != config.region_name:
+        check_region(region, " (from the environment or the AWS config profile)")
     endpoint_url = config.endpoint_for(service)
     if config.verify is False:
         LOG.warning(
@@ -324,18 +387,19 @@ class SecretsFilter(logging.Filter):
 
     botocore's DEBUG records print the signed request (``Sending http request``: every
     header) and the canonical request it signed (``CanonicalRequest``): both hold the session
-    token, and the request holds the SigV4 signature, which replays that request for minutes.
+    token, and the request holds the SigV4 signature, which replays that request for minutes
+    (botocore.auth also logs it alone, as ``Signature:`` and the hex on the next line).
     A parsed STS or SSO answer holds a secret key and a token. This replaces, in the
     formatted message, the value of every ``x-amz-security-token`` header or query parameter,
-    every ``Signature=``, every ``SecretAccessKey``/``SessionToken``/``secretAccessKey``/
-    ``sessionToken`` field (JSON, XML or repr) and every secret value a :class:`ClientConfig`
-    of this process handed to a client, with ``***``. The access key id stays: it names the
-    credentials, it is not one (AWS prints it in errors too).
+    every ``Signature=`` or ``Signature:``, every ``SecretAccessKey``/``SessionToken``/
+    ``secretAccessKey``/``sessionToken`` field (JSON, XML or repr) and every secret value a
+    :class:`ClientConfig` of this process handed to a client, with ``***``. The access key id
+    stays: it names the credentials, it is not one (AWS prints it in errors too).
     """
 
     _PATTERNS = (
         re.compile(r"(x-amz-security-token['\"]?\s*[:=]\s*b?['\"]?)([^'\"\s,}&]+)", re.I),
-        re.compile(r"(Signature=)([0-9a-fA-F]{16,})"),
+        re.compile(r"(Signature[=:]\s*)([0-9a-fA-F]{16,})"),
         re.compile(
             r"(['\"]?(?:SecretAccessKey|SessionToken|aws_secret_access_key|aws_session_token)"
             r"['\"]?\s*[:=]\s*['\"]?)([^'\"\s,}]+)",

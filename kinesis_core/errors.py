@@ -6,6 +6,8 @@ the input without reading our code.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kinesis_core.classify import ErrorKind, classify, error_details, error_message
 
 
@@ -51,6 +53,25 @@ class ConfigurationError(KinesisConnectorError, ValueError):
         else:
             super().__init__(f"{field_or_message}: {message}")
             self.field = field_or_message
+
+
+def shape_problem(value: object, names: Sequence[str], required: int) -> str | None:
+    """What is wrong with ``value`` where a tuple of ``names`` was expected (the first
+    ``required`` of them required): its type, or how many elements it has and which one is
+    missing or how many are too many. None when its shape is right (a tuple or list of
+    ``required`` to ``len(names)`` elements)."""
+    if value is None:
+        return "got None"
+    if not isinstance(value, (tuple, list)):
+        return f"got {type(value).__name__} {value!r:.40}"
+    kind, count = type(value).__name__, len(value)
+    elements = f"a {kind} of {count} element{'' if count == 1 else 's'}"
+    if count < required:
+        return f"got {elements}: {names[count]} (element {count}) is missing"
+    extra = count - len(names)
+    if extra > 0:
+        return f"got {elements}, {'one' if extra == 1 else extra} too many (at most {len(names)})"
+    return None
 
 
 class EmulatorError(KinesisConnectorError, RuntimeError):

@@ -582,6 +582,8 @@ class ShardMapDriver:
         self._attempts = 0
         self._last_error: BaseException | None = None
         self._closed = False
+        self._starting = False
+        """``start`` is waiting (fail fast): a failure it gives up on is not retried."""
 
     @property
     def map(self) -> ShardMap:
@@ -651,6 +653,8 @@ class ShardMapDriver:
     async def start(self) -> None:
         if self._closed:
             raise RuntimeError("ShardMapDriver is closed")
+        if self._wait_on_start:
+            self._starting = True
         if self._map.start():
             self._spawn()
         if self._wait_on_start:
@@ -659,6 +663,8 @@ class ShardMapDriver:
             except BaseException:
                 await self.close()
                 raise
+            finally:
+                self._starting = False
 
     async def wait_ready(self, timeout: float | None = None, *, fail_fast: bool = False) -> None:
         """Wait until the map is READY (e.g. after an accepted ``invalidate``).
@@ -670,14 +676,7 @@ class ShardMapDriver:
             if self._map.state is ShardMapState.READY:
                 return True
             error = self._last_error
-            return (
-                fail_fast
-                and error is not None
-                and (
-                    _permanent(error)
-                    or (self._give_up is not None and self._give_up(error, self._attempts))
-                )
-            )
+            return fail_fast and error is not None and self._hopeless(error)
 
         try:
             async with self._changed:
@@ -691,6 +690,13 @@ class ShardMapDriver:
             raise KinesisConnectorError(
                 f"ListShards for stream {self.stream_name!r} failed: {self._last_error}"
             ) from self._last_error
+
+    def _hopeless(self, error: BaseException) -> bool:
+        """Whether a failing start gives up on ``error``: one no retry fixes, or one
+        ``give_up`` refuses after this many attempts."""
+        return _permanent(error) or (
+            self._give_up is not None and self._give_up(error, self._attempts)
+        )
 
     async def learn_all_shards(self) -> None:
         """List every shard of the stream, closed ones included (AT_TRIM_HORIZON), and let
@@ -753,12 +759,14 @@ class ShardMapDriver:
             except Exception as exc:
                 self._last_error = exc
                 delay = self._map.refresh_failed()
-                logger.warning(
-                    "ListShards for stream %r failed (%r); retrying in %.1f s",
-                    self.stream_name,
-                    exc,
-                    delay,
-                )
+                # A start that gives up on this error raises it: announce no retry then.
+                if not (self._starting and self._hopeless(exc)):
+                    logger.warning(
+                        "ListShards for stream %r failed (%r); retrying in %.1f s",
+                        self.stream_name,
+                        exc,
+                        delay,
+                    )
                 await self._notify()
                 await self._sleep(delay)
                 self._map.retry_due()

@@ -15,8 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
+import os
+import re
 import sqlite3
+import sys
 import tempfile
 import time
 import traceback
@@ -29,9 +33,16 @@ from typing import Any
 
 from kinesis_core.aggregation import MAGIC, encode_aggregate
 from kinesis_core.checkpoint import MemoryCheckpointStore, SQLiteCheckpointStore
-from kinesis_core.client import ClientConfig, create_botocore_client
-from kinesis_core.consumer import TRIM_HORIZON, Consumer, SharedCheckpointsWarning
+from kinesis_core.client import ClientConfig, create_botocore_client, create_kinesis_client
+from kinesis_core.consumer import (
+    TRIM_HORIZON,
+    AtTimestamp,
+    Consumer,
+    EnhancedFanOut,
+    SharedCheckpointsWarning,
+)
 from kinesis_core.errors import ConfigurationError, ValidationError
+from kinesis_core.fanout import deregister_consumer
 from kinesis_core.hashing import LARGEST_RECORD_BYTES, MAX_RECORD_BYTES, hash_key
 from kinesis_core.local import KinesisMock, MotoServer
 from kinesis_core.local._server import free_port
@@ -43,6 +54,8 @@ from reliability._common import MakeStream, kcl_view, shard_position, via
 from reliability.result import SuiteResult
 
 NAME = "bad-input catalogue"
+SIGNATURE = re.compile(r"Signature[=:]\s*[0-9a-fA-F]{64}")
+"""A SigV4 signature in a log record: in a header, or on botocore.auth's line of its own."""
 SHORT_TTL = ProducerConfig(record_ttl=2.0, record_max_buffered_time=0.05, request_timeout=2.0)
 HANG = 10.0
 """Seconds a consumer may stay silent after its stream was deleted before we call it a hang."""
@@ -269,8 +282,9 @@ async def _stream_by_arn(env: Env) -> list[Check]:
 
 async def _session_token_in_logs(env: Env) -> list[Check]:
     """DEBUG logging of every logger while a producer with a session token writes: botocore
-    logs the signed request headers; the token must be masked in every record."""
-    label = "session token in DEBUG logs"
+    logs the signed request headers and each signature; the token, the secret key and every
+    signature must be masked in every record."""
+    label = "session token or signature in DEBUG logs"
     token = "FQoGZXIvYXdzE" + uuid.uuid4().hex
     secret = "secret-" + uuid.uuid4().hex
     config = dataclasses.replace(
@@ -306,15 +320,19 @@ async def _session_token_in_logs(env: Env) -> list[Check]:
         root.setLevel(level)
         for other, other_level in others:
             other.setLevel(other_level)
-    leaks = sorted({name for name, text in lines if token in text or secret in text})
-    signed = sum("x-amz-security-token" in text.lower() for _, text in lines)
-    seen = (
-        f"token and secret in no record ({len(lines)} DEBUG records, {signed} with the "
-        "x-amz-security-token header, masked)"
-        if not leaks
-        else f"the token or secret shown by: {', '.join(leaks)}"
+    leaks = sorted(
+        {name for name, text in lines if token in text or secret in text or SIGNATURE.search(text)}
     )
-    return [Check(label, "botocore DEBUG logs", seen, not leaks and signed > 0)]
+    signed = sum("x-amz-security-token" in text.lower() for _, text in lines)
+    signatures = sum(text.startswith("Signature:") for _, text in lines)
+    seen = (
+        f"token, secret and signatures in no record ({len(lines)} DEBUG records, {signed} with "
+        f"the x-amz-security-token header, {signatures} botocore.auth 'Signature:' lines, "
+        "masked)"
+        if not leaks
+        else f"the token, secret or a signature shown by: {', '.join(leaks)}"
+    )
+    return [Check(label, "botocore DEBUG logs", seen, not leaks and signed > 0 and signatures > 0)]
 
 
 async def _sqlite_store_path(env: Env) -> list[Check]:
@@ -388,20 +406,152 @@ async def _shared_store(env: Env) -> list[Check]:
     return [Check(label, "Consumer", seen, both and named(seen, "another consumer", "leases=True"))]
 
 
+async def _read_one(
+    stream: LocalStream, store: SQLiteCheckpointStore, **options: Any
+) -> bytes:
+    """Start a consumer on ``store`` (application "bad-input") and read one record."""
+    async with Consumer(
+        stream.name,
+        client_config=stream.client_config,
+        checkpoint_store=store,
+        application_name="bad-input",
+        initial_position=TRIM_HORIZON,
+        idle_interval=0.2,
+        checkpoint_interval=0.1,
+        **options,
+    ) as consumer:
+        record = await asyncio.wait_for(consumer.__anext__(), HANG)
+        record.ack()
+        await consumer.checkpoint()
+        return record.data
+
+
+def _read_with_beam(stream: LocalStream, store_path: Path) -> str:
+    """``ReadFromKinesis`` with a checkpoint store until caught up; what it raised."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
+
+    from beam_kinesis import ReadFromKinesis
+    from beam_kinesis.options import CredentialsInPipelineWarning
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CredentialsInPipelineWarning)
+            with beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions([])) as p:
+                _ = p | ReadFromKinesis(
+                    stream.name,
+                    client_config=stream.client_config,
+                    initial_position=TRIM_HORIZON,
+                    checkpoint_store=str(store_path),
+                    application_name="bad-input",
+                    stop_when_caught_up=True,
+                )
+    except Exception as exc:
+        return error_text(exc)
+    return "no error"
+
+
+async def _recreated_stream(env: Env) -> list[Check]:
+    """A store holding positions of a stream that was deleted and created again under the same
+    name (same shard ids, new sequence numbers): the core consumer and ReadFromKinesis stop at
+    start with StreamRecreatedError naming the store, the stream and both creation times;
+    with on_stream_recreated="reset" the new stream is read from the initial position. (The
+    core consumer skipped an open shard, and Beam stored SHARD_END for it, before.)"""
+    label = "stream deleted and created again"
+    stream = await asyncio.to_thread(env.make_stream, 1)
+    await asyncio.to_thread(stream.put, b"old", "k")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "c.sqlite3"
+        async with SQLiteCheckpointStore(path) as store:
+            await _read_one(stream, store)
+            await asyncio.to_thread(stream.recreate, 1)
+            await asyncio.to_thread(stream.put, b"new", "k")
+            seen, seconds = await _timed_raise(_read_one(stream, store))
+            needles = ("StreamRecreatedError", str(path), stream.name, "on_stream_recreated")
+            checks = [
+                Check(
+                    label,
+                    "Consumer.start",
+                    f"{seen} (after {seconds:.1f} s)",
+                    named(seen, *needles) and seconds < FAST,
+                )
+            ]
+        seen = await asyncio.to_thread(_read_with_beam, stream, path)
+        checks.append(Check(label, "ReadFromKinesis", seen, named(seen, *needles)))
+        async with SQLiteCheckpointStore(path) as store:
+            try:
+                seen = f"read {await _read_one(stream, store, on_stream_recreated='reset')!r}"
+            except Exception as exc:
+                seen = error_text(exc)
+    reset = "Consumer, on_stream_recreated='reset'"
+    checks.append(Check(label, reset, seen, seen == "read b'new'"))
+    return checks
+
+
+async def _refused_position(env: Env) -> list[Check]:
+    """A stored position of a listed shard that the service refuses (a row written before
+    stream creation times were kept, at a sequence number past every record: kinesis-mock
+    answers ResourceNotFound): read from TRIM_HORIZON, with a warning naming the shard (the
+    shard was taken for gone and skipped before)."""
+    label = "stored position the service refuses"
+    stream = await asyncio.to_thread(env.make_stream, 1)
+    await asyncio.to_thread(stream.put, b"kept", "k")
+    (shard,) = await asyncio.to_thread(stream.shards)
+    start = int(shard["SequenceNumberRange"]["StartingSequenceNumber"])
+    logged: list[str] = []
+    handler = _Collect(logged)
+    logger = logging.getLogger("kinesis_core")
+    logger.addHandler(handler)
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            async with SQLiteCheckpointStore(Path(folder) / "c.sqlite3") as store:
+                await store.put(
+                    "bad-input", stream.name, shard["ShardId"], (start + 10**20, 0), expected=None
+                )
+                try:
+                    seen = f"read {await _read_one(stream, store)!r}"
+                except Exception as exc:
+                    seen = error_text(exc)
+    finally:
+        logger.removeHandler(handler)
+    warned = [line for line in logged if "trim horizon" in line]
+    seen = f"{seen}; warned: {warned[0] if warned else 'nothing'}"
+    ok = seen.startswith("read b'kept'") and named(seen, shard["ShardId"], "TRIM_HORIZON")
+    return [Check(label, "Consumer", seen, ok)]
+
+
+class _Collect(logging.Handler):
+    def __init__(self, into: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.append(record.getMessage())
+
+
 async def _malformed_entry(env: Env) -> list[Check]:
+    """Entries that are no record: each fails alone, saying what it got (its type, or which
+    element is missing or how many are too many)."""
     label = "malformed put_many entry"
+    malformed: list[tuple[Any, tuple[str, ...]]] = [
+        ("not a tuple", ("got str",)),
+        (None, ("got None",)),
+        ((b"b",), ("a tuple of 1 element", "partition_key (element 1) is missing")),
+        ((b"b", "k", None, "extra"), ("a tuple of 4 elements", "one too many (at most 3)")),
+    ]
     async with env.producer() as p:
         first, last = env.good_record(), env.good_record()
-        batch = await p.put_many([first, "not a tuple", None, last])
-        env.good.extend([(first[0], batch[0]), (last[0], batch[3])])
+        batch = await p.put_many([first, *(entry for entry, _ in malformed), last])
+        env.good.extend([(first[0], batch[0]), (last[0], batch[len(malformed) + 1])])
     return [
         Check(
             label,
-            f"put_many entry {i}",
+            f"put_many entry {entry!r}",
             result_text(batch[i]),
-            named(result_text(batch[i]), "ValidationError", "tuple"),
+            named(result_text(batch[i]), "ValidationError", "tuple", *needles),
         )
-        for i in (1, 2)
+        for i, (entry, needles) in enumerate(malformed, 1)
     ]
 
 
@@ -508,6 +658,47 @@ async def _deleted_stream(env: Env) -> list[Check]:
     return [
         Check(label, "Producer.put", seen_p, named(seen_p, "ResourceNotFoundException")),
         Check(label, "Consumer", seen_c, named(seen_c, "ResourceNotFoundException")),
+    ]
+
+
+async def _deregistered_consumer(env: Env) -> list[Check]:
+    """The stream consumer of a fan-out reader is deregistered while it reads: the next
+    subscribe gets ResourceNotFoundException, DescribeStreamConsumer says the consumer is gone,
+    and the iteration raises within seconds, naming it (20 backed-off resubscriptions, about
+    109 s, before)."""
+    label = "fan-out consumer deregistered while in use"
+    stream = await asyncio.to_thread(env.make_stream, 1)
+    await asyncio.to_thread(stream.put, b"first", "k")
+    efo = EnhancedFanOut(consumer_name="deregistered", max_subscription_seconds=2.0)
+    async with Consumer(
+        stream.name,
+        client_config=stream.client_config,
+        checkpoint_store=MemoryCheckpointStore(),
+        initial_position=TRIM_HORIZON,
+        enhanced_fan_out=efo,
+    ) as consumer:
+        first = await asyncio.wait_for(consumer.__anext__(), 30)
+        first.ack()
+        assert consumer.consumer_arn is not None
+        async with create_kinesis_client(stream.client_config) as client:
+            await deregister_consumer(client, consumer.consumer_arn)
+        started = time.monotonic()
+        try:
+            record = await asyncio.wait_for(consumer.__anext__(), HANG)
+            seen = f"no error: delivered {record.data[:20]!r}"
+        except asyncio.TimeoutError:
+            seen = f"no error after {HANG:g} s"
+        except Exception as exc:
+            seen = error_text(exc)
+        seconds = time.monotonic() - started
+    return [
+        Check(
+            label,
+            "Consumer (fan-out)",
+            f"{seen} (after {seconds:.1f} s)",
+            named(seen, "ShardReadError", "stream consumer 'deregistered'", stream.name, "gone")
+            and seconds < FAST,
+        )
     ]
 
 
@@ -650,6 +841,36 @@ async def _bad_configuration(env: Env) -> list[Check]:
             ("ConfigurationError", "max_record_bytes", str(LARGEST_RECORD_BYTES)),
         ),
         ("Consumer", lambda: Consumer("s", checkpoint_interval=0), ("checkpoint_interval",)),
+        (
+            "ClientConfig",
+            lambda: ClientConfig(endpoint_url="http://127.0.0.1:99999"),
+            ("ConfigurationError", "endpoint_url", "port 1 to 65535", "99999"),
+        ),
+        (
+            "ClientConfig",
+            lambda: ClientConfig(endpoint_url="http://"),
+            ("ConfigurationError", "endpoint_url", "must name a host"),
+        ),
+        (
+            "ClientConfig",
+            lambda: ClientConfig(region_name="us east 1"),
+            ("ConfigurationError", "region_name", "letters, digits and hyphens", "'us east 1'"),
+        ),
+        (
+            "Consumer",
+            lambda: Consumer("s", idle_interval=float("inf")),
+            ("ConfigurationError", "idle_interval", "finite", "inf"),
+        ),
+        (
+            "AtTimestamp",
+            lambda: AtTimestamp(1e12),
+            ("ConfigurationError", "timestamp", "epoch seconds from 0 to", "milliseconds"),
+        ),
+        (
+            "AtTimestamp",
+            lambda: AtTimestamp(float("nan")),
+            ("ConfigurationError", "timestamp", "epoch seconds from 0 to", "nan"),
+        ),
     ]
     checks = []
     for where, make, needles in attempts:
@@ -660,6 +881,172 @@ async def _bad_configuration(env: Env) -> list[Check]:
             seen = error_text(exc)
         checks.append(Check(label, where, seen, named(seen, *needles)))
     return checks
+
+
+async def _local_files(env: Env) -> list[Check]:
+    """A profile or a CA bundle that is not on this machine: ``start`` refuses it at once,
+    naming the field (before: botocore's raw ProfileNotFound; 30 s of retries for the
+    bundle, whose path no message named)."""
+    label = "missing profile or CA bundle"
+    checks = []
+    profile = f"no-such-profile-{uuid.uuid4().hex[:6]}"
+    bundle = "/no/such/ca-bundle.pem"
+    healthy = env.healthy.client_config
+    for config, needles in (
+        (
+            dataclasses.replace(healthy, profile_name=profile),
+            ("profile_name", f"no profile '{profile}'"),
+        ),
+        (dataclasses.replace(healthy, verify=bundle), ("verify", f"'{bundle}' does not exist")),
+    ):
+        for where, start in (
+            ("Consumer.start", _start_consumer(env.healthy.name, config)),
+            ("Producer.start", _start_producer(env.healthy.name, config)),
+        ):
+            seen, seconds = await _timed_raise(start)
+            checks.append(
+                Check(
+                    label,
+                    where,
+                    f"{seen} (after {seconds:.1f} s)",
+                    named(seen, "ConfigurationError", *needles) and seconds < FAST,
+                )
+            )
+    return checks
+
+
+async def _status_command(env: Env) -> list[Check]:
+    """``kinesis-connectors status`` run as a user runs it, with a store that is a directory,
+    a missing one, and an empty ``--application``: the exit status the docs give (1: cannot be
+    read, 2: a wrong command line) and a message naming the cause (before: the directory "does
+    not exist", an empty application became ``default``, and every store problem exited 2)."""
+    label = "status command: bad store or application"
+    config = env.healthy.client_config
+    environ = {
+        **os.environ,
+        "AWS_ENDPOINT_URL_KINESIS": config.endpoint_url or "",
+        "AWS_DEFAULT_REGION": config.region_name or "",
+        "AWS_ACCESS_KEY_ID": config.aws_access_key_id or "",
+        "AWS_SECRET_ACCESS_KEY": config.aws_secret_access_key or "",
+    }
+    checks = []
+    with tempfile.TemporaryDirectory() as folder:
+        missing = str(Path(folder) / "missing.sqlite3")
+        for args, status, needles in (
+            (("--store", folder), 1, (f"{folder!r} is a directory, not a checkpoint file",)),
+            (("--store", missing), 1, (f"{missing!r} does not exist",)),
+            (("--store", missing, "--application", ""), 2, ("--application: must not be empty",)),
+        ):
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "kinesis_core",
+                "status",
+                env.healthy.name,
+                *args,
+                env=environ,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            _, stderr = await process.communicate()
+            said = stderr.decode().strip().splitlines()
+            seen = f"exit {process.returncode}: {said[-1] if said else ''}"
+            checks.append(
+                Check(
+                    label,
+                    f"status {' '.join(args)}",
+                    seen,
+                    process.returncode == status and named(seen, *needles),
+                )
+            )
+    return checks
+
+
+_WITHOUT_EFO_EXTRA = """
+import asyncio, json, sys
+sys.modules["h2"] = None  # as if the efo extra (h2, h11) were not installed
+sys.modules["h11"] = None
+from kinesis_core.client import ClientConfig
+from kinesis_core.consumer import Consumer, EnhancedFanOut
+from kinesis_core.checkpoint import MemoryCheckpointStore
+from kinesis_core.stream import StreamRef
+from beam_kinesis import ReadFromKinesis
+from beam_kinesis._shard_readers import _FanOut
+
+stream, config = sys.argv[1], ClientConfig(**json.loads(sys.argv[2]))
+
+
+async def core():
+    async with Consumer(
+        stream,
+        client_config=config,
+        checkpoint_store=MemoryCheckpointStore(),
+        enhanced_fan_out=EnhancedFanOut(consumer_name="core-without-h2"),
+    ):
+        pass
+
+
+def beam():
+    spec = ReadFromKinesis(stream, consumer_name="beam-without-h2", client_config=config)._spec
+    _FanOut(spec, StreamRef.of(stream))
+
+
+seen = {}
+for where, start in (("Consumer.start", lambda: asyncio.run(core())), ("ReadFromKinesis", beam)):
+    try:
+        start()
+        seen[where] = "no error"
+    except Exception as exc:
+        seen[where] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(seen))
+"""
+
+
+async def _without_efo_extra(env: Env) -> list[Check]:
+    """Fan-out where h2 and h11 cannot be imported (a process without the ``efo`` extra): the
+    core consumer and a Beam worker fail with the pip command before they register a consumer
+    (on AWS one costs money and counts toward the 20 a stream may have); before, both
+    registered theirs, then failed."""
+    label = "fan-out without the efo extra"
+    stream = await asyncio.to_thread(env.make_stream, 1)
+    config = stream.client_config
+    fields = {
+        name: getattr(config, name)
+        for name in ("region_name", "endpoint_url", "aws_access_key_id", "aws_secret_access_key")
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _WITHOUT_EFO_EXTRA,
+        stream.name,
+        json.dumps(fields),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    if process.returncode != 0:
+        return [Check(label, "a process without h2 and h11", err.decode()[-500:], False)]
+    seen: dict[str, str] = json.loads(out.decode().strip().splitlines()[-1])
+    client = create_botocore_client(config, "kinesis")
+    try:
+        arn = client.describe_stream_summary(StreamName=stream.name)
+        listed = client.list_stream_consumers(
+            StreamARN=arn["StreamDescriptionSummary"]["StreamARN"]
+        )
+    finally:
+        client.close()
+    registered = sorted(c["ConsumerName"] for c in listed["Consumers"])
+    said = f"; registered: {registered}" if registered else "; nothing registered"
+    return [
+        Check(
+            label,
+            where,
+            text + said,
+            named(text, "ConfigurationError", "h2 and h11", "pip install 'kinesis-connectors[efo]'")
+            and not registered,
+        )
+        for where, text in seen.items()
+    ]
 
 
 def _corrupt_md5(blob: bytes) -> bytes:
@@ -723,14 +1110,20 @@ def cases() -> dict[str, CaseFn]:
         ),
         "stream that does not exist": _missing_stream,
         "stream deleted while in use": _deleted_stream,
+        "fan-out consumer deregistered while in use": _deregistered_consumer,
         "stream still being created": _creating_stream,
         "stream named by its ARN": _stream_by_arn,
         "wrong credentials": _wrong_credentials,
         "endpoint that is down": _endpoint_down,
         "bad configuration": _bad_configuration,
-        "session token in DEBUG logs": _session_token_in_logs,
+        "missing profile or CA bundle": _local_files,
+        "session token or signature in DEBUG logs": _session_token_in_logs,
         "checkpoint store at a bad path": _sqlite_store_path,
+        "status command: bad store or application": _status_command,
+        "fan-out without the efo extra": _without_efo_extra,
         "two consumers sharing a store without leases": _shared_store,
+        "stream deleted and created again": _recreated_stream,
+        "stored position the service refuses": _refused_position,
     }
 
 

@@ -147,6 +147,7 @@ class RecordingStore(MemoryCheckpointStore):
         parent_shard_ids: Sequence[str] = (),
         child_shard_ids: Sequence[str] = (),
         hash_range: tuple[int, int] | None = None,
+        stream_created_ms: int | None = None,
     ) -> Checkpoint:
         if self._rng.random() < self._failure_rate:
             self.failures += 1
@@ -161,6 +162,7 @@ class RecordingStore(MemoryCheckpointStore):
             parent_shard_ids=parent_shard_ids,
             child_shard_ids=child_shard_ids,
             hash_range=hash_range,
+            stream_created_ms=stream_created_ms,
         )
         self.writes.append(Write(shard_id, value, acks))
         return row

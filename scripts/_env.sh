@@ -37,5 +37,8 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; 
 fi
 export PATH="$VENV/bin:$PATH"
 # kinesis-mock (npm kinesis-local) goes into the user cache on first use; do it up front so a
-# missing node/npm shows here, with what to install, rather than in the middle of the tests.
-python -m kinesis_core.local install
+# missing node/npm shows here, with what to install, rather than in the middle of the tests
+# (unless the caller needs no emulator: scripts/test --fast sets KINESIS_CONNECTORS_NO_EMULATOR).
+if [ -z "${KINESIS_CONNECTORS_NO_EMULATOR:-}" ]; then
+    python -m kinesis_core.local install
+fi

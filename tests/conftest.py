@@ -1,7 +1,11 @@
 """Session set-up shared by every test.
 
+- The local emulator's fixtures (``kinesis_stream``, ``moto_stream``, ``fault_proxy``, ...):
+  this project opts in to its own pytest plugin here, one of the ways docs/local.md gives
+  users. The plugin imports the emulators and the AWS SDK only when a test asks for a fixture,
+  so unit tests of pure code run without them.
 - The ``peer`` marker: ``@pytest.mark.peer("async-kinesis")`` on a test of interoperation with
-  a peer library. Where the dev extra does not install that peer on the running Python (an
+  a peer library. Where the bench extra does not install that peer on the running Python (an
   environment marker in pyproject.toml says so), its tests are deselected and the summary says
   which and why; CI runs on a Python where they run. A peer missing where it should be
   installed is not deselected: its tests fail on the import, naming it.
@@ -18,13 +22,15 @@ import pytest
 
 from benchmarks.peers import excluded_here, installed
 
+pytest_plugins = ["kinesis_core.local.pytest_plugin"]
+
 _DESELECTED_KEY = pytest.StashKey[dict[str, int]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "peer(distribution): interoperation with a peer library; deselected where the dev "
+        "peer(distribution): interoperation with a peer library; deselected where the bench "
         "extra does not install it on this Python",
     )
     config.stash[_DESELECTED_KEY] = {}

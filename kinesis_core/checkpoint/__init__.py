@@ -8,6 +8,21 @@ from typing import TYPE_CHECKING
 
 from kinesis_core._lazy import lazy_exports
 
+# name -> the module defining it, imported on first use (kinesis_core/_lazy.py)
+_EXPORTS = {
+    "SHARD_END": "kinesis_core.checkpoint.base",
+    "Checkpoint": "kinesis_core.checkpoint.base",
+    "CheckpointConflictError": "kinesis_core.checkpoint.base",
+    "CheckpointStore": "kinesis_core.checkpoint.base",
+    "CheckpointValue": "kinesis_core.checkpoint.base",
+    "LeaseStore": "kinesis_core.checkpoint.base",
+    "Sentinel": "kinesis_core.checkpoint.base",
+    "checkpoint_order": "kinesis_core.checkpoint.base",
+    "DynamoDBCheckpointStore": "kinesis_core.checkpoint.dynamodb",
+    "MemoryCheckpointStore": "kinesis_core.checkpoint.memory",
+    "SQLiteCheckpointStore": "kinesis_core.checkpoint.sqlite",
+}
+
 if TYPE_CHECKING:
     from kinesis_core.checkpoint.base import (
         SHARD_END as SHARD_END,
@@ -29,4 +44,4 @@ if TYPE_CHECKING:
         SQLiteCheckpointStore as SQLiteCheckpointStore,
     )
 
-__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -1,10 +1,12 @@
 """The checkpoint store protocol and the lease-shaped record every store keeps.
 
-A checkpoint row has the shape of a KCL lease (shard id, checkpoint, owner, counter, parent
-and child ids, hash range), so the DynamoDB store keeps the KCL lease-table schema and the
-same rows serve as leases between workers. The rules every store must enforce live here, in
-two pure functions (:func:`apply_put` for checkpoints, :func:`apply_lease` for renew, take and
-release), so the stores cannot drift apart.
+A checkpoint row has the shape of a KCL lease (shard id, checkpoint, owner, counter, parent and
+child ids, hash range), so the DynamoDB store keeps the KCL lease-table schema and the same
+rows serve as leases between workers. Each row also says which incarnation of the stream its
+position belongs to (the stream's creation time): a stream deleted and created again under the
+same name has the same shard ids and other sequence numbers. The rules every store must enforce
+live here, in two pure functions (:func:`apply_put` for checkpoints, :func:`apply_lease` for
+renew, take and release), so the stores cannot drift apart.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ class Checkpoint:
     ``counter`` grows by one on every successful write; it is the compare-and-set token
     (the KCL's ``leaseCounter``). ``owner`` is the worker holding the lease (None: nobody,
     or a consumer that runs without leases). ``child_shard_ids`` are written at SHARD_END.
+    ``stream_created_ms`` is the creation time (epoch milliseconds) of the incarnation of the
+    stream whose position ``value`` is; None in rows written before incarnations were kept.
     """
 
     shard_id: str
@@ -80,6 +84,7 @@ class Checkpoint:
     parent_shard_ids: tuple[str, ...] = ()
     child_shard_ids: tuple[str, ...] = ()
     hash_range: tuple[int, int] | None = None
+    stream_created_ms: int | None = None
 
     @property
     def position(self) -> Position | None:
@@ -115,6 +120,13 @@ def _check_expected(current: Checkpoint | None, shard_id: str, expected: Checkpo
     return current
 
 
+def same_incarnation(row: Checkpoint, stream_created_ms: int | None) -> bool:
+    """Whether ``row`` may belong to the incarnation of the stream created at
+    ``stream_created_ms``: the same creation time, or one of them unknown (a row written before
+    incarnations were kept is taken to be of the current one)."""
+    return row.stream_created_ms is None or stream_created_ms in (None, row.stream_created_ms)
+
+
 def apply_put(
     current: Checkpoint | None,
     shard_id: str,
@@ -123,21 +135,43 @@ def apply_put(
     parent_shard_ids: Sequence[str],
     child_shard_ids: Sequence[str] = (),
     hash_range: tuple[int, int] | None = None,
+    stream_created_ms: int | None = None,
 ) -> Checkpoint:
     """The row a conditional put leaves behind, or CheckpointConflictError.
 
     The write succeeds only if the stored row is the expected one (same counter and owner;
     ``expected=None`` means "no row yet") and the new value is not below the stored one.
-    Parent ids, child ids and the hash range keep their stored values unless given.
+    Parent ids, child ids, the hash range and the incarnation keep their stored values unless
+    given. A write for another incarnation of the stream (``stream_created_ms`` given and not
+    the stored one) starts the row over: its value may be below the stored one (which belongs
+    to a stream that no longer exists), and the old shard's parents, children and range go.
     """
     value = validate_checkpoint_value(value)
     if expected is None:
         if current is not None:
             raise CheckpointConflictError(shard_id, current, "a row exists, none was expected")
         return Checkpoint(
-            shard_id, value, 1, None, tuple(parent_shard_ids), tuple(child_shard_ids), hash_range
+            shard_id,
+            value,
+            1,
+            None,
+            tuple(parent_shard_ids),
+            tuple(child_shard_ids),
+            hash_range,
+            stream_created_ms,
         )
     current = _check_expected(current, shard_id, expected)
+    if not same_incarnation(current, stream_created_ms):
+        return Checkpoint(
+            shard_id,
+            value,
+            current.counter + 1,
+            current.owner,
+            tuple(parent_shard_ids),
+            tuple(child_shard_ids),
+            hash_range,
+            stream_created_ms,
+        )
     if checkpoint_order(value) < checkpoint_order(current.value):
         raise CheckpointConflictError(
             shard_id, current, f"{value} is behind the stored {current.value}"
@@ -149,6 +183,9 @@ def apply_put(
         parent_shard_ids=tuple(parent_shard_ids) or current.parent_shard_ids,
         child_shard_ids=tuple(child_shard_ids) or current.child_shard_ids,
         hash_range=hash_range or current.hash_range,
+        stream_created_ms=(
+            current.stream_created_ms if stream_created_ms is None else stream_created_ms
+        ),
     )
 
 
@@ -192,10 +229,12 @@ class CheckpointStore(Protocol):
         parent_shard_ids: Sequence[str] = (),
         child_shard_ids: Sequence[str] = (),
         hash_range: tuple[int, int] | None = None,
+        stream_created_ms: int | None = None,
     ) -> Checkpoint:
         """Write ``value`` if the row is still ``expected``; return the new row.
 
-        Raises CheckpointConflictError (carrying the stored row) otherwise.
+        ``stream_created_ms`` is the creation time of the stream ``value`` belongs to (see
+        :func:`apply_put`). Raises CheckpointConflictError (carrying the stored row) otherwise.
         """
         ...
 

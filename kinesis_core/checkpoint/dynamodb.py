@@ -22,6 +22,9 @@ ownerSwitchesSinceCheckpoint    N     +1 when a lease changes hands, 0 after eac
 parentShardId                   SS    parent shard ids (1 after a split, 2 after a merge)
 childShardIds                   SS    written with SHARD_END
 startingHashKey, endingHashKey  S     the shard's hash range, written when the row is created
+streamCreatedMillis             N     creation time (epoch ms) of the stream the checkpoint is
+                                      of; not a KCL attribute: KCL readers skip it and KCL
+                                      writes (UpdateItem of their own attributes) keep it
 pendingCheckpoint*              S/N/B never written; removed by each checkpoint (as the KCL)
 checkpointOwner                 S     KCL 3.x hand-off marker; removed on take and release
 entityType                      S     LEASE on the rows this store creates; other types skipped
@@ -46,6 +49,7 @@ from kinesis_core.checkpoint.base import (
     Sentinel,
     apply_lease,
     apply_put,
+    same_incarnation,
 )
 from kinesis_core.classify import ErrorKind, classify, error_details
 from kinesis_core.client import ClientConfig, create_dynamodb_client
@@ -57,6 +61,8 @@ if TYPE_CHECKING:
 __all__ = ["DynamoDBCheckpointStore", "decode_lease", "encode_lease"]
 
 LEASE_KEY = "leaseKey"
+STREAM_CREATED = "streamCreatedMillis"
+_OPTIONAL = ("parentShardId", "childShardIds", "startingHashKey", "endingHashKey")
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
 _REMOVED_BY_CHECKPOINT = (
     "pendingCheckpoint",
@@ -110,6 +116,7 @@ def decode_lease(item: Item) -> Checkpoint | None:
         _string_set(item, "parentShardId"),
         _string_set(item, "childShardIds"),
         None if not start or not end else (int(start), int(end)),
+        _number(item, STREAM_CREATED),
     )
 
 
@@ -125,9 +132,13 @@ def _checkpoint_attributes(value: CheckpointValue) -> dict[str, Any]:
 
 
 def _optional_attributes(
-    parents: Sequence[str], children: Sequence[str], hash_range: tuple[int, int] | None
+    parents: Sequence[str],
+    children: Sequence[str],
+    hash_range: tuple[int, int] | None,
+    stream_created_ms: int | None,
 ) -> dict[str, Any]:
-    """Parent and child sets (DynamoDB has no empty sets: absent when empty) and hash range."""
+    """Parent and child sets (DynamoDB has no empty sets: absent when empty), hash range and
+    the stream's creation time, those that are known."""
     out: dict[str, Any] = {}
     if parents:
         out["parentShardId"] = {"SS": list(parents)}
@@ -136,6 +147,8 @@ def _optional_attributes(
     if hash_range is not None:
         out["startingHashKey"] = {"S": str(hash_range[0])}
         out["endingHashKey"] = {"S": str(hash_range[1])}
+    if stream_created_ms is not None:
+        out[STREAM_CREATED] = {"N": str(stream_created_ms)}
     return out
 
 
@@ -147,7 +160,9 @@ def encode_lease(row: Checkpoint) -> dict[str, Any]:
         "ownerSwitchesSinceCheckpoint": {"N": "0"},
         "entityType": {"S": "LEASE"},
         **_checkpoint_attributes(row.value),
-        **_optional_attributes(row.parent_shard_ids, row.child_shard_ids, row.hash_range),
+        **_optional_attributes(
+            row.parent_shard_ids, row.child_shard_ids, row.hash_range, row.stream_created_ms
+        ),
     }
     if row.owner is not None:
         item["leaseOwner"] = {"S": row.owner}
@@ -164,6 +179,7 @@ def _normalized(row: Checkpoint) -> Checkpoint:
         tuple(sorted(row.parent_shard_ids)),
         tuple(sorted(row.child_shard_ids)),
         row.hash_range,
+        row.stream_created_ms,
     )
 
 
@@ -410,13 +426,21 @@ class DynamoDBCheckpointStore:
         parent_shard_ids: Sequence[str] = (),
         child_shard_ids: Sequence[str] = (),
         hash_range: tuple[int, int] | None = None,
+        stream_created_ms: int | None = None,
     ) -> Checkpoint:
         """Create a lease (``expected=None``) or write its checkpoint, as the KCL's
         ``createLeaseIfNotExists`` and ``updateLease`` do."""
         # The condition on the counter makes the stored row the expected one, so the rule is
         # checked against ``expected`` (a 56-digit sequence number has no DynamoDB number).
         intended = apply_put(
-            expected, shard_id, value, expected, parent_shard_ids, child_shard_ids, hash_range
+            expected,
+            shard_id,
+            value,
+            expected,
+            parent_shard_ids,
+            child_shard_ids,
+            hash_range,
+            stream_created_ms,
         )
         if expected is None:
             return await self._create(application, stream, intended)
@@ -425,10 +449,16 @@ class DynamoDBCheckpointStore:
             update.set(name, attribute)
         update.set("ownerSwitchesSinceCheckpoint", {"N": "0"})
         update.set("leaseCounter", {"N": str(intended.counter)})
-        given = _optional_attributes(parent_shard_ids, child_shard_ids, hash_range)
+        given = _optional_attributes(
+            parent_shard_ids, child_shard_ids, hash_range, stream_created_ms
+        )
         for name, attribute in given.items():
             update.set(name, attribute)
-        for name in _REMOVED_BY_CHECKPOINT:
+        removed = list(_REMOVED_BY_CHECKPOINT)
+        if not same_incarnation(expected, stream_created_ms):
+            # A row of a stream that no longer exists starts over: its shard's ids go.
+            removed += [name for name in _OPTIONAL if name not in given]
+        for name in removed:
             update.remove(name)
         return await self._update(application, stream, intended, update)
 
@@ -478,6 +508,10 @@ class DynamoDBCheckpointStore:
             return
         self._closed = True
         await self._exit.aclose()
+
+    def __repr__(self) -> str:
+        table = "one per application" if self.table_name is None else repr(self.table_name)
+        return f"DynamoDBCheckpointStore(table {table})"
 
     async def __aenter__(self) -> DynamoDBCheckpointStore:
         return self

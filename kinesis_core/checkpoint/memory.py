@@ -35,6 +35,7 @@ class MemoryCheckpointStore:
         parent_shard_ids: Sequence[str] = (),
         child_shard_ids: Sequence[str] = (),
         hash_range: tuple[int, int] | None = None,
+        stream_created_ms: int | None = None,
     ) -> Checkpoint:
         key = (application, stream, shard_id)
         row = apply_put(
@@ -45,6 +46,7 @@ class MemoryCheckpointStore:
             parent_shard_ids,
             child_shard_ids,
             hash_range,
+            stream_created_ms,
         )
         self._rows[key] = row
         return row
@@ -65,6 +67,9 @@ class MemoryCheckpointStore:
 
     async def close(self) -> None:
         """Nothing to release; the rows stay readable."""
+
+    def __repr__(self) -> str:
+        return "MemoryCheckpointStore()"
 
     async def __aenter__(self) -> MemoryCheckpointStore:
         return self

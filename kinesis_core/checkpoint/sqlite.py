@@ -45,6 +45,7 @@ CREATE TABLE IF NOT EXISTS kinesis_checkpoints (
     child_shard_ids TEXT NOT NULL DEFAULT '[]',
     starting_hash_key TEXT,
     ending_hash_key TEXT,
+    stream_created_ms INTEGER,
     PRIMARY KEY (application, stream, shard_id)
 ) WITHOUT ROWID
 """
@@ -54,20 +55,36 @@ _ADDED_COLUMNS = {
     "child_shard_ids": "TEXT NOT NULL DEFAULT '[]'",
     "starting_hash_key": "TEXT",
     "ending_hash_key": "TEXT",
+    "stream_created_ms": "INTEGER",
 }
-_COLUMNS = (
-    "shard_id, checkpoint, sub_sequence_number, lease_owner, lease_counter, parent_shard_ids, "
-    "child_shard_ids, starting_hash_key, ending_hash_key"
+_NULL_IF_MISSING = frozenset({"stream_created_ms"})
+"""Columns a read-only look at a file made before them reads as NULL (what the upgrade of
+that file would hold) instead of refusing it."""
+_COLUMN_NAMES = (
+    "shard_id",
+    "checkpoint",
+    "sub_sequence_number",
+    "lease_owner",
+    "lease_counter",
+    "parent_shard_ids",
+    "child_shard_ids",
+    "starting_hash_key",
+    "ending_hash_key",
+    "stream_created_ms",
 )
-_SELECT_ONE = (
-    f"SELECT {_COLUMNS} FROM kinesis_checkpoints "  # noqa: S608 (constant columns)
-    "WHERE application = ? AND stream = ? AND shard_id = ?"
-)
-_Row = tuple[str, str, int, str | None, int, str, str, str | None, str | None]
+_COLUMNS = ", ".join(_COLUMN_NAMES)
+_Row = tuple[str, str, int, str | None, int, str, str, str | None, str | None, int | None]
+
+
+_ONE = "application = ? AND stream = ? AND shard_id = ?"
+
+
+def _select(columns: str, where: str) -> str:
+    return f"SELECT {columns} FROM kinesis_checkpoints WHERE {where}"  # noqa: S608 (constants)
 
 
 def _decode(row: _Row) -> Checkpoint:
-    shard_id, checkpoint, sub, owner, counter, parents, children, start, end = row
+    shard_id, checkpoint, sub, owner, counter, parents, children, start, end, created = row
     value: CheckpointValue = (
         (int(checkpoint), sub) if checkpoint.isdigit() else Sentinel(checkpoint)
     )
@@ -80,6 +97,7 @@ def _decode(row: _Row) -> Checkpoint:
         tuple(json.loads(parents)),
         tuple(json.loads(children)),
         hash_range,
+        created,
     )
 
 
@@ -139,6 +157,8 @@ class SQLiteCheckpointStore:
         self._busy_timeout = busy_timeout
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-checkpoints")
         self._conn: sqlite3.Connection | None = None
+        self._columns = _COLUMNS
+        """What reads select: every column, or NULL for one a read-only file lacks."""
         self._closed = False
 
     def _connection(self) -> sqlite3.Connection:
@@ -166,6 +186,11 @@ class SQLiteCheckpointStore:
         return conn
 
     def _open_read_only(self) -> sqlite3.Connection:
+        if os.path.isdir(self.path):
+            raise ConfigurationError(
+                f"checkpoint file {self.path!r} is a directory, not a checkpoint file "
+                "(give the SQLite file the consumers write)"
+            )
         if not os.path.isfile(self.path):
             raise ConfigurationError(f"checkpoint file {self.path!r} does not exist")
         uri = f"file:{urllib.parse.quote(os.path.abspath(self.path))}?mode=ro"
@@ -179,7 +204,7 @@ class SQLiteCheckpointStore:
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
             present = {row[1] for row in conn.execute("PRAGMA table_info(kinesis_checkpoints)")}
-            missing = {"checkpoint", *_ADDED_COLUMNS} - present
+            missing = {"checkpoint", *_ADDED_COLUMNS} - present - _NULL_IF_MISSING
             if missing:
                 what = "no checkpoint table" if "checkpoint" in missing else "an older table"
                 raise ConfigurationError(
@@ -190,6 +215,10 @@ class SQLiteCheckpointStore:
         except BaseException:
             conn.close()
             raise
+        self._columns = ", ".join(
+            "NULL" if name in _NULL_IF_MISSING and name not in present else name
+            for name in _COLUMN_NAMES
+        )
         return conn
 
     async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
@@ -207,7 +236,8 @@ class SQLiteCheckpointStore:
 
     async def get(self, application: str, stream: str, shard_id: str) -> Checkpoint | None:
         def read(conn: sqlite3.Connection) -> Checkpoint | None:
-            row = conn.execute(_SELECT_ONE, (application, stream, shard_id)).fetchone()
+            query = _select(self._columns, _ONE)
+            row = conn.execute(query, (application, stream, shard_id)).fetchone()
             return None if row is None else _decode(row)
 
         return await self._run(read)
@@ -215,8 +245,7 @@ class SQLiteCheckpointStore:
     async def list(self, application: str, stream: str) -> list[Checkpoint]:
         def read(conn: sqlite3.Connection) -> list[Checkpoint]:
             rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM kinesis_checkpoints "  # noqa: S608 (constant columns)
-                "WHERE application = ? AND stream = ? ORDER BY shard_id",
+                _select(self._columns, "application = ? AND stream = ? ORDER BY shard_id"),
                 (application, stream),
             ).fetchall()
             return [_decode(row) for row in rows]
@@ -234,6 +263,7 @@ class SQLiteCheckpointStore:
         parent_shard_ids: Sequence[str] = (),
         child_shard_ids: Sequence[str] = (),
         hash_range: tuple[int, int] | None = None,
+        stream_created_ms: int | None = None,
     ) -> Checkpoint:
         return await self._write(
             (application, stream, shard_id),
@@ -245,6 +275,7 @@ class SQLiteCheckpointStore:
                 parent_shard_ids,
                 child_shard_ids,
                 hash_range,
+                stream_created_ms,
             ),
         )
 
@@ -276,7 +307,7 @@ class SQLiteCheckpointStore:
         def write(conn: sqlite3.Connection) -> Checkpoint:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                row = conn.execute(_SELECT_ONE, key).fetchone()
+                row = conn.execute(_select(_COLUMNS, _ONE), key).fetchone()
                 new = rule(None if row is None else _decode(row))
                 checkpoint, sub = _encode(new.value)
                 start, end = (None, None) if new.hash_range is None else new.hash_range
@@ -284,7 +315,8 @@ class SQLiteCheckpointStore:
                     "INSERT OR REPLACE INTO kinesis_checkpoints (application, stream, shard_id, "
                     "checkpoint, sub_sequence_number, lease_owner, lease_counter, "
                     "parent_shard_ids, updated_at, child_shard_ids, starting_hash_key, "
-                    "ending_hash_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "ending_hash_key, stream_created_ms) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         *key,
                         checkpoint,
@@ -296,6 +328,7 @@ class SQLiteCheckpointStore:
                         json.dumps(list(new.child_shard_ids)),
                         None if start is None else str(start),
                         None if end is None else str(end),
+                        new.stream_created_ms,
                     ),
                 )
             except BaseException:
@@ -320,6 +353,9 @@ class SQLiteCheckpointStore:
         self._conn = None
         self._closed = True
         self._executor.shutdown(wait=True)
+
+    def __repr__(self) -> str:
+        return f"SQLiteCheckpointStore({self.path!r})"
 
     async def __aenter__(self) -> SQLiteCheckpointStore:
         return self

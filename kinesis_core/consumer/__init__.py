@@ -11,6 +11,27 @@ from typing import TYPE_CHECKING
 
 from kinesis_core._lazy import lazy_exports
 
+# name -> the module defining it, imported on first use (kinesis_core/_lazy.py)
+_EXPORTS = {
+    "Checkpointer": "kinesis_core.consumer.checkpointer",
+    "SharedCheckpointsWarning": "kinesis_core.consumer.checkpointer",
+    "ConsumerConfig": "kinesis_core.consumer.config",
+    "EnhancedFanOut": "kinesis_core.consumer.config",
+    "Consumer": "kinesis_core.consumer.consumer",
+    "RecordBatch": "kinesis_core.consumer.frontier",
+    "ShardFrontier": "kinesis_core.consumer.frontier",
+    "Lineage": "kinesis_core.consumer.lineage",
+    "ShardNode": "kinesis_core.consumer.lineage",
+    "ShardState": "kinesis_core.consumer.lineage",
+    "LATEST": "kinesis_core.consumer.positions",
+    "TRIM_HORIZON": "kinesis_core.consumer.positions",
+    "AtTimestamp": "kinesis_core.consumer.positions",
+    "InitialPosition": "kinesis_core.consumer.positions",
+    "parse_initial_position": "kinesis_core.consumer.positions",
+    "ShardReadError": "kinesis_core.consumer.reading",
+    "ShardStatus": "kinesis_core.consumer.status",
+}
+
 if TYPE_CHECKING:
     from kinesis_core.consumer.checkpointer import (
         Checkpointer as Checkpointer,
@@ -44,4 +65,4 @@ if TYPE_CHECKING:
         ShardStatus as ShardStatus,
     )
 
-__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -8,10 +8,12 @@ a mistake is reported where it was written rather than when a worker starts.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from kinesis_core.consumer.incarnation import ON_STREAM_RECREATED, OnStreamRecreated
 from kinesis_core.consumer.polling import (
     MAX_GET_RECORDS_LIMIT,
     MIN_CALL_INTERVAL,
@@ -122,6 +124,11 @@ class ConsumerConfig:
     - ``enhanced_fan_out``: an :class:`EnhancedFanOut`, or True for one whose consumer is
       named after the application: read by SubscribeToShard instead of polling. Checkpoints
       are the same either way, so an application can switch on one store.
+    - ``on_stream_recreated``: what a start does with stored checkpoints of an earlier stream
+      of the same name (deleted and created again, told apart by its creation time):
+      ``"fail"`` raises :class:`~kinesis_core.consumer.incarnation.StreamRecreatedError`,
+      ``"reset"`` starts those shards over at ``initial_position``, with a WARNING. See
+      docs/checkpoints.md.
     """
 
     application_name: str = "default"
@@ -137,6 +144,7 @@ class ConsumerConfig:
     start_timeout: float = 30.0
     leases: LeaseConfig | bool = False
     enhanced_fan_out: EnhancedFanOut | bool = False
+    on_stream_recreated: OnStreamRecreated = "fail"
 
     def __post_init__(self) -> None:
         if not isinstance(self.application_name, str) or not self.application_name:
@@ -144,11 +152,19 @@ class ConsumerConfig:
                 "application_name", f"must be a non-empty string, got {self.application_name!r}"
             )
         object.__setattr__(self, "initial_position", parse_initial_position(self.initial_position))
+        # An infinite interval would mean "never" (no checkpoint, no new shard, no read after
+        # the first empty one); an infinite timeout means "wait as long as it takes".
         for name in ("checkpoint_interval", "shard_refresh_interval"):
-            _seconds(name, getattr(self, name), minimum=0.0, inclusive=False)
+            _seconds(name, getattr(self, name), minimum=0.0, inclusive=False, finite=True)
         _seconds("close_timeout", self.close_timeout, minimum=0.0, inclusive=True)
         _seconds("start_timeout", self.start_timeout, minimum=0.0, inclusive=True)
-        _seconds("idle_interval", self.idle_interval, minimum=MIN_CALL_INTERVAL, inclusive=True)
+        _seconds(
+            "idle_interval",
+            self.idle_interval,
+            minimum=MIN_CALL_INTERVAL,
+            inclusive=True,
+            finite=True,
+        )
         if (
             not isinstance(self.max_read_bytes_per_second, (int, float))
             or isinstance(self.max_read_bytes_per_second, bool)
@@ -173,6 +189,11 @@ class ConsumerConfig:
             )
         if self.enhanced_fan_out is True:
             check_consumer_name(self.application_name, "application_name")
+        if self.on_stream_recreated not in ON_STREAM_RECREATED:
+            raise ConfigurationError(
+                "on_stream_recreated",
+                f"must be 'fail' or 'reset', got {self.on_stream_recreated!r:.80}",
+            )
 
     @property
     def lease_config(self) -> LeaseConfig | None:
@@ -203,14 +224,19 @@ class ConsumerConfig:
         )
 
 
-def _seconds(name: str, value: object, *, minimum: float, inclusive: bool) -> None:
+def _seconds(
+    name: str, value: object, *, minimum: float, inclusive: bool, finite: bool = False
+) -> None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     if ok:
         assert isinstance(value, (int, float))
-        ok = value >= minimum if inclusive else value > minimum
+        ok = (value >= minimum if inclusive else value > minimum) and (
+            not finite or math.isfinite(value)
+        )
     if not ok:
         bound = ">=" if inclusive else ">"
-        raise ConfigurationError(name, f"must be {bound} {minimum:g} seconds, got {value!r}")
+        also = " (and finite)" if finite else ""
+        raise ConfigurationError(name, f"must be {bound} {minimum:g} seconds{also}, got {value!r}")
 
 
 def _integer(name: str, value: object, minimum: int, maximum: int | None) -> None:

@@ -4,7 +4,10 @@ Everything that decides lives in the sans-I/O pieces (:mod:`.lineage`, :mod:`.fr
 :mod:`.reader`); this module only runs tasks and moves batches between them:
 
 - discovery: ListShards (paginated) plus the stored checkpoints feed the lineage, which says
-  which shards may start and from where (parents before children);
+  which shards may start and from where (parents before children); at start, the stored
+  checkpoints are first checked against the stream's creation time
+  (:func:`~.checkpointer.settle_incarnation`: positions of a stream deleted and created
+  again are never used);
 - one reader task per started shard: batches go into one bounded queue (backpressure), and are
   registered in the shard's frontier before they are queued;
 - the flusher: every ``checkpoint_interval`` the frontier's contiguous acked prefix goes to the
@@ -25,13 +28,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from kinesis_core.backoff import Backoff, ceiling
+from kinesis_core.backoff import ceiling
 from kinesis_core.checkpoint.base import (
     SHARD_END,
     Checkpoint,
@@ -42,21 +46,27 @@ from kinesis_core.checkpoint.sqlite import SQLiteCheckpointStore
 from kinesis_core.classify import ErrorKind
 from kinesis_core.client import ClientConfig, create_kinesis_client, error_kind, unreachable
 from kinesis_core.consumer import fastparse
-from kinesis_core.consumer.checkpointer import Checkpointer
+from kinesis_core.consumer.checkpointer import Checkpointer, settle_incarnation
 from kinesis_core.consumer.config import ConsumerConfig, EnhancedFanOut
 from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier
+from kinesis_core.consumer.incarnation import (
+    StreamFacts,
+    StreamRecreatedError,
+    recreated_while_read,
+)
 from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
 from kinesis_core.consumer.polling import PollingRead
 from kinesis_core.consumer.positions import InitialPosition
 from kinesis_core.consumer.reading import (
     AsyncPolling,
     AsyncShardListing,
+    AsyncStreamView,
     AsyncSubscribing,
     run_shard_read,
 )
 from kinesis_core.consumer.status import ShardStatus
 from kinesis_core.consumer.subscription import SubscriptionRead
-from kinesis_core.consumer.transport import AsyncTransport, ShardRead
+from kinesis_core.consumer.transport import AsyncTransport, Backoff, ShardRead
 from kinesis_core.errors import ConfigurationError, KinesisServiceError
 from kinesis_core.lease import LeaseManager
 from kinesis_core.lifecycle import Event, Lifecycle, State
@@ -68,8 +78,11 @@ from kinesis_core.stream import StreamRef
 logger = logging.getLogger(__name__)
 
 DEFAULT_CHECKPOINT_PATH = "kinesis-checkpoints.sqlite3"
-_UNREACHABLE_ATTEMPTS = 3
-"""``start`` gives up after this many ListShards attempts that reached no endpoint at all."""
+_UNREACHABLE_ATTEMPTS = 5
+"""``start`` gives up after this many attempts that reached no endpoint at all (waiting
+:data:`_START_BACKOFF` between them: 1.5 to 3 s in all)."""
+_START_BACKOFF = Backoff(0.2, 2.0)
+_draw = random.random
 _DRAIN_POLL = 0.02
 """Seconds between looks at a frontier while waiting for acks. Acks are plain synchronous
 calls that must stay cheap per record, so nothing wakes a waiter on each; waiting for acks
@@ -147,6 +160,10 @@ class Consumer:
         """The stream consumer this one reads as, with enhanced fan-out (after ``start``)."""
         self._fanout: Any = None
         self._listing: AsyncShardListing | None = None
+        self._view: AsyncStreamView | None = None
+        self.stream_facts: StreamFacts | None = None
+        """What DescribeStreamSummary said at start (the creation time is the incarnation
+        whose checkpoints this consumer reads and writes)."""
         lease_config = config.lease_config
         if lease_config is None:
             self._checkpointer = Checkpointer(
@@ -209,6 +226,7 @@ class Consumer:
                     )
                 )
             self._exit.callback(fastparse.install(self._client))
+            self._view = AsyncStreamView(self._client, self._stream)
             if self.config.fan_out is not None:
                 await self._start_fan_out(self.config.fan_out)
             await self._first_discovery()
@@ -233,6 +251,14 @@ class Consumer:
         every shard's subscription goes through."""
         from kinesis_core.fanout import FanOutClient, RegisteredConsumer
 
+        # Made first: it refuses to be made without h2 and h11, and nothing may be registered
+        # then (a consumer costs money and counts toward the stream's 20).
+        fanout = FanOutClient(
+            self._client_config or ClientConfig.from_env(),
+            max_subscription_seconds=efo.max_subscription_seconds,
+            max_buffered_bytes=efo.max_buffered_bytes,
+            http_version=efo.http_version,
+        )
         registered = await self._exit.enter_async_context(
             RegisteredConsumer(
                 self._client,
@@ -245,14 +271,7 @@ class Consumer:
             )
         )
         self.consumer_arn = registered.consumer_arn
-        self._fanout = await self._exit.enter_async_context(
-            FanOutClient(
-                self._client_config or ClientConfig.from_env(),
-                max_subscription_seconds=efo.max_subscription_seconds,
-                max_buffered_bytes=efo.max_buffered_bytes,
-                http_version=efo.http_version,
-            )
-        )
+        self._fanout = await self._exit.enter_async_context(fanout)
         self._listing = AsyncShardListing(
             self._client, self._stream, max_age=efo.closed_check_interval / 2
         )
@@ -392,9 +411,33 @@ class Consumer:
     # -- discovery and readers --------------------------------------------------------------
 
     async def _discover(self, *, first: bool = False) -> None:
-        rows = await self._store.list(self.config.application_name, self._stream.name)
-        shard_filter = self.config.initial_position.shard_filter() if first and not rows else None
+        config = self.config
+        app, name = config.application_name, self._stream.name
+        summary = await self._client.describe_stream_summary(**self._stream.params())
+        facts = StreamFacts.from_response(summary)
+        known = self.stream_facts
+        if known is not None and facts.created_ms != known.created_ms:
+            # Deleted and created again since start (a server that still answers the old
+            # iterators, as moto does, would let the readers skip its records).
+            raise recreated_while_read(
+                f"discovery of {self.stream}", self.stream, known.created_ms, facts.created_ms
+            )
+        rows = await self._store.list(app, name)
+        shard_filter = config.initial_position.shard_filter() if first and not rows else None
         shards = await list_all_shards(self._client, self._stream, shard_filter)
+        if first:
+            rows = await settle_incarnation(
+                self._store,
+                app,
+                name,
+                rows,
+                facts=facts,
+                shards=shards,
+                on_stream_recreated=config.on_stream_recreated,
+                initial_position=config.initial_position,
+            )
+            self.stream_facts = facts
+            self._checkpointer.stream_created_ms = facts.created_ms
         for row in rows:
             self._checkpointer.observe(row)
         self._lineage.update(
@@ -405,18 +448,18 @@ class Consumer:
         self._start_ready()
 
     async def _first_discovery(self) -> None:
-        """Discovery at start. Errors that may pass (throttling, a 5xx, a stream still being
-        created) are retried with backoff for ``start_timeout`` seconds, an endpoint that
-        does not answer at all for a few attempts; the rest (no such stream, access denied)
-        raise from ``start`` at once, naming the cause.
+        """Discovery at start: describe the stream, check the stored checkpoints against it, list
+        the shards. Errors that may pass (throttling, a 5xx, a stream still being created) are
+        retried with backoff for ``start_timeout`` seconds, an endpoint that does not answer at all
+        for :data:`_UNREACHABLE_ATTEMPTS` attempts; the rest (no such stream, access denied,
+        checkpoints of another incarnation) raise from ``start`` at once, naming the cause.
 
         An application with no checkpoints yet lists only the shards its initial position can
         read (the KCL's rule for an empty lease table). Every later listing is complete: a
         filtered one could hide a parent that must be read before its children.
         """
         deadline = time.monotonic() + self.config.start_timeout
-        backoff = Backoff(0.2, 2.0)
-        no_answer = 0
+        failures = no_answer = 0
         while True:
             try:
                 await self._discover(first=True)
@@ -424,20 +467,25 @@ class Consumer:
                     return
                 # No shard at all: a stream still being created lists none (kinesis-mock).
                 logger.info("%s lists no shards yet; waiting for it", self.stream)
-                await asyncio.sleep(min(backoff.failed("start", time.monotonic()), 1.0))
+                failures += 1
+                await asyncio.sleep(min(_START_BACKOFF.delay(failures, _draw()), 1.0))
                 continue
             except Exception as exc:
                 kind = error_kind(exc)
                 if kind is None:
                     raise
                 no_answer += unreachable(exc)
+                failures += 1
                 now = time.monotonic()
                 if not kind.retryable or now >= deadline or no_answer >= _UNREACHABLE_ATTEMPTS:
-                    raise KinesisServiceError.wrap(
-                        exc, f"listing the shards of {self.stream}"
-                    ) from exc
-                logger.warning("listing the shards of %s failed; retrying", self.stream)
-                await asyncio.sleep(min(backoff.failed("start", now), deadline - now))
+                    raise KinesisServiceError.wrap(exc, f"starting to read {self.stream}") from exc
+                delay = min(_START_BACKOFF.delay(failures, _draw()), deadline - now)
+                logger.warning(
+                    "%s; retrying in %.1f s",
+                    KinesisServiceError.wrap(exc, f"starting to read {self.stream}"),
+                    delay,
+                )
+                await asyncio.sleep(delay)
 
     async def _discovery_loop(self) -> None:
         while True:
@@ -446,10 +494,15 @@ class Consumer:
             self._refresh.clear()
             try:
                 await self._discover()
+            except StreamRecreatedError as exc:
+                self._fail(exc)
+                return
             except Exception as exc:
                 if error_kind(exc) is ErrorKind.NOT_FOUND:
                     # The stream was deleted: no retry brings it back; the iterator raises.
-                    self._fail(exc)
+                    wrapped = KinesisServiceError.wrap(exc, f"listing the shards of {self.stream}")
+                    wrapped.__cause__ = exc
+                    self._fail(wrapped)
                     return
                 logger.warning("shard discovery of %s failed; retrying", self.stream, exc_info=True)
 
@@ -469,7 +522,13 @@ class Consumer:
             )
             efo = self.config.fan_out
             machine: ShardRead = (
-                PollingRead(node, start, self._polling_options)
+                PollingRead(
+                    node,
+                    start,
+                    self._polling_options,
+                    incarnation=self._checkpointer.stream_created_ms,
+                    stream=self.stream,
+                )
                 if efo is None
                 else SubscriptionRead(node, start, efo.subscription)
             )
@@ -482,9 +541,11 @@ class Consumer:
     def _transport(self, shard_id: str) -> AsyncTransport:
         """What executes the calls of a shard's reader: GetRecords, or SubscribeToShard."""
         if self.consumer_arn is None:
-            return AsyncPolling(self._client, self._stream, shard_id)
+            return AsyncPolling(self._client, self._stream, shard_id, self._view)
         assert self._listing is not None
-        return AsyncSubscribing(self._fanout, self.consumer_arn, shard_id, self._listing)
+        return AsyncSubscribing(
+            self._fanout, self.consumer_arn, shard_id, self._listing, self._client
+        )
 
     async def _read_shard(self, run: _ShardRun) -> None:
         shard_id = run.node.shard_id
@@ -497,7 +558,12 @@ class Consumer:
             finally:
                 await transport.aclose()
             if ended.gone:
-                logger.warning("shard %s of %s is gone; not reading it", shard_id, self.stream)
+                logger.warning(
+                    "shard %s of %s is no longer listed (past the retention period); not "
+                    "reading it",
+                    shard_id,
+                    self.stream,
+                )
                 self._lineage.shard_gone(shard_id)
             else:
                 self._lineage.add_children(ended.children)

@@ -8,7 +8,9 @@ transient errors, re-gets an expired iterator AFTER
 the last record it read (never skipping, never re-reading), resumes AT_SEQUENCE_NUMBER of a
 checkpoint and lets :class:`~.transport.ShardRead` drop the sub-records at or below it, waits
 ``idle_interval`` after an empty response at the tip, and ends at a null NextShardIterator
-with the response's ChildShards.
+with the response's ChildShards. A GetShardIterator at a sequence number that the service
+refuses (ResourceNotFound, InvalidArgument), or a GetRecords whose shard is not found, goes to
+the common check of :class:`~.transport.ShardRead` (a listing decides what it means).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from kinesis_core.consumer.transport import (
     Action,
     Backoff,
     Call,
+    CheckStream,
     ReadState,
     ShardRead,
     Wait,
@@ -106,9 +109,13 @@ class PollingRead(ShardRead):
         options: PollingOptions | None = None,
         *,
         rng: Callable[[], float] = random.random,
+        incarnation: int | None = None,
+        stream: str = "",
     ) -> None:
         self.options = options or PollingOptions()
-        super().__init__(node, start, self.options.backoff, rng)
+        super().__init__(
+            node, start, self.options.backoff, rng, incarnation=incarnation, stream=stream
+        )
         self._iterator: str | None = None
         # GetShardIterator and GetRecords each have their own 5 calls/s per shard; backoff and
         # idle waits hold both.
@@ -116,7 +123,7 @@ class PollingRead(ShardRead):
         self._next_records_at = 0.0
 
     def next_action(self, now: float) -> Action:
-        finished = self._finished()
+        finished = self._finished() or self._check_action(now)
         if finished is not None:
             return finished
         needs_iterator = self._state is ReadState.CONNECTING
@@ -145,6 +152,9 @@ class PollingRead(ShardRead):
     ) -> list[KinesisRecord]:
         if isinstance(call, GetRecords):
             return self.on_records(now, response, ack)
+        if isinstance(call, CheckStream):
+            self.on_stream_view(now, response)
+            return []
         self.on_iterator(response.get("ShardIterator"))
         return []
 
@@ -186,6 +196,18 @@ class PollingRead(ShardRead):
         )
         self.idle = self.caught_up and not raw
         return records
+
+    def handles(self, call: Call, kind: ErrorKind | None) -> bool:
+        """Also InvalidArgument for a GetShardIterator at a sequence number: AWS refuses a
+        position of another incarnation of the stream that way."""
+        if kind is ErrorKind.INVALID:
+            return self.refused_position(call) is not None
+        return super().handles(call, kind)
+
+    def refused_position(self, call: Call) -> int | None:
+        if isinstance(call, GetIterator) and "StartingSequenceNumber" in call.params:
+            return int(call.params["StartingSequenceNumber"])
+        return None
 
     def on_error(self, now: float, call: Any, kind: ErrorKind) -> None:
         if kind is ErrorKind.EXPIRED:

@@ -3,6 +3,7 @@ resumes from."""
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timezone
 from typing import Any
 
@@ -68,10 +69,31 @@ class AtTimestamp(InitialPosition):
                 "timestamp", f"must be a datetime or epoch seconds, got {type(timestamp).__name__}"
             )
         if not isinstance(timestamp, datetime):
-            timestamp = datetime.fromtimestamp(timestamp, tz=timezone.utc)
+            timestamp = _from_epoch(timestamp)
         elif timestamp.tzinfo is None:
             timestamp = timestamp.replace(tzinfo=timezone.utc)
         super().__init__(Sentinel.AT_TIMESTAMP, timestamp)
+
+
+MAX_EPOCH_SECONDS = 253_402_300_799
+"""9999-12-31T23:59:59Z, the last second a datetime holds."""
+
+
+def _from_epoch(seconds: float) -> datetime:
+    """The UTC datetime of epoch ``seconds``; ConfigurationError naming the range (and the
+    likely mistake, milliseconds) when there is none."""
+    if not (math.isfinite(seconds) and 0 <= seconds <= MAX_EPOCH_SECONDS):
+        hint = (
+            " (milliseconds? pass seconds: AtTimestamp(t / 1000))"
+            if math.isfinite(seconds) and 0 <= seconds / 1000 <= MAX_EPOCH_SECONDS
+            else ""
+        )
+        raise ConfigurationError(
+            "timestamp",
+            f"AtTimestamp takes a datetime or epoch seconds from 0 to {MAX_EPOCH_SECONDS} "
+            f"(the years 1970 to 9999), got {seconds!r}{hint}",
+        )
+    return datetime.fromtimestamp(seconds, tz=timezone.utc)
 
 
 TRIM_HORIZON = InitialPosition(Sentinel.TRIM_HORIZON)

@@ -4,27 +4,32 @@ the asyncio loop that drives one shard's machine.
 :func:`run_shard_read` is the same for every transport: ask the machine for its next action,
 execute a call through the transport, classify an error through the one error table, feed the
 outcome back, hand each non-empty batch to the consumer (which may block: that is the
-backpressure). Synchronous engines (the Beam source) drive a machine with a
-:class:`~.transport.SyncTransport` the same way, one step at a time (:func:`execute`).
+backpressure), log what the machine warns of. Synchronous engines (the Beam source) drive a
+machine with a :class:`~.transport.SyncTransport` the same way, one step at a time
+(:func:`execute`). Every transport executes :class:`~.transport.CheckStream` (a listing and
+the stream's creation time, :class:`AsyncStreamView` / :func:`sync_stream_view`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, NoReturn
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Generic, NoReturn, TypeVar
 
 from kinesis_core.classify import ErrorKind, error_details, error_message
 from kinesis_core.client import error_kind
 from kinesis_core.consumer._gc import gc_paused
 from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier
+from kinesis_core.consumer.incarnation import StreamFacts
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.polling import GetIterator, GetRecords
 from kinesis_core.consumer.subscription import (
     PENDING,
+    CheckConsumer,
     CheckShard,
     NextEvent,
     ShardCheck,
@@ -34,31 +39,88 @@ from kinesis_core.consumer.transport import (
     Ack,
     AsyncTransport,
     Call,
+    CheckStream,
     Ended,
     Failed,
     ShardRead,
+    StreamView,
     SyncTransport,
     Wait,
-    handled_by_reader,
 )
 from kinesis_core.errors import KinesisServiceError
+from kinesis_core.fanout.consumers import consumer_check
 from kinesis_core.records import KinesisRecord
 from kinesis_core.shard_map import ShardInfo, list_all_shards
 from kinesis_core.stream import StreamRef
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+VIEW_MAX_AGE = 1.0
+"""Seconds a :class:`~.transport.StreamView` serves every reader of a consumer: when many
+shards meet a refusal at once (a stream deleted or trimmed), one look answers them all."""
 
 
 class ShardReadError(KinesisServiceError):
     """A shard's reader gave up (a :class:`~.transport.Failed` action)."""
 
 
-class AsyncPolling:
-    """GetShardIterator and GetRecords on an aiobotocore Kinesis client (the caller owns it)."""
+class Shared(Generic[_T]):
+    """One answer to ``fetch()`` shared by many callers, fetched again (by one of them at a
+    time) once it is older than ``max_age`` seconds."""
 
-    def __init__(self, client: Any, stream: StreamRef, shard_id: str) -> None:
+    def __init__(
+        self,
+        fetch: Callable[[], Awaitable[_T]],
+        max_age: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._fetch = fetch
+        self._max_age = max_age
+        self._clock = clock
+        self._value: tuple[float, _T] | None = None
+        self._lock = asyncio.Lock()
+
+    async def get(self) -> _T:
+        async with self._lock:
+            if self._value is None or self._clock() - self._value[0] > self._max_age:
+                value = await self._fetch()
+                self._value = (self._clock(), value)
+            return self._value[1]
+
+
+class AsyncStreamView(Shared[StreamView]):
+    """The answer to :class:`~.transport.CheckStream` (ListShards, all pages, and
+    DescribeStreamSummary) on an aiobotocore client, shared by the readers of a consumer."""
+
+    def __init__(
+        self,
+        client: Any,
+        stream: StreamRef,
+        max_age: float = VIEW_MAX_AGE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        async def look() -> StreamView:
+            shards = await list_all_shards(client, stream)
+            summary = await client.describe_stream_summary(**stream.params())
+            return StreamView(shards, StreamFacts.from_response(summary))
+
+        super().__init__(look, max_age, clock)
+
+
+class AsyncPolling:
+    """GetShardIterator and GetRecords on an aiobotocore Kinesis client (the caller owns it),
+    and the look at the stream (``view``: a consumer's shared one, or one of its own)."""
+
+    def __init__(
+        self, client: Any, stream: StreamRef, shard_id: str, view: AsyncStreamView | None = None
+    ) -> None:
         self._client = client
         self._stream_params = stream.params()
         self._records_params = _stream_id(stream)
         self._shard_id = shard_id
+        self._view = view or AsyncStreamView(client, stream)
 
     async def call(self, call: Call) -> Any:
         if isinstance(call, GetRecords):
@@ -69,20 +131,48 @@ class AsyncPolling:
             return await self._client.get_shard_iterator(
                 **self._stream_params, ShardId=self._shard_id, **call.params
             )
+        if isinstance(call, CheckStream):
+            return await self._view.get()
         raise TypeError(f"polling cannot execute {call!r}")
 
     async def aclose(self) -> None:
         """Nothing to release: the client is the caller's."""
 
 
-class SyncPolling:
-    """The same calls on a synchronous botocore client (the caller owns it)."""
+def sync_list_shards(
+    client: Any, stream: StreamRef, shard_filter: Mapping[str, Any] | None = None
+) -> list[ShardInfo]:
+    """ListShards through the core's paginating helper, on a synchronous botocore client."""
 
-    def __init__(self, client: Any, stream: StreamRef, shard_id: str) -> None:
+    async def call(**kwargs: Any) -> Any:
+        return client.list_shards(**kwargs)
+
+    return asyncio.run(list_all_shards(call, stream, shard_filter))
+
+
+def sync_stream_view(client: Any, stream: StreamRef) -> StreamView:
+    """The answer to :class:`~.transport.CheckStream` on a synchronous botocore client."""
+    shards = sync_list_shards(client, stream)
+    summary = client.describe_stream_summary(**stream.params())
+    return StreamView(shards, StreamFacts.from_response(summary))
+
+
+class SyncPolling:
+    """The same calls on a synchronous botocore client (the caller owns it); ``view`` answers
+    :class:`~.transport.CheckStream` (default: :func:`sync_stream_view`)."""
+
+    def __init__(
+        self,
+        client: Any,
+        stream: StreamRef,
+        shard_id: str,
+        view: Callable[[], StreamView] | None = None,
+    ) -> None:
         self._client = client
         self._stream_params = stream.params()
         self._records_params = _stream_id(stream)
         self._shard_id = shard_id
+        self._view = view or (lambda: sync_stream_view(client, stream))
 
     def call(self, call: Call) -> Any:
         if isinstance(call, GetRecords):
@@ -93,6 +183,8 @@ class SyncPolling:
             return self._client.get_shard_iterator(
                 **self._stream_params, ShardId=self._shard_id, **call.params
             )
+        if isinstance(call, CheckStream):
+            return self._view()
         raise TypeError(f"polling cannot execute {call!r}")
 
     def close(self) -> None:
@@ -116,20 +208,10 @@ class AsyncShardListing:
         max_age: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._client = client
-        self._stream = stream
-        self._max_age = max_age
-        self._clock = clock
-        self._shards: list[ShardInfo] = []
-        self._at = float("-inf")
-        self._lock = asyncio.Lock()
+        self._listing = Shared(lambda: list_all_shards(client, stream), max_age, clock)
 
     async def check(self, shard_id: str) -> ShardCheck:
-        async with self._lock:
-            if self._clock() - self._at > self._max_age:
-                self._shards = await list_all_shards(self._client, self._stream)
-                self._at = self._clock()
-        return shard_check(self._shards, shard_id)
+        return shard_check(await self._listing.get(), shard_id)
 
 
 def shard_check(shards: list[ShardInfo], shard_id: str) -> ShardCheck:
@@ -144,15 +226,22 @@ def shard_check(shards: list[ShardInfo], shard_id: str) -> ShardCheck:
 class AsyncSubscribing:
     """SubscribeToShard for one shard through a :class:`~kinesis_core.fanout.FanOutClient`
     (the caller owns it): one open subscription at a time, closed on every error, at its
-    end, and by :meth:`aclose`."""
+    end, and by :meth:`aclose`. ``client`` (an aiobotocore Kinesis client) describes the
+    consumer when the machine asks (:class:`~.subscription.CheckConsumer`)."""
 
     def __init__(
-        self, fanout: Any, consumer_arn: str, shard_id: str, listing: AsyncShardListing
+        self,
+        fanout: Any,
+        consumer_arn: str,
+        shard_id: str,
+        listing: AsyncShardListing,
+        client: Any,
     ) -> None:
         self._fanout = fanout
         self._consumer_arn = consumer_arn
         self._shard_id = shard_id
         self._listing = listing
+        self._client = client
         self._subscription: Any = None
 
     async def call(self, call: Call) -> Any:
@@ -175,6 +264,8 @@ class AsyncSubscribing:
             return self._subscription
         if isinstance(call, CheckShard):
             return await self._listing.check(self._shard_id)
+        if isinstance(call, CheckConsumer):
+            return await consumer_check(self._client, self._consumer_arn)
         raise TypeError(f"a subscription cannot execute {call!r}")
 
     async def aclose(self) -> None:
@@ -201,7 +292,8 @@ class SyncSubscribing:
     None when the subscription ended, or :data:`~.subscription.PENDING`; ``wake`` is set
     whenever an event lands, so the engine's wait ends early. Reading only ``prefetch`` ahead
     is the backpressure (HTTP/2 flow control stops the server beyond it). A subscription
-    outlives calls and bundles until :meth:`close`.
+    outlives calls and bundles until :meth:`close`. ``client``, an aiobotocore Kinesis client
+    of that loop, describes the consumer when the machine asks.
     """
 
     def __init__(
@@ -212,6 +304,7 @@ class SyncSubscribing:
         shard_id: str,
         check: Callable[[str], ShardCheck],
         wake: threading.Event,
+        client: Any,
         *,
         prefetch: int = 2,
         timeout: float = 60.0,
@@ -221,6 +314,7 @@ class SyncSubscribing:
         self._consumer_arn = consumer_arn
         self._shard_id = shard_id
         self._check = check
+        self._client = client
         self._wake = wake
         self._prefetch = prefetch
         self._timeout = timeout
@@ -248,6 +342,8 @@ class SyncSubscribing:
             return self._pump
         if isinstance(call, CheckShard):
             return self._check(self._shard_id)
+        if isinstance(call, CheckConsumer):
+            return self._loop.run(consumer_check(self._client, self._consumer_arn), self._timeout)
         raise TypeError(f"a subscription cannot execute {call!r}")
 
     async def _open(self, starting_position: dict[str, Any]) -> None:
@@ -289,6 +385,8 @@ async def _cancel(task: asyncio.Task[None]) -> None:
 
 
 def _raise_failed(machine: ShardRead, failed: Failed, last: BaseException | None) -> NoReturn:
+    if failed.error is not None:
+        raise failed.error from last
     code, status = error_details(last) if last is not None else (None, None)
     detail = ""
     if last is not None:
@@ -327,11 +425,19 @@ def execute(
         kind = error_kind(exc)
         if kind is None:
             raise
-        if not handled_by_reader(kind):
+        if not machine.handles(call, kind):
             raise _wrap(exc, machine, call, where) from exc
         machine.on_error(now(), call, kind)
         return None
-    return machine.on_response(now(), call, response, ack)
+    records = machine.on_response(now(), call, response, ack)
+    _log_warning(machine)
+    return records
+
+
+def _log_warning(machine: ShardRead) -> None:
+    warning = machine.take_warning()
+    if warning is not None:
+        logger.warning("%s", warning)
 
 
 async def run_shard_read(
@@ -364,7 +470,7 @@ async def run_shard_read(
             kind = error_kind(exc)
             if kind is None:
                 raise
-            if not handled_by_reader(kind):
+            if not machine.handles(action, kind):
                 raise _wrap(exc, machine, action, where) from exc
             last = exc
             machine.on_error(clock(), action, kind)
@@ -372,6 +478,7 @@ async def run_shard_read(
         batch = frontier.new_batch()
         with gc_paused():
             records = machine.on_response(clock(), action, response, batch.ack_record)
+        _log_warning(machine)
         # The raw response (one dict per record) must not stay alive while emit blocks: a
         # large live heap makes every full garbage collection slow.
         del response

@@ -1,7 +1,8 @@
 """Reading a shard by enhanced fan-out: SubscribeToShard, then the events it pushes (sans-I/O).
 
-:class:`SubscriptionRead` subscribes at most once per ``subscribe_interval`` (Kinesis allows
-one SubscribeToShard per second per shard and consumer), reads events one at a time (the
+:class:`SubscriptionRead` subscribes at most once per ``subscribe_interval``, counted from the
+answer to the previous call (Kinesis allows one SubscribeToShard per second per shard and
+consumer, counted where it receives them), reads events one at a time (the
 transport asks the server for more only when the reader takes one: that is the backpressure),
 renews the subscription when it ends (after at most five minutes on AWS) from the last
 ContinuationSequenceNumber so nothing is lost or read twice, backs off on ResourceInUse (the
@@ -11,6 +12,11 @@ connections cut mid-stream, and gives up (:class:`~.transport.Failed`) after
 no ContinuationSequenceNumber, whose ChildShards go to the lineage as with polling. The start
 point, the skip past a checkpoint inside an aggregate and the hash-range filter are the
 common part (:class:`~.transport.ShardRead`), so checkpoints mean the same in both modes.
+
+A ResourceNotFoundException (from the subscribe or mid-stream) makes the reader describe its
+stream consumer (:class:`CheckConsumer`) before it backs off: a consumer that is gone
+(deregistered, or its stream deleted) fails the reader at once, naming it; one that is still
+there keeps the backoff.
 
 A server that never sends that last event (kinesis-mock 0.6.2 keeps a closed shard's
 subscription open with empty events) is covered too: a reader that is caught up at the tip
@@ -94,8 +100,11 @@ SUBSCRIPTION_BACKOFF = Backoff(0.5, 10.0)
 class SubscriptionOptions:
     """Tuning of a fan-out reader; the defaults follow the service limits."""
 
-    subscribe_interval: float = 1.0
-    """Seconds between two SubscribeToShard calls on one shard (the service allows 1/s)."""
+    subscribe_interval: float = 1.1
+    """Seconds from the answer to one SubscribeToShard call on a shard to the next call (the
+    service allows one per second, counted where it receives them, which is somewhere between
+    sending and answering: pacing from the answer keeps any two arrivals this far apart, and
+    the 0.1 s above 1 s is the margin)."""
     pending_interval: float = 0.05
     """Seconds before a synchronous driver looks again when no event was waiting."""
     backoff: Backoff = SUBSCRIPTION_BACKOFF
@@ -153,6 +162,28 @@ class ShardCheck:
     listed: bool
     closed: bool
     children: tuple[ShardNode, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CheckConsumer(Call):
+    """Describe the stream consumer the subscriptions are made as (DescribeStreamConsumer),
+    after a ResourceNotFoundException: is it gone? The response is a :class:`ConsumerCheck`."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerCheck:
+    """What DescribeStreamConsumer says of the consumer ``consumer_name`` of ``stream``:
+    ``status`` ACTIVE, CREATING or DELETING; None when it is not found."""
+
+    consumer_arn: str
+    consumer_name: str
+    stream: str
+    status: str | None
+
+    @property
+    def gone(self) -> bool:
+        """Deregistered (or being deregistered): no subscription will succeed again."""
+        return self.status in (None, "DELETING")
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +250,7 @@ class SubscriptionRead(ShardRead):
         self._closed = not node.is_open
         self._closed_children: tuple[ShardNode, ...] = ()
         self._next_check_at = 0.0
+        self._check_consumer = False
 
     def next_action(self, now: float) -> Action:
         finished = self._finished()
@@ -231,6 +263,10 @@ class SubscriptionRead(ShardRead):
                 self._next_check_at = now + self.options.closed_check_interval
                 return CheckShard()
             return NextEvent()
+        if self._check_consumer:
+            # Before the backoff: a consumer that is gone should fail the reader at once.
+            self._check_consumer = False
+            return CheckConsumer()
         due = max(self._not_before, self._next_subscribe_at)
         if now < due:
             return Wait(due)
@@ -251,12 +287,16 @@ class SubscriptionRead(ShardRead):
         self, now: float, call: Call, response: Any, ack: Ack | None = None
     ) -> list[KinesisRecord]:
         if isinstance(call, Subscribe):
+            self._paced(now)
             self._state = ReadState.READING
             self._not_before = 0.0
             self.data_read = False
             return []
         if isinstance(call, CheckShard):
             self.on_check(response)
+            return []
+        if isinstance(call, CheckConsumer):
+            self.on_consumer(response)
             return []
         if response is PENDING:
             self.data_read = False
@@ -290,6 +330,25 @@ class SubscriptionRead(ShardRead):
         self.idle = self.caught_up and not event.records
         return records
 
+    def _paced(self, now: float) -> None:
+        """A SubscribeToShard call was answered (or failed) at ``now``: it reached the service
+        before that, so the next one goes ``subscribe_interval`` after it at the earliest."""
+        self._next_subscribe_at = max(
+            self._next_subscribe_at, now + self.options.subscribe_interval
+        )
+
+    def on_consumer(self, check: ConsumerCheck) -> None:
+        """DescribeStreamConsumer's answer after a ResourceNotFoundException: a consumer that
+        is gone fails the reader now; one that is still there keeps the backoff (the shard or
+        the service was the cause)."""
+        if check.gone:
+            self._fail(
+                f"stream consumer {check.consumer_name!r} of stream {check.stream!r} is gone "
+                f"({check.status or 'not found'} by DescribeStreamConsumer, "
+                f"{check.consumer_arn}): it was deregistered, or its stream deleted, while this "
+                "reader subscribed as it"
+            )
+
     def on_check(self, check: ShardCheck) -> None:
         """A listing's view of the shard (the response to :class:`CheckShard`)."""
         if not check.listed:
@@ -305,10 +364,14 @@ class SubscriptionRead(ShardRead):
         ``max_failures`` in a row."""
         if kind not in (ErrorKind.NOT_FOUND, ErrorKind.EXPIRED) and not kind.retryable:
             raise ValueError(f"{kind} errors are raised by the driver, not fed to the machine")
+        if isinstance(call, Subscribe):
+            self._paced(now)
         self.last_error = kind
         self.caught_up = self.idle = self.data_read = False
         self._state = ReadState.CONNECTING
         self._backoff(now)
+        if kind is ErrorKind.NOT_FOUND and isinstance(call, (Subscribe, NextEvent)):
+            self._check_consumer = True
         if self._failures >= self.options.max_failures:
             what = "SubscribeToShard" if isinstance(call, Subscribe) else "the subscription"
             self._fail(

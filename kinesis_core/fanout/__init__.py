@@ -42,6 +42,27 @@ from typing import TYPE_CHECKING
 
 from kinesis_core._lazy import lazy_exports
 
+# name -> the module defining it, imported on first use (kinesis_core/_lazy.py)
+_EXPORTS = {
+    "SubscribeEvent": "kinesis_core.consumer.subscription",
+    "renewal_position": "kinesis_core.consumer.subscription",
+    "FanOutClient": "kinesis_core.fanout.client",
+    "ShardSubscription": "kinesis_core.fanout.client",
+    "ConsumerArn": "kinesis_core.fanout.consumers",
+    "RegisteredConsumer": "kinesis_core.fanout.consumers",
+    "StreamConsumer": "kinesis_core.fanout.consumers",
+    "check_consumer_of_stream": "kinesis_core.fanout.consumers",
+    "consumer_check": "kinesis_core.fanout.consumers",
+    "deregister_consumer": "kinesis_core.fanout.consumers",
+    "describe_stream_arn": "kinesis_core.fanout.consumers",
+    "parse_consumer_arn": "kinesis_core.fanout.consumers",
+    "register_consumer": "kinesis_core.fanout.consumers",
+    "wait_for_consumer": "kinesis_core.fanout.consumers",
+    "FanOutTimeoutError": "kinesis_core.fanout.errors",
+    "FanOutTransportError": "kinesis_core.fanout.errors",
+    "ConsumerRegistrationError": "kinesis_core.fanout.registration",
+}
+
 if TYPE_CHECKING:
     from kinesis_core.consumer.subscription import (
         SubscribeEvent as SubscribeEvent,
@@ -56,6 +77,7 @@ if TYPE_CHECKING:
         RegisteredConsumer as RegisteredConsumer,
         StreamConsumer as StreamConsumer,
         check_consumer_of_stream as check_consumer_of_stream,
+        consumer_check as consumer_check,
         deregister_consumer as deregister_consumer,
         describe_stream_arn as describe_stream_arn,
         parse_consumer_arn as parse_consumer_arn,
@@ -70,4 +92,4 @@ if TYPE_CHECKING:
         ConsumerRegistrationError as ConsumerRegistrationError,
     )
 
-__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -22,6 +22,7 @@ from typing import Any
 
 from kinesis_core.backoff import ceiling
 from kinesis_core.classify import ErrorKind
+from kinesis_core.consumer.subscription import ConsumerCheck
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.fanout.registration import (
     Active,
@@ -240,6 +241,21 @@ async def deregister_consumer(
             )
         polls += 1
         await asyncio.sleep(ceiling(0.05, 2.0, polls))
+
+
+async def consumer_check(client: Any, consumer_arn: str) -> ConsumerCheck:
+    """DescribeStreamConsumer of ``consumer_arn``, as a fan-out reader's machine takes it:
+    its status, or None when the consumer is not found. Other errors raise."""
+    parsed = parse_consumer_arn(consumer_arn)
+    try:
+        response = await client.describe_stream_consumer(ConsumerARN=consumer_arn)
+    except Exception as exc:
+        if _kind(exc) is not ErrorKind.NOT_FOUND:
+            raise
+        status = None
+    else:
+        status = response["ConsumerDescription"]["ConsumerStatus"]
+    return ConsumerCheck(consumer_arn, parsed.consumer_name, parsed.stream_name, status)
 
 
 class RegisteredConsumer:

@@ -11,6 +11,15 @@ from typing import TYPE_CHECKING
 
 from kinesis_core._lazy import lazy_exports
 
+# name -> the module defining it, imported on first use (kinesis_core/_lazy.py)
+_EXPORTS = {
+    "LeaseConfig": "kinesis_core.lease.coordinator",
+    "LeaseCoordinator": "kinesis_core.lease.coordinator",
+    "Take": "kinesis_core.lease.coordinator",
+    "default_worker_id": "kinesis_core.lease.coordinator",
+    "LeaseManager": "kinesis_core.lease.manager",
+}
+
 if TYPE_CHECKING:
     from kinesis_core.lease.coordinator import (
         LeaseConfig as LeaseConfig,
@@ -22,4 +31,4 @@ if TYPE_CHECKING:
         LeaseManager as LeaseManager,
     )
 
-__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

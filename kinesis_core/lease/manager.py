@@ -24,7 +24,9 @@ from kinesis_core.checkpoint.base import (
     CheckpointValue,
     LeaseStore,
     checkpoint_order,
+    same_incarnation,
 )
+from kinesis_core.consumer.checkpointer import landed
 from kinesis_core.lease.coordinator import LeaseConfig, LeaseCoordinator, Take
 
 logger = logging.getLogger(__name__)
@@ -62,6 +64,9 @@ class LeaseManager:
         self._on_lost = on_lost
         self._on_scan = on_scan
         self._clock = clock
+        self.stream_created_ms: int | None = None
+        """The creation time of the stream, written with every checkpoint (the incarnation
+        the positions belong to); set once the stream was described."""
         self._rows: dict[str, Checkpoint] = {}
         """Per lease, the row as this worker last wrote it; for a held lease its counter
         fences the next write."""
@@ -147,6 +152,7 @@ class LeaseManager:
                 expected=None,
                 parent_shard_ids=parents,
                 hash_range=hash_range,
+                stream_created_ms=self.stream_created_ms,
             )
         except CheckpointConflictError:
             self._known.add(shard_id)
@@ -169,24 +175,35 @@ class LeaseManager:
             if not self.coordinator.holds(shard_id):
                 return False
             current = self._rows[shard_id]
-            if current.value == value or checkpoint_order(value) < checkpoint_order(current.value):
+            created = self.stream_created_ms
+            if same_incarnation(current, created) and (
+                current.value == value or checkpoint_order(value) < checkpoint_order(current.value)
+            ):
                 return True
             sent_at = self._clock()
+
+            def keep(row: Checkpoint) -> None:
+                self._rows[shard_id] = row
+                self.coordinator.renewed(shard_id, sent_at)
+
             try:
-                row = await self.store.put(
-                    self.application,
-                    self.stream,
-                    shard_id,
-                    value,
-                    expected=current,
-                    parent_shard_ids=parents,
-                    child_shard_ids=children,
+                # Waited for even if this is cancelled: the next write expects its row.
+                await landed(
+                    self.store.put(
+                        self.application,
+                        self.stream,
+                        shard_id,
+                        value,
+                        expected=current,
+                        parent_shard_ids=parents,
+                        child_shard_ids=children,
+                        stream_created_ms=created,
+                    ),
+                    keep,
                 )
             except CheckpointConflictError as exc:
                 self._lose(shard_id, f"checkpoint refused: {exc}")
                 return False
-            self._rows[shard_id] = row
-            self.coordinator.renewed(shard_id, sent_at)
             return True
 
     async def release(self, shard_id: str) -> None:

@@ -3,6 +3,8 @@
     python -m kinesis_core.local.fault_cli --upstream http://127.0.0.1:4567 --seed 7 \\
         --throttle 0.1 --put-record-throttle 0.05 --reset 0.01@GetRecords
 
+    python -m kinesis_core.local.fault_cli --upstream http://127.0.0.1:4567 --shard-limits
+
 prints the endpoint to give to your clients and runs until SIGINT or SIGTERM, then prints what it
 injected. SIGUSR1 pauses or resumes injection, SIGUSR2 prints the counters so far.
 """
@@ -18,6 +20,7 @@ from collections.abc import Callable, Sequence
 from kinesis_core.errors import EmulatorError, KinesisConnectorError, ValidationError
 from kinesis_core.local.fault_proxy import FaultProxy
 from kinesis_core.local.faults import RECORD_KINDS, REQUEST_KINDS, FaultConfig, FaultKind, FaultRule
+from kinesis_core.local.shard_limits import ShardLimits
 
 _HELP = {
     FaultKind.THROTTLE: "ProvisionedThroughputExceededException (400) for the whole request",
@@ -127,6 +130,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="OPS",
         help="comma-separated operations or services that rules without their own @OPS apply to",
     )
+    limits = ShardLimits()
+    parser.add_argument(
+        "--shard-limits",
+        action="store_true",
+        help="throttle the writes over each shard's limits as AWS does (1,000 records/s and "
+        "1 MiB/s per shard unless the options below say otherwise)",
+    )
+    parser.add_argument(
+        "--shard-records-per-second",
+        type=float,
+        default=limits.records_per_second,
+        metavar="N",
+        help="with --shard-limits: records per second per shard (default %(default)g)",
+    )
+    parser.add_argument(
+        "--shard-bytes-per-second",
+        type=float,
+        default=limits.bytes_per_second,
+        metavar="N",
+        help="with --shard-limits: data plus partition key bytes per second per shard "
+        "(default %(default)g)",
+    )
+    parser.add_argument(
+        "--shard-burst-seconds",
+        type=float,
+        default=limits.burst_seconds,
+        metavar="S",
+        help="with --shard-limits: how many seconds' worth a shard takes at once "
+        "(default %(default)g)",
+    )
     parser.add_argument(
         "--stats-interval",
         type=float,
@@ -149,6 +182,11 @@ def config_from_args(args: argparse.Namespace) -> FaultConfig:
     if args.stream_delay_ms > 0:
         for rate, ops in args.stream_delay_rate or [(1.0, frozenset())]:
             rules.append(FaultRule(FaultKind.STREAM_DELAY, rate, ops or only))
+    limits = None
+    if args.shard_limits:
+        limits = ShardLimits(
+            args.shard_records_per_second, args.shard_bytes_per_second, args.shard_burst_seconds
+        )
     return FaultConfig(
         tuple(rules),
         args.latency_ms,
@@ -157,6 +195,7 @@ def config_from_args(args: argparse.Namespace) -> FaultConfig:
         stream_cut_after_events=args.stream_cut_after_events,
         stream_cut_after_bytes=args.stream_cut_after_bytes,
         stream_delay_ms=args.stream_delay_ms,
+        shard_limits=limits,
     )
 
 
@@ -178,6 +217,11 @@ def _describe(config: FaultConfig) -> str:
         )
     if config.stream_delay_ms:
         parts.append(f"stream_delay={config.stream_delay_ms:g}ms per chunk")
+    if (limits := config.shard_limits) is not None:
+        parts.append(
+            f"shard_limits={limits.records_per_second:g} records/s and "
+            f"{limits.bytes_per_second:g} bytes/s per shard, burst {limits.burst_seconds:g} s"
+        )
     return " ".join(parts) or "none (pure pass-through)"
 
 

@@ -3,7 +3,9 @@
 Put it between a client and kinesis-mock or moto on loopback; the plan (kinesis_core.local.faults)
 decides per request whether to forward it or to inject a fault. Event-stream answers
 (SubscribeToShard) are passed through as they flow, chunk by chunk, where the plan may delay
-them or cut the connection mid-stream; every other answer is read whole first. Usable from
+them or cut the connection mid-stream; every other answer is read whole first. With shard
+limits, the proxy lists a stream's shards through the upstream (ListShards, with the headers of
+the write that needed them) when the plan asks for them. Usable from
 async code (`async with FaultProxy(...)`), from synchronous tests (`with FaultProxy(...)`, which
 runs the proxy's event loop in a background thread) and from the command line (fault_cli).
 """
@@ -12,12 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import socket
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from types import TracebackType
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -33,6 +37,7 @@ from kinesis_core.local.faults import (
     Response,
     StreamCutter,
 )
+from kinesis_core.stream import StreamRef
 
 _log = logging.getLogger(__name__)
 
@@ -84,6 +89,7 @@ class FaultProxy:
         self._endpoint_url: str | None = None
         self._thread: threading.Thread | None = None
         self._thread_loop: asyncio.AbstractEventLoop | None = None
+        self._listing: asyncio.Lock | None = None
 
     @property
     def endpoint_url(self) -> str:
@@ -125,6 +131,7 @@ class FaultProxy:
         """Bind the listening socket and start serving on the running event loop."""
         if self._runner is not None:
             raise ConfigurationError("the fault proxy is already running")
+        self._listing = asyncio.Lock()
         self._session = aiohttp.ClientSession(
             auto_decompress=False,
             timeout=aiohttp.ClientTimeout(total=None, sock_read=self._upstream_timeout),
@@ -216,9 +223,13 @@ class FaultProxy:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        decision = self.plan.decide(
-            request.headers.get("X-Amz-Target", ""), body, request.headers.get("Content-Type", "")
-        )
+        target = request.headers.get("X-Amz-Target", "")
+        content_type = request.headers.get("Content-Type", "")
+        loop = asyncio.get_running_loop()
+        decision = self.plan.decide(target, body, content_type, loop.time())
+        if decision.action is Action.LEARN_SHARDS and decision.stream is not None:
+            await self._learn_shards(request, decision.stream)
+            decision = self.plan.decide(target, body, content_type, loop.time())
         if decision.delay > 0:
             await asyncio.sleep(decision.delay)
         if decision.action is Action.RESET:
@@ -280,9 +291,46 @@ class FaultProxy:
             message = f"fault proxy: upstream {self.upstream_url} failed: {exc!r}"
             return _to_web(Response(502, (("Content-Type", "text/plain"),), message.encode()))
 
-    async def _forward(self, request: web.Request, body: bytes) -> Response:
+    async def _learn_shards(self, request: web.Request, stream: StreamRef) -> None:
+        """List the shards of ``stream`` through the upstream for the shard limits, once at a
+        time (the writes that wait for them all go on with the same map)."""
+        loop = asyncio.get_running_loop()
+        assert self._listing is not None
+        async with self._listing:
+            capacity = self.plan.capacity
+            if capacity is None or not capacity.needs_shards(stream.name, loop.time()):
+                return
+            headers = _upstream_headers(request)
+            headers["X-Amz-Target"] = "Kinesis_20131202.ListShards"
+            headers["Content-Type"] = "application/x-amz-json-1.1"
+            shards: list[Mapping[str, Any]] = []
+            page: dict[str, str] = stream.params()
+            while True:
+                answer = await self._forward(request, json.dumps(page).encode(), headers)
+                try:
+                    listed: Any = json.loads(answer.body) if answer.status == 200 else None
+                    shards += listed["Shards"]
+                    token = listed.get("NextToken")
+                except (ValueError, KeyError, TypeError):
+                    _log.warning(
+                        "fault proxy: cannot list the shards of %s for the shard limits "
+                        "(HTTP %s): its records go unlimited for now",
+                        stream.name,
+                        answer.status,
+                    )
+                    self.plan.listing_failed(stream, loop.time())
+                    return
+                if not token:
+                    break
+                page = {"NextToken": token}
+            self.plan.learn_shards(stream, shards, loop.time())
+
+    async def _forward(
+        self, request: web.Request, body: bytes, headers: dict[str, str] | None = None
+    ) -> Response:
         assert self._session is not None
-        headers = _upstream_headers(request)
+        if headers is None:
+            headers = _upstream_headers(request)
         try:
             async with self._session.request(
                 request.method,

@@ -5,7 +5,10 @@ decides what the proxy does with it: forward it untouched, answer with an AWS er
 service would, fail some records of a PutRecords call, reset or stall the connection, cut the
 answer short, or add latency first. Streaming answers (SubscribeToShard's event stream, which
 lasts minutes) are forwarded chunk by chunk and can be delayed per chunk or cut after a number
-of events or bytes (``StreamCutter`` finds the place). It does no I/O, so the same seed and the
+of events or bytes (``StreamCutter`` finds the place). With shard limits
+(``FaultConfig.shard_limits``) it also throttles the records over their shard's write limits,
+as AWS does (kinesis_core.local.shard_limits), and asks the driver to list a stream's shards
+first (``Action.LEARN_SHARDS``). It does no I/O, so the same seed and the
 same sequence of requests always give the same faults, and unit tests need no network.
 """
 
@@ -14,12 +17,21 @@ from __future__ import annotations
 import enum
 import json
 import random
+import time
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kinesis_core.errors import ConfigurationError
+from kinesis_core.local.shard_limits import (
+    THROTTLED,
+    ShardCapacity,
+    ShardLimits,
+    ShardUse,
+    request_stream,
+)
+from kinesis_core.stream import StreamRef
 
 
 class FaultKind(str, enum.Enum):
@@ -52,6 +64,9 @@ class FaultKind(str, enum.Enum):
     event-stream messages (or stream_cut_after_bytes body bytes), mid-stream."""
     STREAM_DELAY = "stream_delay"
     """Hold every chunk of a streaming answer for stream_delay_ms before forwarding it."""
+    SHARD_LIMIT = "shard_limit"
+    """ProvisionedThroughputExceededException for a record over its shard's write limits
+    (FaultConfig.shard_limits): per record of PutRecords, for the whole of a PutRecord."""
 
 
 REQUEST_KINDS = (
@@ -163,6 +178,9 @@ class FaultConfig:
     stream_cut_after_bytes: int | None = None
     """When set, cut after this many body bytes instead (usually in the middle of an event)."""
     stream_delay_ms: float = 0.0
+    shard_limits: ShardLimits | None = None
+    """When set, every shard takes at most these writes (PutRecord, PutRecords); the records
+    over them are throttled as AWS throttles them."""
 
     def __post_init__(self) -> None:
         for name in ("latency_ms", "latency_jitter_ms", "stall_seconds", "stream_delay_ms"):
@@ -210,6 +228,7 @@ class FaultConfig:
         stream_delay_ms: float = 0.0,
         stream_delay_rate: float = 1.0,
         operations: Iterable[str] = (),
+        shard_limits: ShardLimits | None = None,
     ) -> FaultConfig:
         """One rule per non-zero rate, all narrowed to `operations` when it is given.
 
@@ -242,6 +261,7 @@ class FaultConfig:
             stream_cut_after_events,
             stream_cut_after_bytes,
             stream_delay_ms,
+            shard_limits,
         )
 
 
@@ -256,6 +276,9 @@ class Action(str, enum.Enum):
     STALL = "stall"
     TRUNCATE = "truncate"
     """Forward, then send only Decision.truncate_at(len(body)) bytes of the answer."""
+    LEARN_SHARDS = "learn_shards"
+    """List the shards of Decision.stream through the upstream, give them to
+    FaultPlan.learn_shards (or call FaultPlan.listing_failed), then decide again."""
 
 
 @dataclass(frozen=True)
@@ -296,6 +319,8 @@ class Decision:
     """(after_events, after_bytes) of a stream_cut: give them to StreamCutter."""
     chunk_delay: float = 0.0
     """Seconds to hold each chunk of a streaming answer (stream_delay fault)."""
+    stream: StreamRef | None = None
+    """The stream whose shards to list (Action.LEARN_SHARDS)."""
 
     def truncate_at(self, length: int) -> int:
         """Bytes of a `length`-byte answer to send before closing: always fewer than length."""
@@ -309,7 +334,9 @@ class FaultStats:
     requests: Mapping[str, int]
     injected: Mapping[tuple[FaultKind, str], int]
     """(kind, operation) -> count; requests for request kinds and latency, records for the
-    put_record kinds."""
+    put_record kinds and shard_limit."""
+    shard_use: ShardUse = field(default_factory=ShardUse)
+    """What the shard limits let through and throttled (zeros without shard limits)."""
 
     def total(self, kind: FaultKind | None = None) -> int:
         """Faults injected of one kind, or of every kind."""
@@ -331,7 +358,33 @@ class FaultStats:
             )
             parts.append(f"{kind.value}={n} ({ops})")
         seen = sum(self.requests.values())
-        return f"faults injected: {', '.join(parts) or 'none'}; requests seen: {seen}"
+        line = f"faults injected: {', '.join(parts) or 'none'}; requests seen: {seen}"
+        use = self.shard_use
+        if use.records or use.throttled_records:
+            line += (
+                f"; shard limits: {use.records} records ({use.bytes} bytes) written, "
+                f"{use.throttled_records} throttled ({use.throttled_share:.1%})"
+            )
+        return line
+
+
+def _now(now: float | None) -> float:
+    return time.monotonic() if now is None else now
+
+
+def _limited_request(
+    capacity: ShardCapacity | None, service: str, operation: str, body: bytes, is_json: bool
+) -> dict[str, Any] | None:
+    """The parsed body of a write that the shard limits check, else None."""
+    if capacity is None or not is_json or service != "Kinesis":
+        return None
+    if operation not in ("PutRecords", "PutRecord"):
+        return None
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return None
+    return request if isinstance(request, dict) else None
 
 
 def split_target(target: str) -> tuple[str, str]:
@@ -356,23 +409,55 @@ class FaultPlan:
         self._requests: dict[str, int] = {}
         self._injected: dict[tuple[FaultKind, str], int] = {}
         self._request_ids = 0
+        self._capacity: ShardCapacity | None = None
 
     def stats(self) -> FaultStats:
         """A copy of the counters."""
-        return FaultStats(dict(self._requests), dict(self._injected))
+        use = ShardUse() if self._capacity is None else self._capacity.use()
+        return FaultStats(dict(self._requests), dict(self._injected), use)
 
     def reset_stats(self) -> None:
         """Zero the counters (the random sequence goes on)."""
         self._requests = {}
         self._injected = {}
+        if self._capacity is not None:
+            self._capacity.reset_use()
 
-    def decide(self, target: str, body: bytes, content_type: str = "") -> Decision:
-        """The fault for one request. Requests without an X-Amz-Target pass untouched."""
+    def learn_shards(
+        self, stream: StreamRef, shards: Iterable[Mapping[str, Any]], now: float | None = None
+    ) -> None:
+        """The shards of ``stream`` (ListShards' ``Shards``, every page), for the limits."""
+        if (capacity := self.capacity) is not None:
+            capacity.learn(stream.name, shards, _now(now))
+
+    def listing_failed(self, stream: StreamRef, now: float | None = None) -> None:
+        """Listing the shards of ``stream`` failed: its records go unlimited for a second."""
+        if (capacity := self.capacity) is not None:
+            capacity.listing_failed(stream.name, _now(now))
+
+    def decide(
+        self, target: str, body: bytes, content_type: str = "", now: float | None = None
+    ) -> Decision:
+        """The fault for one request. Requests without an X-Amz-Target pass untouched.
+
+        ``now`` (seconds, monotonic; the default is ``time.monotonic()``) times the shard
+        limits. Before anything is drawn or counted, a write to a stream whose shards the
+        limits do not know yet gets Action.LEARN_SHARDS: list them, then decide again.
+        """
         if self.paused or not target:
             return Decision(Action.FORWARD, "", body)
         service, operation = split_target(target)
-        self._requests[operation] = self._requests.get(operation, 0) + 1
         is_json = not content_type or content_type.startswith("application/x-amz-json")
+        writes = _limited_request(self.capacity, service, operation, body, is_json)
+        stream = None if writes is None else request_stream(writes)
+        capacity = self._capacity
+        if (
+            stream is not None
+            and capacity is not None
+            and capacity.needs_shards(stream.name, _now(now))
+        ):
+            return Decision(Action.LEARN_SHARDS, operation, body, stream=stream)
+        self._requests[operation] = self._requests.get(operation, 0) + 1
         rules = [
             r
             for r in self.config.rules
@@ -387,9 +472,35 @@ class FaultPlan:
         if kind is not None:
             self._count(kind, operation)
             return self._request_fault(kind, service, operation, body, content_type, delay)
-        if any(r.kind in RECORD_KINDS for r in rules):
-            return self._record_faults(rules, operation, body, delay)
+        if writes is not None and stream is not None and operation == "PutRecord":
+            return self._put_record_limit(writes, stream, body, delay, _now(now))
+        if any(r.kind in RECORD_KINDS for r in rules) or writes is not None:
+            return self._record_faults(rules, operation, body, delay, writes, stream, _now(now))
         return Decision(Action.FORWARD, operation, body, delay=delay)
+
+    @property
+    def capacity(self) -> ShardCapacity | None:
+        """The buckets of the configured shard limits (new ones when the limits changed)."""
+        limits = self.config.shard_limits
+        if limits is None:
+            self._capacity = None
+        elif self._capacity is None or self._capacity.limits != limits:
+            self._capacity = ShardCapacity(limits)
+        return self._capacity
+
+    def _put_record_limit(
+        self, request: Mapping[str, Any], stream: StreamRef, body: bytes, delay: float, now: float
+    ) -> Decision:
+        """PutRecord over its shard's limits fails whole, as a 400 with the exception."""
+        assert self._capacity is not None
+        throttled = self._capacity.admit(stream.name, [request], now)
+        if not throttled:
+            return Decision(Action.FORWARD, "PutRecord", body, delay=delay)
+        self._count(FaultKind.SHARD_LIMIT, "PutRecord")
+        response = self._error_response(
+            FaultKind.SHARD_LIMIT, "Kinesis", "application/x-amz-json-1.1", throttled[0]
+        )
+        return Decision(Action.RESPOND, "PutRecord", body, FaultKind.SHARD_LIMIT, delay, response)
 
     def finish(self, decision: Decision, upstream: Response) -> Response:
         """The answer to send back for a forwarded request, given upstream's answer.
@@ -499,10 +610,13 @@ class FaultPlan:
         response = self._error_response(kind, service, content_type)
         return Decision(Action.RESPOND, operation, body, kind, delay, response)
 
-    def _error_response(self, kind: FaultKind, service: str, content_type: str) -> Response:
+    def _error_response(
+        self, kind: FaultKind, service: str, content_type: str, message: str = ""
+    ) -> Response:
         """The error exactly as the JSON protocol carries it, so botocore raises ClientError."""
         dynamodb = service.startswith("DynamoDB")
-        code, status, message = _ERRORS[kind]
+        code, status, default_message = _ERRORS[kind]
+        message = message or default_message
         if dynamodb and kind is FaultKind.INTERNAL_ERROR:
             code = "InternalServerError"
         if dynamodb:
@@ -526,12 +640,22 @@ class FaultPlan:
         return ("x-amzn-RequestId", f"fa017000-0000-4000-8000-{self._request_ids:012d}")
 
     def _record_faults(
-        self, rules: Sequence[FaultRule], operation: str, body: bytes, delay: float
+        self,
+        rules: Sequence[FaultRule],
+        operation: str,
+        body: bytes,
+        delay: float,
+        request: dict[str, Any] | None,
+        stream: StreamRef | None,
+        now: float,
     ) -> Decision:
-        """Fail drawn records of a PutRecords call; they are withheld from upstream, so a
-        record reported failed was not written (as with the real service)."""
+        """Fail drawn records of a PutRecords call, then the records over their shard's limits
+        (``request`` and ``stream``: the parsed body, when the limits apply); they are withheld
+        from upstream, so a record reported failed was not written (as with the real service)."""
         try:
-            request = json.loads(body)
+            if request is None:
+                request = json.loads(body)
+            assert request is not None
             records = request["Records"]
             count = len(records)
         except (ValueError, KeyError, TypeError):
@@ -543,6 +667,13 @@ class FaultPlan:
                 code, message = _RECORD_ERRORS[kind]
                 failures.append(RecordFailure(index, code, message + _INJECTED))
                 self._count(kind, operation)
+        if self._capacity is not None and stream is not None and isinstance(records, list):
+            drawn = frozenset(f.index for f in failures)
+            throttled = self._capacity.admit(stream.name, records, now, drawn)
+            for index, message in throttled.items():
+                failures.append(RecordFailure(index, THROTTLED, message + _INJECTED))
+                self._count(FaultKind.SHARD_LIMIT, operation)
+            failures.sort(key=lambda f: f.index)
         if not failures:
             return Decision(Action.FORWARD, operation, body, delay=delay)
         failed = {f.index for f in failures}
@@ -598,6 +729,7 @@ _ERRORS: Mapping[FaultKind, tuple[str, int, str]] = {
         400,
         "Iterator expired. The iterator was created more than 300000 milliseconds ago.",
     ),
+    FaultKind.SHARD_LIMIT: (THROTTLED, 400, "Rate exceeded for shard."),
 }
 _DYNAMODB_MESSAGES: Mapping[FaultKind, str] = {
     FaultKind.THROTTLE: "The level of configured provisioned throughput for the table was "

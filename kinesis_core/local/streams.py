@@ -33,6 +33,7 @@ __all__ = [
     "update_max_record_size",
     "update_shard_count",
     "wait_for_active",
+    "wait_for_deleted",
 ]
 
 DEFAULT_TIMEOUT = 60.0
@@ -114,6 +115,21 @@ def delete_stream(client: Any, name: str) -> None:
     """Delete ``name`` with its consumers; a stream that is already gone is fine."""
     with contextlib.suppress(client.exceptions.ResourceNotFoundException):
         client.delete_stream(StreamName=name, EnforceConsumerDeletion=True)
+
+
+def wait_for_deleted(client: Any, name: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    """Poll DescribeStreamSummary until ``name`` no longer exists (a deletion takes a while)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        try:
+            client.describe_stream_summary(StreamName=name)
+        except client.exceptions.ResourceNotFoundException:
+            return
+        if time.monotonic() > deadline:
+            raise EmulatorError(f"stream {name!r} still exists {timeout:g} s after its deletion")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
 
 
 def list_shards(
@@ -307,6 +323,15 @@ class LocalStream:
 
     def delete(self) -> None:
         delete_stream(self.boto_client(), self.name)
+
+    def recreate(self, shards: int = 4) -> None:
+        """Delete the stream, wait until it is gone, and create it again under the same name:
+        same shard ids, new sequence numbers, a new creation time (what a restarted emulator
+        without persistence and a re-run setup script look like)."""
+        client = self.boto_client()
+        delete_stream(client, self.name)
+        wait_for_deleted(client, self.name)
+        create_stream(client, self.name, shards)
 
     def close(self) -> None:
         with self._lock:

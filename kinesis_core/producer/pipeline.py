@@ -31,7 +31,7 @@ from typing import Any
 
 from kinesis_core.aggregation import AggregateBuilder
 from kinesis_core.backoff import Backoff
-from kinesis_core.errors import RecordTooLargeError, ValidationError
+from kinesis_core.errors import RecordTooLargeError, ValidationError, shape_problem
 from kinesis_core.hashing import LARGEST_RECORD_BYTES, validate_record
 from kinesis_core.producer.aggregator import Aggregator
 from kinesis_core.producer.collector import Collector
@@ -245,14 +245,8 @@ class Pipeline:
             except ValidationError as exc:
                 sink.failed(index, VALIDATION_ERROR, str(exc), ())
                 continue
-            except (TypeError, ValueError):
-                sink.failed(
-                    index,
-                    VALIDATION_ERROR,
-                    "record: must be a (data, partition_key[, explicit_hash_key]) tuple, "
-                    f"got {type(rec).__name__}",
-                    (),
-                )
+            except (TypeError, ValueError) as exc:
+                sink.failed(index, VALIDATION_ERROR, malformed_record(rec, exc), ())
                 continue
             cost = PAYLOAD_COPIES * (len(data) + len(pk)) + RECORD_OVERHEAD_BYTES
             if (taken >= room_records or taken_bytes + cost > room_bytes) and not (
@@ -633,6 +627,16 @@ class Pipeline:
             self.outstanding_bytes -= retrier.released_bytes
             retrier.released_records = 0
             retrier.released_bytes = 0
+
+
+def malformed_record(record: object, exc: Exception) -> str:
+    """Why a ``put_many`` entry is not a record: not a tuple, or which element is missing or
+    how many are too many (``exc``, what unpacking it raised, when its shape is right)."""
+    problem = shape_problem(record, ("data", "partition_key", "explicit_hash_key"), 2)
+    return (
+        "record: must be a (data, partition_key[, explicit_hash_key]) tuple; "
+        f"{problem or f'{type(exc).__name__}: {exc}'}"
+    )
 
 
 def record_cost_of(record: Any) -> int:

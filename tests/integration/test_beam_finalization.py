@@ -19,12 +19,12 @@ from typing import Any
 import apache_beam as beam
 import pytest
 from apache_beam.runners.worker import bundle_processor
-from test_beam_read_runners import KEYS, append_lines, pipeline, put_round, read_lines
 
 from beam_kinesis import ReadFromKinesis
 from kinesis_core.checkpoint import SQLiteCheckpointStore
 from kinesis_core.consumer import TRIM_HORIZON
 from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LocalStream
+from tests.helpers.beam import KEYS, append_lines, pipeline, put_round, read_lines
 
 pytestmark = pytest.mark.integration
 

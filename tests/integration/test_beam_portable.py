@@ -37,14 +37,13 @@ import psutil
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
-from test_beam_read_runners import KEYS, append_lines, put_round, read_lines
-from test_beam_write_runners import read_back
 
 from beam_kinesis import ReadFromKinesis, WriteToKinesis
 from kinesis_core.checkpoint import SQLiteCheckpointStore
 from kinesis_core.consumer import TRIM_HORIZON, ConsumerConfig, EnhancedFanOut
 from kinesis_core.hashing import hash_key
 from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LocalStream
+from tests.helpers.beam import KEYS, append_lines, put_round, read_back, read_lines
 
 pytestmark = pytest.mark.integration
 

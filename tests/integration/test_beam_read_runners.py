@@ -19,28 +19,24 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
-from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 from apache_beam.transforms.window import FixedWindows
 
 from beam_kinesis.read import ReadFromKinesis
-from beam_kinesis.record import KinesisRecord
 from kinesis_core.aggregation import AggregateBuilder
 from kinesis_core.checkpoint import SHARD_END, SQLiteCheckpointStore
 from kinesis_core.consumer import TRIM_HORIZON, ConsumerConfig, EnhancedFanOut
 from kinesis_core.hashing import hash_key
 from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LocalStream
+from tests.helpers.beam import KEYS, append_lines, pipeline, put_round, read_lines
 
 pytestmark = pytest.mark.integration
 
-KEYS = [f"key-{i}" for i in range(16)]
 ROUNDS = 24
 BEFORE = 4
 """Rounds written before the pipeline starts (so the read has something to show at once)."""
@@ -51,71 +47,6 @@ READ_TIME = 12.0
 def worker_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", DUMMY_ACCESS_KEY_ID)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", DUMMY_SECRET_ACCESS_KEY)
-
-
-def pipeline(stream: LocalStream, mode: str) -> beam.Pipeline:
-    flags = [
-        f"--kinesis_endpoint_url={stream.endpoint_url}",
-        f"--kinesis_region_name={stream.client_config.region_name}",
-    ]
-    if mode == "in_memory":
-        return beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions(flags))
-    if mode == "multi_processing":
-        flags += ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
-        return beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions(flags))
-    assert mode == "streaming"
-    flags += ["--streaming", "--prism_location=/nonexistent/prism"]
-    return beam.Pipeline(runner="DirectRunner", options=PipelineOptions(flags))
-
-
-def put_round(stream: LocalStream, n: int) -> None:
-    """Record ``key:n`` for every key, as one KPL aggregate per open shard."""
-    open_shards = stream.shards(open_only=True)
-    groups: dict[str, AggregateBuilder] = {}
-    for key in KEYS:
-        h = hash_key(key)
-        shard = next(
-            s
-            for s in open_shards
-            if int(s["HashKeyRange"]["StartingHashKey"])
-            <= h
-            <= int(s["HashKeyRange"]["EndingHashKey"])
-        )
-        groups.setdefault(shard["ShardId"], AggregateBuilder()).add(
-            key, None, f"{key}:{n}".encode()
-        )
-    entries = [
-        {
-            "Data": b.build(),
-            "PartitionKey": b.container_partition_key,
-            "ExplicitHashKey": b.container_explicit_hash_key,
-        }
-        for b in groups.values()
-    ]
-    response = stream.boto_client().put_records(StreamName=stream.name, Records=entries)
-    assert response.get("FailedRecordCount", 0) == 0
-
-
-def append_lines(path: str) -> Callable[[KinesisRecord], None]:
-    """A sink that appends one line per record to ``path`` (one write each: whole lines even
-    from several worker processes), in the order the reader emitted them."""
-
-    def write(record: KinesisRecord) -> None:
-        with open(path, "a") as f:
-            f.write(f"{record.data.decode()},{record.shard_id}\n")
-
-    return write
-
-
-def read_lines(path: Path) -> list[tuple[str, int, str]]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        item, shard_id = line.split(",")
-        key, n = item.split(":")
-        out.append((key, int(n), shard_id))
-    return out
 
 
 @pytest.mark.parametrize(

@@ -11,11 +11,11 @@ import apache_beam as beam
 import pytest
 from apache_beam.dataframe.convert import to_dataframe, to_pcollection
 from apache_beam.testing.util import assert_that, equal_to
-from test_beam_read_runners import KEYS, pipeline, put_round
 
 from beam_kinesis import KinesisRecord, ReadFromKinesis
 from kinesis_core.consumer import TRIM_HORIZON
 from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LocalStream
+from tests.helpers.beam import KEYS, pipeline, put_round
 
 pytestmark = pytest.mark.integration
 

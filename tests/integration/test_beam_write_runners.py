@@ -16,7 +16,6 @@ downloads a binary. Credentials come from the environment, as on a worker.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
@@ -36,17 +35,17 @@ from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing import test_stream
 from apache_beam.testing.util import assert_that, equal_to
-from test_large_records import large_records
 
 from beam_kinesis import FailedRecord, WriteToKinesis, _producer_cache
 from beam_kinesis.read import ReadFromKinesis
-from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.client import ClientConfig, create_botocore_client
-from kinesis_core.consumer import TRIM_HORIZON, Consumer
+from kinesis_core.consumer import TRIM_HORIZON
 from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LocalStream
 from kinesis_core.local.streams import split_shard
 from kinesis_core.producer import VALIDATION_ERROR
 from kinesis_core.records import KinesisRecord
+from tests.helpers.beam import read_back
+from tests.helpers.large_records import large_records
 
 pytestmark = pytest.mark.integration
 
@@ -74,38 +73,6 @@ def options(stream: LocalStream, *extra: str) -> PipelineOptions:
             *extra,
         ]
     )
-
-
-def read_back(
-    stream: LocalStream, expected: set[bytes], timeout: float = 60.0
-) -> list[KinesisRecord]:
-    """Every record of the stream as the core consumer delivers it (KCL rules), until all of
-    ``expected`` were seen."""
-
-    async def main() -> list[KinesisRecord]:
-        got: list[KinesisRecord] = []
-        async with Consumer(
-            stream.name,
-            client_config=stream.client_config,
-            checkpoint_store=MemoryCheckpointStore(),
-            initial_position=TRIM_HORIZON,
-            shard_refresh_interval=0.5,
-            idle_interval=0.2,
-        ) as consumer:
-
-            async def consume() -> None:
-                missing = set(expected)
-                async for record in consumer:
-                    got.append(record)
-                    missing.discard(record.data)
-                    record.ack()
-                    if not missing:
-                        return
-
-            await asyncio.wait_for(consume(), timeout)
-        return got
-
-    return asyncio.run(main())
 
 
 class SplitMidWrite:

@@ -16,9 +16,9 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.yaml.yaml_transform import expand_pipeline
-from test_beam_write_runners import read_back
 
 from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LocalStream
+from tests.helpers.beam import read_back
 
 pytestmark = pytest.mark.integration
 

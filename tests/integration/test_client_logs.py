@@ -23,7 +23,8 @@ pytestmark = pytest.mark.integration
 KEY_ID = "AKIALOGTEST000000001"
 SECRET = "secret/" + uuid.uuid4().hex
 TOKEN = "IQoJb3JpZ2luX2VjE" + uuid.uuid4().hex + "/+=="
-SIGNATURE = re.compile(r"Signature=[0-9a-f]{64}")
+SIGNATURE = re.compile(r"Signature[=:]\s*[0-9a-f]{64}")
+"""A SigV4 signature, in a header (``Signature=``) or on botocore.auth's line of its own."""
 
 
 class Everything(logging.Handler):
@@ -92,6 +93,10 @@ def test_debug_logs_of_real_requests_show_no_token_secret_or_signature(
     masked = [text for name, text in debug_logs.lines if "x-amz-security-token" in text.lower()]
     assert masked
     assert all("***" in text for text in masked)
+    # botocore.auth logs each signature on a line of its own ("Signature:\n<64 hex>"): masked.
+    signatures = [text for name, text in debug_logs.lines if text.startswith("Signature:")]
+    assert signatures
+    assert all(text == "Signature:\n***" for text in signatures)
     assert any("PutRecords" in text for _, text in debug_logs.lines)
     assert KEY_ID in "".join(text for _, text in debug_logs.lines)  # not a secret: kept
 

@@ -227,3 +227,39 @@ def test_polling_then_fan_out_then_polling_on_one_store(kinesis_stream: Any, tmp
     assert {r.data for r in two} == second
     assert {r.data for r in three} == third
     assert len(one) + len(two) + len(three) == 36
+
+
+def test_a_consumer_deregistered_while_reading_fails_fast_naming_it(kinesis_stream: Any) -> None:
+    """The stream consumer is deregistered under a running fan-out reader: the next
+    SubscribeToShard gets ResourceNotFoundException, DescribeStreamConsumer says the consumer is
+    gone, and the iteration raises at once, naming the consumer and the stream (it took 20
+    backed-off resubscriptions, about 109 s, before); the records read before stay read."""
+    from kinesis_core.consumer.reading import ShardReadError
+    from kinesis_core.fanout import deregister_consumer
+
+    stream = kinesis_stream(shards=1)
+    stream.put(b"before", "k")
+
+    async def run() -> tuple[list[bytes], ShardReadError]:
+        got: list[bytes] = []
+        efo = fan_out(consumer_name="deregistered", max_subscription_seconds=2.0)
+        async with consumer(stream, MemoryCheckpointStore(), efo) as c:
+            iterator = c.__aiter__()
+            record = await asyncio.wait_for(iterator.__anext__(), 30)
+            got.append(record.data)
+            record.ack()
+            assert c.consumer_arn is not None
+            async with create_kinesis_client(stream.client_config) as client:
+                await deregister_consumer(client, c.consumer_arn)
+            with pytest.raises(ShardReadError) as raised:
+                # Well within the 20 resubscriptions (about 109 s) it took before.
+                await asyncio.wait_for(iterator.__anext__(), 20)
+        return got, raised.value
+
+    got, error = asyncio.run(run())
+    assert got == [b"before"]
+    message = str(error)
+    assert "stream consumer 'deregistered' of stream" in message
+    assert repr(stream.name) in message
+    assert "is gone" in message
+    assert "deregistered" in message

@@ -186,6 +186,7 @@ class CrashingStore(MemoryCheckpointStore):
         *,
         expected: Checkpoint | None,
         parent_shard_ids: Sequence[str] = (),
+        stream_created_ms: int | None = None,
     ) -> Checkpoint:
         if self.allowed <= 0:
             raise ConnectionError("crashed before the checkpoint was written")
@@ -197,6 +198,7 @@ class CrashingStore(MemoryCheckpointStore):
             value,
             expected=expected,
             parent_shard_ids=parent_shard_ids,
+            stream_created_ms=stream_created_ms,
         )
 
 

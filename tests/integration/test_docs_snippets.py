@@ -1,4 +1,5 @@
-"""Every code block of README.md and docs/*.md runs, as written, against a local emulator.
+"""Every code block of README.md, CONTRIBUTING.md and docs/*.md runs, as written, against a
+local emulator.
 
 The blocks are taken out of the markdown and each runs in its own process, with the variables
 ``python -m kinesis_core.local up`` prints (endpoint, region, dummy credentials) and a time
@@ -55,7 +56,7 @@ from kinesis_core.client import create_botocore_client
 from kinesis_core.local import LocalServer, StreamFactory, delete_stream, read_records
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").glob("*.md"))]
 RUNNABLE = frozenset({"python", "bash", "sh", "console"})
 OPTIONS = frozenset({"streams", "fill", "server", "timeout", "as", "send", "expect"})
 SERVERS = {"kinesis-mock": "kinesis_mock", "moto": "moto_server"}

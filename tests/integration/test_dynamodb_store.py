@@ -325,6 +325,68 @@ def test_owner_switches_count_takes_between_checkpoints(moto_server: Any) -> Non
     assert items(config, app)["shard-1"]["ownerSwitchesSinceCheckpoint"] == {"N": "2"}
 
 
+NOW = 1_700_000_000_000
+
+
+def test_the_stream_incarnation_is_an_extra_attribute_kcl_writes_keep(moto_server: Any) -> None:
+    """Rows carry ``streamCreatedMillis``; a KCL lease row without it is adopted on our first
+    write; a KCL checkpoint (UpdateItem of its own attributes) keeps it; a write for another
+    incarnation starts the row over, its old shard's attributes removed."""
+    config = moto_server.client_config()
+    app = app_name()
+    create_table(config, app)
+    client = raw(config)
+    client.put_item(TableName=app, Item=kcl_items()[1])
+
+    async def main() -> None:
+        async with DynamoDBCheckpointStore(client_config=config) as store:
+            (legacy,) = await store.list(app, "s")
+            assert legacy.stream_created_ms is None
+            adopted = await store.put(
+                app, "s", legacy.shard_id, (BIG + 1, 0), expected=legacy, stream_created_ms=NOW
+            )
+            assert adopted.stream_created_ms == NOW
+            assert await store.get(app, "s", legacy.shard_id) == adopted
+
+    asyncio.run(main())
+    key = {"leaseKey": {"S": "shardId-000000000001"}}
+    assert items(config, app)["shardId-000000000001"]["streamCreatedMillis"] == {"N": str(NOW)}
+    # A KCL worker's updateLease: AttributeUpdates of its own attributes only.
+    client.update_item(
+        TableName=app,
+        Key=key,
+        AttributeUpdates={
+            "checkpoint": {"Value": {"S": str(BIG + 2)}, "Action": "PUT"},
+            "leaseCounter": {"Value": {"N": "59"}, "Action": "PUT"},
+        },
+    )
+    client.close()
+    assert items(config, app)["shardId-000000000001"]["streamCreatedMillis"] == {"N": str(NOW)}
+
+    async def recreated() -> None:
+        async with DynamoDBCheckpointStore(client_config=config) as store:
+            row = await store.get(app, "s", "shardId-000000000001")
+            assert row is not None
+            assert row.stream_created_ms == NOW
+            fresh = await store.put(
+                app,
+                "s",
+                row.shard_id,
+                Sentinel.TRIM_HORIZON,
+                expected=row,
+                stream_created_ms=NOW + 1,
+            )
+            assert fresh == Checkpoint(
+                row.shard_id, Sentinel.TRIM_HORIZON, 60, "kcl-worker-1", stream_created_ms=NOW + 1
+            )
+            assert await store.get(app, "s", row.shard_id) == fresh
+
+    asyncio.run(recreated())
+    item = items(config, app)["shardId-000000000001"]
+    for gone in ("parentShardId", "startingHashKey", "endingHashKey"):
+        assert gone not in item
+
+
 # -- hand-over between a KCL application and a Consumer (kinesis-mock for Kinesis) -------------
 
 PER_AGGREGATE = 10

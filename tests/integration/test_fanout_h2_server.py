@@ -1,6 +1,7 @@
 """FanOutClient against a small HTTP/2 server on loopback (h2's server side, TLS with ALPN and a
 throwaway self-signed certificate): flow control over a real socket, stream limits, GOAWAY,
-RST_STREAM and a server that ends the stream."""
+RST_STREAM, a server that ends the stream, and one that refuses a SubscribeToShard arriving
+within a second of the previous one, as AWS does."""
 
 from __future__ import annotations
 
@@ -11,11 +12,6 @@ import ssl
 from pathlib import Path
 from typing import Any
 
-import h2.config
-import h2.connection
-import h2.errors
-import h2.events
-import h2.settings
 import pytest
 from botocore.exceptions import ClientError
 from cryptography import x509
@@ -23,14 +19,28 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from kinesis_core.checkpoint.base import Sentinel
 from kinesis_core.client import ClientConfig
+from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier
+from kinesis_core.consumer.lineage import ShardNode
+from kinesis_core.consumer.positions import TRIM_HORIZON as TRIM_HORIZON_START
+from kinesis_core.consumer.reading import AsyncShardListing, AsyncSubscribing, run_shard_read
+from kinesis_core.consumer.subscription import SubscriptionRead
 from kinesis_core.fanout import (
     FanOutClient,
     FanOutTimeoutError,
     FanOutTransportError,
     SubscribeEvent,
 )
-from tests.fanout_frames import CONSUMER_ARN, initial_response, record, subscribe_event
+from kinesis_core.hashing import MAX_HASH_KEY
+from kinesis_core.stream import StreamRef
+from tests.fakes.fanout import (
+    CONSUMER_ARN,
+    LoopbackH2Server,
+    initial_response,
+    record,
+    subscribe_event,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -73,123 +83,6 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
-class _Connection(asyncio.Protocol):
-    def __init__(self, server: H2Server) -> None:
-        self.server = server
-        settings = {}
-        if server.max_concurrent_streams is not None:
-            settings[h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS] = (
-                server.max_concurrent_streams
-            )
-        self.conn = h2.connection.H2Connection(
-            h2.config.H2Configuration(client_side=False, header_encoding=None)
-        )
-        self.conn.local_settings = h2.settings.Settings(client=False, initial_values=settings)
-        self.pending: dict[int, bytes] = {}
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self.server.connections += 1
-        self.conn.initiate_connection()
-        self.flush()
-
-    def data_received(self, data: bytes) -> None:
-        for event in self.conn.receive_data(data):
-            if isinstance(event, h2.events.RequestReceived):
-                self.server.requests.append(dict(event.headers or ()))
-                if self.server.error is not None:
-                    status, body = self.server.error
-                    self.conn.send_headers(
-                        event.stream_id,
-                        [
-                            (b":status", str(status).encode()),
-                            (b"content-type", b"application/json"),
-                        ],
-                    )
-                    self.conn.send_data(event.stream_id, body, end_stream=True)
-                    continue
-                self.conn.send_headers(
-                    event.stream_id,
-                    [
-                        (b":status", b"200"),
-                        (b"content-type", b"application/vnd.amazon.eventstream"),
-                    ],
-                )
-                self.pending[event.stream_id] = self.server.body
-                self.server.sent[event.stream_id] = 0
-            elif isinstance(event, h2.events.StreamReset):
-                self.pending.pop(event.stream_id, None)
-                self.server.cancelled.append(event.stream_id)
-        self.push()
-        self.flush()
-
-    def push(self) -> None:
-        for stream_id, body in list(self.pending.items()):
-            while body:
-                window = min(
-                    self.conn.local_flow_control_window(stream_id),
-                    self.conn.max_outbound_frame_size,
-                )
-                if window <= 0:
-                    break
-                self.conn.send_data(stream_id, body[:window])
-                self.server.sent[stream_id] += min(window, len(body))
-                body = body[window:]
-            self.pending[stream_id] = body
-            if not body:
-                del self.pending[stream_id]
-                self.finish(stream_id)
-
-    def finish(self, stream_id: int) -> None:
-        if self.server.finish == "end":
-            self.conn.end_stream(stream_id)
-        elif self.server.finish == "reset":
-            self.conn.reset_stream(stream_id, h2.errors.ErrorCodes.INTERNAL_ERROR)
-        elif self.server.finish == "goaway":
-            self.conn.close_connection(h2.errors.ErrorCodes.NO_ERROR, last_stream_id=stream_id)
-
-    def flush(self) -> None:
-        data = self.conn.data_to_send()
-        if data and self.transport is not None:
-            self.transport.write(data)
-
-
-class H2Server:
-    def __init__(
-        self,
-        body: bytes,
-        *,
-        finish: str = "open",
-        max_concurrent_streams: int | None = None,
-        tls: ssl.SSLContext | None = None,
-        error: tuple[int, bytes] | None = None,
-    ) -> None:
-        self.body = body
-        self.error = error
-        self.finish = finish
-        self.max_concurrent_streams = max_concurrent_streams
-        self.tls = tls
-        self.connections = 0
-        self.requests: list[dict[bytes, bytes]] = []
-        self.sent: dict[int, int] = {}
-        self.cancelled: list[int] = []
-        self._server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> str:
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: _Connection(self), "127.0.0.1", 0, ssl=self.tls
-        )
-        port = self._server.sockets[0].getsockname()[1]
-        return f"{'https' if self.tls else 'http'}://127.0.0.1:{port}"
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-
-
 def server_tls(certificate: tuple[Path, Path]) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(*certificate)
@@ -214,8 +107,8 @@ def test_tls_alpn_h2_with_a_verified_certificate_and_flow_control(
     body = initial_response() + b"".join(EVENTS)
     window = 65_535
 
-    async def run() -> tuple[H2Server, list[SubscribeEvent], int, int]:
-        server = H2Server(body, finish="end", tls=server_tls(certificate))
+    async def run() -> tuple[LoopbackH2Server, list[SubscribeEvent], int, int]:
+        server = LoopbackH2Server(body, finish="end", tls=server_tls(certificate))
         async with server as endpoint:
             client = FanOutClient(
                 config(endpoint, verify=str(certificate[0])), max_buffered_bytes=window
@@ -246,7 +139,7 @@ def test_tls_verification_fails_against_an_unknown_certificate(
     certificate: tuple[Path, Path],
 ) -> None:
     async def run() -> None:
-        server = H2Server(b"", tls=server_tls(certificate))
+        server = LoopbackH2Server(b"", tls=server_tls(certificate))
         async with server as endpoint, FanOutClient(config(endpoint)) as client:
             with pytest.raises(FanOutTransportError, match="CERTIFICATE_VERIFY_FAILED"):
                 await client.subscribe(CONSUMER_ARN, SHARD, TRIM_HORIZON)
@@ -262,7 +155,7 @@ def test_reset_and_goaway_mid_stream_are_transport_errors(finish: str, message: 
     body = initial_response() + EVENTS[0] + EVENTS[1][:100]
 
     async def run() -> SubscribeEvent | None:
-        server = H2Server(body, finish=finish)
+        server = LoopbackH2Server(body, finish=finish)
         async with server as endpoint, FanOutClient(config(endpoint), http_version="h2") as client:
             subscription = await client.subscribe(CONSUMER_ARN, SHARD, TRIM_HORIZON)
             first = await subscription.next_event()
@@ -277,7 +170,7 @@ def test_reset_and_goaway_mid_stream_are_transport_errors(finish: str, message: 
 
 def test_the_servers_stream_limit_opens_another_connection() -> None:
     async def run() -> tuple[int, int, list[int]]:
-        server = H2Server(initial_response(), max_concurrent_streams=1)
+        server = LoopbackH2Server(initial_response(), max_concurrent_streams=1)
         async with server as endpoint:
             async with FanOutClient(config(endpoint), http_version="h2") as client:
                 first = await client.subscribe(CONSUMER_ARN, SHARD, TRIM_HORIZON)
@@ -300,7 +193,7 @@ def test_the_servers_stream_limit_opens_another_connection() -> None:
 
 def test_max_subscription_seconds_ends_the_subscription_normally() -> None:
     async def run() -> tuple[Any, float, list[int]]:
-        server = H2Server(initial_response() + EVENTS[0])
+        server = LoopbackH2Server(initial_response() + EVENTS[0])
         async with server as endpoint:
             client = FanOutClient(config(endpoint), http_version="h2", max_subscription_seconds=1)
             async with client:
@@ -323,7 +216,7 @@ def test_an_error_answer_is_a_client_error_with_its_code_and_status() -> None:
     body = b'{"__type": "LimitExceededException", "message": "Rate exceeded for consumer"}'
 
     async def run() -> ClientError:
-        server = H2Server(b"", error=(400, body))
+        server = LoopbackH2Server(b"", error=(400, body))
         async with server as endpoint, FanOutClient(config(endpoint), http_version="h2") as client:
             with pytest.raises(ClientError) as raised:
                 await client.subscribe(CONSUMER_ARN, SHARD, TRIM_HORIZON)
@@ -340,7 +233,7 @@ def test_an_error_answer_is_a_client_error_with_its_code_and_status() -> None:
 
 def test_silence_longer_than_the_read_timeout_is_a_timeout_error() -> None:
     async def run() -> FanOutTimeoutError:
-        server = H2Server(initial_response())  # then nothing, the stream stays open
+        server = LoopbackH2Server(initial_response())  # then nothing, the stream stays open
         async with server as endpoint:
             client = FanOutClient(config(endpoint, read_timeout=0.5), http_version="h2")
             async with client:
@@ -357,7 +250,7 @@ def test_silence_longer_than_the_read_timeout_is_a_timeout_error() -> None:
 
 def test_nobody_listening_is_a_transport_error() -> None:
     async def run() -> None:
-        server = H2Server(b"")
+        server = LoopbackH2Server(b"")
         async with server as endpoint:
             pass  # closed again: the port is free
         async with FanOutClient(config(endpoint)) as client:
@@ -365,3 +258,36 @@ def test_nobody_listening_is_a_transport_error() -> None:
                 await client.subscribe(CONSUMER_ARN, SHARD, TRIM_HORIZON)
 
     asyncio.run(run())
+
+
+def test_renewals_are_paced_from_where_the_previous_subscribe_landed() -> None:
+    """A shard's reader against a server that refuses a SubscribeToShard arriving within 1 s
+    of the previous one (as AWS does, with LimitExceededException) and ends every subscription
+    after one event. The first call waits for a slow handshake, the later ones reuse the
+    connection: pacing from when each call was decided let the second one arrive 0.7 s after
+    the first, which the server refused. Paced from the answer, none is refused."""
+    body = initial_response() + subscribe_event([], "1", millis=1000)  # behind: no listing
+
+    async def run() -> LoopbackH2Server:
+        server = LoopbackH2Server(body, finish="end", handshake_delay=0.3, refuse_within=1.0)
+        async with server as endpoint, FanOutClient(config(endpoint), http_version="h2") as client:
+            node = ShardNode(SHARD, (), (0, MAX_HASH_KEY), True)
+            machine = SubscriptionRead(node, TRIM_HORIZON_START)
+            listing = AsyncShardListing(None, StreamRef.of("orders"), max_age=30.0)
+            transport = AsyncSubscribing(client, CONSUMER_ARN, SHARD, listing, None)
+            frontier = ShardFrontier(SHARD, Sentinel.TRIM_HORIZON)
+
+            async def emit(batch: RecordBatch) -> None:
+                batch.ack()
+
+            reading = asyncio.create_task(run_shard_read(machine, transport, frontier, emit))
+            while len(server.arrivals) < 4 and not reading.done():  # noqa: ASYNC110 (a test)
+                await asyncio.sleep(0.05)
+            reading.cancel()
+            await asyncio.gather(reading, return_exceptions=True)
+            await transport.aclose()
+        return server
+
+    server = asyncio.run(run())
+    assert len(server.arrivals) >= 4
+    assert server.refused == 0

@@ -19,6 +19,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
+from kinesis_core.aggregation import deaggregate
 from kinesis_core.client import (
     ClientConfig,
     create_botocore_client,
@@ -28,6 +29,8 @@ from kinesis_core.client import (
 from kinesis_core.local import LocalStream, MotoServer, read_records
 from kinesis_core.local.fault_proxy import FaultProxy
 from kinesis_core.local.faults import FaultConfig, FaultKind, FaultRule
+from kinesis_core.local.shard_limits import ShardLimits, ShardUse
+from kinesis_core.producer import Producer, ProducerConfig
 
 pytestmark = pytest.mark.integration
 StreamMaker = Callable[..., LocalStream]
@@ -334,3 +337,67 @@ def test_cli_prints_its_endpoint_and_exits_cleanly_on_sigint(moto_server: MotoSe
                 proc.kill()
     assert proc.returncode == 0
     assert "faults injected: throttle=1 (ListShards=1); requests seen: 1" in rest
+
+
+def test_shard_limits_throttle_the_records_over_each_shard(moto_stream: StreamMaker) -> None:
+    """Each shard takes its records per second; the others fail one by one in PutRecords, and
+    PutRecord fails whole; the proxy learned the shards through the upstream."""
+    stream = moto_stream(shards=2)
+    limits = ShardLimits(records_per_second=40, shard_map_ttl=600)
+    sent = records(300)
+    with FaultProxy(stream.endpoint_url, FaultConfig(shard_limits=limits)) as proxy:
+        kinesis = create_botocore_client(
+            via(proxy, stream.client_config), "kinesis", max_attempts=1
+        )
+        try:
+            results = kinesis.put_records(StreamName=stream.name, Records=sent)["Records"]
+            error = None
+            for record in sent:  # every shard is empty now: one of these is throttled
+                try:
+                    kinesis.put_record(StreamName=stream.name, **record)
+                except ClientError as exc:
+                    error = exc.response["Error"]
+                    break
+        finally:
+            kinesis.close()
+        stats = proxy.stats()
+    assert error is not None
+    assert error["Code"] == "ProvisionedThroughputExceededException"
+    assert error["Message"].startswith("Rate exceeded for shard shardId-")
+    failed = {i for i, r in enumerate(results) if "ErrorCode" in r}
+    # Two shards of 40 records each, plus what a second of refill adds at most.
+    assert 80 <= 300 - len(failed) <= 160
+    assert {results[i]["ErrorCode"] for i in failed} == {"ProvisionedThroughputExceededException"}
+    accepted = {r["ShardId"] for i, r in enumerate(results) if i not in failed}
+    assert accepted == {"shardId-000000000000", "shardId-000000000001"}
+    assert stats.injected[(FaultKind.SHARD_LIMIT, "PutRecords")] == len(failed)
+    assert stats.injected[(FaultKind.SHARD_LIMIT, "PutRecord")] == 1
+    assert stats.shard_use.throttled_records == len(failed) + 1
+    assert stats.requests.get("ListShards") is None  # the proxy's own listing is not counted
+    put_one_by_one = stats.requests["PutRecord"] - 1
+    expected = [r["Data"] for i, r in enumerate(sent) if i not in failed]
+    assert written(stream) == sorted(expected + [r["Data"] for r in sent[:put_one_by_one]])
+
+
+def test_the_producer_writes_everything_through_the_shard_limits(moto_stream: StreamMaker) -> None:
+    """The core producer against tight limits: throttled records are retried until every one
+    is written, exactly once."""
+    stream = moto_stream(shards=2)
+    limits = ShardLimits(bytes_per_second=20_000)
+    sent = [(f"value-{i:05d}".encode() * 20, f"key-{i}") for i in range(400)]  # 220 B each
+
+    async def main() -> ShardUse:
+        async with FaultProxy(stream.endpoint_url, FaultConfig(shard_limits=limits)) as proxy:
+            config = via(proxy, stream.client_config)
+            small_aggregates = ProducerConfig(aggregation_max_size=5_000)
+            async with Producer(
+                stream.name, client_config=config, config=small_aggregates
+            ) as producer:
+                (await producer.put_many(sent)).raise_for_failures()
+            return proxy.stats().shard_use
+
+    use = asyncio.run(main())
+    assert use.records > 0
+    assert use.throttled_records > 0  # the producer's limiter allows 150% of the limit
+    user_records = sorted(r.data for r in deaggregate(stream.records(), stream.name))
+    assert user_records == sorted(data for data, _ in sent)

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from faust import Sensor
 from faust_apps import FAST_CONSUMER, kafka_free_app, numbered, produce, stream_contents, wait_until
-from test_large_records import large_records
 
 from faust_kinesis import KinesisChannel, KinesisSink, kinesis_sensor
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.consumer import ConsumerConfig, EnhancedFanOut
 from kinesis_core.producer import ProducerConfig
+from tests.helpers.large_records import large_records
 
 pytestmark = pytest.mark.integration
 

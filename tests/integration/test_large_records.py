@@ -11,7 +11,6 @@ test_faust_sink.py.
 from __future__ import annotations
 
 import asyncio
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -25,20 +24,9 @@ from kinesis_core.consumer import TRIM_HORIZON, Consumer, ConsumerConfig, Enhanc
 from kinesis_core.errors import RecordTooLargeError
 from kinesis_core.local import LocalStream
 from kinesis_core.producer import VALIDATION_ERROR, BlockingProducer, Producer
+from tests.helpers.large_records import MIB, large_records
 
 pytestmark = pytest.mark.integration
-
-MIB = 1024 * 1024
-
-
-def large_records(tag: str, seed: int = 0) -> list[tuple[bytes, str]]:
-    """Small records with a 3 MiB and a 9.5 MiB one among them, random bytes (a corruption or
-    a truncation shows), keys spread over the stream."""
-    rng = random.Random(f"{tag}-{seed}")
-    small = [(f"{tag}-small-{i}".encode(), f"{tag}-{i}") for i in range(9)]
-    three = (tag.encode() + rng.randbytes(3 * MIB - len(tag)), f"{tag}-three")
-    nine = (tag.encode() + rng.randbytes(int(9.5 * MIB) - len(tag)), f"{tag}-nine")
-    return [*small[:3], three, *small[3:6], nine, *small[6:]]
 
 
 async def read_back(

@@ -345,9 +345,46 @@ def test_status_names_what_is_wrong(
     assert "ResourceNotFoundException" in missing_stream.stderr
     stream = kinesis_stream(shards=1)
     missing_file = status(env, stream.name, "--store", str(tmp_path / "nope.sqlite3"))
-    assert missing_file.returncode == 2  # a bad argument, as bad input elsewhere in the CLI
+    assert missing_file.returncode == 1  # the store cannot be read (docs/operations.md)
     assert "does not exist" in missing_file.stderr
     assert not (tmp_path / "nope.sqlite3").exists()
     bad_watch = status(env, stream.name, "--watch", "0")
     assert bad_watch.returncode == 2
     assert "--watch" in bad_watch.stderr
+
+
+def test_status_exit_codes_follow_the_documented_scheme(
+    moto_server: MotoServer, moto_stream: Any, tmp_path: Path
+) -> None:
+    """1 when what the command line names cannot be read (the stream, a store file or table),
+    2 when the command line itself is wrong; the message says which and why (on moto)."""
+    env = moto_server.client_environment()
+    stream = moto_stream(shards=1)
+
+    folder = status(env, stream.name, "--store", str(tmp_path))
+    assert folder.returncode == 1, folder.stderr
+    assert f"{str(tmp_path)!r} is a directory, not a checkpoint file" in folder.stderr
+
+    table = f"no-such-table-{uuid.uuid4().hex[:8]}"
+    missing_table = status(
+        env,
+        stream.name,
+        "--dynamodb-table",
+        table,
+        "--dynamodb-endpoint-url",
+        moto_server.endpoint_url,
+    )
+    assert missing_table.returncode == 1, missing_table.stderr
+    assert f"lease table {table!r} does not exist" in missing_table.stderr
+
+    empty_application = status(env, stream.name, "--store", str(tmp_path), "--application", "")
+    assert empty_application.returncode == 2, empty_application.stderr
+    assert "--application: must not be empty" in empty_application.stderr
+
+    bad_stream = status(env, "no such stream!")
+    assert bad_stream.returncode == 2, bad_stream.stderr
+    assert "'no such stream!'" in bad_stream.stderr
+
+    shown = status(env, stream.name, "--application", "billing", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["application"] == "billing"

@@ -180,6 +180,7 @@ def test_rehydrated_allocator_rebalances_the_halves(existing: list[int]) -> None
             assert abs(low - high) <= abs(left - right) + 1
 
 
+@pytest.mark.slow
 def test_100k_keys_from_empty() -> None:
     keys = BalancedKeyAllocator().allocate(100_000)
     assert len(set(keys)) == 100_000
@@ -188,6 +189,7 @@ def test_100k_keys_from_empty() -> None:
         assert max(counts) - min(counts) <= 1
 
 
+@pytest.mark.slow
 def test_100k_random_existing_keys_then_more() -> None:
     rnd = random.Random(7)
     existing = [rnd.getrandbits(128) for _ in range(100_000)]

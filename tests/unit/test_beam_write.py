@@ -220,6 +220,14 @@ def test_partition_key_from_a_field_a_function_or_the_element_key() -> None:
     assert keyed((b"k", "v")) == (b"v", "k", 5)
     with pytest.raises(ValidationError, match=r"element: keyed=True needs \(key, value\) pairs"):
         keyed(3)
+    with pytest.raises(ValidationError) as too_long:
+        keyed(("k", "v", "extra"))
+    assert str(too_long.value) == (
+        "element: keyed=True needs (key, value) pairs; "
+        "got a tuple of 3 elements, one too many (at most 2)"
+    )
+    with pytest.raises(ValidationError, match=r"got a list of 1 element: value \(element 1\)"):
+        keyed(["k"])
     with pytest.raises(ValidationError, match=r"key: must give a str, int or UTF-8 bytes"):
         keyed((1.5, "v"))
 
@@ -523,6 +531,7 @@ def test_the_dofn_pickles_without_a_producer(fake: type[FakeProducer]) -> None:
 # -- on the in-process FnApiRunner ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_failed_records_output_keeps_windows_and_timestamps(fake: type[FakeProducer]) -> None:
     fake.outcome = lambda rec: (EXPIRED, "late") if rec[0].endswith(b"7") else None
 
@@ -548,6 +557,7 @@ def test_failed_records_output_keeps_windows_and_timestamps(fake: type[FakeProdu
         assert_that(seen, equal_to([(b"7", EXPIRED, 7, 0), (b"17", EXPIRED, 17, 10)]))
 
 
+@pytest.mark.slow
 def test_metrics_count_records_bytes_aggregates_and_producer_work(
     fake: type[FakeProducer],
 ) -> None:
@@ -571,6 +581,7 @@ def test_metrics_count_records_bytes_aggregates_and_producer_work(
     assert dists["write_latency_ms"].count == 1
 
 
+@pytest.mark.slow
 def test_keyed_pairs_and_a_serializer(fake: type[FakeProducer]) -> None:
     with beam.Pipeline(runner=FnApiRunner()) as p:
         result = (
@@ -591,6 +602,7 @@ class Click(NamedTuple):
 beam.coders.registry.register_coder(Click, beam.coders.RowCoder)
 
 
+@pytest.mark.slow
 def test_schema_rows_name_their_key_and_data_fields(fake: type[FakeProducer]) -> None:
     """beam.Row and a registered NamedTuple: partition_key and data_field are field names; a
     row without the field fails alone, naming it."""

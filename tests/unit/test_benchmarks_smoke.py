@@ -32,6 +32,7 @@ def run_benchmarks(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_codec_benchmark_quick_run() -> None:
     done = run_benchmarks("--quick", "--only", "codec", "--json")
     assert done.returncode == 0, done.stderr
@@ -56,6 +57,7 @@ def test_codec_benchmark_quick_run() -> None:
     }
 
 
+@pytest.mark.slow
 def test_large_records_benchmark_quick_run() -> None:
     """The large-record row: a stand-in server, no emulator; a few seconds in quick mode."""
     done = run_benchmarks("--quick", "--only", "large_records", "--json")
@@ -77,6 +79,7 @@ def test_large_records_benchmark_quick_run() -> None:
     assert memory["value"] > 0
 
 
+@pytest.mark.slow
 def test_table_progress_and_legend() -> None:
     done = run_benchmarks("--quick", "--only", "codec")
     assert done.returncode == 0, done.stderr
@@ -96,6 +99,7 @@ def test_table_progress_and_legend() -> None:
     assert "WARNING" not in done.stderr  # no third-party noise (Beam's apitools line)
 
 
+@pytest.mark.slow
 def test_help_lists_the_benchmarks_without_markup() -> None:
     done = run_benchmarks("--help")
     assert done.returncode == 0
@@ -106,6 +110,7 @@ def test_help_lists_the_benchmarks_without_markup() -> None:
     assert "MISS" in done.stdout
 
 
+@pytest.mark.slow
 def test_unknown_names_are_refused_with_the_known_ones() -> None:
     missing = run_benchmarks("--only", "no-such-benchmark")
     assert missing.returncode == 2
@@ -166,3 +171,37 @@ def test_strict_fails_on_a_missed_target(
     err = capsys.readouterr().err
     assert "missed targets: group a: ours >= 2x MISS" in err
     assert "[1/1] fake: " in err
+
+
+def test_scale_benchmark_quick_run() -> None:
+    """The cost-growth benchmark at 4 and 64 shards on moto: every cell measured."""
+    done = run_benchmarks("--quick", "--only", "scale", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    cells = {(row["group"], row["subject"]): row for row in rows}
+    for group in ("producer, 100 B records", "producer CPU", "consumer, 100 B", "consumer CPU"):
+        for shards in ("4 shards", "64 shards"):
+            [row] = [r for (g, s), r in cells.items() if group in g and s.startswith(shards)]
+            assert row["value"] > 0, row
+    idle = [row for row in rows if "idle consumer" in row["group"]]
+    assert {row["subject"] for row in idle} == {
+        f"{n} shards{what}"
+        for n in (4, 64)
+        for what in (": client CPU", ": GC time", ": max event-loop lag", "")
+    }
+    calls = {row["subject"]: row["value"] for row in idle if row["unit"] == "calls/s"}
+    assert calls["64 shards"] > calls["4 shards"] > 0  # every shard is polled
+    assert all(row["value"] >= 0 for row in idle)
+    assert not any(row["subject"].startswith(("256", "1,024")) for row in rows)  # --quick: small
+
+
+def test_a_quoted_baseline_is_printed_beside_the_ratio() -> None:
+    rows = [
+        Row("g", "ours", 100.0, "el/s", "engine", quote_baseline=True),
+        Row("g", "engine", 250.0, "el/s"),
+        Row("g", "plain", 50.0, "el/s", "engine"),
+    ]
+    text = render(rows)
+    assert "0.40x engine at 250 el/s" in text
+    assert "0.20x engine\n" in text + "\n"
+    assert headline(rows) == "ours 0.40x engine at 250 el/s"

@@ -161,6 +161,19 @@ def test_new_leases_are_written_as_the_kcl_writes_them() -> None:
     assert lease["childShardIds"] == {"c1", "c2"}
 
 
+def test_the_stream_incarnation_is_an_attribute_the_kcl_reads_past() -> None:
+    row = Checkpoint("s", (BIG, 3), 7, "me", stream_created_ms=1_700_000_000_123)
+    item = encode_lease(row)
+    assert item["streamCreatedMillis"] == {"N": "1700000000123"}
+    assert decode_lease(item) == row
+    without = dict(item)
+    del without["streamCreatedMillis"]
+    assert kcl_read(item) == kcl_read(without)
+    legacy = decode_lease(kcl_item())
+    assert legacy is not None
+    assert legacy.stream_created_ms is None
+
+
 def test_update_expressions_are_conditional_on_the_counter_and_the_owner() -> None:
     held = Checkpoint("s", (5, 0), 8, "me")
     update = _Update(held)

@@ -227,6 +227,7 @@ def _increment(path: str, rounds: int, worker: int) -> None:
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_sqlite_compare_and_set_holds_across_processes(tmp_path: Path) -> None:
     path = str(tmp_path / "shared.sqlite3")
 
@@ -254,3 +255,95 @@ def test_sqlite_compare_and_set_holds_across_processes(tmp_path: Path) -> None:
     # No lost update: every successful compare-and-set moved it exactly one step.
     assert row.position[0] == workers * rounds
     assert row.counter == workers * rounds + 1
+
+
+NOW = 1_700_000_000_000
+BEFORE = NOW - 3_600_000
+
+
+def test_rows_keep_the_incarnation_and_a_row_without_one_adopts_it(
+    make_store: StoreFactory, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        store = make_store(tmp_path)
+        legacy = await store.put("app", "s", "shard-1", (10, 0), expected=None)
+        assert legacy.stream_created_ms is None
+        adopted = await store.put(
+            "app", "s", "shard-1", (20, 0), expected=legacy, stream_created_ms=NOW
+        )
+        assert adopted.stream_created_ms == NOW
+        kept = await store.put("app", "s", "shard-1", (30, 0), expected=adopted)
+        assert kept.stream_created_ms == NOW
+        assert await store.get("app", "s", "shard-1") == kept
+        with pytest.raises(CheckpointConflictError, match="behind"):
+            await store.put("app", "s", "shard-1", (5, 0), expected=kept, stream_created_ms=NOW)
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_a_write_for_another_incarnation_starts_the_row_over(
+    make_store: StoreFactory, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        store = make_store(tmp_path)
+        old = await store.put(
+            "app",
+            "s",
+            "shard-1",
+            (BIG, 0),
+            expected=None,
+            parent_shard_ids=["p"],
+            hash_range=(0, 9),
+            stream_created_ms=BEFORE,
+        )
+        old = await store.put("app", "s", "shard-1", SHARD_END, expected=old, child_shard_ids=["c"])
+        new = await store.put(
+            "app", "s", "shard-1", Sentinel.TRIM_HORIZON, expected=old, stream_created_ms=NOW
+        )
+        assert new == Checkpoint(
+            "shard-1", Sentinel.TRIM_HORIZON, old.counter + 1, None, stream_created_ms=NOW
+        )
+        assert await store.get("app", "s", "shard-1") == new
+        assert (await store.list("app", "s")) == [new]
+        await store.close()
+
+    asyncio.run(main())
+
+
+_SCHEMA_BEFORE_INCARNATIONS = """
+CREATE TABLE kinesis_checkpoints (
+    application TEXT NOT NULL, stream TEXT NOT NULL, shard_id TEXT NOT NULL,
+    checkpoint TEXT NOT NULL, sub_sequence_number INTEGER NOT NULL DEFAULT 0,
+    lease_owner TEXT, lease_counter INTEGER NOT NULL,
+    parent_shard_ids TEXT NOT NULL DEFAULT '[]', updated_at REAL NOT NULL,
+    child_shard_ids TEXT NOT NULL DEFAULT '[]', starting_hash_key TEXT, ending_hash_key TEXT,
+    PRIMARY KEY (application, stream, shard_id)
+) WITHOUT ROWID
+"""
+
+
+def test_sqlite_files_made_before_incarnations_read_and_upgrade(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    with sqlite3.connect(path) as conn:
+        conn.execute(_SCHEMA_BEFORE_INCARNATIONS)
+        conn.execute(
+            "INSERT INTO kinesis_checkpoints (application, stream, shard_id, checkpoint, "
+            "lease_counter, updated_at) VALUES ('app', 's', 'shard-1', '42', 3, 0)"
+        )
+    conn.close()
+    legacy = Checkpoint("shard-1", (42, 0), 3)
+
+    async def main() -> None:
+        async with SQLiteCheckpointStore(path, read_only=True) as reader:
+            assert await reader.list("app", "s") == [legacy]
+        async with SQLiteCheckpointStore(path) as store:
+            assert await store.get("app", "s", "shard-1") == legacy
+            row = await store.put(
+                "app", "s", "shard-1", (43, 0), expected=legacy, stream_created_ms=NOW
+            )
+            assert row.stream_created_ms == NOW
+        async with SQLiteCheckpointStore(path, read_only=True) as reader:
+            assert await reader.list("app", "s") == [row]
+
+    asyncio.run(main())

@@ -302,6 +302,95 @@ def test_bad_values_are_refused_naming_the_field(fields: dict[str, Any], field: 
     assert SECRET not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("fields", "field", "allowed"),
+    [
+        ({"endpoint_url": "http://127.0.0.1:99999"}, "endpoint_url", "port 1 to 65535"),
+        ({"endpoint_url": "http://127.0.0.1:0"}, "endpoint_url", "port 1 to 65535"),
+        ({"dynamodb_endpoint_url": "http://localhost:x"}, "dynamodb_endpoint_url", "port"),
+        ({"endpoint_url": "http://"}, "endpoint_url", "a host"),
+        ({"endpoint_url": "https://:4567"}, "endpoint_url", "a host"),
+        ({"endpoint_url": "http://local host:4567"}, "endpoint_url", "a host"),
+        ({"region_name": "us east 1"}, "region_name", "letters, digits and hyphens"),
+        ({"region_name": ""}, "region_name", "letters, digits and hyphens"),
+        ({"region_name": "us-east-1/"}, "region_name", "letters, digits and hyphens"),
+    ],
+)
+def test_values_botocore_would_refuse_only_later_are_refused_when_the_config_is_made(
+    fields: dict[str, Any], field: str, allowed: str
+) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        ClientConfig(**fields)
+    assert info.value.field == field
+    assert str(info.value).startswith(f"{field}: ")
+    assert allowed in str(info.value)
+    assert repr(next(iter(fields.values()))) in str(info.value)
+
+
+def test_good_endpoints_and_regions_pass() -> None:
+    for url in (
+        "http://127.0.0.1:4567",
+        "https://kinesis.us-east-1.amazonaws.com",
+        "http://[::1]:1",
+    ):
+        assert ClientConfig(endpoint_url=url).endpoint_url == url
+    for region in ("us-east-1", "cn-north-1", "us-gov-west-1", "local"):
+        assert ClientConfig(region_name=region).region_name == region
+
+
+def test_a_region_from_the_environment_or_a_profile_is_checked_too(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigurationError, match=r"region_name: .*'eu west 1'"):
+        ClientConfig.from_env({"AWS_DEFAULT_REGION": "eu west 1"})
+    (tmp_path / "config").write_text("[profile spaced]\nregion = eu west 1\n")
+    with pytest.raises(ConfigurationError) as info:
+        create_botocore_client(creds(profile_name="spaced"), "kinesis")
+    assert info.value.field == "region_name"
+    assert "'eu west 1'" in str(info.value)
+
+
+def test_a_missing_ca_bundle_is_refused_when_a_client_is_made(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    missing = str(tmp_path / "no-such-ca.pem")
+    config = creds(region_name="us-east-1", endpoint_url="https://127.0.0.1:1", verify=missing)
+    with pytest.raises(ConfigurationError) as info:
+        create_botocore_client(config, "kinesis")
+    assert info.value.field == "verify"
+    assert missing in str(info.value)
+    assert "True (botocore's bundle) or False" in str(info.value)
+
+    async def make() -> None:
+        async with create_kinesis_client(config):
+            pass
+
+    with pytest.raises(ConfigurationError, match=r"verify: .*no-such-ca.pem"):
+        asyncio.run(make())
+    # The same for a bundle named by AWS_CA_BUNDLE (what verify=True uses).
+    monkeypatch.setenv("AWS_CA_BUNDLE", missing)
+    with pytest.raises(ConfigurationError, match=r"verify: .*no-such-ca.pem.*AWS_CA_BUNDLE"):
+        create_botocore_client(creds(region_name="us-east-1"), "kinesis")
+
+
+def test_a_missing_profile_is_refused_when_a_client_is_made(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "config").write_text("[profile dev]\nregion = eu-north-1\n")
+    with pytest.raises(ConfigurationError) as info:
+        create_botocore_client(
+            ClientConfig(profile_name="prod", region_name="us-east-1"), "kinesis"
+        )
+    assert info.value.field == "profile_name"
+    assert "'prod'" in str(info.value)
+    assert "['dev']" in str(info.value)  # the profiles there are
+    assert str(tmp_path / "config") in str(info.value)
+    # AWS_PROFILE, which botocore reads itself when profile_name is None, the same.
+    monkeypatch.setenv("AWS_PROFILE", "staging")
+    with pytest.raises(ConfigurationError, match=r"profile_name: .*'staging'.*AWS_PROFILE"):
+        create_botocore_client(creds(region_name="us-east-1"), "kinesis")
+
+
 def test_a_secret_of_the_wrong_type_is_refused_without_showing_it() -> None:
     with pytest.raises(ConfigurationError) as info:
         ClientConfig(aws_access_key_id="AKID", aws_secret_access_key=12345678)  # type: ignore[arg-type]

@@ -55,6 +55,32 @@ def test_a_wrong_start_position_names_what_was_given_and_what_is_accepted(value:
 
 
 @pytest.mark.parametrize(
+    ("value", "hint"),
+    [
+        (1e12, "1000000000000.0 (milliseconds? pass seconds: AtTimestamp(t / 1000))"),
+        (1_700_000_000_000, "1700000000000 (milliseconds? pass seconds: AtTimestamp(t / 1000))"),
+        (float("nan"), "nan"),
+        (float("inf"), "inf"),
+        (-1.0, "-1.0"),
+        (1e300, "1e+300"),
+    ],
+)
+def test_an_epoch_timestamp_out_of_range_names_the_range(value: float, hint: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        AtTimestamp(value)
+    assert info.value.field == "timestamp"
+    assert str(info.value) == (
+        "timestamp: AtTimestamp takes a datetime or epoch seconds from 0 to 253402300799 "
+        f"(the years 1970 to 9999), got {hint}"
+    )
+
+
+def test_epoch_seconds_in_range_are_utc_datetimes() -> None:
+    assert AtTimestamp(0).timestamp == datetime(1970, 1, 1, tzinfo=timezone.utc)
+    assert AtTimestamp(T.timestamp()) == AtTimestamp(T)
+
+
+@pytest.mark.parametrize(
     ("field", "value", "message"),
     [
         ("application_name", "", "must be a non-empty string"),
@@ -68,6 +94,10 @@ def test_a_wrong_start_position_names_what_was_given_and_what_is_accepted(value:
         ("max_records_per_call", True, r"must be an int in \[1, 10000\]"),
         ("leases", "yes", "must be a LeaseConfig, True or False"),
         ("checkpoint_interval", "5", "must be > 0 seconds"),
+        ("idle_interval", float("inf"), r"must be >= 0.2 seconds \(and finite\), got inf"),
+        ("idle_interval", float("nan"), r"must be >= 0.2 seconds \(and finite\), got nan"),
+        ("checkpoint_interval", float("inf"), r"must be > 0 seconds \(and finite\), got inf"),
+        ("shard_refresh_interval", float("inf"), r"must be > 0 seconds \(and finite\)"),
         ("max_read_bytes_per_second", 0, "must be a number of bytes > 0"),
         ("max_read_bytes_per_second", "2MiB", "must be a number of bytes > 0"),
     ],

@@ -1,195 +1,21 @@
-"""The Consumer driver against an in-memory fake of the Kinesis read API (no server).
-
-The fake is faithful where the consumer depends on it: shard lineage on split and merge,
-ChildShards and a null NextShardIterator at the end of a closed shard, paginated ListShards,
-AT/AFTER_SEQUENCE_NUMBER iterators, and errors injected on demand.
-"""
+"""The Consumer driver against the in-memory Kinesis (tests/fakes/kinesis.py, no server):
+shard lineage on split and merge, resumes inside aggregates, acks and checkpoints, errors
+injected on demand."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections import defaultdict
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
-from kinesis_core.aggregation import encode_aggregate
 from kinesis_core.checkpoint import SHARD_END, MemoryCheckpointStore, Sentinel
-from kinesis_core.consumer import LATEST, TRIM_HORIZON, Consumer, RecordBatch, ShardState
+from kinesis_core.consumer import LATEST, Consumer, RecordBatch, ShardState
 from kinesis_core.errors import KinesisServiceError
-from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.records import KinesisRecord, SubRecord
-
-
-def client_error(code: str, status: int = 400) -> ClientError:
-    return ClientError(
-        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
-        "GetRecords",
-    )
-
-
-@dataclass
-class FakeShard:
-    shard_id: str
-    start: int
-    end: int
-    parents: tuple[str, ...] = ()
-    records: list[dict[str, Any]] = field(default_factory=list)
-    closed: bool = False
-    children: list[FakeShard] = field(default_factory=list)
-
-
-class FakeKinesis:
-    """Enough of aiobotocore's Kinesis client for a polling consumer."""
-
-    def __init__(self, shards: int) -> None:
-        self._seq = itertools.count(49_000_000_000_000_000_000_000_000_000_000_000_000_000_000_000)
-        self._ids = itertools.count()
-        self.shards: dict[str, FakeShard] = {}
-        step = (MAX_HASH_KEY + 1) // shards
-        for i in range(shards):
-            end = MAX_HASH_KEY if i == shards - 1 else (i + 1) * step - 1
-            self._new_shard(i * step, end, ())
-        self.faults: dict[str, list[ClientError]] = defaultdict(list)
-        self.calls: dict[str, int] = defaultdict(int)
-        self.shard_filters: list[dict[str, Any] | None] = []
-
-    def _new_shard(self, start: int, end: int, parents: tuple[str, ...]) -> FakeShard:
-        shard = FakeShard(f"shardId-{next(self._ids):012d}", start, end, parents)
-        self.shards[shard.shard_id] = shard
-        return shard
-
-    def open_shards(self) -> list[FakeShard]:
-        return sorted((s for s in self.shards.values() if not s.closed), key=lambda s: s.start)
-
-    def put(self, partition_key: str, data: bytes, key: int | None = None) -> None:
-        key = hash_key(partition_key) if key is None else key
-        shard = next(s for s in self.open_shards() if s.start <= key <= s.end)
-        shard.records.append(
-            {
-                "SequenceNumber": str(next(self._seq)),
-                "Data": data,
-                "PartitionKey": partition_key,
-                "ApproximateArrivalTimestamp": datetime.now(timezone.utc),
-            }
-        )
-
-    def put_aggregate(self, subs: list[SubRecord]) -> None:
-        self.put(subs[0].partition_key, encode_aggregate(subs))
-
-    def split(self, shard_id: str) -> None:
-        parent = self.shards[shard_id]
-        middle = (parent.start + parent.end) // 2
-        parent.closed = True
-        parent.children = [
-            self._new_shard(parent.start, middle, (shard_id,)),
-            self._new_shard(middle + 1, parent.end, (shard_id,)),
-        ]
-
-    def merge(self, a: str, b: str) -> None:
-        left, right = sorted((self.shards[a], self.shards[b]), key=lambda s: s.start)
-        child = self._new_shard(left.start, right.end, (left.shard_id, right.shard_id))
-        for parent in (left, right):
-            parent.closed = True
-            parent.children = [child]
-
-    def _fault(self, operation: str) -> None:
-        self.calls[operation] += 1
-        if self.faults[operation]:
-            raise self.faults[operation].pop(0)
-
-    async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
-        self._fault("ListShards")
-        if "NextToken" in kwargs:
-            latest, _, token = kwargs["NextToken"].partition(":")
-            start, open_only = int(token), latest == "latest"
-        else:
-            shard_filter = kwargs.get("ShardFilter")
-            self.shard_filters.append(shard_filter)
-            start, open_only = 0, shard_filter == {"Type": "AT_LATEST"}
-        ids = sorted(s for s in self.shards if not (open_only and self.shards[s].closed))
-        page = ids[start : start + 2]  # tiny pages: pagination is always exercised
-        shards = []
-        for shard_id in page:
-            shard = self.shards[shard_id]
-            entry: dict[str, Any] = {
-                "ShardId": shard_id,
-                "HashKeyRange": {
-                    "StartingHashKey": str(shard.start),
-                    "EndingHashKey": str(shard.end),
-                },
-                "SequenceNumberRange": {"StartingSequenceNumber": "0"},
-            }
-            if shard.closed:
-                entry["SequenceNumberRange"]["EndingSequenceNumber"] = "9" * 56
-            if shard.parents:
-                entry["ParentShardId"] = shard.parents[0]
-            if len(shard.parents) > 1:
-                entry["AdjacentParentShardId"] = shard.parents[1]
-            shards.append(entry)
-        response: dict[str, Any] = {"Shards": shards}
-        if start + 2 < len(ids):
-            response["NextToken"] = f"{'latest' if open_only else 'all'}:{start + 2}"
-        return response
-
-    async def get_shard_iterator(self, **kwargs: Any) -> dict[str, Any]:
-        self._fault("GetShardIterator")
-        shard = self.shards[kwargs["ShardId"]]
-        kind = kwargs["ShardIteratorType"]
-        seqs = [int(r["SequenceNumber"]) for r in shard.records]
-        if kind == "TRIM_HORIZON":
-            index = 0
-        elif kind == "LATEST":
-            index = len(seqs)
-        else:
-            target = int(kwargs["StartingSequenceNumber"])
-            after = kind == "AFTER_SEQUENCE_NUMBER"
-            index = next(
-                (i for i, s in enumerate(seqs) if s > target or (s == target and not after)),
-                len(seqs),
-            )
-        return {"ShardIterator": f"{shard.shard_id}|{index}"}
-
-    async def get_records(self, ShardIterator: str, Limit: int) -> dict[str, Any]:
-        self._fault("GetRecords")
-        shard_id, index_text = ShardIterator.split("|")
-        shard = self.shards[shard_id]
-        index = int(index_text)
-        records = shard.records[index : index + Limit]
-        end = index + len(records)
-        response: dict[str, Any] = {
-            "Records": records,
-            "MillisBehindLatest": 0 if end == len(shard.records) else 1000,
-        }
-        if shard.closed and end == len(shard.records):
-            response["ChildShards"] = [
-                {
-                    "ShardId": c.shard_id,
-                    "ParentShards": list(c.parents),
-                    "HashKeyRange": {"StartingHashKey": str(c.start), "EndingHashKey": str(c.end)},
-                }
-                for c in shard.children
-            ]
-        else:
-            response["NextShardIterator"] = f"{shard_id}|{end}"
-        return response
-
-
-def consumer(fake: FakeKinesis, store: MemoryCheckpointStore, **kwargs: Any) -> Consumer:
-    options: dict[str, Any] = {
-        "checkpoint_store": store,
-        "initial_position": TRIM_HORIZON,
-        "checkpoint_interval": 0.05,
-        "shard_refresh_interval": 0.2,
-        "idle_interval": 0.2,
-        "close_timeout": 2.0,
-    }
-    options.update(kwargs)
-    return Consumer("stream", client=fake, **options)
+from tests.fakes.kinesis import FakeKinesis, client_error
+from tests.helpers.consumer import assert_in_order_per_key, consumer, keyed
 
 
 async def collect(c: Consumer, count: int, *, ack: bool = True) -> list[KinesisRecord]:
@@ -205,19 +31,6 @@ async def collect(c: Consumer, count: int, *, ack: bool = True) -> list[KinesisR
 
     await asyncio.wait_for(run(), 10)
     return out
-
-
-def keyed(record: KinesisRecord) -> tuple[str, int]:
-    key, n = record.data.decode().split(":")
-    return key, int(n)
-
-
-def assert_in_order_per_key(records: list[KinesisRecord]) -> None:
-    last: dict[str, int] = {}
-    for record in records:
-        key, n = keyed(record)
-        assert n > last.get(key, -1), f"{key}: {n} after {last[key]}"
-        last[key] = n
 
 
 def test_split_and_merge_while_reading_keep_per_key_order() -> None:
@@ -313,7 +126,7 @@ def test_expired_iterator_and_throttling_lose_nothing_and_repeat_nothing() -> No
             fake.put("k", f"k:{i}".encode())
         fake.faults["GetRecords"] += [
             client_error("ProvisionedThroughputExceededException"),
-            client_error("InternalFailure", 500),
+            client_error("InternalFailure", status=500),
         ]
         async with consumer(fake, MemoryCheckpointStore(), max_records_per_call=2) as c:
             got = await collect(c, 3)
@@ -322,7 +135,7 @@ def test_expired_iterator_and_throttling_lose_nothing_and_repeat_nothing() -> No
                 fake.put("k", f"k:{i}".encode())
             got += await collect(c, 5)
         assert [keyed(r)[1] for r in got] == list(range(8))
-        assert fake.calls["GetShardIterator"] == 2
+        assert fake.count("GetShardIterator") == 2
 
     asyncio.run(main())
 
@@ -349,7 +162,7 @@ def test_a_missing_stream_fails_at_start() -> None:
         fake = FakeKinesis(1)
         fake.faults["ListShards"].append(client_error("ResourceNotFoundException"))
         with pytest.raises(
-            KinesisServiceError, match="listing the shards of stream failed"
+            KinesisServiceError, match="starting to read stream failed"
         ) as info:
             async with consumer(fake, MemoryCheckpointStore()):
                 pass
@@ -458,7 +271,7 @@ def test_transient_errors_at_start_are_retried() -> None:
         fake = FakeKinesis(1)
         fake.put("k", b"k:0")
         fake.faults["ListShards"] += [
-            client_error("InternalFailure", 500),
+            client_error("InternalFailure", status=500),
             client_error("LimitExceededException"),
         ]
         async with consumer(fake, MemoryCheckpointStore()) as c:

@@ -9,12 +9,24 @@ import pytest
 from kinesis_core.aggregation import encode_aggregate
 from kinesis_core.classify import ErrorKind
 from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp
+from kinesis_core.consumer.incarnation import StreamFacts, StreamRecreatedError
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.polling import GetIterator, GetRecords, PollingOptions, PollingRead
-from kinesis_core.consumer.transport import Backoff, Ended, ReadState, Wait
+from kinesis_core.consumer.positions import resume_params
+from kinesis_core.consumer.transport import (
+    MAX_UNEXPLAINED,
+    Backoff,
+    CheckStream,
+    Ended,
+    Failed,
+    ReadState,
+    StreamView,
+    Wait,
+)
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.records import SubRecord
+from kinesis_core.shard_map import ShardInfo
 
 NODE = ShardNode("shard-1", (), (0, MAX_HASH_KEY), True)
 CALL = GetRecords("it-0", 10_000)
@@ -157,14 +169,133 @@ def test_shard_end_reports_the_children() -> None:
     assert [c.shard_id for c in action.children] == ["shard-2"]
 
 
-def test_a_vanished_shard_ends_as_gone() -> None:
-    machine = PollingRead(NODE, TRIM_HORIZON)
+CREATED = StreamFacts(1_700_000_000_000, 24)
+LISTED = [ShardInfo("shard-1", 0, MAX_HASH_KEY, starting_sequence_number=100)]
+
+
+def view(shards: list[ShardInfo] = LISTED, facts: StreamFacts = CREATED) -> StreamView:
+    return StreamView(shards, facts)
+
+
+def refused(
+    machine: PollingRead, call: Any, kind: ErrorKind = ErrorKind.NOT_FOUND, now: float = 0.0
+) -> None:
+    """``call`` fails with ``kind``: the machine asks for a look at the stream at once."""
+    machine.on_error(now, call, kind)
+    assert machine.state is ReadState.CHECKING
+    assert machine.next_action(now) == CheckStream()
+
+
+def test_a_shard_no_longer_listed_ends_as_gone() -> None:
+    machine = PollingRead(NODE, TRIM_HORIZON, incarnation=CREATED.created_ms)
     machine.next_action(0)
-    machine.on_error(0, CALL, ErrorKind.NOT_FOUND)
+    refused(machine, CALL)
+    machine.on_response(0, CheckStream(), view(shards=[]))
     assert machine.next_action(0) == Ended((), True)
     for kind in (ErrorKind.FATAL, ErrorKind.AUTH, ErrorKind.INVALID):
         with pytest.raises(ValueError, match="raised by the driver"):
             machine.on_error(0, CALL, kind)
+
+
+def test_a_listed_shard_is_never_gone_a_lost_iterator_connects_again() -> None:
+    machine = PollingRead(NODE, (500, 0), incarnation=CREATED.created_ms)
+    reading(machine)
+    machine.next_action(1)
+    machine.on_records(1, {"Records": [raw(600, b"a")], "NextShardIterator": "it-1"})
+    refused(machine, CALL)
+    machine.on_response(1, CheckStream(), view())
+    assert machine.state is ReadState.CONNECTING
+    action = machine.next_action(100)
+    assert action == GetIterator(
+        {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": "600"}
+    )
+
+
+def test_a_refused_position_older_than_the_trim_horizon_reads_from_trim_horizon() -> None:
+    machine = PollingRead(NODE, (500, 3), incarnation=CREATED.created_ms, stream="orders")
+    first = machine.next_action(0)
+    assert first == GetIterator(
+        {"ShardIteratorType": "AT_SEQUENCE_NUMBER", "StartingSequenceNumber": "500"}
+    )
+    refused(machine, first, ErrorKind.INVALID)
+    machine.on_response(0, CheckStream(), view())
+    warning = machine.take_warning()
+    assert warning is not None
+    assert "shard-1 of orders" in warning
+    assert "500" in warning
+    assert "trim horizon" in warning
+    assert "24 h" in warning
+    assert machine.take_warning() is None
+    assert machine.next_action(1) == GetIterator({"ShardIteratorType": "TRIM_HORIZON"})
+    machine.on_iterator("it-1")
+    machine.next_action(2)
+    # Nothing of the old checkpoint is skipped any more: every record comes.
+    records = machine.on_records(2, {"Records": [raw(400, b"kept")], "NextShardIterator": "n"})
+    assert [r.data for r in records] == [b"kept"]
+
+
+def test_a_position_of_another_incarnation_fails_with_stream_recreated() -> None:
+    machine = PollingRead(NODE, (500, 0), incarnation=CREATED.created_ms - 60_000)
+    refused(machine, machine.next_action(0))
+    machine.on_response(0, CheckStream(), view())
+    action = machine.next_action(0)
+    assert isinstance(action, Failed)
+    assert isinstance(action.error, StreamRecreatedError)
+    assert action.error.created_ms == CREATED.created_ms
+    assert "deleted and created again" in str(action.error)
+
+
+def test_a_position_outside_the_shard_fails_with_stream_recreated() -> None:
+    machine = PollingRead(NODE, (50, 0), incarnation=CREATED.created_ms)
+    refused(machine, machine.next_action(0))
+    machine.on_response(0, CheckStream(), view())
+    action = machine.next_action(0)
+    assert isinstance(action, Failed)
+    assert isinstance(action.error, StreamRecreatedError)
+
+
+def test_a_deleted_stream_fails_the_reader() -> None:
+    machine = PollingRead(NODE, TRIM_HORIZON, stream="orders")
+    refused(machine, machine.next_action(0))
+    machine.on_error(0, CheckStream(), ErrorKind.NOT_FOUND)
+    action = machine.next_action(0)
+    assert isinstance(action, Failed)
+    assert "orders no longer exists" in action.reason
+
+
+def test_a_look_at_the_stream_that_is_throttled_is_tried_again_after_a_backoff() -> None:
+    machine = PollingRead(NODE, TRIM_HORIZON, rng=lambda: 0.0)
+    refused(machine, machine.next_action(0))
+    machine.on_error(0, CheckStream(), ErrorKind.THROTTLED)
+    assert machine.next_action(0) == Wait(0.1)
+    assert machine.next_action(0.1) == CheckStream()
+
+
+def test_invalid_argument_is_the_machines_only_for_a_position() -> None:
+    machine = PollingRead(NODE, TRIM_HORIZON)
+    at_start = machine.next_action(0)
+    assert isinstance(at_start, GetIterator)
+    assert not machine.handles(at_start, ErrorKind.INVALID)
+    assert not machine.handles(CALL, ErrorKind.INVALID)
+    resume = GetIterator(resume_params(5, after=True))
+    assert machine.handles(resume, ErrorKind.INVALID)
+    assert machine.handles(CALL, ErrorKind.NOT_FOUND)
+
+
+def test_unexplained_not_found_gives_up_after_a_few_tries() -> None:
+    machine = PollingRead(NODE, TRIM_HORIZON, rng=lambda: 0.0)
+    now = 0.0
+    for _ in range(MAX_UNEXPLAINED):
+        action = machine.next_action(now)
+        while isinstance(action, Wait):
+            now = action.until
+            action = machine.next_action(now)
+        assert isinstance(action, GetIterator)
+        refused(machine, action, now=now)
+        machine.on_response(now, CheckStream(), view())
+    action = machine.next_action(now)
+    assert isinstance(action, Failed)
+    assert "ListShards still lists" in action.reason
 
 
 def test_hash_range_filter_drops_aggregates_that_straddle_the_shard() -> None:

@@ -3,6 +3,8 @@ resume inside an aggregate, errors with backoff and a limit, the end of a shard.
 
 from __future__ import annotations
 
+import itertools
+import random
 from typing import Any
 
 import pytest
@@ -13,7 +15,9 @@ from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.subscription import (
     PENDING,
+    CheckConsumer,
     CheckShard,
+    ConsumerCheck,
     NextEvent,
     ShardCheck,
     Subscribe,
@@ -28,6 +32,7 @@ from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.records import SubRecord
 
 NODE = ShardNode("shard-1", (), (0, MAX_HASH_KEY), True)
+ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/orders/consumer/reader:1700000000"
 
 
 def raw(seq: int, data: bytes, pk: str = "pk") -> dict[str, Any]:
@@ -86,10 +91,43 @@ def test_renewal_starts_after_the_continuation_and_respects_the_subscribe_rate()
     machine.on_response(10.3, NextEvent(), None)  # the subscription ended
     assert machine.state is ReadState.CONNECTING
     assert not machine.data_read
-    assert machine.next_action(10.5) == Wait(11.0)
-    again = machine.next_action(11.0)
+    assert machine.next_action(10.5) == Wait(11.1)  # 1.1 s after the subscribe was answered
+    again = machine.next_action(11.1)
     assert again == Subscribe({"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": "77"})
     assert machine.connects == 2
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_subscribe_calls_are_paced_from_the_answer_to_the_previous_one(seed: int) -> None:
+    """The service counts SubscribeToShard calls where it receives them, somewhere between
+    when one was sent and when its answer came back. The next call is sent no earlier than
+    ``subscribe_interval`` (1.1 s: the 1 s the service allows, and a margin) after that
+    answer, so two calls arrive at least 1.1 s apart however long each takes (before, the next
+    was paced 1.0 s from when the previous was decided: an AWS-like server saw them
+    0.972-0.998 s apart and refused them with LimitExceededException)."""
+    draw = random.Random(seed)
+    machine = SubscriptionRead(NODE, TRIM_HORIZON, rng=draw.random)
+    now, sequence = 0.0, 0
+    calls: list[tuple[float, float]] = []  # (sent, answered)
+    while len(calls) < 40:
+        action = machine.next_action(now)
+        if isinstance(action, Wait):
+            now = action.until
+        elif isinstance(action, Subscribe):
+            sent, now = now, now + draw.uniform(0.0, 0.8)  # the call takes its time
+            calls.append((sent, now))
+            if draw.random() < 0.3:
+                machine.on_error(now, action, draw.choice([ErrorKind.IN_USE, ErrorKind.THROTTLED]))
+            else:
+                machine.on_response(now, action, object())
+        else:
+            assert isinstance(action, NextEvent)
+            now += draw.uniform(0.0, 0.3)
+            sequence += 1
+            ended = draw.random() < 0.5  # the server ends the subscription, or an event comes
+            machine.on_response(now, action, None if ended else event(raw(sequence, b"x")))
+    gaps = [sent - answered for (_, answered), (sent, _) in itertools.pairwise(calls)]
+    assert min(gaps) >= 1.1 - 1e-9
 
 
 def test_resume_inside_an_aggregate_skips_what_the_checkpoint_covers() -> None:
@@ -160,10 +198,13 @@ def test_errors_back_off_and_resubscribe_from_where_the_events_left_off(kind: Er
     subscribed(machine, now=100.0)
     machine.on_response(100.1, NextEvent(), event(raw(8, b"x"), cont="8"))
     machine.on_error(100.2, NextEvent(), kind)
+    if kind is ErrorKind.NOT_FOUND:  # is the consumer gone? No: the backoff holds
+        assert machine.next_action(100.2) == CheckConsumer()
+        machine.on_response(100.2, CheckConsumer(), ACTIVE)
     assert machine.state is ReadState.CONNECTING
     assert machine.last_error is kind
-    assert machine.next_action(100.2) == Wait(101.0)  # the subscribe rate holds
-    action = machine.next_action(101.0)
+    assert machine.next_action(100.2) == Wait(101.1)  # the subscribe rate holds
+    action = machine.next_action(101.1)
     assert action == Subscribe({"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": "8"})
 
 
@@ -181,10 +222,13 @@ def test_backoff_grows_and_an_event_resets_it() -> None:
         wait = machine.next_action(now)
         assert isinstance(wait, Wait)
         delays.append(round(wait.until - now, 3))
-    assert delays == [1.0, 1.0, 2.0, 4.0, 4.0]  # the subscribe rate floors the first two
+    assert delays == [1.1, 1.1, 2.0, 4.0, 4.0]  # the subscribe rate floors the first two
     subscribed(machine, now=now + 10)
     machine.on_response(now + 10, NextEvent(), event())
     assert machine.failures == 0
+
+
+ACTIVE = ConsumerCheck(ARN, "reader", "orders", "ACTIVE")
 
 
 def test_giving_up_after_max_failures_says_why() -> None:
@@ -192,6 +236,9 @@ def test_giving_up_after_max_failures_says_why() -> None:
     now = 0.0
     for _ in range(3):
         action = machine.next_action(now)
+        if isinstance(action, CheckConsumer):  # after each ResourceNotFound: still ACTIVE
+            machine.on_response(now, action, ACTIVE)
+            action = machine.next_action(now)
         while isinstance(action, Wait):
             now = action.until
             action = machine.next_action(now)
@@ -202,6 +249,56 @@ def test_giving_up_after_max_failures_says_why() -> None:
     assert "SubscribeToShard failed 3 times in a row (not_found)" in final.reason
     assert "does the consumer still exist" in final.reason
     assert machine.state is ReadState.FAILED
+
+
+@pytest.mark.parametrize("status", [None, "DELETING"])
+@pytest.mark.parametrize("call", [Subscribe({"Type": "LATEST"}), NextEvent()])
+def test_a_consumer_that_is_gone_fails_the_reader_at_once(status: str | None, call: Any) -> None:
+    """ResourceNotFound (from the subscribe, or mid-stream): the consumer is described before
+    any backoff, and a consumer that is gone fails the reader with a message naming it and
+    its stream (it took 20 backed-off resubscriptions, about 109 s, before)."""
+    machine = SubscriptionRead(NODE, TRIM_HORIZON, rng=lambda: 0.0)
+    subscribed(machine, now=5.0)
+    machine.on_error(5.5, call, ErrorKind.NOT_FOUND)
+    assert machine.next_action(5.5) == CheckConsumer()
+    machine.on_response(5.6, CheckConsumer(), ConsumerCheck(ARN, "reader", "orders", status))
+    failed = machine.next_action(5.6)
+    assert isinstance(failed, Failed)
+    assert failed.reason == (
+        f"stream consumer 'reader' of stream 'orders' is gone ({status or 'not found'} by "
+        f"DescribeStreamConsumer, {ARN}): it was deregistered, or its stream deleted, while "
+        "this reader subscribed as it"
+    )
+    assert machine.state is ReadState.FAILED
+    assert machine.failures == 1
+
+
+@pytest.mark.parametrize("status", ["ACTIVE", "CREATING"])
+def test_a_consumer_still_there_keeps_the_backoff(status: str) -> None:
+    machine = SubscriptionRead(NODE, TRIM_HORIZON, rng=lambda: 0.0)
+    subscribed(machine, now=5.0)
+    machine.on_error(5.5, NextEvent(), ErrorKind.NOT_FOUND)
+    assert machine.next_action(5.5) == CheckConsumer()
+    machine.on_response(5.6, CheckConsumer(), ConsumerCheck(ARN, "reader", "orders", status))
+    wait = machine.next_action(5.6)
+    assert wait == Wait(6.1)  # the subscribe rate (1.1 s after 5.0) over the 0.25 s backoff
+    assert isinstance(machine.next_action(6.1), Subscribe)
+    assert machine.failures == 1
+
+
+def test_a_failed_consumer_check_backs_off_and_is_not_repeated_until_the_next_not_found() -> None:
+    machine = SubscriptionRead(NODE, TRIM_HORIZON, rng=lambda: 0.0)
+    subscribed(machine, now=5.0)
+    machine.on_error(5.5, NextEvent(), ErrorKind.NOT_FOUND)
+    assert machine.next_action(5.5) == CheckConsumer()
+    machine.on_error(5.6, CheckConsumer(), ErrorKind.THROTTLED)
+    action = machine.next_action(5.6)
+    assert isinstance(action, Wait)
+    assert isinstance(machine.next_action(action.until), Subscribe)
+    assert machine.failures == 2
+    # Other errors never describe the consumer.
+    machine.on_error(action.until, Subscribe({"Type": "LATEST"}), ErrorKind.IN_USE)
+    assert isinstance(machine.next_action(action.until), Wait)
 
 
 @pytest.mark.parametrize("kind", [ErrorKind.AUTH, ErrorKind.INVALID, ErrorKind.FATAL])

@@ -9,11 +9,14 @@ import time
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from kinesis_core.consumer.reading import SyncSubscribing
 from kinesis_core.consumer.subscription import (
     PENDING,
+    CheckConsumer,
     CheckShard,
+    ConsumerCheck,
     NextEvent,
     ShardCheck,
     Subscribe,
@@ -64,16 +67,41 @@ def wait_until(condition: Any, seconds: float = 5.0) -> None:
         time.sleep(0.01)
 
 
-def transport(fanout: FakeFanOut, wake: threading.Event, prefetch: int = 2) -> SyncSubscribing:
+ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/orders/consumer/reader:1700000000"
+
+
+class FakeKinesis:
+    """DescribeStreamConsumer: the consumer is ``status``, or not found (None)."""
+
+    def __init__(self, status: str | None) -> None:
+        self.status = status
+
+    async def describe_stream_consumer(self, ConsumerARN: str) -> Any:
+        if self.status is None:
+            error = {"Error": {"Code": "ResourceNotFoundException", "Message": "not found"}}
+            raise ClientError(error, "DescribeStreamConsumer")  # type: ignore[arg-type]
+        return {"ConsumerDescription": {"ConsumerARN": ConsumerARN, "ConsumerStatus": self.status}}
+
+
+def transport(
+    fanout: FakeFanOut, wake: threading.Event, prefetch: int = 2, consumer: str | None = "ACTIVE"
+) -> SyncSubscribing:
     return SyncSubscribing(
         LoopThread.get(),
         fanout,
-        "arn",
+        ARN,
         "shard-1",
         lambda shard_id: ShardCheck(listed=True, closed=shard_id == "shard-1"),
         wake,
+        FakeKinesis(consumer),
         prefetch=prefetch,
     )
+
+
+@pytest.mark.parametrize("status", ["ACTIVE", "DELETING", None])
+def test_the_consumer_is_described_on_the_loop_thread(status: str | None) -> None:
+    t = transport(FakeFanOut(), threading.Event(), consumer=status)
+    assert t.call(CheckConsumer()) == ConsumerCheck(ARN, "reader", "orders", status)
 
 
 def test_events_are_read_ahead_up_to_the_prefetch_and_never_block_the_caller() -> None:

@@ -15,7 +15,7 @@ from kinesis_core.fanout.errors import FanOutTransportError
 from kinesis_core.fanout.eventstream import MAX_MESSAGE_LENGTH, EventStreamDecoder, http_error
 from kinesis_core.fanout.http11 import Http11ClientProtocol
 from kinesis_core.records import SubRecord
-from tests.fanout_frames import (
+from tests.fakes.fanout import (
     DATA,
     encode_message,
     event,

@@ -7,7 +7,7 @@ import pytest
 
 from kinesis_core.fanout.errors import FanOutTransportError
 from kinesis_core.fanout.http11 import Http11ClientProtocol
-from tests.fanout_frames import DATA
+from tests.fakes.fanout import DATA
 
 EVENTS = (DATA / "kinesis_mock_h11_events.bin").read_bytes()
 IN_USE = (DATA / "kinesis_mock_h11_resource_in_use.bin").read_bytes()

@@ -11,7 +11,7 @@ from kinesis_core.consumer.subscription import SubscribeEvent
 from kinesis_core.fanout.errors import FanOutTransportError
 from kinesis_core.fanout.eventstream import EventStreamDecoder
 from kinesis_core.fanout.http2 import Http2ClientProtocol
-from tests.fanout_frames import DATA, H2Server, exchange, initial_response, record, subscribe_event
+from tests.fakes.fanout import DATA, H2Server, exchange, initial_response, record, subscribe_event
 
 REQUEST = [
     (b":method", b"POST"),

@@ -26,7 +26,7 @@ from kinesis_core.fanout.registration import (
     Send,
     Wait,
 )
-from tests.fanout_frames import CONSUMER_ARN
+from tests.fakes.fanout import CONSUMER_ARN
 
 STREAM = "arn:aws:kinesis:us-east-1:123456789012:stream/orders"
 

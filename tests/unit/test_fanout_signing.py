@@ -17,7 +17,7 @@ from kinesis_core.client import ClientConfig, create_kinesis_client
 from kinesis_core.fanout.connection import _CONNECTION_HEADERS
 from kinesis_core.fanout.http11 import Http11ClientProtocol
 from kinesis_core.fanout.signing import RequestSigner, SignedRequest
-from tests.fanout_frames import CONSUMER_ARN
+from tests.fakes.fanout import CONSUMER_ARN
 
 NOW = datetime.datetime(2026, 3, 4, 5, 6, 7)
 CONFIG = ClientConfig(

@@ -14,7 +14,7 @@ from kinesis_core.local.faults import (
     FaultRule,
     StreamCutter,
 )
-from tests.fanout_frames import initial_response, record, subscribe_event
+from tests.fakes.fanout import initial_response, record, subscribe_event
 
 SUBSCRIBE = "Kinesis_20131202.SubscribeToShard"
 STREAM = initial_response() + subscribe_event([record(1, b"a")], "1") + subscribe_event([], "1")

@@ -10,49 +10,17 @@ the same way (``import_cycles("kinesis_core")``).
 from __future__ import annotations
 
 import ast
-import importlib.util
-import sys
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.source import imports, make_package, package_modules
 
 PACKAGES = ["kinesis_core", "beam_kinesis", "faust_kinesis"]
 
 PRIVATE_ACCESS_ALLOWED = {"faust_kinesis": {"faust_kinesis.faust_internals"}}
 """Modules whose job is to reach into another library's internals (one per package at most)."""
-
-
-def package_modules(package: str) -> dict[str, Path]:
-    """Every module of ``package``, by dotted name (a package is its ``__init__``)."""
-    spec = importlib.util.find_spec(package)
-    assert spec is not None, f"no package {package}"
-    assert spec.origin is not None, f"{package} is a namespace package"
-    root = Path(spec.origin).parent
-    modules = {}
-    for path in sorted(root.rglob("*.py")):
-        parts = path.relative_to(root.parent).with_suffix("").parts
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        modules[".".join(parts)] = path
-    return modules
-
-
-def _imports(name: str, path: Path) -> Iterator[tuple[str, list[str]]]:
-    """What a module imports: ``(module, [])`` for ``import module``, ``(module, names)`` for
-    ``from module import names`` (relative imports resolved)."""
-    is_package = path.name == "__init__.py"
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            yield from ((alias.name, []) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                here = name.split(".") if is_package else name.split(".")[:-1]
-                here = here[: len(here) - (node.level - 1)]
-                base = ".".join([*here, node.module] if node.module else here)
-            else:
-                base = node.module or ""
-            yield base, [alias.name for alias in node.names]
 
 
 def import_graph(package: str) -> dict[str, set[str]]:
@@ -68,7 +36,7 @@ def import_graph(package: str) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         targets = set()
-        for base, names in _imports(name, path):
+        for base, names in imports(name, path):
             submodules = [f"{base}.{n}" for n in names if f"{base}.{n}" in modules]
             targets.update(submodules)
             if len(submodules) < len(names) or not names:
@@ -191,8 +159,6 @@ def test_the_checks_find_what_they_look_for(
     """A package with a cycle through a TYPE_CHECKING import and a relative import, and with
     private names taken from siblings: both checks see them, and ``from pkg import module``
     depends on that module, not on the package's ``__init__``."""
-    package = tmp_path / "cyclic_pkg"
-    (package / "sub").mkdir(parents=True)
     files = {
         "__init__.py": "from cyclic_pkg.a import A\n",
         "a.py": "from cyclic_pkg.b import B, _helper\nclass A: ...\n",
@@ -214,10 +180,7 @@ def test_the_checks_find_what_they_look_for(
         "leaf.py": "import cyclic_pkg.sub\nfrom cyclic_pkg import A\n",
         "sub/d.py": "from cyclic_pkg.sub import c\nx = c._ok()._replace()\n",
     }
-    for relative, text in files.items():
-        (package / relative).write_text(text)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("cyclic_pkg", None)
+    make_package(tmp_path, monkeypatch, "cyclic_pkg", files)
 
     assert import_graph("cyclic_pkg") == {
         "cyclic_pkg": {"cyclic_pkg.a"},

@@ -1,15 +1,15 @@
-"""Consumers sharing a stream through leases, in one event loop: an in-memory fake of Kinesis
-(from test_consumer_driver) and a MemoryCheckpointStore shared by the workers."""
+"""Consumers sharing a stream through leases, in one event loop: the in-memory Kinesis
+(tests/fakes/kinesis.py) and a MemoryCheckpointStore shared by the workers."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import Any
 
 import pytest
-from test_consumer_driver import FakeKinesis, assert_in_order_per_key, consumer
 
 from kinesis_core.checkpoint import (
     SHARD_END,
@@ -20,9 +20,12 @@ from kinesis_core.checkpoint import (
     Sentinel,
 )
 from kinesis_core.consumer import Consumer, ShardState
+from kinesis_core.consumer.incarnation import StreamRecreatedError
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.lease import LeaseConfig
 from kinesis_core.records import KinesisRecord
+from tests.fakes.kinesis import FakeKinesis
+from tests.helpers.consumer import assert_in_order_per_key, consumer
 
 APP = "app"
 Delivery = tuple[int, str, KinesisRecord]
@@ -350,5 +353,34 @@ def test_a_table_with_kcl_leases_resumes_at_their_checkpoints() -> None:
             await pumps.until(lambda: len(pumps.log) == 5)
             await pumps.stop()
         assert pumps.data() == [f"k{i}:0" for i in range(5, 10)]
+
+    asyncio.run(main())
+
+
+def test_leases_of_an_earlier_stream_are_refused_or_reset_before_anyone_reads() -> None:
+    """Lease rows of a stream deleted and created again (held by workers of the earlier one):
+    a worker's start fails; with on_stream_recreated="reset" the rows start over and two
+    workers read every record of the new stream."""
+
+    async def main() -> None:
+        fake = FakeKinesis(2)
+        store = MemoryCheckpointStore()
+        earlier = fake.created - timedelta(hours=1)
+        earlier_ms = int(earlier.timestamp() * 1000)
+        for shard_id in fake.shards:
+            row = await store.put(
+                APP, "stream", shard_id, (10**30, 0), expected=None, stream_created_ms=earlier_ms
+            )
+            await store.update_lease(APP, "stream", shard_id, expected=row, owner="gone-worker")
+        written = put_keys(fake, 40)
+        with pytest.raises(StreamRecreatedError, match="deleted and created again"):
+            await worker(fake, store, "a").start()
+        a = worker(fake, store, "a", on_stream_recreated="reset", leases=lease_config("a", 0.3))
+        b = worker(fake, store, "b", on_stream_recreated="reset", leases=lease_config("b", 0.3))
+        async with a, b:
+            pumps = Pumps({"a": a, "b": b})
+            await pumps.until(lambda: len(pumps.log) >= len(written))
+            await pumps.stop()
+        assert set(pumps.data()) == written
 
     asyncio.run(main())

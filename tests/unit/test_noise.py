@@ -7,6 +7,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+pytestmark = pytest.mark.slow  # each test starts Python and imports Beam
+
 APITOOLS = "apitools not found, and bigquery client libraries are not available"
 
 

@@ -6,7 +6,6 @@ import concurrent.futures
 import threading
 
 import pytest
-from test_producer_fakes import FakeKinesis
 
 from kinesis_core.errors import ValidationError
 from kinesis_core.loop_thread import loop_thread_count
@@ -17,6 +16,7 @@ from kinesis_core.producer import (
     ProducerConfig,
     RecordResult,
 )
+from tests.fakes.kinesis import FakeKinesis
 
 CONFIG = ProducerConfig(record_max_buffered_time=0.01, rate_limit=100_000)
 
@@ -52,6 +52,17 @@ def test_results_are_the_async_producers() -> None:
     assert batch[0].success
     assert batch.failures[0][0] == 1
     assert batch.failures[0][1].error_code == VALIDATION_ERROR
+
+
+def test_a_malformed_entry_of_put_many_says_what_is_wrong() -> None:
+    with BlockingProducer("stream", client=FakeKinesis(), config=CONFIG) as producer:
+        batch = producer.put_many([(b"a", "k"), (b"b",)], timeout=5)
+    assert batch[0].success
+    assert batch[1].error_code == VALIDATION_ERROR
+    assert batch[1].error_message == (
+        "record: must be a (data, partition_key[, explicit_hash_key]) tuple; "
+        "got a tuple of 1 element: partition_key (element 1) is missing"
+    )
 
 
 def test_bad_input_raises_in_the_callers_thread() -> None:

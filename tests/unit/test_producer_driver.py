@@ -4,14 +4,12 @@ shutdown, crashes, flush, resharding and throttling."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from test_producer_fakes import Entry, FakeKinesis, client_error
 
 from kinesis_core.errors import ValidationError
-from kinesis_core.hashing import MAX_HASH_KEY, hash_key
+from kinesis_core.hashing import MAX_HASH_KEY
 from kinesis_core.producer import (
     EXPIRED,
     INTERNAL,
@@ -27,36 +25,8 @@ from kinesis_core.producer import (
     Record,
 )
 from kinesis_core.producer.result import THROTTLED
-
-T = TypeVar("T")
-FAST = {"record_max_buffered_time": 0.01, "rate_limit": 100_000}
-
-
-def run(main: Callable[[], Awaitable[T]], limit: float = 20.0) -> T:
-    async def guarded() -> T:
-        return await asyncio.wait_for(main(), limit)
-
-    return asyncio.run(guarded())
-
-
-def producer(fake: FakeKinesis, **config: Any) -> Producer:
-    return Producer("stream", client=fake, config=ProducerConfig(**{**FAST, **config}))
-
-
-def records(n: int, size: int = 50, prefix: str = "k") -> list[tuple[bytes, str]]:
-    return [(f"{i:08d}".encode() + b"x" * size, f"{prefix}{i}") for i in range(n)]
-
-
-def check_landed(fake: FakeKinesis, results: list[Any], sent: list[tuple[bytes, str]]) -> None:
-    """Each record is read back by a KCL-style reader exactly where its result says."""
-    by_position = {(r.shard_id, *r.position): r for r in fake.read_all()}
-    for result, (data, pk) in zip(results, sent, strict=True):
-        assert result.success, result
-        read = by_position[(result.shard_id, result.sequence_number, result.sub_sequence_number)]
-        assert (read.data, read.partition_key) == (data, pk)
-        shard = next(s for s in fake.shards if s.shard_id == result.shard_id)
-        assert shard.contains(hash_key(pk))
-
+from tests.fakes.kinesis import Entry, FakeKinesis, client_error
+from tests.helpers.producer import FAST, check_landed, producer, records, run
 
 # -- results -------------------------------------------------------------------------------
 
@@ -160,6 +130,32 @@ def test_put_many_fails_bad_records_alone() -> None:
     check_landed(fake, [batch[i] for i in range(0, len(mixed), 2)], good)
     with pytest.raises(PutFailedError, match="record"):
         batch.raise_for_failures()
+
+
+MALFORMED: list[tuple[Any, str]] = [
+    ((b"b",), "got a tuple of 1 element: partition_key (element 1) is missing"),
+    ([b"b"], "got a list of 1 element: partition_key (element 1) is missing"),
+    ((), "got a tuple of 0 elements: data (element 0) is missing"),
+    ((b"a", "b", None, "d"), "got a tuple of 4 elements, one too many (at most 3)"),
+    ((b"a", "b", None, "d", "e"), "got a tuple of 5 elements, 2 too many (at most 3)"),
+    (None, "got None"),
+    (42, "got int 42"),
+    ("not a tuple", "got str 'not a tuple'"),
+]
+
+
+@pytest.mark.parametrize(("entry", "problem"), MALFORMED)
+def test_a_malformed_put_many_entry_says_what_is_wrong_with_it(entry: Any, problem: str) -> None:
+    async def main() -> Any:
+        async with producer(FakeKinesis()) as p:
+            return await p.put_many([entry])
+
+    ((index, result),) = run(main).failures
+    assert index == 0
+    assert result.error_code == VALIDATION_ERROR
+    assert result.error_message == (
+        f"record: must be a (data, partition_key[, explicit_hash_key]) tuple; {problem}"
+    )
 
 
 def test_put_many_accepts_any_iterable_and_an_empty_batch() -> None:
@@ -461,7 +457,7 @@ def test_a_split_behind_the_producers_back_retries_whole_aggregates() -> None:
     assert again.ok
     check_landed(fake, list(batch), sent)
     assert metrics.errors_by_code.get("Wrong Shard", 0) >= 1
-    assert fake.list_calls >= 2
+    assert fake.count("ListShards") >= 2
     retried = [r for r in batch if len(r.attempts) > 1]
     assert retried
     assert all(r.attempts[0].error_code == "Wrong Shard" for r in retried)

@@ -12,8 +12,6 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import EndpointConnectionError
-from test_producer_driver import FAST, check_landed, producer, records, run
-from test_producer_fakes import Entry, FakeKinesis, client_error
 
 from kinesis_core.classify import ERROR_CODES, ErrorKind
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError
@@ -26,6 +24,8 @@ from kinesis_core.producer import (
     ProducerFailedError,
 )
 from kinesis_core.stream import StreamRef
+from tests.fakes.kinesis import Entry, FakeKinesis, client_error
+from tests.helpers.producer import FAST, check_landed, producer, records, run
 
 AUTH_CODES = sorted(code for code, kind in ERROR_CODES.items() if kind is ErrorKind.AUTH)
 AUTH_CASES = [(code, 400) for code in AUTH_CODES] + [("403", 403), ("Forbidden", 403)]
@@ -38,12 +38,8 @@ ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/orders"
 
 @pytest.mark.parametrize(("code", "status"), AUTH_CASES)
 def test_start_raises_at_once_naming_an_auth_error(code: str, status: int) -> None:
-    class Refused(FakeKinesis):
-        async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
-            self.list_calls += 1
-            raise client_error(code, "the credentials say no", "ListShards", status)
-
-    fake = Refused()
+    fake = FakeKinesis()
+    fake.faults["ListShards"] = [client_error(code, "the credentials say no", "ListShards", status)]
 
     async def main() -> None:
         async with producer(fake):
@@ -51,7 +47,7 @@ def test_start_raises_at_once_naming_an_auth_error(code: str, status: int) -> No
 
     with pytest.raises(KinesisConnectorError) as info:
         run(main, limit=5.0)
-    assert fake.list_calls == 1  # not retried for 30 s
+    assert fake.count("ListShards") == 1  # not retried for 30 s
     message = str(info.value)
     assert code in message
     assert "the credentials say no" in message
@@ -170,6 +166,7 @@ class Down(FakeKinesis):
         return await super().put_records(Records=Records, **kwargs)
 
 
+@pytest.mark.slow
 def test_a_dead_endpoint_is_backed_off_one_request_at_a_time_and_recovers() -> None:
     random.seed(7)
     fake = Down(shards=4)
@@ -193,6 +190,7 @@ def test_a_dead_endpoint_is_backed_off_one_request_at_a_time_and_recovers() -> N
     assert any("Could not connect" in (a.error_message or "") for r in results for a in r.attempts)
 
 
+@pytest.mark.slow
 def test_after_the_first_failures_only_one_request_is_in_flight() -> None:
     random.seed(3)
     fake = Down(shards=4)
@@ -210,13 +208,10 @@ def test_after_the_first_failures_only_one_request_is_in_flight() -> None:
     run(main)
 
 
+@pytest.mark.slow
 def test_start_reports_an_endpoint_that_does_not_answer_within_seconds() -> None:
-    class Nothing(FakeKinesis):
-        async def list_shards(self, **kwargs: Any) -> dict[str, Any]:
-            self.list_calls += 1
-            raise EndpointConnectionError(endpoint_url="http://127.0.0.1:9")
-
-    fake = Nothing()
+    fake = FakeKinesis()
+    fake.faults["ListShards"] = [EndpointConnectionError(endpoint_url="http://127.0.0.1:9")] * 4
 
     async def main() -> None:
         async with producer(fake):
@@ -224,7 +219,7 @@ def test_start_reports_an_endpoint_that_does_not_answer_within_seconds() -> None
 
     with pytest.raises(KinesisConnectorError) as info:
         run(main, limit=10.0)  # not the 30 s of start_timeout
-    assert fake.list_calls == 3
+    assert fake.count("ListShards") == 3
     assert "no answer from the endpoint after 3 attempts" in str(info.value)
     assert "Could not connect to the endpoint URL" in str(info.value)
 
@@ -241,8 +236,8 @@ def test_a_stream_arn_names_the_stream_by_its_arn_in_every_call() -> None:
             return await p.put_many(records(20))
 
     assert run(main).ok
-    assert fake.params
-    for params in fake.params:
+    assert fake.calls
+    for _, _, params in fake.calls:
         assert params.get("StreamARN") == ARN or "NextToken" in params
         assert "StreamName" not in params
 
@@ -256,11 +251,11 @@ def test_a_stream_id_goes_with_every_call_that_names_the_stream() -> None:
             return await p.put_many(records(20))
 
     assert run(main).ok
-    ops = {params["op"] for params in fake.params}
+    ops = {call.operation for call in fake.calls}
     assert ops == {"ListShards", "DescribeStreamSummary", "PutRecords"}
-    for params in fake.params:
-        assert params["StreamId"] == "abcdefghij0123456789-abc"
-        assert params["StreamName"] == "orders"
+    for call in fake.calls:
+        assert call.params["StreamId"] == "abcdefghij0123456789-abc"
+        assert call.params["StreamName"] == "orders"
 
 
 def test_stream_name_still_works_with_a_deprecation_warning() -> None:
@@ -334,8 +329,7 @@ def test_a_landing_on_a_shard_born_and_closed_between_refreshes_is_decided() -> 
 
     batch = run(main)
     assert batch.ok
-    listed = [p.get("ShardFilter", {}).get("Type") for p in fake.params if p["op"] == "ListShards"]
-    assert "AT_TRIM_HORIZON" in listed
+    assert {"Type": "AT_TRIM_HORIZON"} in fake.shard_filters
     check_landed(fake, list(batch), sent)
     kcl = {(r.partition_key, r.data) for r in fake.read_all(kcl=True)}
     assert {(pk, data) for data, pk in sent} <= kcl

@@ -10,14 +10,14 @@ import tracemalloc
 from typing import Any
 
 import pytest
-from test_producer_driver import FAST, producer, run
-from test_producer_fakes import Entry, FakeKinesis
 
 from benchmarks.bench_large_records import LazyRecords
 from kinesis_core.aggregation import is_aggregated
 from kinesis_core.errors import RecordTooLargeError, ValidationError
 from kinesis_core.producer import VALIDATION_ERROR, BlockingProducer, ProducerConfig
 from kinesis_core.producer.config import PAYLOAD_COPIES, RECORD_OVERHEAD_BYTES
+from tests.fakes.kinesis import Entry, FakeKinesis
+from tests.helpers.producer import FAST, producer, run
 
 MIB = 1024 * 1024
 
@@ -28,10 +28,10 @@ def test_a_record_over_the_streams_limit_is_refused_after_the_stream_is_asked_ag
     async def main() -> None:
         async with producer(fake) as p:
             assert p.record_bytes == MIB
-            assert fake.describe_calls == 1  # at start
+            assert fake.count("DescribeStreamSummary") == 1  # at start
             with pytest.raises(RecordTooLargeError) as refused:
                 await p.put(b"x" * (2 * MIB), "k")
-            assert fake.describe_calls == 2  # asked again before refusing
+            assert fake.count("DescribeStreamSummary") == 2  # asked again before refusing
             message = str(refused.value)
             assert message.startswith("data: data plus partition key is 2097153 bytes")
             assert "1024 KiB" in message
@@ -82,7 +82,7 @@ def test_put_many_refuses_an_oversized_record_alone_and_writes_the_others() -> N
     assert "the most any Kinesis stream takes" in huge
     assert batch[0].success
     assert batch[2].success
-    assert fake.describe_calls == 2  # one look for both (the 11 MiB one needs none)
+    assert fake.count("DescribeStreamSummary") == 2  # one look for both (the 11 MiB one needs none)
     assert sorted(r.data for r in fake.read_all()) == [b"after", b"before"]
 
 
@@ -97,7 +97,8 @@ def test_max_record_bytes_caps_below_the_streams_limit() -> None:
                 await p.put(b"x" * (3 * MIB), "k")
             batch = await p.put_many([(b"x" * (3 * MIB), "k")])
             assert "max_record_bytes" in (batch[0].error_message or "")
-            assert fake.describe_calls == 1  # the stream's limit is not what refused it
+            # the stream's limit is not what refused it
+            assert fake.count("DescribeStreamSummary") == 1
 
     run(main)
 

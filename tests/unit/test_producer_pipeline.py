@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_producer_fakes import RecordingSink
 
 from kinesis_core.backoff import Backoff
 from kinesis_core.hashing import MAX_HASH_KEY
@@ -17,6 +16,7 @@ from kinesis_core.producer.metrics import ProducerMetrics
 from kinesis_core.producer.pipeline import Pipeline
 from kinesis_core.producer.result import EXPIRED, WRONG_SHARD
 from kinesis_core.producer.retrier import SendOutcome
+from tests.fakes.producer import RecordingSink
 
 HALF = (MAX_HASH_KEY + 1) // 2
 LOW, HIGH = "low", "high"

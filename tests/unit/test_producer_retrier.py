@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from test_producer_fakes import RecordingSink, client_error
 
 from kinesis_core.producer.config import record_cost
 from kinesis_core.producer.items import KinesisRecordOut, PutBatch, UserRecord
@@ -26,6 +25,8 @@ from kinesis_core.producer.result import (
 )
 from kinesis_core.producer.retrier import Retrier, RetryDecisions, SendOutcome
 from kinesis_core.producer.sender import error_of, send_batch
+from tests.fakes.kinesis import client_error
+from tests.fakes.producer import RecordingSink
 
 LOW = (0, 99)
 HIGH = (100, 199)

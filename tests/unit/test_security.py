@@ -200,6 +200,7 @@ def test_explicit_credentials_in_a_beam_transform_are_warned_about(transform: ty
 # -- TLS ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tls_verification_is_on_unless_turned_off_explicitly(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

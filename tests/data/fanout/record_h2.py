@@ -18,7 +18,7 @@ import h2.errors
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from tests.fanout_frames import H2Server, initial_response, record, subscribe_event
+from tests.fakes.fanout import H2Server, initial_response, record, subscribe_event
 
 HERE = Path(__file__).parent
 EVENTS = (
