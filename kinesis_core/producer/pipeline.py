@@ -16,7 +16,7 @@ The pipeline also keeps the memory budget: it counts accepted, unfinished record
 ``admit_many`` stops at the first record that does not fit so the driver can wait for room.
 
 Records are checked against ``record_bytes``: the stream's maximum record size
-(:class:`~kinesis_core.shard_map.RecordSizeLimit`, learned by the driver) or the
+(:class:`~kinesis_core.record_size.RecordSizeLimit`, learned by the driver) or the
 ``max_record_bytes`` cap, the smaller. A record over the stream's limit that a larger one could
 take is set aside in ``too_large`` instead of refused: the driver asks the stream again and then
 admits it (``admit_one``) or refuses it (``refusal`` says why).
@@ -54,7 +54,7 @@ from kinesis_core.producer.retrier import (
     latest_failure,
     waiting_for_retry,
 )
-from kinesis_core.shard_map import RecordSizeLimit
+from kinesis_core.record_size import RecordSizeLimit
 
 PredictFn = Callable[[int], "str | None"]
 
