@@ -104,12 +104,15 @@ class ShardReaders:
             return SyncShardReader(
                 machine, link, pending_interval=subscription.pending_interval, where=spec.stream
             )
-        # A straddling shard is polled by two restrictions: they share its 5 calls/s.
-        min_interval = 2 * MIN_CALL_INTERVAL if straddles else MIN_CALL_INTERVAL
+        # A straddling shard is polled by two restrictions: they share its 5 calls/s and its
+        # reads per second.
+        sharing = 2 if straddles else 1
+        min_interval = sharing * MIN_CALL_INTERVAL
         options = PollingOptions(
             limit=spec.max_records_per_call,
             min_interval=min_interval,
             idle_interval=max(spec.idle_interval, min_interval),
+            max_bytes_per_second=spec.max_read_bytes_per_second / sharing,
         )
         polling = PollingRead(node, start, options, incarnation=incarnation, stream=spec.stream)
         link = self.executor.link(self._stream, cursor.shard_id)

@@ -5,12 +5,15 @@ Moving a pipeline off Java is one import line::
     # from apache_beam.io.kinesis import ReadDataFromKinesis, WriteToKinesis
     from beam_kinesis.compat import ReadDataFromKinesis, WriteToKinesis
 
-The class names, argument names, argument order, units (milliseconds, minutes) and the
-``InitialPositionInStream`` / ``WatermarkPolicy`` constants are Beam's (2.77). The read outputs
-the data ``bytes`` of each record, as the Java read does. What maps where, what is ignored (with
-a warning) and what is refused: docs/beam-compat.md. Unlike the Java transforms, the keys are
-optional: leave them out and the workers use their default credential chain; given, they travel
-in the pickled pipeline, and a ``CredentialsInPipelineWarning`` says so.
+The class names, argument names, argument order, units (milliseconds, minutes), defaults and
+the ``InitialPositionInStream`` / ``WatermarkPolicy`` constants (with their ``validate_param``)
+are Beam's (2.77, its Python wrapper and the Java transforms behind it). The read outputs the
+data ``bytes`` of each record, as the Java read does; the write sends plain records unless
+``aggregation_enabled=True``, and a record that still fails after the retries fails the bundle,
+as the Java write does. What maps where, each difference, what is ignored (with a warning) and
+what is refused: docs/beam-compat.md. Unlike the Java transforms, the keys are optional: leave
+them out and the workers use their default credential chain; given, they travel in the pickled
+pipeline, and a ``CredentialsInPipelineWarning`` says so.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from beam_kinesis.write import WriteToKinesis as _WriteToKinesis
 from kinesis_core.client import ClientConfig
 from kinesis_core.consumer.polling import MIN_CALL_INTERVAL
 from kinesis_core.consumer.positions import LATEST, TRIM_HORIZON, AtTimestamp, InitialPosition
-from kinesis_core.errors import ConfigurationError
+from kinesis_core.errors import ConfigurationError, ValidationError
+from kinesis_core.hashing import validate_partition_key
 from kinesis_core.producer import ProducerConfig
 
 __all__ = [
@@ -42,15 +46,36 @@ class IgnoredArgumentWarning(UserWarning):
     """An argument of the cross-language transform that has no meaning here was given."""
 
 
+def _check_constant(cls: type, what: str, param: object) -> None:
+    """Beam's ``validate_param``: a given (truthy) value must be one of ``cls``'s constants, or
+    ``RuntimeError`` with Beam's message. Beam looks the value up as any attribute name
+    (``"validate_param"`` passes there); only the constants pass here."""
+    constants = [value for name, value in vars(cls).items() if name.isupper()]
+    if param and param not in constants:
+        raise RuntimeError(f"Invalid {what}: {param}")
+
+
 class InitialPositionInStream:
     LATEST = "LATEST"
     TRIM_HORIZON = "TRIM_HORIZON"
     AT_TIMESTAMP = "AT_TIMESTAMP"
 
+    @staticmethod
+    def validate_param(param: object) -> None:
+        _check_constant(InitialPositionInStream, "initial position in stream", param)
+
 
 class WatermarkPolicy:
     PROCESSING_TYPE = "PROCESSING_TYPE"
     ARRIVAL_TIME = "ARRIVAL_TIME"
+
+    @staticmethod
+    def validate_param(param: object) -> None:
+        _check_constant(WatermarkPolicy, "watermark policy", param)
+
+
+_IDLE_THRESHOLD_MILLIS = 120_000
+"""The Java read's watermark idle threshold when none is given (WatermarkParameters: 2 min)."""
 
 
 def _ignored(transform: str, name: str, why: str) -> None:
@@ -89,19 +114,22 @@ def _millis(name: str, value: int | float | None) -> float | None:
     return value / 1000.0
 
 
-def _initial_position(position: str | None, timestamp_millis: int | None) -> InitialPosition:
-    if position is None and timestamp_millis is not None:
-        position = InitialPositionInStream.AT_TIMESTAMP
+def _initial_position(
+    position: str | None, timestamp_millis: int | float | None
+) -> InitialPosition:
+    """As the Java registrar, which sets the position and then the timestamp: a timestamp wins
+    (0 counts as none, as in Beam's wrapper). Neither given: LATEST here, where the Java read
+    fails when the job starts."""
+    if timestamp_millis:
+        return AtTimestamp(datetime.fromtimestamp(int(timestamp_millis) / 1000.0, timezone.utc))
     if position in (None, InitialPositionInStream.LATEST):
         return LATEST
     if position == InitialPositionInStream.TRIM_HORIZON:
         return TRIM_HORIZON
     if position == InitialPositionInStream.AT_TIMESTAMP:
-        if timestamp_millis is None:
-            raise ConfigurationError(
-                "initial_timestamp_in_stream: AT_TIMESTAMP needs the timestamp (epoch millis)"
-            )
-        return AtTimestamp(datetime.fromtimestamp(int(timestamp_millis) / 1000.0, timezone.utc))
+        raise ConfigurationError(
+            "initial_timestamp_in_stream: AT_TIMESTAMP needs the timestamp (epoch millis)"
+        )
     raise ConfigurationError(
         f"initial_position_in_stream: must be LATEST, TRIM_HORIZON or AT_TIMESTAMP, "
         f"got {position!r}"
@@ -123,7 +151,7 @@ class ReadDataFromKinesis(beam.PTransform):  # type: ignore[type-arg]
         max_num_records: int | None = None,
         max_read_time: int | None = None,
         initial_position_in_stream: str | None = None,
-        initial_timestamp_in_stream: int | None = None,
+        initial_timestamp_in_stream: int | float | None = None,
         request_records_limit: int | None = None,
         up_to_date_threshold: int | None = None,
         max_capacity_per_shard: int | None = None,
@@ -134,6 +162,8 @@ class ReadDataFromKinesis(beam.PTransform):  # type: ignore[type-arg]
     ) -> None:
         super().__init__()
         name = "ReadDataFromKinesis"
+        WatermarkPolicy.validate_param(watermark_policy)
+        InitialPositionInStream.validate_param(initial_position_in_stream)
         if expansion_service is not None:
             _ignored(name, "expansion_service", "the read is pure Python, no Java expansion")
         if up_to_date_threshold is not None:
@@ -167,17 +197,15 @@ class ReadDataFromKinesis(beam.PTransform):  # type: ignore[type-arg]
         }
         if request_records_limit is not None:
             options["max_records_per_call"] = request_records_limit
-        idle = _millis("watermark_idle_duration_threshold", watermark_idle_duration_threshold)
-        if idle is not None:
-            options["idle_threshold"] = idle
+        idle = watermark_idle_duration_threshold
+        options["idle_threshold"] = _millis(
+            "watermark_idle_duration_threshold", _IDLE_THRESHOLD_MILLIS if idle is None else idle
+        )
         delay = _millis("rate_limit", rate_limit)
         if delay is not None:
-            if delay < MIN_CALL_INTERVAL:
-                raise ConfigurationError(
-                    f"rate_limit: at least {MIN_CALL_INTERVAL * 1000:.0f} ms (Kinesis allows 5 "
-                    f"GetRecords calls per second per shard), got {rate_limit!r}"
-                )
-            options["idle_interval"] = delay
+            # The reader never calls GetRecords more than 5 times a second per shard (the
+            # service's limit, where a shorter Java delay gets throttled).
+            options["idle_interval"] = max(delay, MIN_CALL_INTERVAL)
         self._read = ReadFromKinesis(stream_name, **options)
 
     def expand(self, pbegin: Any) -> Any:
@@ -197,7 +225,10 @@ class _Constant:
 class WriteToKinesis(beam.PTransform):  # type: ignore[type-arg]
     """``apache_beam.io.kinesis.WriteToKinesis`` on :class:`beam_kinesis.WriteToKinesis`: bytes
     elements, one partition key for all of them (times in milliseconds and minutes, as in
-    Beam's). Returns the sink's result (``failed_records``)."""
+    Beam's). Plain records unless ``aggregation_enabled=True`` (KPL aggregates then), as the
+    Java write. A record that fails for good fails the bundle, which the runner retries, as
+    the Java write does (``on_failure="raise"``: the result's ``failed_records`` stays
+    empty)."""
 
     def __init__(
         self,
@@ -231,12 +262,16 @@ class WriteToKinesis(beam.PTransform):  # type: ignore[type-arg]
                 "the producer refreshes its shard map when Kinesis reports a record on the "
                 "wrong shard, and in the background",
             )
-        if not isinstance(partition_key, str) or not partition_key:
+        try:
+            key = validate_partition_key(partition_key)
+        except ValidationError as error:
+            # Refused here, where the Java write refuses each record (1 to 256 characters).
             raise ConfigurationError(
-                f"partition_key: the one partition key of every record, got {partition_key!r}"
-            )
+                "partition_key", f"the one partition key of every record {error.reason}"
+            ) from error
         config = ProducerConfig(
-            aggregation_enabled=True if aggregation_enabled is None else aggregation_enabled,
+            # The Java registrar: aggregationEnabled != null && aggregationEnabled.
+            aggregation_enabled=False if aggregation_enabled is None else aggregation_enabled,
             aggregation_max_size=aggregation_max_bytes,
             record_max_buffered_time=_millis(
                 "aggregation_max_buffered_time", aggregation_max_buffered_time
@@ -245,11 +280,12 @@ class WriteToKinesis(beam.PTransform):  # type: ignore[type-arg]
         )
         self._write = _WriteToKinesis(
             stream_name,
-            partition_key=_Constant(partition_key),
+            partition_key=_Constant(key),
             client_config=_client_config(
                 aws_access_key, aws_secret_key, region, service_endpoint, verify_certificate
             ),
             producer_config=config,
+            on_failure="raise",
         )
 
     def expand(self, pcoll: Any) -> Any:

@@ -101,15 +101,20 @@ class DescribeStreamSummary(ApiCall):
 
 @dataclass(frozen=True, slots=True)
 class RegisterStreamConsumer(ApiCall):
-    """Register a consumer of the stream; the answer is the ``Consumer`` description."""
+    """Register a consumer of the stream, with ``tags`` (``(key, value)`` pairs) if any; the
+    answer is the ``Consumer`` description."""
 
     stream_arn: str
     consumer_name: str
+    tags: tuple[tuple[str, str], ...] = ()
 
     operation: ClassVar[str] = "register_stream_consumer"
 
     def request(self, token: str | None) -> dict[str, Any]:
-        return {"StreamARN": self.stream_arn, "ConsumerName": self.consumer_name}
+        kwargs: dict[str, Any] = {"StreamARN": self.stream_arn, "ConsumerName": self.consumer_name}
+        if self.tags:
+            kwargs["Tags"] = dict(self.tags)
+        return kwargs
 
     def parse(self, response: Mapping[str, Any]) -> tuple[Any, str | None]:
         return response["Consumer"], None

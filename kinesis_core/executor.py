@@ -87,6 +87,11 @@ def consumer_check(consumer_arn: str, description: Mapping[str, Any] | None) -> 
     return ConsumerCheck(consumer_arn, parsed.consumer_name, parsed.stream_name, status)
 
 
+def records_params(stream: StreamRef) -> dict[str, str]:
+    """GetRecords names no stream (the iterator does), but passes its ``StreamId`` on."""
+    return {} if stream.stream_id is None else {"StreamId": stream.stream_id}
+
+
 def stream_view(shards: list[ShardInfo], summary: Mapping[str, Any]) -> StreamView:
     return StreamView(shards, StreamFacts.from_response(summary))
 
@@ -263,13 +268,16 @@ class AsyncShardLink:
         self._client = executor.client
         self._stream = stream
         self._stream_params = stream.params()
+        self._records_params = records_params(stream)
         self._shard_id = shard_id
         self._consumer_arn = consumer_arn
         self._subscription: Any = None
 
     async def call(self, call: Call) -> Any:
         if isinstance(call, GetRecords):
-            return await self._client.get_records(ShardIterator=call.iterator, Limit=call.limit)
+            return await self._client.get_records(
+                ShardIterator=call.iterator, Limit=call.limit, **self._records_params
+            )
         if isinstance(call, GetIterator):
             return await self._client.get_shard_iterator(
                 **self._stream_params, ShardId=self._shard_id, **call.params
@@ -461,13 +469,16 @@ class SyncShardLink:
         self._client = executor.client
         self._stream = stream
         self._stream_params = stream.params()
+        self._records_params = records_params(stream)
         self._shard_id = shard_id
         self._fan_out = fan_out
         self._subscriber = subscriber
 
     def call(self, call: Call) -> Any:
         if isinstance(call, GetRecords):
-            return self._client.get_records(ShardIterator=call.iterator, Limit=call.limit)
+            return self._client.get_records(
+                ShardIterator=call.iterator, Limit=call.limit, **self._records_params
+            )
         if isinstance(call, GetIterator):
             return self._client.get_shard_iterator(
                 **self._stream_params, ShardId=self._shard_id, **call.params

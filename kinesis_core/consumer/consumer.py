@@ -167,6 +167,8 @@ class Consumer:
         """The stream as given (name or ARN); checkpoints are kept under its name."""
         self._life = Lifecycle(f"Consumer({self.stream!r})")
         self._polling_options = config.polling
+        if client_config is not None:
+            self._stream.check_endpoint(client_config.endpoint_url)
         self._client_config = client_config
         self._client = client
         self._clock = clock

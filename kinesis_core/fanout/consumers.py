@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +41,7 @@ from kinesis_core.fanout.registration import (
     Wait,
     check_consumer_name,
     check_consumer_of_stream,
+    check_consumer_tags,
     parse_consumer_arn,
 )
 from kinesis_core.retry import RetryPolicy
@@ -85,16 +86,19 @@ async def register_consumer(
     *,
     timeout: float = 120.0,
     clock: Clock = SYSTEM_CLOCK,
+    tags: Mapping[str, str] | Iterable[tuple[str, str]] = (),
 ) -> StreamConsumer:
-    """Register ``consumer_name`` on the stream, or reuse the consumer of that name, and wait
-    until it is ACTIVE. ConsumerRegistrationError when the stream has its 20 consumers or the
-    consumer is not ACTIVE within ``timeout`` seconds; ClientError for other refusals."""
+    """Register ``consumer_name`` on the stream (with ``tags``, which then needs
+    kinesis:TagResource too), or reuse the consumer of that name (its tags stay as they are),
+    and wait until it is ACTIVE. ConsumerRegistrationError when the stream has all the
+    consumers it takes (20, or 50 on an On-demand Advantage stream) or the consumer is not
+    ACTIVE within ``timeout`` seconds; ClientError for other refusals."""
     check_consumer_name(consumer_name)
     executor = _executor(client, clock)
     machine = ConsumerActivation(
         consumer_name=consumer_name, stream=stream_arn, now=executor.clock.now(), timeout=timeout
     )
-    return await _drive(executor, machine, stream_arn)
+    return await _drive(executor, machine, stream_arn, check_consumer_tags(tags))
 
 
 async def wait_for_consumer(
@@ -171,10 +175,10 @@ async def consumer_check(client: Any, consumer_arn: str) -> ConsumerCheck:
 class RegisteredConsumer:
     """``async with`` a consumer that is ACTIVE inside the block.
 
-    Give ``consumer_name`` (registered, or reused when it exists) or ``consumer_arn`` (checked
-    against the stream, then waited for); ``deregister_on_close`` deregisters it on exit.
-    ``stream`` is a stream name or ARN; ``client`` an aiobotocore Kinesis client, or an
-    executor.
+    Give ``consumer_name`` (registered, with ``tags`` if any, or reused when it exists) or
+    ``consumer_arn`` (checked against the stream, then waited for); ``deregister_on_close``
+    deregisters it on exit. ``stream`` is a stream name or ARN; ``client`` an aiobotocore
+    Kinesis client, or an executor.
     """
 
     def __init__(
@@ -187,10 +191,16 @@ class RegisteredConsumer:
         deregister_on_close: bool = False,
         timeout: float = 120.0,
         clock: Clock = SYSTEM_CLOCK,
+        tags: Mapping[str, str] | Iterable[tuple[str, str]] = (),
     ) -> None:
         if (consumer_name is None) == (consumer_arn is None):
             raise ConfigurationError(
                 "consumer_name", "give exactly one of consumer_name and consumer_arn"
+            )
+        self._tags = check_consumer_tags(tags)
+        if self._tags and consumer_arn is not None:
+            raise ConfigurationError(
+                "tags", "tag a consumer when it is registered by name, not one given by ARN"
             )
         self._executor = _executor(client, clock)
         self._stream = stream
@@ -209,7 +219,7 @@ class RegisteredConsumer:
         else:
             assert self._name is not None
             self.consumer = await register_consumer(
-                self._executor, stream_arn, self._name, timeout=self._timeout
+                self._executor, stream_arn, self._name, timeout=self._timeout, tags=self._tags
             )
         return self.consumer
 
@@ -257,6 +267,7 @@ async def open_fan_out(
             str(stream),
             consumer_name=efo.consumer_name,
             consumer_arn=efo.consumer_arn,
+            tags=efo.tags,
             deregister_on_close=efo.deregister_on_close,
             timeout=efo.register_timeout,
         )
@@ -292,7 +303,10 @@ def open_fan_out_on_loop(
 
 
 async def _drive(
-    executor: AsyncExecutor, machine: ConsumerActivation, stream_arn: str
+    executor: AsyncExecutor,
+    machine: ConsumerActivation,
+    stream_arn: str,
+    tags: tuple[tuple[str, str], ...] = (),
 ) -> StreamConsumer:
     clock = executor.clock
     described: dict[str, Any] = {}
@@ -307,7 +321,7 @@ async def _drive(
         try:
             if action.call is Call.REGISTER:
                 described = await executor.execute(
-                    RegisterStreamConsumer(stream_arn, machine.consumer_name)
+                    RegisterStreamConsumer(stream_arn, machine.consumer_name, tags)
                 )
             elif action.call is Call.DESCRIBE:
                 if machine.consumer_arn is not None:

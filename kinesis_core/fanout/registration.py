@@ -4,8 +4,10 @@ and what a consumer ARN and a consumer name may look like.
 RegisterStreamConsumer answers with the consumer in CREATING (kinesis-mock: for its
 REGISTER_STREAM_CONSUMER_DURATION, 500 ms by default; AWS: several seconds), and
 ResourceInUseException when a consumer of that name exists: then it is described and reused.
-LimitExceededException means either the call rate (5/s per stream) or the 20 consumers a stream
-may have: the consumers are listed to tell which, and only the rate case is retried. A consumer
+LimitExceededException means either a rate (5 calls/s, 5 consumers CREATING at once) or the
+consumers a stream may have: 20, or 50 on an On-demand Advantage stream, which no call shows.
+The consumers are listed to tell which: under 20 it is a rate, retried; from 50 the limit; in
+between, retried a few times (a rate passes) before it is reported as the 20 limit. A consumer
 that is DELETING is waited out and registered again. Every wait backs off (with jitter) until a
 deadline, after which the machine fails with the last status it saw.
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 import enum
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -30,6 +32,12 @@ from kinesis_core.backoff import ceiling
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError
 
 MAX_CONSUMERS_PER_STREAM = 20
+"""Registered consumers a provisioned or On-demand Standard stream takes."""
+MAX_CONSUMERS_ON_DEMAND_ADVANTAGE = 50
+"""Registered consumers an On-demand Advantage stream takes."""
+LIMIT_RETRIES = 3
+"""LimitExceededException with 20 to 49 consumers listed: retries before it counts as the
+stream's limit (a rate limit passes within them)."""
 
 _ARN = re.compile(
     r"^arn:(?P<partition>aws[a-zA-Z-]*):kinesis:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
@@ -97,6 +105,34 @@ def check_consumer_name(name: object, field: str = "consumer_name") -> str:
             field, f"a consumer name is 1..128 characters of [a-zA-Z0-9_.-], got {name!r}"
         )
     return name
+
+
+MAX_CONSUMER_TAGS = 50
+
+
+def check_consumer_tags(
+    tags: Mapping[str, str] | Iterable[tuple[str, str]], field: str = "tags"
+) -> tuple[tuple[str, str], ...]:
+    """Tags for RegisterStreamConsumer as ``(key, value)`` pairs: at most 50, keys of 1 to 128
+    characters not starting with ``aws:``, values of 0 to 256; ConfigurationError otherwise."""
+    pairs = tuple(tags.items() if isinstance(tags, Mapping) else tags)
+    if len(pairs) > MAX_CONSUMER_TAGS:
+        raise ConfigurationError(field, f"at most {MAX_CONSUMER_TAGS} tags, got {len(pairs)}")
+    for pair in pairs:
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            raise ConfigurationError(field, f"must map keys to values, got {pair!r:.80}")
+        key, value = pair
+        if not isinstance(key, str) or not 1 <= len(key) <= 128 or key.startswith("aws:"):
+            raise ConfigurationError(
+                field, f"a tag key is 1 to 128 characters, not starting with 'aws:', got {key!r}"
+            )
+        if not isinstance(value, str) or len(value) > 256:
+            raise ConfigurationError(
+                field, f"the value of tag {key!r} must be a str of at most 256 characters"
+            )
+    if len({key for key, _ in pairs}) != len(pairs):
+        raise ConfigurationError(field, "a tag key appears twice")
+    return pairs
 
 
 def check_consumer_of_stream(consumer_arn: str, stream_arn: str) -> ConsumerArn:
@@ -176,6 +212,7 @@ class ConsumerActivation:
         self._max = backoff_max
         self._rng = rng
         self._waits = 0
+        self._limit_hits = 0
         self._next: Action = Send(Call.DESCRIBE if self._by_arn else Call.REGISTER)
         self._after_wait = self._next
 
@@ -226,16 +263,20 @@ class ConsumerActivation:
 
     def on_listed(self, consumer_names: list[str], now: float) -> None:
         """The stream's consumers, after Register hit LimitExceededException."""
+        count = len(consumer_names)
         if self.consumer_name in consumer_names:
             self._next = Send(Call.DESCRIBE)
-        elif len(consumer_names) >= MAX_CONSUMERS_PER_STREAM:
-            raise ConsumerRegistrationError(
-                f"stream {self.stream} already has {len(consumer_names)} registered consumers, "
-                f"the limit is {MAX_CONSUMERS_PER_STREAM} per stream: deregister one of "
-                f"{sorted(consumer_names)} or reuse it by name"
-            )
-        else:
-            self._wait(now, Send(Call.REGISTER))
+            return
+        if count >= MAX_CONSUMERS_PER_STREAM:
+            self._limit_hits += 1
+            if count >= MAX_CONSUMERS_ON_DEMAND_ADVANTAGE or self._limit_hits > LIMIT_RETRIES:
+                raise ConsumerRegistrationError(
+                    f"stream {self.stream} already has {count} registered consumers: a stream "
+                    f"takes {MAX_CONSUMERS_PER_STREAM} (provisioned and On-demand Standard) or "
+                    f"{MAX_CONSUMERS_ON_DEMAND_ADVANTAGE} (On-demand Advantage); deregister one "
+                    f"of {sorted(consumer_names)} or reuse one by name"
+                )
+        self._wait(now, Send(Call.REGISTER))
 
     def on_transient_error(self, call: Call, now: float) -> None:
         """Throttling or a server error: try the same call again after a backoff."""

@@ -4,6 +4,7 @@ the same order, and each argument mapped, ignored with a warning, or refused."""
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 import pytest
@@ -23,11 +24,31 @@ def test_the_same_arguments_in_the_same_order(name: str) -> None:
     assert ours == theirs
 
 
+def _constants(cls: type) -> dict[str, str]:
+    return {k: v for k, v in vars(cls).items() if k.isupper()}
+
+
 def test_the_same_constants() -> None:
     for cls in ("InitialPositionInStream", "WatermarkPolicy"):
-        theirs = {k: v for k, v in vars(getattr(xlang, cls)).items() if k.isupper()}
-        ours = {k: v for k, v in vars(getattr(compat, cls)).items() if k.isupper()}
-        assert ours == theirs
+        assert _constants(getattr(compat, cls)) == _constants(getattr(xlang, cls))
+
+
+def _outcome(validate: Callable[[object], None], param: object) -> tuple[str, str] | None:
+    try:
+        validate(param)
+    except Exception as error:
+        return type(error).__name__, str(error)
+    return None
+
+
+@pytest.mark.parametrize("cls", ["InitialPositionInStream", "WatermarkPolicy"])
+def test_validate_param_accepts_and_refuses_what_beams_does(cls: str) -> None:
+    theirs, ours = getattr(xlang, cls), getattr(compat, cls)
+    refused = ["EARLIEST", "latest", "PROCESSING_TIME"]
+    for param in [None, "", *_constants(theirs).values(), *refused]:
+        assert _outcome(ours.validate_param, param) == _outcome(theirs.validate_param, param)
+    for param in refused:
+        assert _outcome(ours.validate_param, param) is not None
 
 
 def test_read_arguments_map_onto_read_from_kinesis() -> None:
@@ -66,8 +87,22 @@ def test_read_arguments_map_onto_read_from_kinesis() -> None:
     bare = compat.ReadDataFromKinesis("clicks")._read._spec
     assert bare.client_config == ClientConfig()  # the workers' default chain
     assert bare.initial_position == LATEST
+    assert bare.idle_threshold == 120.0  # the Java read's watermark idle threshold, 2 min
     trim = compat.ReadDataFromKinesis("c", initial_position_in_stream="TRIM_HORIZON")
     assert trim._read._spec.initial_position == TRIM_HORIZON
+    # The Java registrar sets the position, then the timestamp: the timestamp wins.
+    both = compat.ReadDataFromKinesis(
+        "c", initial_position_in_stream="TRIM_HORIZON", initial_timestamp_in_stream=1.7e12 + 0.9
+    )
+    assert both._read._spec.initial_position == AtTimestamp(
+        datetime(2023, 11, 14, 22, 13, 20, tzinfo=timezone.utc)
+    )
+    # Beam's wrapper takes a timestamp of 0 for none.
+    zero = compat.ReadDataFromKinesis("c", initial_timestamp_in_stream=0)
+    assert zero._read._spec.initial_position == LATEST
+    # Below Kinesis's 5 GetRecords calls per second per shard: the reader's 200 ms.
+    fast = compat.ReadDataFromKinesis("c", rate_limit=10)
+    assert fast._read._spec.idle_interval == 0.2
 
 
 def test_read_arguments_without_a_meaning_here_warn_or_are_refused() -> None:
@@ -87,10 +122,14 @@ def test_read_arguments_without_a_meaning_here_warn_or_are_refused() -> None:
         compat.ReadDataFromKinesis("c", watermark_policy=compat.WatermarkPolicy.PROCESSING_TYPE)
     with pytest.raises(ConfigurationError, match="AT_TIMESTAMP needs the timestamp"):
         compat.ReadDataFromKinesis("c", initial_position_in_stream="AT_TIMESTAMP")
-    with pytest.raises(ConfigurationError, match="initial_position_in_stream: must be"):
+    with pytest.raises(RuntimeError, match=r"^Invalid initial position in stream: EARLIEST$"):
         compat.ReadDataFromKinesis("c", initial_position_in_stream="EARLIEST")
-    with pytest.raises(ConfigurationError, match="rate_limit: at least 200 ms"):
-        compat.ReadDataFromKinesis("c", rate_limit=10)
+    with pytest.raises(RuntimeError, match=r"^Invalid watermark policy: PROCESSING_TIME$"):
+        compat.ReadDataFromKinesis("c", watermark_policy="PROCESSING_TIME")
+    with pytest.raises(ConfigurationError, match="initial_position_in_stream: must be"):
+        compat.ReadDataFromKinesis("c", initial_position_in_stream="")
+    with pytest.raises(ConfigurationError, match="rate_limit: must be a number of milliseconds"):
+        compat.ReadDataFromKinesis("c", rate_limit=-1)
     with pytest.raises(ConfigurationError, match="give both or neither"):
         compat.ReadDataFromKinesis("c", aws_access_key="AKIA")
 
@@ -111,12 +150,19 @@ def test_write_arguments_map_onto_write_to_kinesis() -> None:
     assert spec.producer_config == ProducerConfig(
         aggregation_enabled=False, aggregation_max_size=4096, record_max_buffered_time=0.25
     )
+    assert spec.on_failure == "raise"  # as the Java write: a failed record fails the bundle
     defaults = compat.WriteToKinesis("c", partition_key="k")._write._spec.producer_config
-    assert defaults == ProducerConfig()  # Beam's defaults (51,200 bytes, 100 ms) are ours
+    # Plain records, as Beam's (aggregationEnabled != null && aggregationEnabled); its other
+    # defaults (51,200 bytes, 100 ms) are ours.
+    assert defaults == ProducerConfig(aggregation_enabled=False)
+    on = compat.WriteToKinesis("c", partition_key="k", aggregation_enabled=True)
+    assert on._write._spec.producer_config == ProducerConfig(aggregation_enabled=True)
     with pytest.raises(ValueError, match="producer_properties is no longer supported"):
         compat.WriteToKinesis("c", partition_key="k", producer_properties={"a": "b"})
     with pytest.raises(ConfigurationError, match="partition_key: the one partition key"):
         compat.WriteToKinesis("c")
+    with pytest.raises(ConfigurationError, match=r"partition_key: .* the limit is 256"):
+        compat.WriteToKinesis("c", partition_key="k" * 257)
     with pytest.warns(compat.IgnoredArgumentWarning, match="aggregation_shard_refresh_interval"):
         compat.WriteToKinesis("c", partition_key="k", aggregation_shard_refresh_interval=5)
     with pytest.warns(compat.IgnoredArgumentWarning, match="expansion_service"):
