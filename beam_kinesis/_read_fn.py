@@ -44,7 +44,7 @@ from kinesis_core.consumer.positions import LATEST
 from kinesis_core.errors import KinesisServiceError
 from kinesis_core.executor import LISTING_RETRY, SyncExecutor
 from kinesis_core.loop_thread import LoopThread
-from kinesis_core.shard_map import ShardInfo
+from kinesis_core.shards import ShardInfo
 from kinesis_core.stream import StreamRef
 
 logger = logging.getLogger(__name__)

@@ -39,7 +39,7 @@ from kinesis_core.executor import LISTING_MAX_AGE, LISTING_RETRY, LoopFanOut, Sy
 from kinesis_core.fanout.consumers import open_fan_out_on_loop
 from kinesis_core.loop_thread import LoopThread
 from kinesis_core.records import Position
-from kinesis_core.shard_map import ShardInfo
+from kinesis_core.shards import ShardInfo
 from kinesis_core.stream import StreamRef
 
 KEEP_SECONDS = 290.0

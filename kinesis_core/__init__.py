@@ -66,13 +66,13 @@ _EXPORTS = {
     "KinesisRecord": "kinesis_core.records",
     "Position": "kinesis_core.records",
     "SubRecord": "kinesis_core.records",
-    "ShardInfo": "kinesis_core.shard_map",
+    "ShardInfo": "kinesis_core.shards",
     "ShardMap": "kinesis_core.shard_map",
-    "ShardMapDriver": "kinesis_core.shard_map",
+    "ShardMapDriver": "kinesis_core.shard_map_driver",
     "ShardMapState": "kinesis_core.shard_map",
-    "ShardMapTimeoutError": "kinesis_core.shard_map",
-    "list_all_shards": "kinesis_core.shard_map",
-    "uniform_shards": "kinesis_core.shard_map",
+    "ShardMapTimeoutError": "kinesis_core.shard_map_driver",
+    "list_all_shards": "kinesis_core.executor",
+    "uniform_shards": "kinesis_core.shards",
     "SkewReport": "kinesis_core.skew",
     "skew_report": "kinesis_core.skew",
     "StreamRef": "kinesis_core.stream",
@@ -126,6 +126,7 @@ if TYPE_CHECKING:
         KinesisServiceError as KinesisServiceError,
         ValidationError as ValidationError,
     )
+    from kinesis_core.executor import list_all_shards as list_all_shards
     from kinesis_core.hashing import (
         MAX_HASH_KEY as MAX_HASH_KEY,
         hash_key as hash_key,
@@ -154,15 +155,12 @@ if TYPE_CHECKING:
         Position as Position,
         SubRecord as SubRecord,
     )
-    from kinesis_core.shard_map import (
-        ShardInfo as ShardInfo,
-        ShardMap as ShardMap,
+    from kinesis_core.shard_map import ShardMap as ShardMap, ShardMapState as ShardMapState
+    from kinesis_core.shard_map_driver import (
         ShardMapDriver as ShardMapDriver,
-        ShardMapState as ShardMapState,
         ShardMapTimeoutError as ShardMapTimeoutError,
-        list_all_shards as list_all_shards,
-        uniform_shards as uniform_shards,
     )
+    from kinesis_core.shards import ShardInfo as ShardInfo, uniform_shards as uniform_shards
     from kinesis_core.skew import (
         SkewReport as SkewReport,
         skew_report as skew_report,

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from kinesis_core.shard_map import ShardInfo
+from kinesis_core.shards import ShardInfo
 from kinesis_core.stream import StreamRef
 
 LIST_SHARDS_PAGE = 1000

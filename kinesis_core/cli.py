@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from kinesis_core.allocator import BalancedKeyAllocator
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError, ValidationError
+from kinesis_core.executor import list_all_shards
 from kinesis_core.hashing import hash_key, validate_partition_key
 from kinesis_core.noise import silence_third_party_noise
-from kinesis_core.shard_map import AT_LATEST, ShardInfo, list_all_shards
+from kinesis_core.shards import AT_LATEST, ShardInfo
 from kinesis_core.skew import skew_report
 from kinesis_core.stream import StreamRef
 

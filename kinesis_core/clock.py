@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 
@@ -19,7 +20,7 @@ class Clock(Protocol):
 
     def now(self) -> float: ...
 
-    async def sleep(self, seconds: float) -> None: ...
+    def sleep(self, seconds: float) -> Awaitable[object]: ...
 
 
 class SystemClock:
@@ -33,6 +34,16 @@ class SystemClock:
 
 
 SYSTEM_CLOCK: Clock = SystemClock()
+
+
+class SleepingClock:
+    """``time.monotonic`` and a given ``sleep`` (a driver that takes a sleep function)."""
+
+    def __init__(self, sleep: Callable[[float], Awaitable[object]]) -> None:
+        self.sleep = sleep
+
+    def now(self) -> float:
+        return time.monotonic()
 
 
 class BlockingClock(Protocol):

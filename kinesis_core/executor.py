@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from kinesis_core.calls import (
+    LIST_SHARDS_PAGE,
     ApiCall,
     Call,
     DescribeStreamConsumer,
@@ -41,7 +42,13 @@ from kinesis_core.calls import (
 )
 from kinesis_core.classify import ErrorKind, error_details, error_message
 from kinesis_core.client import error_kind, unreachable
-from kinesis_core.clock import SYSTEM_BLOCKING_CLOCK, SYSTEM_CLOCK, BlockingClock, Clock
+from kinesis_core.clock import (
+    SYSTEM_BLOCKING_CLOCK,
+    SYSTEM_CLOCK,
+    BlockingClock,
+    Clock,
+    SleepingClock,
+)
 from kinesis_core.consumer.incarnation import StreamFacts
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.polling import GetIterator, GetRecords
@@ -54,9 +61,10 @@ from kinesis_core.consumer.subscription import (
     Subscribe,
 )
 from kinesis_core.consumer.transport import CheckStream, StreamView
+from kinesis_core.errors import ConfigurationError
 from kinesis_core.fanout.registration import parse_consumer_arn
 from kinesis_core.retry import Retry, RetryPolicy
-from kinesis_core.shard_map import ShardInfo
+from kinesis_core.shards import ShardInfo
 from kinesis_core.stream import StreamRef
 
 logger = logging.getLogger(__name__)
@@ -615,21 +623,26 @@ async def list_all_shards(
     stream: str | StreamRef,
     shard_filter: Mapping[str, Any] | None = None,
     *,
-    page_size: int = 1000,
+    page_size: int = LIST_SHARDS_PAGE,
     max_attempts: int = 5,
-    clock: Clock = SYSTEM_CLOCK,
+    sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    rng: Callable[[], float] = random.random,
 ) -> list[ShardInfo]:
     """Every shard ListShards returns, following NextToken.
 
     ``client`` is an aiobotocore Kinesis client or a ``list_shards``-like async callable.
     ``stream`` is a name, an ARN or a :class:`StreamRef`. A page the service throttles is
-    sent again (:data:`LISTING_RETRY`, up to ``max_attempts`` times); other errors raise.
+    sent again (:data:`LISTING_RETRY`: up to ``max_attempts`` times, waiting on ``sleep``);
+    other errors raise.
     """
     if not hasattr(client, "list_shards"):
         if not callable(client):
             raise TypeError(f"need a Kinesis client or a list_shards callable, got {client!r}")
         client = _ListShardsClient(client)
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise ConfigurationError("max_attempts", f"must be an int >= 1, got {max_attempts!r}")
     policy = dataclasses.replace(LISTING_RETRY, attempts=max_attempts)
+    executor = AsyncExecutor(client, clock=SleepingClock(sleep), rng=rng)
     call = ListShards(StreamRef.of(stream), shard_filter, page_size)
-    shards: list[ShardInfo] = await AsyncExecutor(client, clock=clock).execute(call, policy)
+    shards: list[ShardInfo] = await executor.execute(call, policy)
     return shards

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kinesis_core.hashing import hash_key, parse_explicit_hash_key, validate_partition_key
-from kinesis_core.shard_map import ShardInfo, ShardTable, uniform_shards
+from kinesis_core.shard_map import ShardTable
+from kinesis_core.shards import ShardInfo, uniform_shards
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,9 @@ from kinesis_core.checkpoint.base import Checkpoint, CheckpointStore, Checkpoint
 from kinesis_core.classify import error_details
 from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
 from kinesis_core.consumer.positions import TRIM_HORIZON
+from kinesis_core.executor import list_all_shards
 from kinesis_core.hashing import MAX_HASH_KEY
-from kinesis_core.shard_map import ShardInfo, list_all_shards
+from kinesis_core.shards import ShardInfo
 from kinesis_core.stream import StreamRef
 
 JSON_SCHEMA_VERSION = 1

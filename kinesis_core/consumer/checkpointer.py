@@ -26,7 +26,7 @@ from kinesis_core.consumer.incarnation import (
     stale_rows,
 )
 from kinesis_core.consumer.positions import InitialPosition
-from kinesis_core.shard_map import ShardInfo
+from kinesis_core.shards import ShardInfo
 
 logger = logging.getLogger(__name__)
 

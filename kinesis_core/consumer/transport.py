@@ -52,7 +52,7 @@ from kinesis_core.consumer.lineage import ShardNode, StartPoint
 from kinesis_core.consumer.positions import TRIM_HORIZON, InitialPosition
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError
 from kinesis_core.records import KinesisRecord, Position
-from kinesis_core.shard_map import ShardInfo
+from kinesis_core.shards import ShardInfo
 
 Ack = Callable[[KinesisRecord], None]
 

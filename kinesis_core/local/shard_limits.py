@@ -39,7 +39,8 @@ from kinesis_core.hashing import (
     parse_explicit_hash_key,
 )
 from kinesis_core.producer.limiter import TokenBucket
-from kinesis_core.shard_map import ShardInfo, ShardTable
+from kinesis_core.shard_map import ShardTable
+from kinesis_core.shards import ShardInfo
 from kinesis_core.stream import StreamRef
 
 THROTTLED = "ProvisionedThroughputExceededException"

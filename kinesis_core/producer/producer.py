@@ -42,7 +42,7 @@ from kinesis_core.producer.result import (
     ResultFuture,
 )
 from kinesis_core.producer.sender import error_of, send_batch
-from kinesis_core.shard_map import ShardMapDriver, ShardMapTimeoutError
+from kinesis_core.shard_map_driver import ShardMapDriver, ShardMapTimeoutError
 from kinesis_core.stream import StreamRef, stream_argument
 
 if TYPE_CHECKING:

@@ -19,9 +19,9 @@ from kinesis_core.consumer import (
     EnhancedFanOut,
     ShardState,
 )
+from kinesis_core.executor import list_all_shards
 from kinesis_core.local.faults import FaultConfig
 from kinesis_core.records import KinesisRecord
-from kinesis_core.shard_map import list_all_shards
 
 pytestmark = pytest.mark.integration
 

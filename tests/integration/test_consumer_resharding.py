@@ -11,8 +11,8 @@ import pytest
 from kinesis_core.checkpoint import SHARD_END, MemoryCheckpointStore
 from kinesis_core.client import create_kinesis_client
 from kinesis_core.consumer import TRIM_HORIZON, Consumer, ShardState, ShardStatus
+from kinesis_core.executor import list_all_shards
 from kinesis_core.records import KinesisRecord
-from kinesis_core.shard_map import list_all_shards
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,8 @@ from kinesis_core.checkpoint import (
 from kinesis_core.client import ClientConfig, create_botocore_client, create_kinesis_client
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
 from kinesis_core.errors import ConfigurationError
+from kinesis_core.executor import list_all_shards
 from kinesis_core.lease import LeaseConfig
-from kinesis_core.shard_map import list_all_shards
 
 pytestmark = pytest.mark.integration
 

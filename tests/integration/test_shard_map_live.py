@@ -9,8 +9,11 @@ import pytest
 
 from kinesis_core.cli import main
 from kinesis_core.client import create_kinesis_client
+from kinesis_core.executor import list_all_shards
 from kinesis_core.hashing import hash_key
-from kinesis_core.shard_map import AT_LATEST, ShardMapDriver, ShardMapState, list_all_shards
+from kinesis_core.shard_map import ShardMapState
+from kinesis_core.shard_map_driver import ShardMapDriver
+from kinesis_core.shards import AT_LATEST
 
 pytestmark = pytest.mark.integration
 

@@ -53,7 +53,7 @@ from kinesis_core.producer import (
 )
 from kinesis_core.producer.metrics import Distribution
 from kinesis_core.producer.result import THROTTLED
-from kinesis_core.shard_map import uniform_shards
+from kinesis_core.shards import uniform_shards
 
 Outcome = Callable[[tuple[Any, ...]], "tuple[str, str] | None"]
 

@@ -13,7 +13,7 @@ import pytest
 from kinesis_core import cli
 from kinesis_core.cli import COMMANDS, Command, Handler, main
 from kinesis_core.client import ClientConfig
-from kinesis_core.shard_map import ShardInfo
+from kinesis_core.shards import ShardInfo
 
 SEED_1 = "261578874264819908609102035485573088411"
 SEED_2 = "266003691477286198901011725417809479212"

@@ -26,7 +26,7 @@ from kinesis_core.consumer.transport import (
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.records import SubRecord
-from kinesis_core.shard_map import ShardInfo
+from kinesis_core.shards import ShardInfo
 
 NODE = ShardNode("shard-1", (), (0, MAX_HASH_KEY), True)
 CALL = GetRecords("it-0", 10_000)

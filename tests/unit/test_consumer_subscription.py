@@ -38,7 +38,7 @@ from kinesis_core.consumer.transport import (
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.records import SubRecord
-from kinesis_core.shard_map import ShardInfo
+from kinesis_core.shards import ShardInfo
 
 NODE = ShardNode("shard-1", (), (0, MAX_HASH_KEY), True)
 ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/orders/consumer/reader:1700000000"

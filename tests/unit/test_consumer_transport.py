@@ -34,7 +34,7 @@ from kinesis_core.consumer.transport import (
 )
 from kinesis_core.executor import PENDING
 from kinesis_core.hashing import MAX_HASH_KEY
-from kinesis_core.shard_map import ShardInfo
+from kinesis_core.shards import ShardInfo
 
 S, E = ReadState, ReadEvent
 

@@ -10,7 +10,7 @@ from kinesis_core.checkpoint import SHARD_END, Sentinel
 from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp
 from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
 from kinesis_core.hashing import MAX_HASH_KEY
-from kinesis_core.shard_map import ShardInfo
+from kinesis_core.shards import ShardInfo
 
 HALF = MAX_HASH_KEY // 2
 

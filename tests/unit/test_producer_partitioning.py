@@ -15,7 +15,8 @@ from kinesis_core.producer import (
     random_partition_key,
     random_partition_keys,
 )
-from kinesis_core.shard_map import ShardTable, uniform_shards
+from kinesis_core.shard_map import ShardTable
+from kinesis_core.shards import uniform_shards
 
 
 @dataclass

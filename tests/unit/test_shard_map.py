@@ -1,4 +1,6 @@
-"""kinesis_core.shard_map: ShardInfo, ShardTable, the sans-I/O ShardMap, paging, the driver."""
+"""The shard map: ShardInfo (kinesis_core.shards), ShardTable and the sans-I/O ShardMap
+(kinesis_core.shard_map), paging (kinesis_core.executor), the driver
+(kinesis_core.shard_map_driver)."""
 
 from __future__ import annotations
 
@@ -12,18 +14,12 @@ from botocore.exceptions import ClientError
 from hypothesis import given, settings, strategies as st
 
 from kinesis_core.errors import KinesisConnectorError, ValidationError
+from kinesis_core.executor import list_all_shards
 from kinesis_core.hashing import MAX_HASH_KEY
-from kinesis_core.shard_map import (
-    RecordSizeLimit,
-    ShardInfo,
-    ShardMap,
-    ShardMapDriver,
-    ShardMapState,
-    ShardMapTimeoutError,
-    ShardTable,
-    list_all_shards,
-    uniform_shards,
-)
+from kinesis_core.record_size import RecordSizeLimit
+from kinesis_core.shard_map import ShardMap, ShardMapState, ShardTable
+from kinesis_core.shard_map_driver import ShardMapDriver, ShardMapTimeoutError
+from kinesis_core.shards import ShardInfo, uniform_shards
 
 HALF = 2**127
 
@@ -266,7 +262,7 @@ def test_backoff_doubles_from_1_to_30_and_resets_on_success() -> None:
 
 
 def test_backoff_bounds_are_configurable() -> None:
-    m = ShardMap(min_backoff=0.5, max_backoff=3.0)
+    m = ShardMap(min_backoff=0.5, max_backoff=3.0, clock=FakeClock())
     m.start()
     delays = []
     for _ in range(5):
@@ -285,7 +281,7 @@ def test_backoff_bounds_are_configurable() -> None:
 )
 def test_shard_map_refuses_bad_settings(kwargs: dict[str, float], match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        ShardMap(**kwargs)
+        ShardMap(clock=FakeClock(), **kwargs)
 
 
 def test_updated_at_is_the_clock_at_the_last_success() -> None:
@@ -387,7 +383,7 @@ def test_ttl_of_a_shard_runs_from_the_refresh_that_dropped_it() -> None:
 
 
 def test_ready_map_with_a_gap_predicts_none() -> None:
-    m = ShardMap()
+    m = ShardMap(clock=FakeClock())
     m.start()
     m.refresh_succeeded([shard("a", 0, 9), shard("b", 20, MAX_HASH_KEY)])
     assert m.predict(9) == "a"
@@ -398,7 +394,7 @@ def test_ready_map_with_a_gap_predicts_none() -> None:
 def test_ready_map_predicts_open_shards_only_but_knows_closed_ranges_in_the_listing() -> None:
     """moto lists closed shards too: never predicted, but a record that landed there can
     still be checked against its range."""
-    m = ShardMap()
+    m = ShardMap(clock=FakeClock())
     m.start()
     m.refresh_succeeded([shard("parent", 0, MAX_HASH_KEY, closed=True), *TWO])
     assert m.predict(0) == "s0"
@@ -445,7 +441,7 @@ def contiguous_shards(draw: st.DrawFn) -> list[ShardInfo]:
 def test_predict_matches_brute_force_owner(
     shards: list[ShardInfo], keys: list[int], data: st.DataObject
 ) -> None:
-    m = ShardMap()
+    m = ShardMap(clock=FakeClock())
     m.start()
     m.refresh_succeeded(shards)
     open_shards = [s for s in shards if s.is_open]
@@ -478,7 +474,7 @@ def test_predict_agrees_with_the_bisect_lookup_on_any_table(
     # Gaps, overlaps and bounds on and next to slot edges: predict's slot table must give
     # what ShardTable.owner's bisect gives for every key, on and off the key space.
     shards = [shard(f"s{i}", max(lo, 0), hi) for i, (lo, hi) in enumerate(ranges)]
-    m = ShardMap()
+    m = ShardMap(clock=FakeClock())
     m.start()
     m.refresh_succeeded(shards)
     table = ShardTable(shards)
@@ -555,7 +551,7 @@ def test_list_all_shards_retries_limit_exceeded_on_the_same_page() -> None:
         {"Shards": [api_shard("b", 10, MAX_HASH_KEY)]},
     )
     sleep = RecordingSleep()
-    shards = asyncio.run(list_all_shards(fake, "s", sleep=sleep))
+    shards = asyncio.run(list_all_shards(fake, "s", sleep=sleep, rng=lambda: 1.0))
     assert [s.shard_id for s in shards] == ["a", "b"]
     assert sleep.delays == [0.2, 0.4]
     assert fake.calls[1:] == [{"NextToken": "t1", "MaxResults": 1000}] * 3
@@ -565,7 +561,7 @@ def test_list_all_shards_gives_up_after_max_attempts() -> None:
     fake = FakeListShards(*[throttled() for _ in range(3)])
     sleep = RecordingSleep()
     with pytest.raises(ClientError, match="LimitExceededException"):
-        asyncio.run(list_all_shards(fake, "s", max_attempts=3, sleep=sleep))
+        asyncio.run(list_all_shards(fake, "s", max_attempts=3, sleep=sleep, rng=lambda: 1.0))
     assert sleep.delays == [0.2, 0.4]
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from kinesis_core.errors import ValidationError
 from kinesis_core.hashing import MAX_HASH_KEY
-from kinesis_core.shard_map import ShardInfo, uniform_shards
+from kinesis_core.shards import ShardInfo, uniform_shards
 from kinesis_core.skew import skew_report
 
 HALF = 2**127
