@@ -24,6 +24,7 @@ from kinesis_core.consumer.subscription import (
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.fanout.consumers import check_consumer_name, parse_consumer_arn
 from kinesis_core.lease import LeaseConfig
+from kinesis_core.telemetry.config import Telemetry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,6 +107,8 @@ class ConsumerConfig:
       ``"fail"`` raises :class:`~kinesis_core.consumer.incarnation.StreamRecreatedError`,
       ``"reset"`` starts those shards over at ``initial_position``, with a WARNING. See
       docs/checkpoints.md.
+    - ``telemetry``: OpenTelemetry metrics (a :class:`~kinesis_core.telemetry.Telemetry`;
+      docs/operations.md); None (the default): off, and nothing of OpenTelemetry is imported.
     """
 
     application_name: str = "default"
@@ -121,6 +124,7 @@ class ConsumerConfig:
     leases: LeaseConfig | bool = False
     enhanced_fan_out: EnhancedFanOut | bool = False
     on_stream_recreated: OnStreamRecreated = "fail"
+    telemetry: Telemetry | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.application_name, str) or not self.application_name:
@@ -156,6 +160,10 @@ class ConsumerConfig:
             )
         if self.enhanced_fan_out is True:
             check_consumer_name(self.application_name, "application_name")
+        if self.telemetry is not None and not isinstance(self.telemetry, Telemetry):
+            raise ConfigurationError(
+                "telemetry", f"must be a Telemetry or None, got {type(self.telemetry).__name__}"
+            )
         if self.on_stream_recreated not in ON_STREAM_RECREATED:
             raise ConfigurationError(
                 "on_stream_recreated",

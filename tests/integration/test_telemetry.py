@@ -1,0 +1,167 @@
+"""OpenTelemetry metrics read through the SDK's in-memory reader against kinesis-mock, checked
+against what was written and read; and the Prometheus exporter scraped over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from kinesis_core.checkpoint import MemoryCheckpointStore
+from kinesis_core.consumer import TRIM_HORIZON, Consumer, ConsumerConfig
+from kinesis_core.producer import Producer, ProducerConfig
+from kinesis_core.telemetry import Telemetry
+
+pytestmark = pytest.mark.integration
+
+
+class Metrics:
+    """The points an in-memory reader collected, by metric name."""
+
+    def __init__(self, reader: InMemoryMetricReader) -> None:
+        self.points: dict[str, list[Any]] = {}
+        data = reader.get_metrics_data()
+        for resource in data.resource_metrics if data else []:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    self.points.setdefault(metric.name, []).extend(metric.data.data_points)
+
+    def values(self, name: str, **where: str) -> list[tuple[dict[str, Any], Any]]:
+        out = []
+        for point in self.points.get(name, []):
+            attrs = dict(point.attributes)
+            wanted = {k.replace("__", "."): v for k, v in where.items()}
+            if all(attrs.get(k) == v for k, v in wanted.items()):
+                out.append((attrs, point))
+        return out
+
+    def total(self, name: str, **where: str) -> float:
+        return sum(
+            p.count if hasattr(p, "bucket_counts") else p.value
+            for _, p in self.values(name, **where)
+        )
+
+
+@pytest.fixture
+def reader() -> Iterator[tuple[InMemoryMetricReader, MeterProvider]]:
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    yield reader, provider
+    provider.shutdown()
+
+
+def test_producer_metrics_count_what_was_written(kinesis_stream: Any, reader: Any) -> None:
+    metric_reader, provider = reader
+    stream = kinesis_stream(shards=2)
+    telemetry = Telemetry(meter_provider=provider, shard_attribute=True)
+    records = [(b"record-%03d" % i, f"key-{i}") for i in range(120)]
+
+    async def main() -> None:
+        config = ProducerConfig(telemetry=telemetry)
+        async with Producer(stream.name, client_config=stream.client_config, config=config) as p:
+            batch = await p.put_many(records)
+            assert batch.ok
+
+    asyncio.run(main())
+    m = Metrics(metric_reader)
+    sent = m.values("messaging.client.sent.messages")
+    assert sum(p.value for _, p in sent) == len(records)
+    for attrs, _ in sent:
+        assert attrs["messaging.system"] == "aws.kinesis"
+        assert attrs["messaging.destination.name"] == stream.name
+        assert attrs["messaging.operation.name"] == "PutRecords"
+        assert attrs["messaging.destination.partition.id"].startswith("shardId-")
+        assert "error.type" not in attrs
+    assert m.total("aws.kinesis.producer.user_records.received") == len(records)
+    assert m.total("aws.kinesis.producer.user_records.data") == sum(len(d) for d, _ in records)
+    assert m.total("aws.kinesis.producer.user_records.pending") == 0
+    requests = m.total(
+        "messaging.client.operation.duration", messaging__operation__name="PutRecords"
+    )
+    assert requests >= 1
+    assert m.total("aws.kinesis.producer.buffering.duration") == requests
+    kinesis_records = m.total("aws.kinesis.producer.kinesis_records")
+    assert 1 <= kinesis_records < len(records)  # aggregated
+
+
+def test_consumer_metrics_count_what_was_read_and_lag_goes_to_zero(
+    kinesis_stream: Any, reader: Any
+) -> None:
+    metric_reader, provider = reader
+    stream = kinesis_stream(shards=2)
+    records = [(b"value-%03d" % i, f"key-{i}") for i in range(90)]
+    client = stream.boto_client()
+    client.put_records(
+        StreamName=stream.name, Records=[{"Data": d, "PartitionKey": k} for d, k in records]
+    )
+    shard_ids = {s["ShardId"] for s in stream.shards()}
+    telemetry = Telemetry(meter_provider=provider, shard_attribute=True)
+    config = ConsumerConfig(
+        telemetry=telemetry,
+        initial_position=TRIM_HORIZON,
+        idle_interval=0.2,
+        leases=True,
+        application_name="metered",
+    )
+
+    async def main() -> Metrics:
+        store = MemoryCheckpointStore()
+        async with Consumer(
+            stream.name,
+            consumer_config=config,
+            client_config=stream.client_config,
+            checkpoint_store=store,
+        ) as consumer:
+            seen = 0
+            async for batch in consumer.batches():
+                batch.ack()
+                seen += len(batch)
+                if seen == len(records):
+                    break
+            # Caught up: the next empty reads say MillisBehindLatest 0 on every shard.
+            lags: list[Any] = []
+            for _ in range(100):
+                lags = Metrics(metric_reader).values("aws.kinesis.consumer.lag")
+                if len(lags) == 2 and all(p.value == 0 for _, p in lags):
+                    break
+                await asyncio.sleep(0.1)
+            assert sorted(a["messaging.destination.partition.id"] for a, _ in lags) == sorted(
+                shard_ids
+            )
+            assert [p.value for _, p in lags] == [0, 0]
+            live = Metrics(metric_reader)
+            assert live.total("aws.kinesis.consumer.leases.held") == 2
+        return Metrics(metric_reader)
+
+    m = asyncio.run(asyncio.wait_for(main(), 120))
+    consumed = m.values("messaging.client.consumed.messages")
+    assert sum(p.value for _, p in consumed) == len(records)
+    assert {a["messaging.destination.partition.id"] for a, _ in consumed} == shard_ids
+    for attrs, _ in consumed:
+        assert attrs["messaging.operation.name"] == "GetRecords"
+        assert attrs["messaging.consumer.group.name"] == "metered"
+    assert m.total("aws.kinesis.consumer.user_records.data") == sum(len(d) for d, _ in records)
+    assert m.values("aws.kinesis.consumer.lag") == []  # no shard is read after close
+    assert m.total("aws.kinesis.consumer.record.age") >= 1
+    assert m.total("messaging.process.duration") >= 1
+    assert (
+        m.total("messaging.client.operation.duration", messaging__operation__name="GetRecords") >= 2
+    )
+    # The final checkpoints at close: one per shard; every lease taken, then released.
+    assert m.total("aws.kinesis.consumer.checkpoints") >= 2
+    changes = {
+        a["aws.kinesis.lease.change"]: p.value
+        for a, p in m.values("aws.kinesis.consumer.lease.changes")
+    }
+    assert changes == {"taken": 2, "released": 2}
+    assert (
+        m.total(
+            "aws.kinesis.checkpoint_store.operation.duration",
+            aws__kinesis__checkpoint_store__operation="update_lease",
+        )
+        >= 4
+    )
