@@ -4,7 +4,10 @@ against what was written and read; and the Prometheus exporter scraped over HTTP
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +20,8 @@ from kinesis_core.producer import Producer, ProducerConfig
 from kinesis_core.telemetry import Telemetry
 
 pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 class Metrics:
@@ -165,3 +170,31 @@ def test_consumer_metrics_count_what_was_read_and_lag_goes_to_zero(
         )
         >= 4
     )
+
+
+def test_the_prometheus_example_scrapes_the_demos_metrics_over_http() -> None:
+    """examples/metrics_prometheus.py runs the demo's core with telemetry on, then GETs
+    /metrics from the Prometheus endpoint on 127.0.0.1: the counts are those of the demo."""
+    done = subprocess.run(
+        [sys.executable, "-m", "examples.metrics_prometheus", "--records", "200", "--users", "20"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "200 written, 200 read, 0 duplicates" in done.stdout
+    samples: dict[str, float] = {}
+    for line in done.stdout.split("GET /metrics")[1].splitlines()[1:]:
+        name, _, value = line.rpartition(" ")
+        family = name.split("{")[0]
+        samples[family] = samples.get(family, 0.0) + float(value)
+    assert samples["messaging_client_sent_messages_total"] == 200
+    assert samples["messaging_client_consumed_messages_total"] == 200
+    assert samples["aws_kinesis_producer_user_records_received_total"] == 200
+    assert (
+        samples["aws_kinesis_producer_user_records_data_bytes_total"]
+        == samples["aws_kinesis_consumer_user_records_data_bytes_total"]
+    )
+    assert samples["messaging_client_operation_duration_seconds_count"] >= 2
