@@ -16,6 +16,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.consumer import TRIM_HORIZON, Consumer, ConsumerConfig
+from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY
 from kinesis_core.producer import Producer, ProducerConfig
 from kinesis_core.telemetry import Telemetry
 
@@ -198,3 +199,56 @@ def test_the_prometheus_example_scrapes_the_demos_metrics_over_http() -> None:
         == samples["aws_kinesis_consumer_user_records_data_bytes_total"]
     )
     assert samples["messaging_client_operation_duration_seconds_count"] >= 2
+
+
+def test_beam_transforms_report_the_same_figures_as_beam_metrics(
+    kinesis_stream: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WriteToKinesis then ReadFromKinesis on the in-process runner: the counts from
+    ``result.metrics()`` are what was written and read; the lag gauge is per shard, 0 once
+    the read caught up."""
+    import apache_beam as beam
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from beam_kinesis import METRICS_NAMESPACE, ReadFromKinesis, WriteToKinesis
+    from tests.helpers.beam import pipeline
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", DUMMY_ACCESS_KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", DUMMY_SECRET_ACCESS_KEY)
+    stream = kinesis_stream(shards=2)
+    values = [b"element-%03d" % i for i in range(60)]
+    shard_ids = {s["ShardId"] for s in stream.shards()}
+
+    def query(result: Any) -> dict[str, dict[str, Any]]:
+        found = result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))
+        return {
+            kind: {m.key.metric.name: m.committed for m in found[kind]}
+            for kind in ("counters", "distributions", "gauges")
+        }
+
+    p = pipeline(stream, "in_memory")
+    _ = p | beam.Create(values) | WriteToKinesis(stream.name)
+    written = p.run()
+    written.wait_until_finish()
+    w = query(written)
+    assert w["counters"]["messaging.client.sent.messages"] == len(values)
+    assert w["counters"]["aws.kinesis.producer.user_records.data"] == sum(map(len, values))
+    assert w["counters"]["aws.kinesis.producer.kinesis_records"] >= 1
+    assert w["distributions"]["aws.kinesis.producer.user_records.per_kinesis_record"].sum == 60
+
+    p = pipeline(stream, "in_memory")
+    _ = p | ReadFromKinesis(
+        stream.name, initial_position=TRIM_HORIZON, stop_when_caught_up=True, idle_interval=0.2
+    )
+    read = p.run()
+    read.wait_until_finish()
+    r = query(read)
+    assert r["counters"]["messaging.client.consumed.messages"] == len(values)
+    assert r["counters"]["aws.kinesis.consumer.user_records.data"] == sum(map(len, values))
+    lag = "aws.kinesis.consumer.lag{messaging.destination.partition.id=%s}"
+    assert {shard: r["gauges"][lag % shard].value for shard in shard_ids} == dict.fromkeys(
+        shard_ids, 0
+    )
+    get_records = "messaging.client.operation.duration{messaging.operation.name=GetRecords}"
+    assert r["distributions"][get_records].count >= 2
+    assert r["distributions"]["aws.kinesis.consumer.record.age"].count >= 1
