@@ -15,7 +15,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from kinesis_core.checkpoint import MemoryCheckpointStore
-from kinesis_core.consumer import TRIM_HORIZON, Consumer, ConsumerConfig
+from kinesis_core.consumer import TRIM_HORIZON, Consumer, ConsumerConfig, EnhancedFanOut
 from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY
 from kinesis_core.producer import Producer, ProducerConfig
 from kinesis_core.telemetry import Telemetry
@@ -252,3 +252,54 @@ def test_beam_transforms_report_the_same_figures_as_beam_metrics(
     get_records = "messaging.client.operation.duration{messaging.operation.name=GetRecords}"
     assert r["distributions"][get_records].count >= 2
     assert r["distributions"]["aws.kinesis.consumer.record.age"].count >= 1
+
+
+def test_fan_out_subscriptions_opened_and_renewed(kinesis_stream: Any, reader: Any) -> None:
+    """Enhanced fan-out on kinesis-mock, subscriptions renewed every 2 s: each shard's first
+    SubscribeToShard counts as opened, the later ones as renewed, and the records delivered
+    count under the SubscribeToShard operation."""
+    metric_reader, provider = reader
+    stream = kinesis_stream(shards=1)
+    total = 20
+    for n in range(total):
+        stream.put(f"k:{n}".encode(), "k")
+    config = ConsumerConfig(
+        initial_position=TRIM_HORIZON,
+        idle_interval=0.2,
+        enhanced_fan_out=EnhancedFanOut(
+            consumer_name="efo-metrics", closed_check_interval=1.0, max_subscription_seconds=2.0
+        ),
+        telemetry=Telemetry(meter_provider=provider),
+    )
+
+    async def main() -> int:
+        async with Consumer(
+            stream.name,
+            consumer_config=config,
+            client_config=stream.client_config,
+            checkpoint_store=MemoryCheckpointStore(),
+        ) as consumer:
+            seen = 0
+            async for batch in consumer.batches():
+                batch.ack()
+                seen += len(batch)
+                if seen >= total:
+                    break
+            for _ in range(100):  # renewed every 2 s: a few seconds more
+                if consumer.status()[0].connects >= 3:
+                    break
+                await asyncio.sleep(0.2)
+            return consumer.status()[0].connects
+
+    connects = asyncio.run(asyncio.wait_for(main(), 60))
+    m = Metrics(metric_reader)
+    outcomes = {
+        a["aws.kinesis.subscription.outcome"]: p.value
+        for a, p in m.values("aws.kinesis.fanout.subscriptions")
+    }
+    assert outcomes["opened"] == 1
+    assert outcomes["renewed"] >= connects - 1 >= 2
+    consumed = m.values("messaging.client.consumed.messages")
+    assert [(a["messaging.operation.name"], p.value) for a, p in consumed] == [
+        ("SubscribeToShard", total)
+    ]
