@@ -285,7 +285,7 @@ def run(quick: bool) -> list[Row]:
             if subject not in absent
         }
         ordered = _measure(server, _ours_ordered, data[:ordered_n])
-        telemetry = _measure_telemetry(server, data[:telemetry_n], 2 if quick else 3)
+        telemetry = _measure_telemetry(server, data[:telemetry_n], 3 if quick else 5)
         memory = _measure_memory(server, memory_n)
     for subject in subjects:
         rate, _ = measured.get(subject, (None, None))
