@@ -12,6 +12,7 @@ registry, so counters never go down. Imported only when telemetry is on.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -141,7 +142,7 @@ class Registry:
                     retired[attrs] = retired.get(attrs, 0) + value
 
 
-_registries: dict[int, tuple[Any, Registry]] = {}
+_registries: weakref.WeakKeyDictionary[Any, Registry] = weakref.WeakKeyDictionary()
 _registries_lock = threading.Lock()
 
 
@@ -151,10 +152,10 @@ def registry(telemetry: Telemetry) -> Registry:
     if provider is None:
         provider = get_meter_provider()
     with _registries_lock:
-        entry = _registries.get(id(provider))
-        if entry is None or entry[0] is not provider:
-            entry = _registries[id(provider)] = (provider, Registry(provider))
-        return entry[1]
+        found = _registries.get(provider)
+        if found is None:
+            found = _registries[provider] = Registry(provider)
+        return found
 
 
 def _attrs(*pairs: tuple[str, str]) -> Attrs:
