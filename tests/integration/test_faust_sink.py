@@ -22,6 +22,7 @@ from faust_kinesis import KinesisChannel, KinesisSink, kinesis_sensor
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.producer import ProducerConfig
 from kinesis_core.telemetry import Telemetry
+from tests.helpers.otel import collected
 
 pytestmark = pytest.mark.integration
 
@@ -47,13 +48,9 @@ class Order(Sensor):
 def otel_totals(reader: InMemoryMetricReader) -> dict[tuple[str, str], float]:
     """Sums of the counters an in-memory reader collected, by (metric, stream)."""
     totals: dict[tuple[str, str], float] = {}
-    data = reader.get_metrics_data()
-    for resource in data.resource_metrics if data else []:
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                for point in metric.data.data_points:
-                    key = (metric.name, str(point.attributes["messaging.destination.name"]))
-                    totals[key] = totals.get(key, 0) + getattr(point, "value", 0)
+    for name, attributes, point in collected(reader):
+        key = (name, str(attributes["messaging.destination.name"]))
+        totals[key] = totals.get(key, 0) + getattr(point, "value", 0)
     return totals
 
 

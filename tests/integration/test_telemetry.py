@@ -19,6 +19,7 @@ from kinesis_core.consumer import TRIM_HORIZON, Consumer, ConsumerConfig, Enhanc
 from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY
 from kinesis_core.producer import Producer, ProducerConfig
 from kinesis_core.telemetry import Telemetry
+from tests.helpers.otel import collected
 
 pytestmark = pytest.mark.integration
 
@@ -30,11 +31,8 @@ class Metrics:
 
     def __init__(self, reader: InMemoryMetricReader) -> None:
         self.points: dict[str, list[Any]] = {}
-        data = reader.get_metrics_data()
-        for resource in data.resource_metrics if data else []:
-            for scope in resource.scope_metrics:
-                for metric in scope.metrics:
-                    self.points.setdefault(metric.name, []).extend(metric.data.data_points)
+        for name, _, point in collected(reader):
+            self.points.setdefault(name, []).append(point)
 
     def values(self, name: str, **where: str) -> list[tuple[dict[str, Any], Any]]:
         out = []

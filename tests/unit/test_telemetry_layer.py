@@ -44,6 +44,7 @@ from kinesis_core.telemetry.names import (
 )
 from kinesis_core.telemetry.otel import ConsumerTelemetry, Registry
 from kinesis_core.telemetry.recorder import NO_RECORDER, ConsumerRecorder
+from tests.helpers.otel import collected
 
 REPO = Path(__file__).resolve().parents[2]
 OTEL_NAME = re.compile(r"[a-z][a-z0-9_.]{0,254}")
@@ -327,15 +328,7 @@ def provider() -> Iterator[tuple[MeterProvider, InMemoryMetricReader]]:
 
 
 def points(reader: InMemoryMetricReader, name: str) -> list[tuple[dict[str, Any], float]]:
-    data = reader.get_metrics_data()
-    return [
-        (dict(p.attributes), p.value)
-        for r in (data.resource_metrics if data else [])
-        for s in r.scope_metrics
-        for m in s.metrics
-        if m.name == name
-        for p in m.data.data_points
-    ]
+    return [(attrs, point.value) for metric, attrs, point in collected(reader) if metric == name]
 
 
 def test_counters_keep_the_counts_of_closed_consumers_and_lag_is_the_largest(
