@@ -19,6 +19,7 @@ from kinesis_core.checkpoint import CheckpointStore
 from kinesis_core.client import ClientConfig
 from kinesis_core.consumer.config import EnhancedFanOut
 from kinesis_core.consumer.incarnation import OnStreamRecreated
+from kinesis_core.consumer.polling import READ_BYTES_PER_SECOND
 from kinesis_core.consumer.positions import InitialPosition
 from kinesis_core.errors import ValidationError
 
@@ -74,6 +75,8 @@ class ReadSpec:
     max_records_per_call: int
     fan_out: EnhancedFanOut | None = None
     """Read by enhanced fan-out (SubscribeToShard) with these settings; None: polling."""
+    max_read_bytes_per_second: float = READ_BYTES_PER_SECOND
+    """A polling reader's pace in bytes per second of one shard (ConsumerConfig's)."""
     on_stream_recreated: OnStreamRecreated = "fail"
     """What the start does with stored positions of an earlier stream of the same name."""
 

@@ -88,12 +88,15 @@ class ShardReaders:
         else:
             start = TRIM_HORIZON
         straddles = cursor.lo < restriction.lo or cursor.hi > restriction.hi
-        # A straddling shard is polled by two restrictions: they share its 5 calls/s.
-        min_interval = 2 * MIN_CALL_INTERVAL if straddles else MIN_CALL_INTERVAL
+        # A straddling shard is polled by two restrictions: they share its 5 calls/s and its
+        # reads per second.
+        sharing = 2 if straddles else 1
+        min_interval = sharing * MIN_CALL_INTERVAL
         options = PollingOptions(
             limit=self._spec.max_records_per_call,
             min_interval=min_interval,
             idle_interval=max(self._spec.idle_interval, min_interval),
+            max_bytes_per_second=self._spec.max_read_bytes_per_second / sharing,
         )
         node = ShardNode(cursor.shard_id, cursor.parents, (cursor.lo, cursor.hi), True)
         efo = self._spec.fan_out
@@ -223,6 +226,7 @@ class _FanOut:
                     str(self._stream),
                     consumer_name=efo.consumer_name,
                     consumer_arn=efo.consumer_arn,
+                    tags=efo.tags,
                     timeout=efo.register_timeout,
                 )
             )

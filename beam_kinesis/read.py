@@ -126,10 +126,10 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
 
     ``consumer_config``: a :class:`~kinesis_core.consumer.ConsumerConfig` shared with the core
     consumer or a Faust channel; its ``application_name``, ``initial_position``,
-    ``idle_interval``, ``max_records_per_call``, ``enhanced_fan_out`` and
-    ``on_stream_recreated`` apply (the keyword arguments of the same names override them),
-    and settings that mean nothing to a Beam source (leases, auto_ack, ...) are refused
-    rather than ignored. ``initial_position`` takes what
+    ``idle_interval``, ``max_records_per_call``, ``max_read_bytes_per_second``,
+    ``enhanced_fan_out`` and ``on_stream_recreated`` apply (the keyword arguments of the same
+    names override them), and settings that mean nothing to a Beam source (leases, auto_ack,
+    ...) are refused rather than ignored. ``initial_position`` takes what
     :func:`~kinesis_core.consumer.parse_initial_position` takes.
     """
 
@@ -206,6 +206,7 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
             idle_interval=consumer.idle_interval,
             max_records_per_call=consumer.max_records_per_call,
             fan_out=consumer.fan_out,
+            max_read_bytes_per_second=consumer.max_read_bytes_per_second,
             on_stream_recreated=consumer.on_stream_recreated,
         )
 

@@ -442,8 +442,17 @@ class _WriteToKinesisFn(beam.DoFn):
         chunk.future.add_done_callback(chunk.stamp)
         chunks = self._chunks
         chunks.append(chunk)
-        while chunks and chunks[0].future.done():
-            self._settle(chunks.popleft())
+        # Settle every finished chunk, not only a finished head: a chunk keeps its records'
+        # data until it is settled, and the producer's memory budget no longer counts them
+        # once they are written (large records behind a slow chunk would pile up outside it).
+        if any(c.future.done() for c in chunks):
+            pending: deque[_Chunk] = deque()
+            for c in chunks:
+                if c.future.done():
+                    self._settle(c)
+                else:
+                    pending.append(c)
+            self._chunks = pending
 
     def _settle(self, chunk: _Chunk) -> None:
         """Take a finished chunk's results; keep only what failed."""

@@ -8,7 +8,8 @@ FnApiRunner in memory. Measured: elements per second of ``pipeline.run()`` to th
 construction excluded.
 
 * ReadFromKinesis: a bounded read from TRIM_HORIZON (``stop_when_caught_up``), one restriction
-  per shard, GetRecords against the moto server (a subprocess).
+  per shard, GetRecords against the moto server (a subprocess), without the pacing to the
+  shard's 2 MiB/s of reads (moto does not limit them).
 * beam.Create: the same elements, built in memory beforehand: the issue's baseline (target:
   the read at >= 0.5x). Create pickles its elements into the pipeline and decodes them on the
   worker, which is most of its time.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -37,7 +39,7 @@ from benchmarks._table import Row
 from benchmarks.bench_consumer import _fill_aggregated
 from kinesis_core.aggregation import deaggregate
 from kinesis_core.client import ClientConfig
-from kinesis_core.consumer import TRIM_HORIZON
+from kinesis_core.consumer import TRIM_HORIZON, ConsumerConfig
 from kinesis_core.local import LOCAL_REGION, LocalStream, MotoServer
 
 SHARDS = 8
@@ -127,6 +129,8 @@ def prepare(moto: MotoServer, count: int) -> Callable[[beam.Pipeline], Any]:
         return p | ReadFromKinesis(
             stream.name,
             client_config=config,
+            # moto does not limit reads: no pacing to the service's 2 MiB/s per shard
+            consumer_config=ConsumerConfig(max_read_bytes_per_second=math.inf),
             initial_position=TRIM_HORIZON,
             stop_when_caught_up=True,
         )

@@ -14,6 +14,10 @@ Two sources:
   a small aiohttp server in another process (the other calls are forwarded to moto). This is
   what each consumer costs on its own.
 
+The readers' pacing to the shard's 2 MiB/s of reads (``max_read_bytes_per_second``) is off: these
+servers do not limit reads, and the benchmark measures consumers (async-kinesis has no such
+pacing).
+
 Measured: user records per second from the first delivery to the last (start-up excluded:
 client creation, listing, first iterators), each record (or batch) acked,
 TRIM_HORIZON, memory checkpoints; and the same per CPU-second of the consumer's process (the
@@ -30,7 +34,7 @@ import asyncio
 import contextlib
 import json
 import logging
-import multiprocessing
+import math
 import os
 import pickle
 import random
@@ -43,6 +47,7 @@ from typing import Any, NamedTuple
 import aiohttp
 from aiohttp import web
 
+from benchmarks._serve import serve_until_told, served
 from benchmarks._table import Row
 from benchmarks.peers import why_missing
 from kinesis_core.aggregation import AggregateBuilder
@@ -187,35 +192,17 @@ async def _replay_serve(bodies: dict[str, list[bytes]], moto_url: str, conn: Con
                     body=await response.read(), status=response.status, content_type=_JSON
                 )
 
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_post("/", handle)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert server is not None
-        conn.send(server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
-        await asyncio.get_running_loop().run_in_executor(None, conn.recv)
-        await runner.cleanup()
+        await serve_until_told(handle, conn)
 
 
 @contextlib.contextmanager
 def _replay(bodies: dict[str, list[bytes]], moto_url: str) -> Iterator[str]:
     with tempfile.NamedTemporaryFile(suffix=".pickle", delete=False) as f:
         pickle.dump(bodies, f)
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_replay_main, args=(f.name, moto_url, child), daemon=True)
-    proc.start()
     try:
-        port = parent.recv()
-        yield f"http://127.0.0.1:{port}"
+        with served(_replay_main, f.name, moto_url) as url:
+            yield url
     finally:
-        parent.send("stop")
-        proc.join(10)
-        if proc.is_alive():
-            proc.kill()
         os.unlink(f.name)
 
 
@@ -259,6 +246,7 @@ async def _ours(
         checkpoint_store=MemoryCheckpointStore(),
         initial_position=TRIM_HORIZON,
         max_records_per_call=limit,
+        max_read_bytes_per_second=math.inf,
         close_timeout=0,
     ) as consumer:
         if batches:

@@ -22,7 +22,7 @@ from google.protobuf.message import DecodeError
 
 from kinesis_core._kpl_messages import AggregatedRecord, AggregatedRecordView, RecordColumns
 from kinesis_core.errors import ValidationError
-from kinesis_core.hashing import MAX_RECORD_BYTES, hash_key, parse_explicit_hash_key
+from kinesis_core.hashing import LARGEST_RECORD_BYTES, hash_key, parse_explicit_hash_key
 from kinesis_core.records import KinesisRecord, SubRecord
 
 MAGIC = b"\xf3\x89\x9a\xc2"
@@ -86,9 +86,10 @@ class AggregateBuilder:
 
     ``size`` is what the record will weigh against the record limit: the framed aggregate
     (or, for a single record, its raw data) plus the UTF-8 container partition key.
-    ``max_size`` bounds aggregates; a record bigger than ``max_size`` (but within 1 MiB with its
-    partition key) is accepted only into an empty builder and goes out alone and raw, as the KPL
-    sends records bigger than AggregationMaxSize. Inputs are assumed validated
+    ``max_size`` bounds aggregates; a record bigger than ``max_size`` (but within 10 MiB, the
+    largest record a stream takes, with its partition key) is accepted only into an empty
+    builder and goes out alone and raw, as the KPL sends records bigger than
+    AggregationMaxSize. Inputs are assumed validated
     (``hashing.validate_record``). Use ``try_add`` in hot loops: ``fits`` then ``add`` does the
     arithmetic twice.
     """
@@ -108,10 +109,10 @@ class AggregateBuilder:
     def __init__(self, max_size: int = DEFAULT_MAX_SIZE) -> None:
         if isinstance(max_size, bool) or not isinstance(max_size, int):
             raise ValidationError("max_size", f"must be an int, got {type(max_size).__name__}")
-        if not 1 <= max_size <= MAX_RECORD_BYTES:
+        if not 1 <= max_size <= LARGEST_RECORD_BYTES:
             raise ValidationError(
                 "max_size",
-                f"must lie in [1, {MAX_RECORD_BYTES}] bytes (the Kinesis record limit, "
+                f"must lie in [1, {LARGEST_RECORD_BYTES}] bytes (the largest Kinesis record, "
                 f"partition key included), got {max_size}",
             )
         self._max_size = max_size
@@ -196,7 +197,7 @@ class AggregateBuilder:
     def fits(self, partition_key: str, explicit_hash_key: str | None, data: bytes) -> bool:
         """Whether ``add`` would accept this record now."""
         if self._first is None:
-            return len(data) + len(partition_key.encode("utf-8")) <= MAX_RECORD_BYTES
+            return len(data) + len(partition_key.encode("utf-8")) <= LARGEST_RECORD_BYTES
         growth = self._prepare(partition_key, explicit_hash_key, data)[3]
         return self._body_size + growth <= self._limit
 
@@ -236,7 +237,7 @@ class AggregateBuilder:
         body_size = self._body_size + growth
         if self._first is None:
             pk_len = len(partition_key.encode("utf-8"))
-            if len(data) + pk_len > MAX_RECORD_BYTES:
+            if len(data) + pk_len > LARGEST_RECORD_BYTES:
                 return False
             self._first = SubRecord(partition_key, explicit_hash_key, data)
             self._limit = self._max_size - FRAMING_SIZE - pk_len

@@ -112,6 +112,8 @@ _kind(
     "NotAuthorized",
     "AuthFailure",
     "RequestExpired",  # the signature is too old: a skewed clock
+    # The stream's KMS key refuses this principal (kms:GenerateDataKey, kms:Decrypt, the key
+    # policy): permissions, like AccessDeniedException.
     "KMSAccessDeniedException",
 )
 _kind(
@@ -123,6 +125,13 @@ _kind(
     "MissingParameter",
     "InvalidParameterValue",
     "InvalidParameterCombination",
+)
+# The stream's KMS key is disabled, pending deletion or otherwise unusable, gone, or the account
+# is not subscribed to KMS (HTTP 400 on PutRecord(s), GetRecords, SubscribeToShard): every call
+# on the stream fails the same way until someone fixes the key, so no retry and no split of a
+# request helps. (KMSThrottlingException, above, is the one KMS error a retry gets past.)
+_kind(
+    ErrorKind.FATAL,
     "KMSDisabledException",
     "KMSInvalidStateException",
     "KMSNotFoundException",

@@ -25,6 +25,19 @@ class ValidationError(KinesisConnectorError, ValueError):
         self.reason = message
 
 
+class RecordTooLargeError(ValidationError):
+    """A record's data plus partition key (``size`` bytes) is over ``limit`` bytes: the
+    stream's maximum record size, or a cap the caller set."""
+
+    def __init__(self, size: int, limit: int, message: str | None = None) -> None:
+        super().__init__(
+            "data",
+            message or f"data plus partition key is {size} bytes, the limit is {limit} bytes",
+        )
+        self.size = size
+        self.limit = limit
+
+
 class ConfigurationError(KinesisConnectorError, ValueError):
     """An argument or configuration value is out of range or inconsistent with another one.
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from hashlib import md5
 
-from kinesis_core.errors import ValidationError
+from kinesis_core.errors import RecordTooLargeError, ValidationError
 
 try:
     # CPython's bundled MD5 hashes a short key in half the time of OpenSSL's (whose context set-up
@@ -22,11 +22,15 @@ _from_bytes = int.from_bytes
 
 MAX_HASH_KEY = 2**128 - 1
 MAX_RECORD_BYTES = 1024 * 1024
-"""Data plus partition key (UTF-8) of one record, the default stream limit."""
+"""Data plus partition key (UTF-8) of one record: a stream's maximum record size unless it was
+raised (``CreateStream(MaxRecordSizeInKiB)``, ``UpdateMaxRecordSize``)."""
+LARGEST_RECORD_BYTES = 10 * 1024 * 1024
+"""The largest maximum record size a stream can have (``MaxRecordSizeInKiB`` 10240)."""
 MAX_PARTITION_KEY_CHARS = 256
 """Partition key length limit, in UTF-16 code units (what Kinesis counts; see utf16_length)."""
 MAX_PUT_RECORDS_COUNT = 500
-MAX_PUT_RECORDS_BYTES = 5 * 1024 * 1024
+MAX_PUT_RECORDS_BYTES = 10 * 1024 * 1024
+"""Data plus partition keys of one PutRecords request (5 MiB before late 2025)."""
 SHARD_RECORDS_PER_SECOND = 1000
 SHARD_BYTES_PER_SECOND = 1024 * 1024
 _MAX_EHK_DIGITS = len(str(MAX_HASH_KEY))
@@ -111,7 +115,8 @@ def validate_record(
     """Check one user record and return its hash key.
 
     Raises ValidationError naming the field and the limit. Data must be bytes-like; data plus
-    the UTF-8 partition key must fit ``max_record_bytes`` (1 MiB by default).
+    the UTF-8 partition key must fit ``max_record_bytes`` (1 MiB by default), or
+    :class:`~kinesis_core.errors.RecordTooLargeError` says by how much it does not.
     """
     # The hot path of every producer: one type check per argument, the key encoded once. A key
     # of at most 128 code points is at most 256 UTF-16 units, whatever its characters.
@@ -133,10 +138,7 @@ def validate_record(
         raise
     size = data_bytes + len(pk_utf8)
     if size > max_record_bytes:
-        raise ValidationError(
-            "data",
-            f"data plus partition key is {size} bytes, the limit is {max_record_bytes} bytes",
-        )
+        raise RecordTooLargeError(size, max_record_bytes)
     if explicit_hash_key is not None:
         return parse_explicit_hash_key(explicit_hash_key)
     return _from_bytes(_md5(pk_utf8).digest(), "big")

@@ -8,7 +8,8 @@ per record would cost a round trip. This follows the C++ KPL's ``shard_map.cc``:
   ``refresh_succeeded``, ``refresh_failed``, ``retry_due``, ``invalidate``); decisions come
   out (start a refresh: ``True``; wait this many seconds, then send ``retry_due``).
 - :class:`ShardMapDriver` runs the refreshes against an injected ``list_shards_fn`` (in
-  production ``client.list_shards`` of an aiobotocore client; in tests a fake).
+  production ``client.list_shards`` of an aiobotocore client; in tests a fake), and with a
+  ``describe_fn`` learns the stream's maximum record size at every refresh and on demand.
 - :func:`list_all_shards` is the paginated ListShards call that both use.
 """
 
@@ -25,15 +26,21 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from kinesis_core.classify import ErrorKind, classify, error_details
+from kinesis_core.classify import ErrorKind, classify, error_details, error_message
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError, ValidationError
-from kinesis_core.hashing import MAX_HASH_KEY, parse_explicit_hash_key
+from kinesis_core.hashing import (
+    MAX_HASH_KEY,
+    parse_explicit_hash_key,
+)
+from kinesis_core.record_size import RecordSizeLimit
 from kinesis_core.stream import StreamRef
 
 logger = logging.getLogger(__name__)
 
 ListShardsFn = Callable[..., Awaitable[Mapping[str, Any]]]
 """``await fn(**ListShards kwargs)`` returns the ListShards response dict."""
+DescribeFn = Callable[..., Awaitable[Mapping[str, Any]]]
+"""``await fn(**DescribeStreamSummary kwargs)`` returns the DescribeStreamSummary response."""
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[object]]
 
@@ -41,6 +48,7 @@ AT_LATEST: Mapping[str, str] = {"Type": "AT_LATEST"}
 """ShardFilter for the shards open now: all the producer can write to."""
 AT_TRIM_HORIZON: Mapping[str, str] = {"Type": "AT_TRIM_HORIZON"}
 """ShardFilter for every shard still holding data, closed ones included."""
+
 
 def _permanent(error: BaseException) -> bool:
     """A ListShards error that retrying will not fix: ``start()`` reports it at once."""
@@ -438,6 +446,11 @@ class ShardMapDriver:
     access denied), or when ``give_up(error, attempts)`` says so. With ``wait_on_start=False``
     records flow unpredicted until the map is ready. ``clock`` must be the clock the callers of
     ``invalidate`` read ``seen_at`` from.
+
+    With ``describe_fn`` (``client.describe_stream_summary``), every refresh first asks
+    DescribeStreamSummary for the stream's maximum record size (:attr:`record_limit`), and
+    :meth:`check_record_limit` asks again on demand. A failed DescribeStreamSummary never fails
+    a refresh: the limit keeps its last value (1 MiB at first) and says why.
     """
 
     def __init__(
@@ -454,8 +467,13 @@ class ShardMapDriver:
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         give_up: Callable[[BaseException, int], bool] | None = None,
+        describe_fn: DescribeFn | None = None,
+        limit_check_interval: float = 1.0,
     ) -> None:
         self.stream_name = str(stream_name)
+        self._describe_fn = describe_fn
+        self._limit = RecordSizeLimit(min_interval=limit_check_interval)
+        self._limit_task: asyncio.Task[None] | None = None
         self._stream = stream_name
         self._give_up = give_up
         self.clock = clock
@@ -481,6 +499,62 @@ class ShardMapDriver:
     @property
     def map(self) -> ShardMap:
         return self._map
+
+    @property
+    def record_limit(self) -> RecordSizeLimit:
+        """The stream's maximum record size as last learned (1 MiB until then)."""
+        return self._limit
+
+    async def check_record_limit(self) -> RecordSizeLimit:
+        """The stream's maximum record size from a DescribeStreamSummary that started after
+        this call (several callers share one call; one call per ``limit_check_interval`` at
+        most). Without a ``describe_fn``, the limit as it is."""
+        if self._describe_fn is None:
+            return self._limit
+        asked_at = self.clock()
+        while not self._limit.checked_since(asked_at):
+            task = self._limit_task
+            if task is None or task.done():
+                task = self._limit_task = asyncio.get_running_loop().create_task(
+                    self._paced_limit_check(), name=f"record-limit:{self.stream_name}"
+                )
+            await asyncio.shield(task)
+        return self._limit
+
+    async def _paced_limit_check(self) -> None:
+        delay = self._limit.next_check(self.clock())
+        if delay > 0:
+            await self._sleep(delay)
+        await self._check_limit(paced=True)
+
+    async def _check_limit(self, *, paced: bool = False) -> None:
+        """One DescribeStreamSummary into :attr:`record_limit` (``paced``: asked for by a
+        record); never raises."""
+        assert self._describe_fn is not None
+        started = self.clock()
+        if paced:
+            self._limit.started(started)
+        try:
+            response = await self._describe_fn(**StreamRef.of(self._stream).params())
+            summary = response["StreamDescriptionSummary"]
+        except Exception as exc:
+            code = error_details(exc)[0]
+            reason = f"DescribeStreamSummary failed: {code or type(exc).__name__}: " + (
+                error_message(exc)
+            )
+            if reason != self._limit.error:
+                logger.warning(
+                    "stream %r: %s; the maximum record size stays %d bytes",
+                    self.stream_name,
+                    reason,
+                    self._limit.bytes,
+                )
+            self._limit.failed(reason, started)
+            return
+        if self._limit.answered(summary, started):
+            logger.info(
+                "stream %r: maximum record size %d bytes", self.stream_name, self._limit.bytes
+            )
 
     @property
     def last_error(self) -> BaseException | None:
@@ -557,10 +631,11 @@ class ShardMapDriver:
     async def close(self) -> None:
         """Stop any refresh in flight. The map keeps its last snapshot."""
         self._closed = True
-        task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        for task in (self._task, self._limit_task):
+            if task is not None and not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._task = self._limit_task = None
 
     async def __aenter__(self) -> ShardMapDriver:
         await self.start()
@@ -582,6 +657,8 @@ class ShardMapDriver:
     async def _refresh(self) -> None:
         while True:
             self._attempts += 1
+            if self._describe_fn is not None:
+                await self._check_limit()
             try:
                 shards = await list_all_shards(
                     self._list_shards_fn,

@@ -43,7 +43,7 @@ from kinesis_core.consumer import (
 )
 from kinesis_core.errors import ConfigurationError, ValidationError
 from kinesis_core.fanout import deregister_consumer
-from kinesis_core.hashing import MAX_RECORD_BYTES, hash_key
+from kinesis_core.hashing import LARGEST_RECORD_BYTES, MAX_RECORD_BYTES, hash_key
 from kinesis_core.local import KinesisMock, MotoServer
 from kinesis_core.local._server import free_port
 from kinesis_core.local.fault_proxy import FaultProxy
@@ -77,7 +77,13 @@ def named(seen: str, *needles: str) -> bool:
 
 
 def error_text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    """The exception as the user sees it, with the base class a user catches when it is a
+    subclass of one (``RecordTooLargeError (a ValidationError): ...``)."""
+    name = type(exc).__name__
+    for base in (ValidationError, ConfigurationError):
+        if isinstance(exc, base) and type(exc) is not base:
+            name = f"{name} (a {base.__name__})"
+    return f"{name}: {exc}"
 
 
 def result_text(result: RecordResult) -> str:
@@ -831,8 +837,8 @@ async def _bad_configuration(env: Env) -> list[Check]:
         ),
         (
             "ProducerConfig",
-            lambda: ProducerConfig(max_record_bytes=2 * MAX_RECORD_BYTES),
-            ("ConfigurationError", "max_record_bytes", str(MAX_RECORD_BYTES)),
+            lambda: ProducerConfig(max_record_bytes=LARGEST_RECORD_BYTES + 1),
+            ("ConfigurationError", "max_record_bytes", str(LARGEST_RECORD_BYTES)),
         ),
         ("Consumer", lambda: Consumer("s", checkpoint_interval=0), ("checkpoint_interval",)),
         (

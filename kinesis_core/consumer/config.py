@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from kinesis_core.consumer.incarnation import ON_STREAM_RECREATED, OnStreamRecreated
-from kinesis_core.consumer.polling import MAX_GET_RECORDS_LIMIT, MIN_CALL_INTERVAL, PollingOptions
+from kinesis_core.consumer.polling import (
+    MAX_GET_RECORDS_LIMIT,
+    MIN_CALL_INTERVAL,
+    READ_BYTES_PER_SECOND,
+    PollingOptions,
+)
 from kinesis_core.consumer.positions import LATEST, InitialPosition, parse_initial_position
 from kinesis_core.consumer.subscription import (
     DEFAULT_MAX_BUFFERED_BYTES,
@@ -22,7 +28,11 @@ from kinesis_core.consumer.subscription import (
     check_subscription_options,
 )
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.fanout.consumers import check_consumer_name, parse_consumer_arn
+from kinesis_core.fanout.consumers import (
+    check_consumer_name,
+    check_consumer_tags,
+    parse_consumer_arn,
+)
 from kinesis_core.lease import LeaseConfig
 from kinesis_core.telemetry.config import Telemetry
 
@@ -46,6 +56,9 @@ class EnhancedFanOut:
       a shard's reader gives up with an error.
     - ``closed_check_interval``: seconds between listings of a caught-up shard, for servers
       that do not end a closed shard's subscription (kinesis-mock).
+    - ``tags``: tags (a mapping, kept as ``(key, value)`` pairs) of the consumer when this
+      reader registers it (RegisterStreamConsumer ``Tags``, which needs kinesis:TagResource
+      too); a consumer of that name that exists already keeps its own.
     """
 
     consumer_name: str | None = None
@@ -57,11 +70,17 @@ class EnhancedFanOut:
     register_timeout: float = 120.0
     max_failures: int = 20
     closed_check_interval: float = 30.0
+    tags: Mapping[str, str] | tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.consumer_name is not None and self.consumer_arn is not None:
             raise ConfigurationError(
                 "consumer_name", "give consumer_name or consumer_arn, not both"
+            )
+        object.__setattr__(self, "tags", check_consumer_tags(self.tags))
+        if self.tags and self.consumer_arn is not None:
+            raise ConfigurationError(
+                "tags", "tag a consumer when it is registered by name, not one given by ARN"
             )
         if self.consumer_name is not None:
             check_consumer_name(self.consumer_name)
@@ -95,6 +114,10 @@ class ConsumerConfig:
     - ``max_queued_batches``: batches read ahead of the application (the backpressure).
     - ``max_records_per_call``: GetRecords ``Limit`` (1 to 10,000).
     - ``idle_interval``: seconds a caught-up shard waits after an empty read (>= 0.2).
+    - ``max_read_bytes_per_second``: bytes of data a polling reader reads from one shard per
+      second at most: after a response of n bytes the next GetRecords waits until n / this
+      after the call. Kinesis serves 2 MiB/s per shard (the default) and throttles the calls
+      of the next 5 s after a 10 MiB response; raise it only for an emulator.
     - ``start_timeout``: seconds ``start`` retries a listing that may succeed later
       (throttling, a 5xx, a stream still being created) before it raises.
     - ``leases``: a :class:`~kinesis_core.lease.LeaseConfig`, or True for the KCL's
@@ -120,6 +143,7 @@ class ConsumerConfig:
     max_queued_batches: int = 8
     max_records_per_call: int = MAX_GET_RECORDS_LIMIT
     idle_interval: float = 1.0
+    max_read_bytes_per_second: float = READ_BYTES_PER_SECOND
     start_timeout: float = 30.0
     leases: LeaseConfig | bool = False
     enhanced_fan_out: EnhancedFanOut | bool = False
@@ -145,6 +169,15 @@ class ConsumerConfig:
             inclusive=True,
             finite=True,
         )
+        if (
+            not isinstance(self.max_read_bytes_per_second, (int, float))
+            or isinstance(self.max_read_bytes_per_second, bool)
+            or not self.max_read_bytes_per_second > 0
+        ):
+            raise ConfigurationError(
+                "max_read_bytes_per_second",
+                f"must be a number of bytes > 0, got {self.max_read_bytes_per_second!r}",
+            )
         if not isinstance(self.auto_ack, bool):
             raise ConfigurationError("auto_ack", f"must be True or False, got {self.auto_ack!r}")
         _integer("max_queued_batches", self.max_queued_batches, 1, None)
@@ -192,7 +225,11 @@ class ConsumerConfig:
     @property
     def polling(self) -> PollingOptions:
         """The options of each shard's polling reader."""
-        return PollingOptions(limit=self.max_records_per_call, idle_interval=self.idle_interval)
+        return PollingOptions(
+            limit=self.max_records_per_call,
+            idle_interval=self.idle_interval,
+            max_bytes_per_second=self.max_read_bytes_per_second,
+        )
 
 
 def _seconds(

@@ -146,6 +146,8 @@ class Consumer:
         """The stream as given (name or ARN); checkpoints are kept under its name."""
         self._life = Lifecycle(f"Consumer({self.stream!r})")
         self._polling_options = config.polling
+        if client_config is not None:
+            self._stream.check_endpoint(client_config.endpoint_url)
         self._client_config = client_config
         self._client = client
         self._owns_store = checkpoint_store is None
@@ -285,6 +287,7 @@ class Consumer:
                 str(self._stream),
                 consumer_name=efo.consumer_name,
                 consumer_arn=efo.consumer_arn,
+                tags=efo.tags,
                 deregister_on_close=efo.deregister_on_close,
                 timeout=efo.register_timeout,
             )

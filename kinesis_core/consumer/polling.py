@@ -1,7 +1,10 @@
 """Reading a shard by polling: GetShardIterator, then GetRecords (sans-I/O).
 
 :class:`PollingRead` keeps GetRecords within 5 calls/s per shard (GetShardIterator has its own
-5 calls/s), backs off on throttling and transient errors, re-gets an expired iterator AFTER
+5 calls/s) and within the shard's 2 MiB/s of reads: after a response of n bytes, the next
+GetRecords waits until n / 2 MiB seconds after the call (a 10 MiB response, which large records
+make, would otherwise have the next calls throttled for 5 s), backs off on throttling and
+transient errors, re-gets an expired iterator AFTER
 the last record it read (never skipping, never re-reading), resumes AT_SEQUENCE_NUMBER of a
 checkpoint and lets :class:`~.transport.ShardRead` drop the sub-records at or below it, waits
 ``idle_interval`` after an empty response at the tip, and ends at a null NextShardIterator
@@ -12,9 +15,11 @@ the common check of :class:`~.transport.ShardRead` (a listing decides what it me
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from kinesis_core.classify import ErrorKind
@@ -36,9 +41,12 @@ from kinesis_core.records import KinesisRecord
 MAX_GET_RECORDS_LIMIT = 10_000
 MIN_CALL_INTERVAL = 0.2
 """Kinesis allows 5 GetRecords calls per second per shard."""
+READ_BYTES_PER_SECOND = 2 * 1024 * 1024
+"""Kinesis serves 2 MiB/s of GetRecords per shard (every polling reader of it together)."""
 
 
 POLLING_BACKOFF = Backoff(0.2, 10.0)
+_data = itemgetter("Data")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +61,17 @@ class PollingOptions:
     """Seconds to wait after an empty response from a shard that is caught up."""
     backoff: Backoff = POLLING_BACKOFF
     """After failed calls: the base doubling up to the maximum, with jitter."""
+    max_bytes_per_second: float = READ_BYTES_PER_SECOND
+    """Bytes of record data per second to read from the shard at most (paced after each
+    response); ``math.inf`` for none."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.limit <= MAX_GET_RECORDS_LIMIT:
             raise ConfigurationError(f"limit must be in [1, 10000], got {self.limit}")
+        if not self.max_bytes_per_second > 0:
+            raise ConfigurationError(
+                f"max_bytes_per_second must be > 0, got {self.max_bytes_per_second}"
+            )
         if self.min_interval < MIN_CALL_INTERVAL:
             raise ConfigurationError(
                 f"min_interval must be >= {MIN_CALL_INTERVAL} s (5 calls/s per shard), "
@@ -160,6 +175,13 @@ class PollingRead(ShardRead):
         raw = response.get("Records") or ()
         millis = response.get("MillisBehindLatest")
         self.millis_behind_latest = millis
+        rate = self.options.max_bytes_per_second
+        if raw and rate != math.inf:
+            # The call went at _next_records_at - min_interval: the next waits until its data
+            # is paid for at the shard's read rate.
+            pause = sum(map(len, map(_data, raw))) / rate - self.options.min_interval
+            if pause > 0:
+                self._next_records_at += pause
         records = self._deliver(raw, ack)
         if not raw and millis == 0:
             self._not_before = max(self._not_before, now + self.options.idle_interval)

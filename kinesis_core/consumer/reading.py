@@ -118,12 +118,15 @@ class AsyncPolling:
     ) -> None:
         self._client = client
         self._stream_params = stream.params()
+        self._records_params = _stream_id(stream)
         self._shard_id = shard_id
         self._view = view or AsyncStreamView(client, stream)
 
     async def call(self, call: Call) -> Any:
         if isinstance(call, GetRecords):
-            return await self._client.get_records(ShardIterator=call.iterator, Limit=call.limit)
+            return await self._client.get_records(
+                ShardIterator=call.iterator, Limit=call.limit, **self._records_params
+            )
         if isinstance(call, GetIterator):
             return await self._client.get_shard_iterator(
                 **self._stream_params, ShardId=self._shard_id, **call.params
@@ -167,12 +170,15 @@ class SyncPolling:
     ) -> None:
         self._client = client
         self._stream_params = stream.params()
+        self._records_params = _stream_id(stream)
         self._shard_id = shard_id
         self._view = view or (lambda: sync_stream_view(client, stream))
 
     def call(self, call: Call) -> Any:
         if isinstance(call, GetRecords):
-            return self._client.get_records(ShardIterator=call.iterator, Limit=call.limit)
+            return self._client.get_records(
+                ShardIterator=call.iterator, Limit=call.limit, **self._records_params
+            )
         if isinstance(call, GetIterator):
             return self._client.get_shard_iterator(
                 **self._stream_params, ShardId=self._shard_id, **call.params
@@ -183,6 +189,11 @@ class SyncPolling:
 
     def close(self) -> None:
         """Nothing to release: the client is the caller's."""
+
+
+def _stream_id(stream: StreamRef) -> dict[str, str]:
+    """GetRecords names no stream (the iterator does), but passes its ``StreamId`` on."""
+    return {} if stream.stream_id is None else {"StreamId": stream.stream_id}
 
 
 class AsyncShardListing:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -102,6 +102,34 @@ def check_consumer_name(name: object, field: str = "consumer_name") -> str:
     return name
 
 
+MAX_CONSUMER_TAGS = 50
+
+
+def check_consumer_tags(
+    tags: Mapping[str, str] | Iterable[tuple[str, str]], field: str = "tags"
+) -> tuple[tuple[str, str], ...]:
+    """Tags for RegisterStreamConsumer as ``(key, value)`` pairs: at most 50, keys of 1 to 128
+    characters not starting with ``aws:``, values of 0 to 256; ConfigurationError otherwise."""
+    pairs = tuple(tags.items() if isinstance(tags, Mapping) else tags)
+    if len(pairs) > MAX_CONSUMER_TAGS:
+        raise ConfigurationError(field, f"at most {MAX_CONSUMER_TAGS} tags, got {len(pairs)}")
+    for pair in pairs:
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            raise ConfigurationError(field, f"must map keys to values, got {pair!r:.80}")
+        key, value = pair
+        if not isinstance(key, str) or not 1 <= len(key) <= 128 or key.startswith("aws:"):
+            raise ConfigurationError(
+                field, f"a tag key is 1 to 128 characters, not starting with 'aws:', got {key!r}"
+            )
+        if not isinstance(value, str) or len(value) > 256:
+            raise ConfigurationError(
+                field, f"the value of tag {key!r} must be a str of at most 256 characters"
+            )
+    if len({key for key, _ in pairs}) != len(pairs):
+        raise ConfigurationError(field, "a tag key appears twice")
+    return pairs
+
+
 def check_consumer_of_stream(consumer_arn: str, stream_arn: str) -> ConsumerArn:
     """Parse ``consumer_arn`` and check that it is a consumer of ``stream_arn``."""
     parsed = parse_consumer_arn(consumer_arn)
@@ -136,15 +164,18 @@ async def register_consumer(
     *,
     timeout: float = 120.0,
     clock: Callable[[], float] = time.monotonic,
+    tags: Mapping[str, str] | Iterable[tuple[str, str]] = (),
 ) -> StreamConsumer:
-    """Register ``consumer_name`` on the stream, or reuse the consumer of that name, and wait
-    until it is ACTIVE. ConsumerRegistrationError when the stream has its 20 consumers or the
-    consumer is not ACTIVE within ``timeout`` seconds; ClientError for other refusals."""
+    """Register ``consumer_name`` on the stream (with ``tags``, which then needs
+    kinesis:TagResource too), or reuse the consumer of that name (its tags stay as they are),
+    and wait until it is ACTIVE. ConsumerRegistrationError when the stream has all the
+    consumers it takes (20, or 50 on an On-demand Advantage stream) or the consumer is not
+    ACTIVE within ``timeout`` seconds; ClientError for other refusals."""
     check_consumer_name(consumer_name)
     machine = ConsumerActivation(
         consumer_name=consumer_name, stream=stream_arn, now=clock(), timeout=timeout
     )
-    return await _drive(client, machine, stream_arn, clock)
+    return await _drive(client, machine, stream_arn, clock, dict(check_consumer_tags(tags)))
 
 
 async def wait_for_consumer(
@@ -230,9 +261,9 @@ async def consumer_check(client: Any, consumer_arn: str) -> ConsumerCheck:
 class RegisteredConsumer:
     """``async with`` a consumer that is ACTIVE inside the block.
 
-    Give ``consumer_name`` (registered, or reused when it exists) or ``consumer_arn`` (checked
-    against the stream, then waited for); ``deregister_on_close`` deregisters it on exit.
-    ``stream`` is a stream name or ARN.
+    Give ``consumer_name`` (registered, with ``tags`` if any, or reused when it exists) or
+    ``consumer_arn`` (checked against the stream, then waited for); ``deregister_on_close``
+    deregisters it on exit. ``stream`` is a stream name or ARN.
     """
 
     def __init__(
@@ -244,10 +275,16 @@ class RegisteredConsumer:
         consumer_arn: str | None = None,
         deregister_on_close: bool = False,
         timeout: float = 120.0,
+        tags: Mapping[str, str] | Iterable[tuple[str, str]] = (),
     ) -> None:
         if (consumer_name is None) == (consumer_arn is None):
             raise ConfigurationError(
                 "consumer_name", "give exactly one of consumer_name and consumer_arn"
+            )
+        self._tags = check_consumer_tags(tags)
+        if self._tags and consumer_arn is not None:
+            raise ConfigurationError(
+                "tags", "tag a consumer when it is registered by name, not one given by ARN"
             )
         self._client = client
         self._stream = stream
@@ -266,7 +303,7 @@ class RegisteredConsumer:
         else:
             assert self._name is not None
             self.consumer = await register_consumer(
-                self._client, stream_arn, self._name, timeout=self._timeout
+                self._client, stream_arn, self._name, timeout=self._timeout, tags=self._tags
             )
         return self.consumer
 
@@ -283,7 +320,11 @@ class RegisteredConsumer:
 
 
 async def _drive(
-    client: Any, machine: ConsumerActivation, stream_arn: str, clock: Callable[[], float]
+    client: Any,
+    machine: ConsumerActivation,
+    stream_arn: str,
+    clock: Callable[[], float],
+    tags: dict[str, str] | None = None,
 ) -> StreamConsumer:
     described: dict[str, Any] = {}
     while True:
@@ -296,8 +337,9 @@ async def _drive(
         assert isinstance(action, Send)
         try:
             if action.call is Call.REGISTER:
+                tagged = {"Tags": tags} if tags else {}
                 response = await client.register_stream_consumer(
-                    StreamARN=stream_arn, ConsumerName=machine.consumer_name
+                    StreamARN=stream_arn, ConsumerName=machine.consumer_name, **tagged
                 )
                 described = response["Consumer"]
             elif action.call is Call.DESCRIBE:

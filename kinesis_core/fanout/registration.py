@@ -3,8 +3,10 @@
 RegisterStreamConsumer answers with the consumer in CREATING (kinesis-mock: for its
 REGISTER_STREAM_CONSUMER_DURATION, 500 ms by default; AWS: several seconds), and
 ResourceInUseException when a consumer of that name exists: then it is described and reused.
-LimitExceededException means either the call rate (5/s per stream) or the 20 consumers a stream
-may have: the consumers are listed to tell which, and only the rate case is retried. A consumer
+LimitExceededException means either a rate (5 calls/s, 5 consumers CREATING at once) or the
+consumers a stream may have: 20, or 50 on an On-demand Advantage stream, which no call shows.
+The consumers are listed to tell which: under 20 it is a rate, retried; from 50 the limit; in
+between, retried a few times (a rate passes) before it is reported as the 20 limit. A consumer
 that is DELETING is waited out and registered again. Every wait backs off (with jitter) until a
 deadline, after which the machine fails with the last status it saw.
 
@@ -22,6 +24,12 @@ from kinesis_core.backoff import ceiling
 from kinesis_core.errors import KinesisConnectorError
 
 MAX_CONSUMERS_PER_STREAM = 20
+"""Registered consumers a provisioned or On-demand Standard stream takes."""
+MAX_CONSUMERS_ON_DEMAND_ADVANTAGE = 50
+"""Registered consumers an On-demand Advantage stream takes."""
+LIMIT_RETRIES = 3
+"""LimitExceededException with 20 to 49 consumers listed: retries before it counts as the
+stream's limit (a rate limit passes within them)."""
 
 
 class ConsumerRegistrationError(KinesisConnectorError, RuntimeError):
@@ -90,6 +98,7 @@ class ConsumerActivation:
         self._max = backoff_max
         self._rng = rng
         self._waits = 0
+        self._limit_hits = 0
         self._next: Action = Send(Call.DESCRIBE if self._by_arn else Call.REGISTER)
         self._after_wait = self._next
 
@@ -140,16 +149,20 @@ class ConsumerActivation:
 
     def on_listed(self, consumer_names: list[str], now: float) -> None:
         """The stream's consumers, after Register hit LimitExceededException."""
+        count = len(consumer_names)
         if self.consumer_name in consumer_names:
             self._next = Send(Call.DESCRIBE)
-        elif len(consumer_names) >= MAX_CONSUMERS_PER_STREAM:
-            raise ConsumerRegistrationError(
-                f"stream {self.stream} already has {len(consumer_names)} registered consumers, "
-                f"the limit is {MAX_CONSUMERS_PER_STREAM} per stream: deregister one of "
-                f"{sorted(consumer_names)} or reuse it by name"
-            )
-        else:
-            self._wait(now, Send(Call.REGISTER))
+            return
+        if count >= MAX_CONSUMERS_PER_STREAM:
+            self._limit_hits += 1
+            if count >= MAX_CONSUMERS_ON_DEMAND_ADVANTAGE or self._limit_hits > LIMIT_RETRIES:
+                raise ConsumerRegistrationError(
+                    f"stream {self.stream} already has {count} registered consumers: a stream "
+                    f"takes {MAX_CONSUMERS_PER_STREAM} (provisioned and On-demand Standard) or "
+                    f"{MAX_CONSUMERS_ON_DEMAND_ADVANTAGE} (On-demand Advantage); deregister one "
+                    f"of {sorted(consumer_names)} or reuse one by name"
+                )
+        self._wait(now, Send(Call.REGISTER))
 
     def on_transient_error(self, call: Call, now: float) -> None:
         """Throttling or a server error: try the same call again after a backoff."""

@@ -36,6 +36,7 @@ _EXPORTS = {
     "merge_shards": "kinesis_core.local.streams",
     "read_records": "kinesis_core.local.streams",
     "split_shard": "kinesis_core.local.streams",
+    "update_max_record_size": "kinesis_core.local.streams",
     "update_shard_count": "kinesis_core.local.streams",
     "wait_for_active": "kinesis_core.local.streams",
 }
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
         merge_shards as merge_shards,
         read_records as read_records,
         split_shard as split_shard,
+        update_max_record_size as update_max_record_size,
         update_shard_count as update_shard_count,
         wait_for_active as wait_for_active,
     )

@@ -1,7 +1,7 @@
 """``python -m kinesis_core.local``: run a local Kinesis from a shell, or install kinesis-mock.
 
     python -m kinesis_core.local install
-    python -m kinesis_core.local up --stream demo:4 [--stream other:2] [--server moto] [--port N]
+    python -m kinesis_core.local up --stream demo:4 [--stream big:1:10240] [--server moto]
     python -m kinesis_core.local faults --upstream http://127.0.0.1:PORT --throttle 0.1 ...
 
 ``up`` prints the endpoint and the variables to export, then runs until SIGINT or SIGTERM.
@@ -32,9 +32,10 @@ from kinesis_core.local.moto_server import MotoServer
 SERVERS = ("kinesis-mock", "moto")
 
 
-def _stream_spec(text: str) -> tuple[str, int]:
-    """``name[:shards]`` (4 shards by default)."""
-    name, _, shards = text.partition(":")
+def _stream_spec(text: str) -> tuple[str, int, int | None]:
+    """``name[:shards[:max_record_kib]]`` (4 shards and the default 1 MiB limit unless given)."""
+    name, _, rest = text.partition(":")
+    shards, _, kib = rest.partition(":")
     if not name:
         raise argparse.ArgumentTypeError(f"{text!r}: the stream name is empty")
     try:
@@ -43,7 +44,17 @@ def _stream_spec(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(f"{text!r}: shards must be an integer") from None
     if count < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: shards must be >= 1")
-    return name, count
+    if not kib:
+        return name, count, None
+    try:
+        max_kib = int(kib)
+    except ValueError:
+        max_kib = 0
+    if not 1024 <= max_kib <= 10240:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the maximum record size is 1024 to 10240 KiB (MaxRecordSizeInKiB)"
+        )
+    return name, count, max_kib
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,8 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         type=_stream_spec,
         default=[],
-        metavar="NAME[:SHARDS]",
-        help="create this stream (4 shards unless given); repeatable",
+        metavar="NAME[:SHARDS[:MAX_RECORD_KIB]]",
+        help=(
+            "create this stream (4 shards unless given; records up to MAX_RECORD_KIB, "
+            "1024 to 10240, kinesis-mock only); repeatable"
+        ),
     )
     up.add_argument("--port", type=int, help="the HTTP port (default: a free one)")
     up.add_argument(
@@ -110,9 +124,10 @@ def _up(args: argparse.Namespace, out: TextIO) -> int:
     try:
         with server:
             print(f"{server.kind} is up at {server.endpoint_url} (pid {server.pid})", file=out)
-            for name, shards in args.streams:
-                server.create_stream(name, shards).close()
-                print(f"created stream {name} with {shards} shards", file=out)
+            for name, shards, max_kib in args.streams:
+                server.create_stream(name, shards, max_record_size_kib=max_kib).close()
+                limit = "" if max_kib is None else f", records up to {max_kib} KiB"
+                print(f"created stream {name} with {shards} shards{limit}", file=out)
             print("# in another shell:", file=out)
             for key, value in server.client_environment().items():
                 print(f"export {key}={value}", file=out)

@@ -169,13 +169,16 @@ class LocalServer:
             "AWS_SECRET_ACCESS_KEY": DUMMY_SECRET_ACCESS_KEY,
         }
 
-    def create_stream(self, name: str, shards: int = 4) -> LocalStream:
-        """Create ``name`` with ``shards`` shards, wait until it is ACTIVE and return it."""
+    def create_stream(
+        self, name: str, shards: int = 4, *, max_record_size_kib: int | None = None
+    ) -> LocalStream:
+        """Create ``name`` with ``shards`` shards (and ``MaxRecordSizeInKiB`` when given), wait
+        until it is ACTIVE and return it."""
         from kinesis_core.local.streams import LocalStream
 
         stream = LocalStream(name, self.client_config())
         try:
-            stream.create(shards)
+            stream.create(shards, max_record_size_kib=max_record_size_kib)
         except BaseException:
             stream.close()
             raise

@@ -4,8 +4,9 @@
 - ``kinesis_mock`` / ``moto_server``: a server per test session (``KinesisMock`` / ``MotoServer``,
   with ``endpoint_url`` and ``client_config()``), started on first use and always stopped at the
   end of the session, whatever happened.
-- ``kinesis_stream`` / ``moto_stream``: ``make(shards=4, name=None) -> LocalStream``, a fresh,
-  uniquely named stream per call, deleted after the test.
+- ``kinesis_stream`` / ``moto_stream``: ``make(shards=4, name=None, *,
+  max_record_size_kib=None) -> LocalStream``, a fresh, uniquely named stream per call, deleted
+  after the test (``max_record_size_kib``: records up to that size, kinesis-mock only).
 - ``fault_proxy``: ``make(upstream_url, config=None, seed=0) -> FaultProxy``, a fault-injecting
   proxy in front of a server, stopped after the test (its counters are printed).
 
@@ -60,7 +61,8 @@ def _streams(server: LocalServer, request: pytest.FixtureRequest) -> Iterator[St
 def kinesis_stream(
     kinesis_mock: KinesisMock, request: pytest.FixtureRequest
 ) -> Iterator[StreamFactory]:
-    """``make(shards=4, name=None) -> LocalStream`` on kinesis-mock (resharding, lineage)."""
+    """``make(shards=4, name=None, *, max_record_size_kib=None) -> LocalStream`` on
+    kinesis-mock (resharding, lineage, records up to 10 MiB)."""
     yield from _streams(kinesis_mock, request)
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "merge_shards",
     "read_records",
     "split_shard",
+    "update_max_record_size",
     "update_shard_count",
     "wait_for_active",
     "wait_for_deleted",
@@ -58,13 +59,56 @@ def wait_for_active(client: Any, name: str, *, timeout: float = DEFAULT_TIMEOUT)
 
 
 def create_stream(
-    client: Any, name: str, shards: int = 4, *, timeout: float = DEFAULT_TIMEOUT
+    client: Any,
+    name: str,
+    shards: int = 4,
+    *,
+    max_record_size_kib: int | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> None:
-    """Create a provisioned stream with ``shards`` shards and wait until it is ACTIVE."""
+    """Create a provisioned stream with ``shards`` shards and wait until it is ACTIVE.
+
+    ``max_record_size_kib``: the stream's maximum record size (``MaxRecordSizeInKiB``, 1024 to
+    10240; None: the service's default, 1 MiB). kinesis-mock takes it; moto ignores it."""
     if shards < 1:
         raise ConfigurationError("shards", f"must be >= 1, got {shards!r}")
-    client.create_stream(StreamName=name, ShardCount=shards)
+    kwargs: dict[str, Any] = {"StreamName": name, "ShardCount": shards}
+    if max_record_size_kib is not None:
+        kwargs["MaxRecordSizeInKiB"] = _record_size_kib(max_record_size_kib)
+    client.create_stream(**kwargs)
     wait_for_active(client, name, timeout=timeout)
+
+
+def update_max_record_size(
+    client: Any, name: str, max_record_size_kib: int, *, timeout: float = DEFAULT_TIMEOUT
+) -> None:
+    """UpdateMaxRecordSize of ``name`` (1024 to 10240 KiB) and wait until the stream reports
+    it (and is ACTIVE)."""
+    kib = _record_size_kib(max_record_size_kib)
+    summary = client.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]
+    client.update_max_record_size(StreamARN=summary["StreamARN"], MaxRecordSizeInKiB=kib)
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        summary = client.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]
+        if summary["StreamStatus"] == "ACTIVE" and summary.get("MaxRecordSizeInKiB") == kib:
+            return
+        if time.monotonic() > deadline:
+            raise EmulatorError(
+                f"stream {name!r} still reports MaxRecordSizeInKiB "
+                f"{summary.get('MaxRecordSizeInKiB')} ({summary['StreamStatus']}) after "
+                f"{timeout:g} s, not {kib}"
+            )
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
+def _record_size_kib(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1024 <= value <= 10240:
+        raise ConfigurationError(
+            "max_record_size_kib", f"must be an int in [1024, 10240] (KiB), got {value!r}"
+        )
+    return value
 
 
 def delete_stream(client: Any, name: str) -> None:
@@ -232,8 +276,14 @@ class LocalStream:
                 )
             return self._client
 
-    def create(self, shards: int = 4) -> None:
-        create_stream(self.boto_client(), self.name, shards)
+    def create(self, shards: int = 4, *, max_record_size_kib: int | None = None) -> None:
+        create_stream(
+            self.boto_client(), self.name, shards, max_record_size_kib=max_record_size_kib
+        )
+
+    def update_max_record_size(self, max_record_size_kib: int) -> None:
+        """UpdateMaxRecordSize (1024 to 10240 KiB), returning once the stream reports it."""
+        update_max_record_size(self.boto_client(), self.name, max_record_size_kib)
 
     def shards(self, *, open_only: bool = False) -> list[dict[str, Any]]:
         """ListShards entries (ShardId, ParentShardId, AdjacentParentShardId, HashKeyRange,
@@ -294,7 +344,8 @@ class LocalStream:
 
 
 class StreamFactory:
-    """Makes fresh, uniquely named streams on one server: ``make(shards=4, name=None)``.
+    """Makes fresh, uniquely named streams on one server: ``make(shards=4, name=None,
+    max_record_size_kib=None)``.
 
     ``close()`` deletes every stream it made and closes their clients (the fixtures call it).
     """
@@ -304,10 +355,12 @@ class StreamFactory:
         self.prefix = _NAME_CHARS.sub("-", prefix).strip("-.")[:80] or "stream"
         self.streams: list[LocalStream] = []
 
-    def __call__(self, shards: int = 4, name: str | None = None) -> LocalStream:
+    def __call__(
+        self, shards: int = 4, name: str | None = None, *, max_record_size_kib: int | None = None
+    ) -> LocalStream:
         stream = LocalStream(name or f"{self.prefix}-{uuid.uuid4().hex[:10]}", self.client_config)
         self.streams.append(stream)
-        stream.create(shards)
+        stream.create(shards, max_record_size_kib=max_record_size_kib)
         return stream
 
     def close(self, *, delete: bool = True) -> None:

@@ -6,7 +6,12 @@ record does not fit (the builder's exact size, ``aggregation_max_size``), when i
 ``aggregation_max_count`` records, when its earliest deadline passes (``poll``), or on ``flush``.
 Records with no predicted shard, records too big for an aggregate, and every record when
 aggregation is off go out as plain Kinesis records: an aggregate is only ever made of records
-predicted for the same shard, so a KCL reader keeps all of it.
+predicted for the same shard, so a KCL reader keeps all of it. A record bigger than
+``max_size`` on its own is never aggregated and never waits: it seals the shard's open aggregate
+(which keeps the shard's order) and is sealed at once, alone.
+
+``max_size`` may change while records flow (the stream's maximum record size is learned at run
+time and bounds it): a shard's builder takes the new size once its aggregate is sealed.
 """
 
 from __future__ import annotations
@@ -75,31 +80,38 @@ class Aggregator:
             for ur in urs:
                 self._single(ur, shard_id, now, deadline)
             return
+        max_size = self.max_size
         buf = self._buffers.get(shard_id)
         if buf is None:
-            buf = self._buffers[shard_id] = _ShardBuffer(self._builder_factory(self.max_size))
+            buf = self._buffers[shard_id] = _ShardBuffer(self._builder_factory(max_size))
+        elif not buf.records and buf.builder.max_size != max_size:
+            buf.builder = self._builder_factory(max_size)
         expiration = urs[0][ARRIVAL] + self.record_ttl
         max_count = self.max_count
         try_add = buf.builder.try_add
         records = buf.records
         added = 0
         for ur in urs:
-            if len(records) < max_count and try_add(
-                ur[PARTITION_KEY], ur[EXPLICIT_HASH_KEY], ur[DATA]
-            ):
-                records.append(ur)
-                added += 1
-                continue
             if records:
+                if len(records) < max_count and try_add(
+                    ur[PARTITION_KEY], ur[EXPLICIT_HASH_KEY], ur[DATA]
+                ):
+                    records.append(ur)
+                    added += 1
+                    continue
                 self._settle(buf, added, now, deadline, expiration)
                 self._seal(shard_id, buf)
                 records = buf.records
+                try_add = buf.builder.try_add
                 added = 0
-                if try_add(ur[PARTITION_KEY], ur[EXPLICIT_HASH_KEY], ur[DATA]):
-                    records.append(ur)
-                    added = 1
-                    continue
-            # Over the 1 MiB an aggregate may weigh (max_record_bytes allows more): alone.
+            pk = ur[PARTITION_KEY]
+            if len(ur[DATA]) + len(pk.encode()) <= max_size and try_add(
+                pk, ur[EXPLICIT_HASH_KEY], ur[DATA]
+            ):
+                records.append(ur)
+                added = 1
+                continue
+            # Bigger than an aggregate may weigh: never aggregated, sent alone at once.
             self._single(ur, shard_id, now, deadline)
         if added:
             self._settle(buf, added, now, deadline, expiration)
@@ -216,6 +228,8 @@ class Aggregator:
             buf.since_sum / len(records),
         )
         builder.clear()
+        if builder.max_size != self.max_size:
+            buf.builder = self._builder_factory(self.max_size)
         buf.records = []
         buf.deadline = _INF
         buf.expiration = _INF

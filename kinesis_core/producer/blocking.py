@@ -5,9 +5,10 @@ call hops onto it once; ``submit`` queues single records for it without waiting 
 the budget has room. The semantics and
 results are the asynchronous producer's: ``submit`` blocks while the memory budget is full and
 returns a ``concurrent.futures.Future``; ``put`` blocks until the record's result is known.
-Bad input raises in the caller's thread before anything crosses over. After a fork the child
-starts its own loop thread. Producers left open at interpreter exit are closed then (flushed,
-with ``record_ttl`` as the timeout), so buffered records are not dropped silently.
+Bad input raises in the caller's thread before anything crosses over (but a record over the
+stream's maximum record size waits for the loop to ask the stream again). After a fork the
+child starts its own loop thread. Producers left open at interpreter exit are closed then
+(flushed, with ``record_ttl`` as the timeout), so buffered records are not dropped silently.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from kinesis_core.errors import RecordTooLargeError
 from kinesis_core.hashing import validate_record
 from kinesis_core.loop_thread import LoopThread
 from kinesis_core.producer.config import ProducerConfig, record_cost
@@ -126,23 +128,27 @@ class BlockingProducer:
         per record). Near the limit the call waits on the loop, in line with async callers.
         """
         self._thread.check_caller()
-        hash_key = validate_record(
-            data, partition_key, explicit_hash_key, self.config.max_record_bytes
-        )
-        if type(data) is not bytes:
-            data = bytes(data)
-        ehk = None if explicit_hash_key is None else str(hash_key)
         result: concurrent.futures.Future[RecordResult] = concurrent.futures.Future()
-        cost = record_cost(data, partition_key)
-        with self._lock:
-            reserved = self._reserve(cost)
+        try:
+            hash_key = validate_record(
+                data, partition_key, explicit_hash_key, self._producer.record_bytes
+            )
+        except RecordTooLargeError:
+            hash_key = None  # the loop asks the stream whether its limit was raised
+        if hash_key is not None:
+            if type(data) is not bytes:
+                data = bytes(data)
+            ehk = None if explicit_hash_key is None else str(hash_key)
+            cost = record_cost(data, partition_key)
+            with self._lock:
+                reserved = self._reserve(cost)
+                if reserved:
+                    self._inbox.append((data, partition_key, ehk, hash_key, cost, result))
+                    wake = len(self._inbox) == 1
             if reserved:
-                self._inbox.append((data, partition_key, ehk, hash_key, cost, result))
-                wake = len(self._inbox) == 1
-        if reserved:
-            if wake:
-                self._thread.loop.call_soon_threadsafe(self._drain_inbox)
-            return result
+                if wake:
+                    self._thread.loop.call_soon_threadsafe(self._drain_inbox)
+                return result
 
         async def accept() -> None:
             future = await self._producer.submit(data, partition_key, explicit_hash_key)

@@ -1,6 +1,9 @@
-"""Packs Kinesis records into PutRecords requests (at most 500 records and 5 MiB each).
+"""Packs Kinesis records into PutRecords requests (``max_count`` records, ``max_size`` bytes).
 
-A request is closed when the next record would not fit, or when its earliest deadline passes.
+A request is closed when the next record would not fit, when it is full, or when its earliest
+deadline passes. ``max_size`` is at most the 10 MiB PutRecords takes; a record bigger than it
+goes in a request of its own (the KPL's rule), which closes at once: no record can join it.
+So no request ever carries more than PutRecords takes, whatever the records' sizes.
 A record that arrives with its deadline already due still waits ``linger`` seconds for company
 (the KPL's ``min(50 ms, 0.2 x RecordMaxBufferedTime)``, PR #280): sealed aggregates of several
 shards then share one request instead of each paying a round trip.
@@ -32,8 +35,11 @@ class Collector:
         deadline = max(kr.deadline, now + self.linger)
         if self._deadline is None or deadline < self._deadline:
             self._deadline = deadline
-        if out is None and len(self._records) >= self.max_count:
-            out = self._take()
+        if len(self._records) >= self.max_count or self._size >= self.max_size:
+            if out is None:
+                out = self._take()
+            else:  # full too, but one request per call: due now, ``poll`` returns it
+                self._deadline = now
         return out
 
     def poll(self, now: float) -> PutBatch | None:

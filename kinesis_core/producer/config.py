@@ -10,7 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.hashing import MAX_PUT_RECORDS_BYTES, MAX_PUT_RECORDS_COUNT, MAX_RECORD_BYTES
+from kinesis_core.hashing import (
+    LARGEST_RECORD_BYTES,
+    MAX_PUT_RECORDS_BYTES,
+    MAX_PUT_RECORDS_COUNT,
+)
 from kinesis_core.telemetry.config import Telemetry
 
 RECORD_OVERHEAD_BYTES = 400
@@ -43,14 +47,18 @@ class ProducerConfig:
     aggregation_max_count: int = 4_294_967_295
     """Most user records in one aggregated Kinesis record."""
     aggregation_max_size: int = 51_200
-    """Most bytes of one aggregated Kinesis record (data plus container partition key).
+    """Most bytes of one aggregated Kinesis record (data plus container partition key), at
+    most 10 MiB; an aggregate never exceeds the stream's maximum record size either.
 
-    A user record bigger than this on its own is sent as a plain Kinesis record.
+    A user record bigger than this on its own is never aggregated: it goes as a plain Kinesis
+    record.
     """
     collection_max_count: int = MAX_PUT_RECORDS_COUNT
     """Most Kinesis records in one PutRecords request (1 to 500)."""
-    collection_max_size: int = MAX_PUT_RECORDS_BYTES
-    """Most bytes (data plus partition keys) in one PutRecords request."""
+    collection_max_size: int = 5 * 1024 * 1024
+    """Most bytes (data plus partition keys) in one PutRecords request, up to the 10 MiB that
+    PutRecords takes. A Kinesis record bigger than this goes in a request of its own. The
+    default is the KPL's 5 MiB, which moto (which refuses larger requests) takes too."""
     record_max_buffered_time: float = 0.1
     """Seconds a record may wait to be aggregated and collected before it is sent."""
     record_ttl: float = 30.0
@@ -65,15 +73,20 @@ class ProducerConfig:
     """Records accepted and not yet finished; put waits above this (backpressure)."""
     max_outstanding_bytes: int = 256 * 1024 * 1024
     """Memory the records accepted and not yet finished may take (see :func:`record_cost`)."""
-    max_record_bytes: int = MAX_RECORD_BYTES
-    """Largest data plus partition key of one user record: at most the Kinesis limit of 1 MiB
-    (what PutRecords takes per record unless the stream's maximum record size was raised,
-    which this producer does not support)."""
+    max_record_bytes: int = LARGEST_RECORD_BYTES
+    """A cap on data plus partition key of one user record, below the stream's own maximum
+    record size (which the producer learns with DescribeStreamSummary, 1 MiB unless the stream
+    was made or updated with ``MaxRecordSizeInKiB``, at most 10 MiB). Records over the smaller
+    of the two are refused at ``put``."""
     max_connections: int = 24
     """Concurrent PutRecords requests, and the HTTP connection pool's size."""
     request_timeout: float = 6.0
-    """Seconds to wait for one PutRecords response. A timed-out request may still have
-    succeeded, so retrying it may write duplicates: too low a value means more duplicates."""
+    """Seconds to wait for one PutRecords response of up to 1 MiB. A timed-out request may
+    still have succeeded, so retrying it may write duplicates: too low a value means more
+    duplicates."""
+    request_timeout_per_mib: float = 2.0
+    """Seconds added to ``request_timeout`` for each MiB a request carries beyond its first:
+    a request of large records takes longer to upload (2 s a MiB is a 4 Mbit/s link)."""
     connect_timeout: float = 6.0
     """Seconds to wait for a connection to the endpoint."""
     metrics_interval: float = 60.0
@@ -104,22 +117,24 @@ class ProducerConfig:
                 "telemetry", f"must be a Telemetry or None, got {type(self.telemetry).__name__}"
             )
         _int_range("aggregation_max_count", self.aggregation_max_count, 1, 2**63 - 1)
-        _int_range("aggregation_max_size", self.aggregation_max_size, 64, MAX_RECORD_BYTES)
+        _int_range("aggregation_max_size", self.aggregation_max_size, 64, LARGEST_RECORD_BYTES)
         _int_range("collection_max_count", self.collection_max_count, 1, MAX_PUT_RECORDS_COUNT)
         _int_range("collection_max_size", self.collection_max_size, 52_224, MAX_PUT_RECORDS_BYTES)
         _int_range("rate_limit", self.rate_limit, 1, 1_000_000)
         _int_range("max_outstanding_records", self.max_outstanding_records, 1, 2**63 - 1)
         _int_range("max_outstanding_bytes", self.max_outstanding_bytes, 1024 * 1024, 2**63 - 1)
         _int_range("max_record_bytes", self.max_record_bytes, 64, 2**63 - 1)
-        if self.max_record_bytes > MAX_RECORD_BYTES:
+        if self.max_record_bytes > LARGEST_RECORD_BYTES:
             raise ConfigurationError(
                 f"max_record_bytes: {self.max_record_bytes} is over the Kinesis limit of "
-                f"{MAX_RECORD_BYTES} bytes (1 MiB) for one record's data plus partition key"
+                f"{LARGEST_RECORD_BYTES} bytes (10 MiB, a stream's largest maximum record size) "
+                "for one record's data plus partition key"
             )
         _int_range("max_connections", self.max_connections, 1, 256)
         _float_range("record_max_buffered_time", self.record_max_buffered_time, 0.0, 3600.0)
         _float_range("record_ttl", self.record_ttl, 0.1, 86_400.0)
         _float_range("request_timeout", self.request_timeout, 0.1, 600.0)
+        _float_range("request_timeout_per_mib", self.request_timeout_per_mib, 0.0, 600.0)
         _float_range("connect_timeout", self.connect_timeout, 0.1, 300.0)
         _float_range("metrics_interval", self.metrics_interval, 0.1, 86_400.0)
         _float_range("retry_backoff_base", self.retry_backoff_base, 0.001, 60.0)
@@ -141,6 +156,15 @@ class ProducerConfig:
                 f"record_max_buffered_time ({self.record_max_buffered_time} s), or every "
                 "record would expire before it is sent"
             )
+
+    def request_timeout_for(self, request_bytes: int) -> float:
+        """Seconds to wait for a PutRecords request carrying ``request_bytes``:
+        ``request_timeout``, plus ``request_timeout_per_mib`` for each MiB beyond the first."""
+        beyond = max(0, request_bytes - _MIB) / _MIB
+        return self.request_timeout + beyond * self.request_timeout_per_mib
+
+
+_MIB = 1024 * 1024
 
 
 def _int_range(name: str, value: object, low: int, high: int) -> None:

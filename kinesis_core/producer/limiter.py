@@ -1,12 +1,16 @@
 """Per-shard rate limiting: two token buckets per shard and a queue of what waits for tokens.
 
-Like the KPL's ``Limiter``: a shard may take ``rate_limit`` percent of its 1000 records/s and
-1 MiB/s, tokens grow with time when asked (no background task), a shard's queue drains in
-order and stops at the first record that does not get tokens, and a record that expires while
-it waits is handed back as expired. Beyond the KPL (whose ``add_error`` is a TODO), a shard that
-answers with throttling has its rate halved, at most once per ``CUT_INTERVAL``, down to
-``MIN_MULTIPLIER`` of the limit, and regains ``RECOVERY_PER_SECOND`` of it per second after.
-Records with no predicted shard are not limited (the KPL does the same).
+Like the KPL's ``Limiter`` (1.0.6 and later): a shard may take ``rate_limit`` percent of its
+1000 records/s and 1 MiB/s, tokens grow with time when asked (no background task), a shard's
+queue drains in order and stops at the first record that does not get tokens, and a record that
+expires while it waits is handed back as expired. The byte bucket holds ``BURST_BYTES`` (10 MiB)
+and refills at the byte rate: a shard writes 1 MiB/s but absorbs a burst of about 10 MiB, which
+is how Kinesis takes records of up to 10 MiB. So a few large records go at once, and a stream of
+them is paced at the byte rate instead of being sent to be throttled. Beyond the KPL (whose
+``add_error`` is a TODO), a shard that answers with throttling has its rate halved, at most once
+per ``CUT_INTERVAL``, down to ``MIN_MULTIPLIER`` of the limit, and regains
+``RECOVERY_PER_SECOND`` of it per second after. Records with no predicted shard are not limited
+(the KPL does the same).
 
 Two more reasons keep a shard's queue waiting, tokens or not: ``hold`` (a retry backoff after
 the shard's records failed) and ``one_at_a_time`` (``preserve_order``: once a Kinesis record of
@@ -21,6 +25,9 @@ from collections import deque
 from kinesis_core.hashing import SHARD_BYTES_PER_SECOND, SHARD_RECORDS_PER_SECOND
 from kinesis_core.producer.items import KinesisRecordOut
 
+BURST_BYTES = 10 * 1024 * 1024
+"""Capacity of a shard's byte bucket: the burst a shard takes (the KPL's, and the service's:
+"a Kinesis data stream can burst up to 10 MiB, while averaging 1 MiB per second")."""
 MIN_MULTIPLIER = 0.05
 RECOVERY_PER_SECOND = 0.1
 CUT_INTERVAL = 0.1
@@ -71,7 +78,7 @@ class ShardLimiter:
 
     def __init__(self, records_per_second: float, bytes_per_second: float, now: float) -> None:
         self.records = TokenBucket(records_per_second, records_per_second, now)
-        self.bytes = TokenBucket(bytes_per_second, bytes_per_second, now)
+        self.bytes = TokenBucket(bytes_per_second, max(BURST_BYTES, bytes_per_second), now)
         self.queue: deque[KinesisRecordOut] = deque()
         self.min_expiration = float("inf")
         self.multiplier = 1.0

@@ -14,6 +14,12 @@ not know wait in ``landings`` until the driver has refreshed the map (``resolve_
 
 The pipeline also keeps the memory budget: it counts accepted, unfinished records and bytes, and
 ``admit_many`` stops at the first record that does not fit so the driver can wait for room.
+
+Records are checked against ``record_bytes``: the stream's maximum record size
+(:class:`~kinesis_core.record_size.RecordSizeLimit`, learned by the driver) or the
+``max_record_bytes`` cap, the smaller. A record over the stream's limit that a larger one could
+take is set aside in ``too_large`` instead of refused: the driver asks the stream again and then
+admits it (``admit_one``) or refuses it (``refusal`` says why).
 """
 
 from __future__ import annotations
@@ -25,8 +31,8 @@ from typing import Any
 
 from kinesis_core.aggregation import AggregateBuilder
 from kinesis_core.backoff import Backoff
-from kinesis_core.errors import ValidationError, shape_problem
-from kinesis_core.hashing import validate_record
+from kinesis_core.errors import RecordTooLargeError, ValidationError, shape_problem
+from kinesis_core.hashing import LARGEST_RECORD_BYTES, validate_record
 from kinesis_core.producer.aggregator import Aggregator
 from kinesis_core.producer.collector import Collector
 from kinesis_core.producer.config import (
@@ -48,6 +54,7 @@ from kinesis_core.producer.retrier import (
     latest_failure,
     waiting_for_retry,
 )
+from kinesis_core.record_size import RecordSizeLimit
 
 PredictFn = Callable[[int], "str | None"]
 
@@ -66,14 +73,22 @@ class Pipeline:
         hash_range: HashRangeFn,
         metrics: ProducerMetrics,
         builder_factory: Callable[[int], AggregateBuilder] = AggregateBuilder,
+        record_limit: RecordSizeLimit | None = None,
+        stream: str = "",
     ) -> None:
         self.config = config
         self.predict = predict
         self.metrics = metrics
+        self.stream = stream
+        """The stream's name or ARN, for messages."""
+        self.record_limit = record_limit if record_limit is not None else RecordSizeLimit()
+        """The stream's maximum record size (the driver keeps it up to date)."""
+        self.too_large: list[int] = []
+        """Indexes of ``admit_many`` records set aside for a fresh look at the stream's limit."""
         self.buffered_time = config.record_max_buffered_time
         self.aggregator = Aggregator(
             enabled=config.aggregation_enabled,
-            max_size=config.aggregation_max_size,
+            max_size=min(config.aggregation_max_size, self.record_limit.bytes),
             max_count=config.aggregation_max_count,
             record_ttl=config.record_ttl,
             builder_factory=builder_factory,
@@ -140,6 +155,27 @@ class Pipeline:
             and self.outstanding_bytes + cost <= self.config.max_outstanding_bytes
         )
 
+    @property
+    def record_bytes(self) -> int:
+        """The largest data plus partition key a record may have now: the stream's maximum
+        record size or the ``max_record_bytes`` cap, the smaller."""
+        return min(self.config.max_record_bytes, self.record_limit.bytes)
+
+    def may_fit_later(self, size: int) -> bool:
+        """Whether a record of ``size`` bytes, over ``record_bytes``, would fit a raised stream
+        limit (neither the cap nor the 10 MiB any stream takes refuses it)."""
+        return size <= min(self.config.max_record_bytes, LARGEST_RECORD_BYTES)
+
+    def refusal(self, size: int) -> str:
+        """Why a record of ``size`` bytes is refused: the cap, or the stream's limit."""
+        cap = self.config.max_record_bytes
+        if size > cap and cap < LARGEST_RECORD_BYTES:
+            return (
+                f"data plus partition key is {size} bytes, over max_record_bytes={cap} of the "
+                f"ProducerConfig (the stream takes up to {self.record_limit.bytes} bytes)"
+            )
+        return self.record_limit.explain(size, self.stream)
+
     def admit_one(
         self,
         data: bytes,
@@ -148,9 +184,21 @@ class Pipeline:
         hash_key: int,
         sink_key: int,
         now: float,
+        index: int = 0,
     ) -> None:
-        """Accept one validated record (the caller checked ``has_room``) for a registered sink."""
-        ur: UserRecord = (hash_key, data, partition_key, explicit_hash_key, sink_key, 0, (), now)
+        """Accept one validated record (the caller checked ``has_room``) for a registered sink,
+        as its record ``index``."""
+        self._sync_aggregate_size()
+        ur: UserRecord = (
+            hash_key,
+            data,
+            partition_key,
+            explicit_hash_key,
+            sink_key,
+            index,
+            (),
+            now,
+        )
         self.aggregator.add(ur, self.predict(hash_key), now, now + self.buffered_time)
         self.outstanding_records += 1
         self.outstanding_bytes += record_cost(data, partition_key)
@@ -161,14 +209,16 @@ class Pipeline:
         """Accept ``records[start:]`` until the budget is full; return the next index to admit.
 
         A record that fails validation is reported to the registered sink at once (code
-        ``ValidationError``) and the others go on.
+        ``ValidationError``) and the others go on; one over the stream's limit that a raised
+        limit would take goes to ``too_large`` instead.
         """
         sink = self.sinks[sink_key]
         config = self.config
         room_records = config.max_outstanding_records - self.outstanding_records
         room_bytes = config.max_outstanding_bytes - self.outstanding_bytes
         force_first = not self.outstanding_records
-        max_record_bytes = config.max_record_bytes
+        max_record_bytes = self.record_bytes
+        self._sync_aggregate_size()
         predict = self.predict
         validate = validate_record
         deadline = now + self.buffered_time
@@ -186,6 +236,12 @@ class Pipeline:
                 else:
                     data, pk, ehk = rec
                 hash_key = validate(data, pk, ehk, max_record_bytes)
+            except RecordTooLargeError as exc:
+                if self.may_fit_later(exc.size):
+                    self.too_large.append(index)
+                else:
+                    sink.failed(index, VALIDATION_ERROR, f"data: {self.refusal(exc.size)}", ())
+                continue
             except ValidationError as exc:
                 sink.failed(index, VALIDATION_ERROR, str(exc), ())
                 continue
@@ -392,6 +448,11 @@ class Pipeline:
         return len(records)
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _sync_aggregate_size(self) -> None:
+        """An aggregate may weigh ``aggregation_max_size``, and never more than the stream
+        takes (its limit may have changed since the last record)."""
+        self.aggregator.max_size = min(self.config.aggregation_max_size, self.record_limit.bytes)
 
     def _apply(self, decisions: RetryDecisions, now: float) -> None:
         """Do what the retrier decided: stop on a fatal error, slow throttled shards down, put

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from kinesis_core.backoff import Backoff
 from kinesis_core.classify import ErrorKind, classify
-from kinesis_core.errors import ConfigurationError, KinesisConnectorError
-from kinesis_core.hashing import validate_record
+from kinesis_core.errors import ConfigurationError, KinesisConnectorError, RecordTooLargeError
+from kinesis_core.hashing import MAX_PUT_RECORDS_BYTES, MAX_RECORD_BYTES, validate_record
 from kinesis_core.lifecycle import Event, Lifecycle, State
 from kinesis_core.producer.config import ProducerConfig, record_cost
 from kinesis_core.producer.metrics import MetricsHook, MetricsSnapshot, ProducerMetrics
@@ -31,6 +31,7 @@ from kinesis_core.producer.result import (
     INTERNAL,
     PRODUCER_CLOSED,
     SHUTDOWN,
+    VALIDATION_ERROR,
     BatchResult,
     BatchSink,
     FutureSink,
@@ -91,6 +92,8 @@ class Producer:
             raise ConfigurationError(
                 f"config: must be a ProducerConfig, got {type(self.config).__name__}"
             )
+        if client_config is not None:
+            self.stream.check_endpoint(client_config.endpoint_url)
         self._client_config = client_config
         self._client = client
         self._on_metrics = on_metrics
@@ -135,6 +138,7 @@ class Producer:
                 clock=self._clock,
                 start_timeout=START_TIMEOUT,
                 give_up=_unreachable_at_start,
+                describe_fn=client.describe_stream_summary,
             )
             try:
                 await driver.start()
@@ -149,6 +153,8 @@ class Producer:
                 predict=driver.map.predict,
                 hash_range=driver.map.hash_range,
                 metrics=self._metrics,
+                record_limit=driver.record_limit,
+                stream=str(self.stream),
             )
         except BaseException:
             self._lifecycle.handle(Event.START_FAILED)
@@ -193,7 +199,7 @@ class Producer:
             base,
             max_pool_connections=self.config.max_connections,
             connect_timeout=self.config.connect_timeout,
-            read_timeout=self.config.request_timeout,
+            read_timeout=self.config.request_timeout_for(MAX_PUT_RECORDS_BYTES),
         )
         return create_kinesis_client(client_config, max_attempts=1)
 
@@ -287,11 +293,27 @@ class Producer:
     async def submit(
         self, data: bytes, partition_key: str, explicit_hash_key: str | int | None = None
     ) -> asyncio.Future[RecordResult]:
-        """Accept one record (waiting for room in the budget) and return its result's future."""
+        """Accept one record (waiting for room in the budget) and return its result's future.
+
+        A record over the stream's maximum record size as last known waits for the stream to
+        be asked again (a limit raised since lets it in) before it is refused."""
         pipeline = self._require_open()
-        hash_key = validate_record(
-            data, partition_key, explicit_hash_key, self.config.max_record_bytes
-        )
+        try:
+            hash_key = validate_record(
+                data, partition_key, explicit_hash_key, pipeline.record_bytes
+            )
+        except RecordTooLargeError as exc:
+            if not pipeline.may_fit_later(exc.size):
+                raise RecordTooLargeError(exc.size, exc.limit, pipeline.refusal(exc.size)) from None
+            await self._check_record_limit()
+            try:
+                hash_key = validate_record(
+                    data, partition_key, explicit_hash_key, pipeline.record_bytes
+                )
+            except RecordTooLargeError as again:
+                raise RecordTooLargeError(
+                    again.size, again.limit, pipeline.refusal(again.size)
+                ) from None
         if type(data) is not bytes:
             data = bytes(data)
         cost = record_cost(data, partition_key)
@@ -383,10 +405,61 @@ class Producer:
                     raise
             index = pipeline.admit_many(records, index, sink.key, self._clock())
             self._after_change()
+        if pipeline.too_large:
+            await self._admit_too_large(records, sink)
         self._pass_room_on()
         # Let the requests this batch completed start now: a caller that submits batch after
         # batch without waiting would otherwise keep the loop until the budget is full.
         return future
+
+    async def _admit_too_large(self, records: Sequence[Any], sink: BatchSink) -> None:
+        """Admit, or refuse, the records ``admit_many`` set aside as over the stream's limit
+        (``Pipeline.too_large``), once the stream has been asked again."""
+        pipeline = self._require_pipeline()
+        indexes, pipeline.too_large = pipeline.too_large, []
+        try:
+            await self._check_record_limit()
+        except BaseException:
+            for index in indexes:
+                sink.failed(index, CANCELLED, "put_many was cancelled before acceptance", ())
+            raise
+        for n, index in enumerate(indexes):
+            record = records[index]
+            data, partition_key = record[0], record[1]
+            explicit_hash_key = record[2] if len(record) > 2 else None
+            try:
+                hash_key = validate_record(
+                    data, partition_key, explicit_hash_key, pipeline.record_bytes
+                )
+            except RecordTooLargeError as exc:
+                sink.failed(index, VALIDATION_ERROR, f"data: {pipeline.refusal(exc.size)}", ())
+                continue
+            cost = record_cost(data, partition_key)
+            if self._waiters or not pipeline.has_room(cost):
+                try:
+                    await self._wait_for_room(cost)
+                except BaseException as exc:
+                    code = (
+                        PRODUCER_CLOSED
+                        if isinstance(exc, (ProducerClosedError, ProducerCrashedError))
+                        else CANCELLED
+                    )
+                    for rest in indexes[n:]:
+                        sink.failed(rest, code, f"not accepted: {exc!r}", ())
+                    if code is CANCELLED:
+                        raise
+                    return
+            ehk = None if explicit_hash_key is None else str(hash_key)
+            pipeline.admit_one(
+                bytes(data), partition_key, ehk, hash_key, sink.key, self._clock(), index
+            )
+            self._after_change()
+
+    async def _check_record_limit(self) -> None:
+        """Ask the stream for its maximum record size again (see ``ShardMapDriver``)."""
+        driver = self._shard_map
+        assert driver is not None
+        await driver.check_record_limit()
 
     async def flush(self) -> None:
         """Send everything buffered now and wait until every record accepted so far finished.
@@ -421,6 +494,14 @@ class Producer:
     def outstanding_records(self) -> int:
         """Records accepted and not finished yet (the KPL's UserRecordsPending)."""
         return 0 if self._pipeline is None else self._pipeline.outstanding_records
+
+    @property
+    def record_bytes(self) -> int:
+        """The largest data plus partition key a record may have now (the stream's maximum
+        record size, or ``max_record_bytes`` if smaller); 1 MiB before ``start``."""
+        if self._pipeline is None:
+            return min(self.config.max_record_bytes, MAX_RECORD_BYTES)
+        return self._pipeline.record_bytes
 
     @property
     def outstanding_bytes(self) -> int:
@@ -593,7 +674,11 @@ class Producer:
         pipeline = self._require_pipeline()
         try:
             outcome = await send_batch(
-                self._client, self.stream, batch, self.config.request_timeout, self._clock
+                self._client,
+                self.stream,
+                batch,
+                self.config.request_timeout_for(batch.size),
+                self._clock,
             )
             invalidations = pipeline.on_outcome(batch, outcome, self._clock())
             shard_map = self._shard_map

@@ -5,6 +5,10 @@ What a failure means comes from the one error table (:func:`kinesis_core.classif
 - The request failed for credentials or permissions (``ErrorKind.AUTH``, HTTP 401/403): no
   retry can fix it. The producer stops, and every record it holds fails with that error at
   once (``fatal``).
+- The request failed with an error the table calls fatal (``FATAL`` by its code: the stream's
+  KMS key is disabled, gone or unusable): the stream's trouble, not a record's, so every
+  record of the request fails with it, neither split nor retried; the producer goes on (a key
+  fixed meanwhile lets the next records through).
 - The request was refused as invalid (``INVALID``, or an unknown 4xx): the service may be
   pinning one bad record on the whole request. A request of several Kinesis records is split
   in two halves, sent again (``resend``), until the record it refuses is alone; that one fails
@@ -40,7 +44,7 @@ from itertools import groupby
 from operator import attrgetter, itemgetter
 from typing import Any
 
-from kinesis_core.classify import RECORD_COUNT_MISMATCH, ErrorKind, classify
+from kinesis_core.classify import ERROR_CODES, RECORD_COUNT_MISMATCH, ErrorKind, classify
 from kinesis_core.producer.config import PAYLOAD_COPIES, RECORD_OVERHEAD_BYTES, record_cost
 from kinesis_core.producer.items import (
     ARRIVAL,
@@ -323,6 +327,12 @@ class Retrier:
         if kind in (ErrorKind.INVALID, ErrorKind.FATAL):
             self.metrics.error(code)
             attempt = Attempt(outcome.started_at, outcome.ended_at, False, code, message)
+            if ERROR_CODES.get(code) is ErrorKind.FATAL:
+                decisions.answered = True
+                for kr in batch.records:
+                    for ur in kr.records:
+                        self._fail(ur, code, message, add_attempt(ur[ATTEMPTS], attempt))
+                return
             if len(batch.records) > 1:
                 for kr in batch.records:
                     kr.records = [_with_attempt(ur, attempt) for ur in kr.records]

@@ -146,6 +146,9 @@ class FakeKinesis:
         self._seq = itertools.count(FIRST_SEQUENCE_NUMBER)
         self.created = datetime(2024, 1, 1, tzinfo=timezone.utc)
         """The StreamCreationTimestamp DescribeStreamSummary answers (the stream's identity)."""
+        self.max_record_size_kib: int | None = None
+        """The MaxRecordSizeInKiB DescribeStreamSummary answers; None: no such field, as before
+        late 2025 (1 MiB)."""
         self.sync = SyncKinesis(self)
 
     # -- the API, as aiobotocore's client has it ---------------------------------------------
@@ -281,12 +284,15 @@ class FakeKinesis:
 
     def _describe_stream_summary(self, params: Mapping[str, Any]) -> dict[str, Any]:
         self._call("DescribeStreamSummary", params)
-        return {
-            "StreamDescriptionSummary": {
-                "StreamCreationTimestamp": self.created,
-                "RetentionPeriodHours": 24,
-            }
+        summary: dict[str, Any] = {
+            "StreamStatus": "ACTIVE",
+            "StreamCreationTimestamp": self.created,
+            "RetentionPeriodHours": 24,
+            "OpenShardCount": sum(not shard.closed for shard in self.shards.values()),
         }
+        if self.max_record_size_kib is not None:
+            summary["MaxRecordSizeInKiB"] = self.max_record_size_kib
+        return {"StreamDescriptionSummary": summary}
 
     def _list_shards(self, params: Mapping[str, Any]) -> dict[str, Any]:
         self._call("ListShards", params)

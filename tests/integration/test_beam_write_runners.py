@@ -7,6 +7,8 @@
   streaming DirectRunner's own bundle retry, and on the FnApiRunner (which does not retry
   bundles) by running the failed job again, as a production runner would retry it.
 - Bad elements go to ``failed_records`` with their error while the rest is written.
+- Records of 3 and 9.5 MiB are written and read back intact by ReadFromKinesis, polling and
+  by enhanced fan-out.
 
 The runners are passed as objects: ``runner="DirectRunner"`` would try Prism first, which
 downloads a binary. Credentials come from the environment, as on a worker.
@@ -14,6 +16,7 @@ downloads a binary. Credentials come from the environment, as on a worker.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -34,11 +37,15 @@ from apache_beam.testing import test_stream
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_kinesis import METRICS_NAMESPACE, FailedRecord, WriteToKinesis, _producer_cache
+from beam_kinesis.read import ReadFromKinesis
 from kinesis_core.client import ClientConfig, create_botocore_client
+from kinesis_core.consumer import TRIM_HORIZON
 from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LocalStream
 from kinesis_core.local.streams import split_shard
 from kinesis_core.producer import VALIDATION_ERROR
+from kinesis_core.records import KinesisRecord
 from tests.helpers.beam import read_back
+from tests.helpers.large_records import large_records
 
 pytestmark = pytest.mark.integration
 
@@ -270,9 +277,10 @@ def test_bad_elements_go_to_failed_records_and_the_rest_is_written(moto_stream: 
         by_key = {f.element[0]: f for f in failed}
         assert set(by_key) == {"big", "", "wrong-type", 1.5}
         assert {f.error_code for f in failed} == {VALIDATION_ERROR}
-        assert "data plus partition key is 1048579 bytes, the limit is 1048576" in (
+        assert "data plus partition key is 1048579 bytes, over the 1024 KiB" in (
             by_key["big"].error_message
         )
+        assert "UpdateMaxRecordSize" in by_key["big"].error_message
         assert "key: must not be empty" in by_key[""].error_message
         assert "data: must be bytes or str, got int" in by_key["wrong-type"].error_message
         assert "must give a str, int or UTF-8 bytes partition key, got float" in (
@@ -345,3 +353,41 @@ def test_the_benchmark_runs_in_quick_mode() -> None:
         ("WriteToKinesis", 0.8),
     ]
     assert core[1]["group"].endswith("per element vs core")
+
+
+def _digest_line(path: str) -> Any:
+    """A sink that appends ``sha256 length`` of each record's data to ``path``."""
+
+    def write(record: KinesisRecord) -> None:
+        with open(path, "a") as f:
+            f.write(f"{hashlib.sha256(record.data).hexdigest()} {len(record.data)}\n")
+
+    return write
+
+
+def test_large_records_through_the_sink_and_back_through_the_source_both_ways(
+    kinesis_stream: Any, tmp_path: Path
+) -> None:
+    """A 3 MiB and a 9.5 MiB element among small ones, with default settings: written by
+    WriteToKinesis, read back intact by ReadFromKinesis polling and by enhanced fan-out."""
+    stream = kinesis_stream(shards=1, max_record_size_kib=10240)
+    values = [data for data, _ in large_records("beam")]
+    expected = sorted(f"{hashlib.sha256(v).hexdigest()} {len(v)}" for v in values)
+    with beam.Pipeline(runner=FnApiRunner(), options=options(stream)) as p:
+        result = p | beam.Create(values, reshuffle=False) | WriteToKinesis(stream.name)
+        assert_that(result.failed_records, equal_to([]))
+    for name, fan_out in (("polling", {}), ("fan-out", {"consumer_name": "beam-large"})):
+        out = tmp_path / f"{name}.txt"
+        with beam.Pipeline(runner=FnApiRunner(), options=options(stream)) as p:
+            _ = (
+                p
+                | ReadFromKinesis(
+                    stream.name,
+                    initial_position=TRIM_HORIZON,
+                    max_records=len(values),
+                    idle_interval=0.2,
+                    **fan_out,
+                )
+                | beam.Map(_digest_line(str(out)))
+            )
+        assert sorted(out.read_text().splitlines()) == expected, name

@@ -17,7 +17,8 @@ limit; a failure names the block's file and line. The convention, for whoever wr
 
   ``streams=NAME:SHARDS,...``  fresh streams made before the block and deleted after it
                                (default ``demo:4``, what ``local up --stream demo:4`` makes;
-                               ``streams=`` for none)
+                               ``streams=`` for none); ``NAME:SHARDS:KIB`` sets the
+                               stream's maximum record size (``MaxRecordSizeInKiB``)
   ``fill=NAME:COUNT``          put COUNT JSON records (partition keys user-0 .. user-7)
                                into a stream before the block runs
   ``server=moto``              run against moto (Kinesis and DynamoDB) instead of kinesis-mock
@@ -267,11 +268,12 @@ def output_matches(expected: list[str], actual: list[str]) -> bool:
     return bool(actual) and actual[0] == expected[0] and output_matches(expected[1:], actual[1:])
 
 
-def stream_specs(text: str) -> list[tuple[str, int]]:
+def stream_specs(text: str) -> list[tuple[str, int, int | None]]:
     specs = []
     for item in filter(None, text.split(",")):
-        name, _, count = item.partition(":")
-        specs.append((name, int(count or 4)))
+        name, _, rest = item.partition(":")
+        count, _, kib = rest.partition(":")
+        specs.append((name, int(count or 4), int(kib) if kib else None))
     return specs
 
 
@@ -425,9 +427,9 @@ def run_block(block: Block, request: pytest.FixtureRequest, tmp_path: Path) -> N
             stack.enter_context(dynamodb_tables_cleaned(server))
         client = create_botocore_client(server.client_config(), "kinesis")
         stack.callback(client.close)
-        for name, shards in stream_specs(options.get("streams", DEFAULT_STREAMS)):
+        for name, shards, kib in stream_specs(options.get("streams", DEFAULT_STREAMS)):
             delete_stream(client, name)  # left over by an interrupted run
-            factory(shards, name=name)
+            factory(shards, name=name, max_record_size_kib=kib)
         if "fill" in options:
             fill(factory, options["fill"])
         kind = options.get("as")

@@ -117,10 +117,14 @@ def test_consumers_that_are_creating_are_waited_for_and_the_create_limit_retried
 
 
 def test_the_twentieth_consumer_is_the_last(kinesis_stream: Any) -> None:
+    """kinesis-mock takes 20 consumers. The client has botocore's retries off, as the core
+    consumer's: a refused registration is tried again a few times (an On-demand Advantage
+    stream takes 50, and a rate limit passes) by the registration's own backoff, not by
+    botocore's seconds of retries each time."""
     stream = kinesis_stream(shards=1)
 
     async def main() -> None:
-        async with create_kinesis_client(stream.client_config) as client:
+        async with create_kinesis_client(stream.client_config, max_attempts=1) as client:
             stream_arn = await describe_stream_arn(client, stream.name)
             for i in range(20):
                 await register_consumer(client, stream_arn, f"c{i:02d}")

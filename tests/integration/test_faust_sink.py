@@ -2,6 +2,7 @@
 
 Every record reaches the output stream, and a source event is acked only after its output
 record is confirmed: a sensor sees every write confirmation before the ack of its source.
+Records up to 10 MiB go through a sink and come back through channels, polling and fan-out.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from faust_kinesis import KinesisChannel, KinesisSink, kinesis_sensor
 from kinesis_core.checkpoint import MemoryCheckpointStore
+from kinesis_core.consumer import ConsumerConfig, EnhancedFanOut
 from kinesis_core.producer import ProducerConfig
 from kinesis_core.telemetry import Telemetry
+from tests.helpers.large_records import large_records
 from tests.helpers.otel import collected
 
 pytestmark = pytest.mark.integration
@@ -141,3 +144,65 @@ def test_read_transform_write_moves_every_record(kinesis_stream: Any, tmp_path: 
     ]
     assert {w["n"] for w in written} == set(range(COUNT))
     assert all(w["double"] == 2 * w["n"] for w in written)
+
+
+def test_large_records_go_through_the_sink_and_back_through_channels_by_polling_and_fan_out(
+    kinesis_stream: Any, tmp_path: Path
+) -> None:
+    """A 3 MiB and a 9.5 MiB value among small ones, with default settings: written by a
+    KinesisSink, read back intact by a KinesisChannel polling and one by enhanced fan-out."""
+    stream = kinesis_stream(shards=1, max_record_size_kib=10240)
+    values = [key.encode() + b":" + data for data, key in large_records("faust")]
+
+    async def main() -> tuple[list[bytes], list[bytes]]:
+        app = kafka_free_app("large", tmp_path / "data", value_serializer="raw")
+        feed = app.channel()
+        sink = KinesisSink(
+            app,
+            stream.name,
+            key=lambda value: value.split(b":", 1)[0].decode(),
+            client_config=stream.client_config,
+        )
+        readers = {
+            "polling": ConsumerConfig(),
+            "fan-out": ConsumerConfig(enhanced_fan_out=EnhancedFanOut(consumer_name="faust-large")),
+        }
+        got: dict[str, list[bytes]] = {name: [] for name in readers}
+
+        @app.agent(feed, sink=[sink])
+        async def write(items: Any) -> Any:
+            async for item in items:
+                yield item
+
+        for name, config in readers.items():
+            channel = KinesisChannel(
+                app,
+                stream.name,
+                client_config=stream.client_config,
+                checkpoint_store=MemoryCheckpointStore(),
+                application_name=f"large-{name}",
+                initial_position="TRIM_HORIZON",
+                consumer_config=config,
+            )
+
+            async def read(events: Any, into: list[bytes] = got[name]) -> None:
+                async for value in events:
+                    into.append(value)
+
+            app.agent(channel, name=f"read-{name}")(read)
+
+        await app.start()
+        try:
+            for value in values:
+                await feed.send(value=value)
+            await wait_until(
+                lambda: all(len(v) == len(values) for v in got.values()), 240, "both readers"
+            )
+        finally:
+            await app.stop()
+        assert sink.failures == 0
+        return got["polling"], got["fan-out"]
+
+    polled, fanned = asyncio.run(main())
+    assert sorted(polled) == sorted(values)
+    assert sorted(fanned) == sorted(values)

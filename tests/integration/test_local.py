@@ -26,7 +26,7 @@ from kinesis_core.client import (
     create_dynamodb_client,
     create_kinesis_client,
 )
-from kinesis_core.errors import EmulatorError, ValidationError
+from kinesis_core.errors import ConfigurationError, EmulatorError, ValidationError
 from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.local import (
     KinesisMock,
@@ -138,6 +138,26 @@ def test_split_refuses_a_key_outside_the_shard(kinesis_stream: StreamFactory) ->
     first = stream.shards()[0]
     with pytest.raises(ValidationError, match="new_starting_hash_key"):
         stream.split(first["ShardId"], hash_range(first)[1] + 1)
+
+
+def test_streams_take_a_maximum_record_size_and_update_it(kinesis_stream: StreamFactory) -> None:
+    stream = kinesis_stream(shards=1, max_record_size_kib=2048)
+    client = stream.boto_client()
+
+    def limit() -> Any:
+        return client.describe_stream_summary(StreamName=stream.name)[
+            "StreamDescriptionSummary"
+        ].get("MaxRecordSizeInKiB")
+
+    assert limit() == 2048
+    stream.put(b"x" * (2 * 1024 * 1024 - 1), "k")
+    stream.update_max_record_size(10240)
+    assert limit() == 10240
+    for bad in (1023, 10241, 2048.0, True):
+        with pytest.raises(ConfigurationError, match=r"max_record_size_kib: must be an int in"):
+            stream.update_max_record_size(bad)  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError, match="max_record_size_kib"):
+            kinesis_stream(shards=1, max_record_size_kib=bad)
 
 
 def test_factory_deletes_its_streams(kinesis_mock: KinesisMock) -> None:
@@ -386,7 +406,9 @@ def wait_gone(pid: int, timeout: float = 10.0) -> bool:
     [("kinesis-mock", signal.SIGINT), ("moto", signal.SIGTERM)],
 )
 def test_cli_up_serves_streams_and_stops_cleanly(server: str, stop_signal: int) -> None:
-    cli = Cli("--server", server, "--stream", "demo:2", "--stream", "other")
+    cli = Cli(
+        "--server", server, "--stream", "demo:2", "--stream", "other", "--stream", "big:1:10240"
+    )
     try:
         exports = cli.exports()
         pid = cli.server_pid()
@@ -400,6 +422,9 @@ def test_cli_up_serves_streams_and_stops_cleanly(server: str, stop_signal: int) 
         try:
             assert len(stream.shards()) == 2
             assert len(LocalStream("other", stream.client_config).shards()) == 4
+            big = stream.boto_client().describe_stream_summary(StreamName="big")
+            limit = big["StreamDescriptionSummary"].get("MaxRecordSizeInKiB")
+            assert limit == (10240 if server == "kinesis-mock" else None)  # moto ignores it
             stream.put(b"x", "k")
             assert [r["Data"] for r in stream.records()] == [b"x"]
         finally:

@@ -23,7 +23,7 @@ from kinesis_core.aggregation import (
     is_aggregated,
 )
 from kinesis_core.errors import ValidationError
-from kinesis_core.hashing import MAX_HASH_KEY, MAX_RECORD_BYTES, hash_key
+from kinesis_core.hashing import LARGEST_RECORD_BYTES, MAX_HASH_KEY, MAX_RECORD_BYTES, hash_key
 from kinesis_core.records import KinesisRecord, SubRecord
 
 AggregatedRecord: Any = MESSAGES["aws.kinesis.protobuf.AggregatedRecord"]
@@ -80,7 +80,7 @@ def test_builder_size_is_exact_and_never_over_max(records: list[SubRecord], max_
             added.append(record)
         else:
             # It was refused only because it would really have gone over.
-            assert reference_size([*added, record]) > (max_size if added else MAX_RECORD_BYTES)
+            assert reference_size([*added, record]) > (max_size if added else LARGEST_RECORD_BYTES)
         if not added:
             assert builder.size == 0
             continue
@@ -107,24 +107,34 @@ def test_builder_fills_exactly_to_the_record_limit_counting_the_partition_key() 
     assert builder.size == MAX_RECORD_BYTES == len(builder.build()) + 1024
 
 
-def test_a_lone_record_may_exceed_max_size_but_not_the_record_limit() -> None:
+def test_a_lone_record_may_exceed_max_size_but_not_the_largest_record_limit() -> None:
     builder = AggregateBuilder(1000)
-    assert not builder.fits("pk", None, b"x" * (MAX_RECORD_BYTES - 1))
-    assert not builder.try_add("pk", None, b"x" * (MAX_RECORD_BYTES - 1))
+    assert not builder.fits("pk", None, b"x" * (LARGEST_RECORD_BYTES - 1))
+    assert not builder.try_add("pk", None, b"x" * (LARGEST_RECORD_BYTES - 1))
     assert builder.count == 0
-    builder.add("pk", None, b"x" * (MAX_RECORD_BYTES - 2))
-    assert builder.size == MAX_RECORD_BYTES
+    builder.add("pk", None, b"x" * (LARGEST_RECORD_BYTES - 2))
+    assert builder.size == LARGEST_RECORD_BYTES
     assert not builder.fits("pk", None, b"")
-    assert builder.build() == b"x" * (MAX_RECORD_BYTES - 2)
+    assert builder.build() == b"x" * (LARGEST_RECORD_BYTES - 2)
 
 
-@pytest.mark.parametrize("max_size", [0, -1, MAX_RECORD_BYTES + 1, 1.5, True, "51200"])
+def test_aggregates_may_weigh_up_to_10_mib() -> None:
+    builder = AggregateBuilder(LARGEST_RECORD_BYTES)
+    chunk = b"x" * (MAX_RECORD_BYTES - 100)
+    while builder.try_add("pk", None, chunk):
+        pass
+    assert builder.count == 10
+    assert MAX_RECORD_BYTES * 9 < builder.size <= LARGEST_RECORD_BYTES
+    assert len(decode_aggregate(builder.build())) == 10
+
+
+@pytest.mark.parametrize("max_size", [0, -1, LARGEST_RECORD_BYTES + 1, 1.5, True, "51200"])
 def test_max_size_is_validated(max_size: Any) -> None:
     with pytest.raises(ValidationError) as caught:
         AggregateBuilder(max_size)
     assert caught.value.field == "max_size"
     if isinstance(max_size, int) and not isinstance(max_size, bool):
-        assert str(MAX_RECORD_BYTES) in str(caught.value)
+        assert str(LARGEST_RECORD_BYTES) in str(caught.value)
 
 
 def test_default_max_size_is_the_kpl_default() -> None:

@@ -628,3 +628,25 @@ def test_schema_rows_name_their_key_and_data_fields(fake: type[FakeProducer]) ->
         record(beam.Row(y=1))
     with pytest.raises(ValidationError, match="x: the element has no such field"):
         record({"y": 1})
+
+
+def test_finished_chunks_are_settled_even_behind_an_unfinished_one(
+    fake: type[FakeProducer],
+) -> None:
+    """A chunk keeps its records' data until settled, and the producer's budget stops counting
+    them once written: finished chunks behind a slow one must not pile up in the DoFn."""
+    fake.defer = True
+    fn = make_fn()
+    fn.setup()
+    fn.start_bundle()
+    big = [bytes([i]) * write.CHUNK_BYTES for i in range(3)]  # one chunk each
+    fn.process(big[0])
+    fn.process(big[1])
+    producer = fake.made[0]
+    future, result = producer.pending.pop(1)
+    future.set_result(result)  # the second chunk is written before the first
+    fn.process(big[2])
+    held = [chunk.records for chunk in fn._chunks]
+    assert held == [[big[0]], [big[2]]]  # the second one's data is let go
+    assert len(list(fn.finish_bundle())) == 3  # over 1 MiB with their keys: failed, reported
+    fn.teardown()

@@ -58,6 +58,28 @@ def test_codec_benchmark_quick_run() -> None:
 
 
 @pytest.mark.slow
+def test_large_records_benchmark_quick_run() -> None:
+    """The large-record row: a stand-in server, no emulator; a few seconds in quick mode."""
+    done = run_benchmarks("--quick", "--only", "large_records", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {row["subject"]: row for row in json.loads(done.stdout)}
+    for mib in (1, 5):
+        loop, ours = (
+            rows[f"boto3 put_record loop, {mib} MiB"],
+            rows[f"kinesis_core Producer, {mib} MiB"],
+        )
+        assert loop["unit"] == ours["unit"] == "MiB/s"
+        assert loop["value"] > 0
+        assert ours["value"] > 0
+        assert ours["baseline"] == loop["subject"]
+        assert ours["target"] == 1.0
+    memory = rows["peak RSS, 12 x 5 MiB put at once"]
+    assert memory["unit"] == "MB"
+    assert memory["maximum"] > 256
+    assert memory["value"] > 0
+
+
+@pytest.mark.slow
 def test_table_progress_and_legend() -> None:
     done = run_benchmarks("--quick", "--only", "codec")
     assert done.returncode == 0, done.stderr

@@ -19,7 +19,7 @@ from kinesis_core.classify import (
 )
 from kinesis_core.client import error_kind
 
-T, R, E, N, U, A, V, C = (
+T, R, E, N, U, A, V, C, F = (
     ErrorKind.THROTTLED,
     ErrorKind.TRANSIENT,
     ErrorKind.EXPIRED,
@@ -28,6 +28,7 @@ T, R, E, N, U, A, V, C = (
     ErrorKind.AUTH,
     ErrorKind.INVALID,
     ErrorKind.CONFLICT,
+    ErrorKind.FATAL,
 )
 
 EXPECTED: dict[str, ErrorKind] = {
@@ -80,10 +81,10 @@ EXPECTED: dict[str, ErrorKind] = {
     "MissingParameter": V,
     "InvalidParameterValue": V,
     "InvalidParameterCombination": V,
-    "KMSDisabledException": V,
-    "KMSInvalidStateException": V,
-    "KMSNotFoundException": V,
-    "KMSOptInRequired": V,
+    "KMSDisabledException": F,
+    "KMSInvalidStateException": F,
+    "KMSNotFoundException": F,
+    "KMSOptInRequired": F,
     "ConditionalCheckFailedException": C,
     "TransactionConflictException": C,
 }

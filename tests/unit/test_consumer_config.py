@@ -98,6 +98,8 @@ def test_epoch_seconds_in_range_are_utc_datetimes() -> None:
         ("idle_interval", float("nan"), r"must be >= 0.2 seconds \(and finite\), got nan"),
         ("checkpoint_interval", float("inf"), r"must be > 0 seconds \(and finite\), got inf"),
         ("shard_refresh_interval", float("inf"), r"must be > 0 seconds \(and finite\)"),
+        ("max_read_bytes_per_second", 0, "must be a number of bytes > 0"),
+        ("max_read_bytes_per_second", "2MiB", "must be a number of bytes > 0"),
     ],
 )
 def test_bad_values_name_their_field(field: str, value: object, message: str) -> None:
@@ -114,6 +116,9 @@ def test_defaults_and_lease_config() -> None:
     leases = LeaseConfig(worker_id="w1")
     assert ConsumerConfig(leases=leases).lease_config is leases
     assert config.polling.limit == 10_000
+    assert config.polling.max_bytes_per_second == 2 * 1024 * 1024  # the shard's read limit
+    fast = ConsumerConfig(max_read_bytes_per_second=float("inf"))
+    assert fast.polling.max_bytes_per_second == float("inf")
     assert pickle.loads(pickle.dumps(ConsumerConfig(initial_position=T))) == ConsumerConfig(
         initial_position=AtTimestamp(T)
     )

@@ -324,3 +324,44 @@ def test_options_are_checked() -> None:
         PollingOptions(limit=10_001)
     with pytest.raises(ConfigurationError, match="idle_interval"):
         PollingOptions(idle_interval=0.1)
+    with pytest.raises(ConfigurationError, match="max_bytes_per_second"):
+        PollingOptions(max_bytes_per_second=0)
+
+
+MIB = 1024 * 1024
+
+
+def test_after_a_10_mib_response_the_next_call_waits_5_seconds_from_the_call() -> None:
+    machine = PollingRead(NODE, TRIM_HORIZON)
+    reading(machine)
+    call = machine.next_action(1.0)
+    assert isinstance(call, GetRecords)
+    big = raw(1, b"x" * (10 * MIB))
+    machine.on_response(3.0, call, {"Records": [big], "NextShardIterator": "it-1"})
+    assert machine.next_action(3.0) == Wait(pytest.approx(6.0))  # 10 MiB at 2 MiB/s
+    assert isinstance(machine.next_action(6.0), GetRecords)
+
+
+def test_small_responses_keep_five_calls_a_second_and_a_megabyte_waits_half_a_second() -> None:
+    machine = PollingRead(NODE, TRIM_HORIZON)
+    reading(machine)
+    call = machine.next_action(1.0)
+    machine.on_response(1.01, call, {"Records": [raw(1, b"x" * 300_000)], "NextShardIterator": "i"})
+    assert machine.next_action(1.01) == Wait(pytest.approx(1.2))  # 0.14 s of data: 5 calls/s
+    call = machine.next_action(1.2)
+    assert isinstance(call, GetRecords)
+    machine.on_response(1.25, call, {"Records": [raw(2, b"x" * MIB)], "NextShardIterator": "i"})
+    assert machine.next_action(1.25) == Wait(pytest.approx(1.7))
+    call = machine.next_action(1.7)
+    machine.on_response(1.75, call, {"Records": [], "NextShardIterator": "i"})
+    assert isinstance(machine.next_action(1.9), GetRecords)  # nothing read: nothing to pay
+
+
+def test_the_read_pace_is_an_option() -> None:
+    machine = PollingRead(NODE, TRIM_HORIZON, PollingOptions(max_bytes_per_second=float("inf")))
+    reading(machine)
+    call = machine.next_action(1.0)
+    machine.on_response(
+        1.0, call, {"Records": [raw(1, b"x" * (10 * MIB))], "NextShardIterator": "i"}
+    )
+    assert machine.next_action(1.0) == Wait(pytest.approx(1.2))

@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import pickle
 import sys
 
 import pytest
 
 from kinesis_core.client import ClientConfig
+from kinesis_core.consumer import EnhancedFanOut
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.fanout import FanOutClient, check_consumer_of_stream, parse_consumer_arn
+from kinesis_core.fanout import (
+    FanOutClient,
+    RegisteredConsumer,
+    check_consumer_of_stream,
+    parse_consumer_arn,
+)
 from kinesis_core.fanout.registration import (
+    LIMIT_RETRIES,
     Active,
     Call,
     ConsumerActivation,
@@ -82,12 +90,30 @@ def test_deleting_consumer_of_the_name_is_waited_out_then_registered_again() -> 
     assert action == Send(Call.REGISTER)
 
 
-def test_twenty_consumers_is_a_clear_error() -> None:
+def test_twenty_consumers_is_a_clear_error_once_retries_show_it_is_no_rate() -> None:
+    m = machine()
+    now = 0.0
+    names = [f"c{i}" for i in range(20)]
+    for _ in range(LIMIT_RETRIES):  # an On-demand Advantage stream takes 50: a rate passes
+        m.on_limit_exceeded(Call.REGISTER, now)
+        assert m.next_action(now) == Send(Call.LIST)
+        m.on_listed(names, now)
+        now, action = wait_out(m, now)
+        assert action == Send(Call.REGISTER)
+    m.on_limit_exceeded(Call.REGISTER, now)
+    with pytest.raises(ConsumerRegistrationError) as info:
+        m.on_listed(names, now)
+    message = str(info.value)
+    assert "already has 20 registered consumers" in message
+    assert "20 (provisioned and On-demand Standard) or 50 (On-demand Advantage)" in message
+    assert "deregister one of ['c0', 'c1', 'c10'" in message
+
+
+def test_fifty_consumers_is_the_limit_at_once() -> None:
     m = machine()
     m.on_limit_exceeded(Call.REGISTER, 0.0)
-    assert m.next_action(0.0) == Send(Call.LIST)
-    with pytest.raises(ConsumerRegistrationError, match="already has 20 registered consumers"):
-        m.on_listed([f"c{i}" for i in range(20)], 0.0)
+    with pytest.raises(ConsumerRegistrationError, match="already has 50 registered consumers"):
+        m.on_listed([f"c{i}" for i in range(50)], 0.0)
 
 
 def test_rate_limit_on_register_is_retried() -> None:
@@ -237,3 +263,58 @@ def test_missing_h2_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "h2", None)
     with pytest.raises(ConfigurationError, match=r"pip install 'kinesis-connectors\[efo\]'"):
         FanOutClient(CONFIG)
+
+
+def test_consumer_tags_are_checked_and_kept_as_pairs() -> None:
+    efo = EnhancedFanOut(consumer_name="reader", tags={"team": "data", "env": ""})
+    assert efo.tags == (("team", "data"), ("env", ""))
+    assert hash(efo) == hash(EnhancedFanOut(consumer_name="reader", tags=efo.tags))
+    assert pickle.loads(pickle.dumps(efo)) == efo
+    assert EnhancedFanOut().tags == ()
+    bad: list[tuple[object, str]] = [
+        ({f"k{i}": "v" for i in range(51)}, "at most 50 tags"),
+        ({"": "v"}, "1 to 128 characters"),
+        ({"k" * 129: "v"}, "1 to 128 characters"),
+        ({"aws:owner": "v"}, "not starting with 'aws:'"),
+        ({"k": "v" * 257}, "at most 256 characters"),
+        ({"k": 7}, "at most 256 characters"),
+        ((("k", "a"), ("k", "b")), "appears twice"),
+        (("k",), "must map keys to values"),
+    ]
+    for tags, message in bad:
+        with pytest.raises(ConfigurationError, match=f"^tags: .*{message}"):
+            EnhancedFanOut(tags=tags)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="registered by name, not one given by ARN"):
+        EnhancedFanOut(consumer_arn=CONSUMER_ARN, tags={"team": "data"})
+
+
+def test_tags_go_with_the_registration_only() -> None:
+    class Client:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, dict[str, object]]] = []
+
+        async def describe_stream_summary(self, **kw: object) -> dict[str, object]:
+            return {"StreamDescriptionSummary": {"StreamARN": STREAM}}
+
+        async def register_stream_consumer(self, **kw: object) -> dict[str, object]:
+            self.calls.append(("register", kw))
+            return {
+                "Consumer": {
+                    "ConsumerARN": CONSUMER_ARN,
+                    "ConsumerStatus": "ACTIVE",
+                    "ConsumerName": "reader",
+                }
+            }
+
+    async def main() -> None:
+        client = Client()
+        async with RegisteredConsumer(client, STREAM, consumer_name="reader", tags={"t": "1"}):
+            pass
+        async with RegisteredConsumer(client, STREAM, consumer_name="reader"):
+            pass
+        assert client.calls == [
+            ("register", {"StreamARN": STREAM, "ConsumerName": "reader", "Tags": {"t": "1"}}),
+            ("register", {"StreamARN": STREAM, "ConsumerName": "reader"}),
+        ]
+
+    asyncio.run(main())

@@ -52,6 +52,7 @@ PURE = [
     "kinesis_core.producer.config",
     "kinesis_core.producer.limiter",
     "kinesis_core.producer.pipeline",
+    "kinesis_core.record_size",
     "kinesis_core.producer.result",
     "kinesis_core.producer.retrier",
     "kinesis_core.telemetry",

@@ -23,18 +23,38 @@ def test_defaults_are_the_kpls() -> None:
     assert config.fail_if_throttled is False
     assert config.max_connections == 24
     assert config.request_timeout == pytest.approx(6.0)
+    assert config.max_record_bytes == 10 * 1024 * 1024  # no cap below the stream's own limit
+
+
+def test_large_records_and_requests_are_allowed_up_to_the_kinesis_limits() -> None:
+    mib = 1024 * 1024
+    config = ProducerConfig(
+        aggregation_max_size=10 * mib, collection_max_size=10 * mib, max_record_bytes=10 * mib
+    )
+    assert config.aggregation_max_size == config.collection_max_size == 10 * mib
+    with pytest.raises(ConfigurationError, match=r"max_record_bytes.*10 MiB"):
+        ProducerConfig(max_record_bytes=10 * mib + 1)
+
+
+def test_the_request_timeout_grows_with_the_request() -> None:
+    config = ProducerConfig(request_timeout=6.0, request_timeout_per_mib=2.0)
+    mib = 1024 * 1024
+    assert config.request_timeout_for(0) == config.request_timeout_for(mib) == 6.0
+    assert config.request_timeout_for(mib + mib // 2) == pytest.approx(7.0)
+    assert config.request_timeout_for(10 * mib) == pytest.approx(24.0)
 
 
 @pytest.mark.parametrize(
     ("field", "value"),
     [
         ("aggregation_max_size", 63),
-        ("aggregation_max_size", 1024 * 1024 + 1),
+        ("aggregation_max_size", 10 * 1024 * 1024 + 1),
         ("aggregation_max_count", 0),
         ("collection_max_count", 0),
         ("collection_max_count", 501),
         ("collection_max_size", 1000),
-        ("collection_max_size", 5 * 1024 * 1024 + 1),
+        ("collection_max_size", 10 * 1024 * 1024 + 1),
+        ("request_timeout_per_mib", -1.0),
         ("rate_limit", 0),
         ("max_outstanding_records", 0),
         ("max_outstanding_bytes", 1000),

@@ -23,6 +23,7 @@ from kinesis_core.producer import (
     ProducerConfig,
     ProducerFailedError,
 )
+from kinesis_core.stream import StreamRef
 from tests.fakes.kinesis import Entry, FakeKinesis, client_error
 from tests.helpers.producer import FAST, check_landed, producer, records, run
 
@@ -239,6 +240,22 @@ def test_a_stream_arn_names_the_stream_by_its_arn_in_every_call() -> None:
     for _, _, params in fake.calls:
         assert params.get("StreamARN") == ARN or "NextToken" in params
         assert "StreamName" not in params
+
+
+def test_a_stream_id_goes_with_every_call_that_names_the_stream() -> None:
+    fake = FakeKinesis(shards=2)
+    stream = StreamRef("orders", stream_id="abcdefghij0123456789-abc")
+
+    async def main() -> Any:
+        async with Producer(stream, client=fake, config=ProducerConfig(**FAST)) as p:
+            return await p.put_many(records(20))
+
+    assert run(main).ok
+    ops = {call.operation for call in fake.calls}
+    assert ops == {"ListShards", "DescribeStreamSummary", "PutRecords"}
+    for call in fake.calls:
+        assert call.params["StreamId"] == "abcdefghij0123456789-abc"
+        assert call.params["StreamName"] == "orders"
 
 
 def test_stream_name_still_works_with_a_deprecation_warning() -> None:

@@ -389,6 +389,52 @@ def test_an_auth_error_fails_every_record_held_at_once(code: str, status: int) -
     assert s.sink.duplicates == 0
 
 
+# -- the stream's KMS key unusable: the request fails, no split, no retry, no stop -----------
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "KMSDisabledException",
+        "KMSInvalidStateException",
+        "KMSNotFoundException",
+        "KMSOptInRequired",
+    ],
+)
+def test_a_kms_key_error_fails_the_whole_request_without_splitting_it(code: str) -> None:
+    s = Setup()
+    s.put([*IN_LOW[:3], *IN_HIGH[:2]], 0.0)  # two aggregates, one request
+    s.ready_now(0.0)
+    batch = s.take(0.0)
+    assert batch is not None
+    assert len(batch.records) == 2
+    s.pipeline.on_outcome(batch, failed(0.0, 0.01, code, 400), 0.01)
+    assert sorted(s.sink.bad) == [0, 1, 2, 3, 4]
+    assert {c for c, _, _ in s.sink.bad.values()} == {code}
+    assert all(len(attempts) == 1 for _, _, attempts in s.sink.bad.values())
+    assert not s.pipeline.ready  # no halves sent again, no records taken apart
+    assert s.pipeline.outstanding_records == 0
+    assert s.pipeline.failure is None  # the producer goes on: a key fixed lets records through
+    s.put(IN_LOW[3:4], 0.02)
+    s.ready_now(0.02)
+    later = s.take(0.02)
+    assert later is not None
+    s.pipeline.on_outcome(later, answered(later, 0.02, 0.03), 0.03)
+    assert list(s.sink.ok) == [5]
+
+
+def test_kms_throttling_is_retried() -> None:
+    s = Setup()
+    s.put(IN_LOW[:2], 0.0)
+    s.ready_now(0.0)
+    batch = s.take(0.0)
+    assert batch is not None
+    s.pipeline.on_outcome(batch, failed(0.0, 0.01, "KMSThrottlingException", 400), 0.01)
+    assert not s.sink.bad
+    assert s.pipeline.outstanding_records == 2
+    assert s.pipeline.limiter.multiplier(LOW) == 0.5
+
+
 # -- an aggregate written to a shard the map does not know waits for it ------------------------
 
 

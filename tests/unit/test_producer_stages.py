@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from kinesis_core.aggregation import decode_aggregate
 from kinesis_core.hashing import hash_key
 from kinesis_core.producer.aggregator import Aggregator
 from kinesis_core.producer.collector import Collector
 from kinesis_core.producer.items import KinesisRecordOut
-from kinesis_core.producer.limiter import MIN_MULTIPLIER, Limiter, TokenBucket
+from kinesis_core.producer.limiter import BURST_BYTES, MIN_MULTIPLIER, Limiter, TokenBucket
 
 SINK = 0
 
@@ -72,15 +74,92 @@ def test_limiter_allows_the_rate_limit_per_shard_then_queues_in_order() -> None:
     assert limiter.next_wakeup() is None
 
 
+MIB = 1024 * 1024
+
+
 def test_limiter_counts_bytes_too() -> None:
-    limiter = Limiter(100)  # 1 MiB/s
-    big = 600 * 1024
-    assert limiter.put(kr(size=big), 0.0)
-    assert not limiter.put(kr(size=big), 0.0)
-    released, _ = limiter.drain(0.1)
+    limiter = Limiter(100)  # 1 MiB/s, a burst of 10 MiB
+    assert limiter.put(kr(size=6 * MIB), 0.0)
+    assert not limiter.put(kr(size=6 * MIB), 0.0)  # 4 MiB left of the burst
+    released, _ = limiter.drain(1.9)
     assert released == []
-    released, _ = limiter.drain(0.6)
+    released, _ = limiter.drain(2.0)
     assert len(released) == 1
+
+
+# -- the byte burst (the KPL 1.0.6 model: a bucket of 10 MiB refilled at the byte rate) ------
+
+
+def test_a_shard_starts_with_a_full_10_mib_burst_whatever_the_rate() -> None:
+    for percent in (1, 100, 150, 900):
+        limiter = Limiter(percent)
+        shard = limiter.shard("s0", 0.0)
+        assert shard.bytes.capacity == shard.bytes.tokens == BURST_BYTES == 10 * MIB
+        assert shard.bytes.rate == percent / 100 * MIB
+    fast = Limiter(10_000).shard("s0", 0.0)  # one second at that rate is more than the burst
+    assert fast.bytes.capacity == 100 * MIB
+
+
+def test_a_few_large_records_go_at_once_up_to_the_burst() -> None:
+    limiter = Limiter(100)
+    assert [limiter.put(kr(size=n * MIB), 0.0) for n in (3, 5, 2)] == [True, True, True]
+    assert not limiter.put(kr(size=1), 0.0)  # 10 MiB spent: even one byte waits
+    assert limiter.next_wakeup() == pytest.approx(1 / MIB)
+
+
+def test_a_large_record_waits_for_the_burst_to_refill_and_holds_its_shard_in_order() -> None:
+    limiter = Limiter(100)
+    assert limiter.put(kr(size=int(9.5 * MIB)), 0.0)
+    large = kr(size=3 * MIB)
+    small = kr(size=100)
+    assert not limiter.put(large, 0.0)
+    assert not limiter.put(small, 0.0)  # behind the large one: the shard's order holds
+    assert limiter.put(kr("s1", size=9 * MIB), 0.0)  # another shard has its own burst
+    wake = limiter.next_wakeup()
+    assert wake == pytest.approx(2.5)  # 0.5 MiB left, 2.5 MiB more at 1 MiB/s
+    assert limiter.drain(2.49) == ([], [])
+    released, expired = limiter.drain(2.5)
+    assert released == [large]
+    assert expired == []
+    assert limiter.next_wakeup() == pytest.approx(2.5 + 100 / MIB)
+    released, _ = limiter.drain(2.6)
+    assert released == [small]
+    assert limiter.next_wakeup() is None
+
+
+def test_a_stream_of_large_records_is_paced_at_the_byte_rate_after_the_burst() -> None:
+    limiter = Limiter(150)  # 1.5 MiB/s
+    records = [kr(size=5 * MIB, expiration=1e9) for _ in range(8)]
+    sent_at: list[float] = []
+    for record in records:
+        if limiter.put(record, 0.0):
+            sent_at.append(0.0)
+    while (wake := limiter.next_wakeup()) is not None:
+        released, expired = limiter.drain(wake)
+        assert expired == []
+        sent_at.extend(wake for _ in released)
+    assert sent_at[:2] == [0.0, 0.0]  # the burst
+    gaps = [b - a for a, b in itertools.pairwise(sent_at[1:])]
+    assert gaps == pytest.approx([5 / 1.5] * 6)  # then one every 5 MiB / 1.5 MiB/s
+
+
+def test_refilling_stops_at_the_burst() -> None:
+    limiter = Limiter(100)
+    assert limiter.put(kr(size=10 * MIB), 0.0)
+    shard = limiter.shard("s0", 0.0)
+    shard.refill(4.0, limiter.records_per_second, limiter.bytes_per_second)
+    assert shard.bytes.tokens == pytest.approx(4 * MIB)
+    shard.refill(3600.0, limiter.records_per_second, limiter.bytes_per_second)
+    assert shard.bytes.tokens == 10 * MIB
+    assert [limiter.put(kr(size=5 * MIB), 3600.0) for _ in range(3)] == [True, True, False]
+
+
+def test_throttling_spends_the_burst_and_halves_its_refill() -> None:
+    limiter = Limiter(100)
+    assert limiter.put(kr(size=MIB), 0.0)  # 9 MiB of burst left
+    limiter.throttled("s0", 0.0)
+    assert not limiter.put(kr(size=MIB), 0.0)
+    assert limiter.next_wakeup() == pytest.approx(2.0)  # 1 MiB at 0.5 MiB/s
 
 
 def test_rate_limit_percent_scales_the_buckets() -> None:
@@ -238,6 +317,61 @@ def test_collector_waits_for_the_deadline_plus_linger() -> None:
     assert collector.flush() is None
 
 
+def test_collector_fills_a_request_up_to_10_mib_counting_partition_keys() -> None:
+    collector = Collector(500, 10 * MIB, linger=0.02)
+    sizes = [3 * MIB, 2 * MIB, 4 * MIB, MIB - 1]  # sizes are data plus partition key
+    assert [collector.add(kr(size=n), 0.0) for n in sizes] == [None] * 4
+    full = collector.add(kr(size=1), 0.0)  # exactly 10 MiB: full, closed at once
+    assert full is not None
+    assert full.size == 10 * MIB
+    assert len(full.records) == 5
+    assert len(collector) == 0
+
+
+def test_a_record_bigger_than_the_request_size_goes_alone_at_once() -> None:
+    collector = Collector(500, 5 * MIB, linger=0.02)
+    assert collector.add(kr(size=MIB), 0.0) is None
+    before = collector.add(kr(size=int(9.5 * MIB)), 0.0)  # closes the open request...
+    assert before is not None
+    assert before.size == MIB
+    assert collector.next_deadline() == 0.0  # ...and is full itself: due now
+    alone = collector.poll(0.0)
+    assert alone is not None
+    assert [r.size for r in alone.records] == [int(9.5 * MIB)]
+    alone = collector.add(kr(size=6 * MIB), 0.0)  # into an empty request: closed at once
+    assert alone is not None
+    assert alone.size == 6 * MIB
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.one_of(st.integers(1, 60_000), st.integers(1, 10 * MIB)), min_size=1, max_size=300),
+    st.sampled_from([52_224, MIB, 5 * MIB, 10 * MIB]),
+    st.integers(1, 500),
+)
+def test_no_request_ever_goes_over_what_put_records_takes(
+    sizes: list[int], max_size: int, max_count: int
+) -> None:
+    collector = Collector(max_count, max_size, linger=0.02)
+    requests = []
+    for n in sizes:
+        out = collector.add(kr(size=n), 0.0)
+        if out is not None:
+            requests.append(out)
+        due = collector.poll(0.0) if collector.next_deadline() == 0.0 else None
+        if due is not None:
+            requests.append(due)
+    last = collector.flush()
+    if last is not None:
+        requests.append(last)
+    assert [r.size for q in requests for r in q.records] == sizes  # all of them, in order
+    for request in requests:
+        assert len(request.records) <= max_count
+        assert request.size == sum(r.size for r in request.records) <= 10 * MIB
+        if len(request.records) > 1:
+            assert request.size <= max_size  # only a record alone goes over max_size
+
+
 # -- aggregator --------------------------------------------------------------------------
 
 
@@ -329,6 +463,36 @@ def test_unpredicted_and_unaggregated_records_go_alone() -> None:
     (plain,) = off.sealed
     assert plain.shard_id == "s0"
     assert plain.explicit_hash_key == "12345"
+
+
+def test_a_record_over_the_aggregate_size_is_sealed_alone_at_once_after_the_open_one() -> None:
+    agg = aggregator(max_size=51_200)
+    small = [ur(i, data=b"s" * 100) for i in range(3)]
+    for r in small[:2]:
+        agg.add(r, "s0", 0.0, 0.1)
+    large = ur(9, data=b"L" * (3 * MIB))
+    agg.add(large, "s0", 0.0, 0.1)
+    # No waiting for the deadline, and the open aggregate went first (the shard's order).
+    assert [k.records for k in agg.sealed] == [small[:2], [large]]
+    assert agg.sealed[1].data is large[1]  # raw, not copied, not framed
+    agg.add(small[2], "s0", 0.0, 0.1)
+    assert agg.buffered == 1  # small records aggregate again after it
+    exact = ur(8, data=b"e" * (51_200 - len("key-8")))  # the limit exactly: alone in a builder
+    agg.add(exact, "s1", 0.0, 0.1)
+    assert agg.buffered == 2
+
+
+def test_a_new_aggregate_size_applies_from_each_shards_next_aggregate() -> None:
+    agg = aggregator(max_size=51_200)
+    agg.add(ur(0), "s0", 0.0, 0.1)
+    agg.max_size = 2 * MIB  # e.g. aggregation_max_size of 8 MiB on a stream that took 2 MiB
+    big = ur(1, data=b"b" * (60 * 1024))
+    agg.add(big, "s0", 0.0, 0.1)  # over the open aggregate's 51,200: seals it...
+    agg.add(big, "s0", 0.0, 0.1)  # ...and the next one is 2 MiB
+    agg.add(big, "s1", 0.0, 0.1)
+    agg.add(big, "s1", 0.0, 0.1)
+    agg.flush()
+    assert [len(k.records) for k in agg.sealed] == [1, 2, 2]
 
 
 def test_a_record_over_the_aggregate_size_goes_alone_and_raw() -> None:

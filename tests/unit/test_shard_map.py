@@ -14,6 +14,7 @@ from hypothesis import given, settings, strategies as st
 from kinesis_core.errors import KinesisConnectorError, ValidationError
 from kinesis_core.hashing import MAX_HASH_KEY
 from kinesis_core.shard_map import (
+    RecordSizeLimit,
     ShardInfo,
     ShardMap,
     ShardMapDriver,
@@ -727,5 +728,216 @@ def test_driver_wait_ready_times_out() -> None:
         with pytest.raises(ShardMapTimeoutError):
             await driver.wait_ready(0.01)
         await driver.close()
+
+    run(main)
+
+
+# The stream's maximum record size (RecordSizeLimit, and the driver's DescribeStreamSummary).
+
+MIB = 1024 * 1024
+
+
+def summary(kib: int | None = None) -> dict[str, Any]:
+    described: dict[str, Any] = {"StreamStatus": "ACTIVE"}
+    if kib is not None:
+        described["MaxRecordSizeInKiB"] = kib
+    return {"StreamDescriptionSummary": described}
+
+
+def test_record_limit_is_1_mib_until_the_stream_reports_one() -> None:
+    limit = RecordSizeLimit()
+    assert (limit.bytes, limit.reported, limit.error) == (MIB, False, None)
+    assert limit.answered(summary(10240)["StreamDescriptionSummary"], 0.0)
+    assert (limit.bytes, limit.reported) == (10 * MIB, True)
+    assert not limit.answered(summary(10240)["StreamDescriptionSummary"], 1.0)  # unchanged
+    assert limit.answered(summary()["StreamDescriptionSummary"], 2.0)  # no field: the default
+    assert (limit.bytes, limit.reported) == (MIB, False)
+    for odd in ("2048", True, 0, -5, None):
+        limit.answered({"MaxRecordSizeInKiB": odd}, 3.0)
+        assert limit.bytes == MIB
+    limit.answered({"MaxRecordSizeInKiB": 99_999}, 4.0)
+    assert limit.bytes == 10 * MIB  # never above what any stream takes
+
+
+def test_record_limit_keeps_its_value_when_a_check_fails_and_says_why() -> None:
+    limit = RecordSizeLimit()
+    limit.answered({"MaxRecordSizeInKiB": 2048}, 0.0)
+    limit.failed("DescribeStreamSummary failed: AccessDeniedException: no", 1.0)
+    assert limit.bytes == 2 * MIB
+    assert limit.error is not None
+    limit.answered({"MaxRecordSizeInKiB": 2048}, 2.0)
+    assert limit.error is None
+
+
+def test_record_limit_paces_checks_and_knows_which_came_after_a_time() -> None:
+    limit = RecordSizeLimit(min_interval=1.0)
+    assert limit.next_check(0.0) == 0.0
+    assert not limit.checked_since(0.0)
+    limit.started(5.0)
+    assert limit.next_check(5.2) == pytest.approx(0.8)
+    assert limit.next_check(6.0) == 0.0
+    assert not limit.checked_since(5.0)  # started, not finished
+    limit.answered({}, 5.0)
+    assert limit.checked_since(5.0)
+    assert limit.checked_since(4.0)
+    assert not limit.checked_since(5.1)  # a record that came after it started needs another
+    limit.failed("boom", 7.0)
+    assert limit.checked_since(7.0)
+    with pytest.raises(ValueError, match="min_interval"):
+        RecordSizeLimit(min_interval=-1)
+
+
+@pytest.mark.parametrize(
+    ("state", "size", "says"),
+    [
+        ("default", 2 * MIB, ["2097152 bytes", "1024 KiB", "'orders'", "reports none"]),
+        ("reported", 3 * MIB, ["2048 KiB", "MaxRecordSizeInKiB", "max-record-size-in-ki-b 3072"]),
+        ("denied", 2 * MIB, ["AccessDenied", "kinesis:DescribeStreamSummary", "1024 KiB"]),
+        ("reported", 11 * MIB, ["10 MiB", "the most any Kinesis stream takes", "S3"]),
+    ],
+)
+def test_a_refusal_names_the_streams_limit_and_how_to_raise_it(
+    state: str, size: int, says: list[str]
+) -> None:
+    limit = RecordSizeLimit()
+    if state == "reported":
+        limit.answered({"MaxRecordSizeInKiB": 2048}, 0.0)
+    elif state == "denied":
+        limit.failed("DescribeStreamSummary failed: AccessDeniedException: no", 0.0)
+    message = limit.explain(size, "orders")
+    for part in says:
+        assert part in message
+    if size <= 10 * MIB:
+        assert "UpdateMaxRecordSize" in message
+        assert "S3" in message
+
+
+class FakeDescribe:
+    """DescribeStreamSummary reporting ``kib`` (None: no field); may raise ``error``."""
+
+    def __init__(self, kib: int | None = None) -> None:
+        self.kib = kib
+        self.error: BaseException | None = None
+        self.calls: list[dict[str, Any]] = []
+        self.gate: asyncio.Event | None = None
+
+    async def __call__(self, **kwargs: Any) -> Mapping[str, Any]:
+        self.calls.append(kwargs)
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.error is not None:
+            raise self.error
+        return summary(self.kib)
+
+
+def test_driver_learns_the_record_limit_at_start_and_at_every_refresh() -> None:
+    async def main() -> None:
+        clock = FakeClock()
+        describe = FakeDescribe(2048)
+        listed = Switchable(listing(*TWO))
+        arn = "arn:aws:kinesis:us-east-1:123456789012:stream/s"
+        async with ShardMapDriver(arn, listed, describe_fn=describe, clock=clock) as driver:
+            assert driver.record_limit.bytes == 2 * MIB
+            assert describe.calls == [{"StreamARN": arn}]
+            describe.kib = 10240
+            clock.now += 1
+            listed.answer = listing(shard("s0", 0, HALF - 1, closed=True), *SPLIT)
+            assert driver.invalidate(clock.now, "s0")
+            await driver.wait_ready(5)
+            assert driver.record_limit.bytes == 10 * MIB
+            assert len(describe.calls) == 2
+
+    run(main)
+
+
+def test_driver_starts_with_the_default_when_describe_is_refused(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def main() -> None:
+        describe = FakeDescribe(10240)
+        describe.error = throttled("AccessDeniedException")
+        async with ShardMapDriver("s", Switchable(listing(*TWO)), describe_fn=describe) as driver:
+            assert driver.map.state is ShardMapState.READY  # the map does not depend on it
+            assert driver.record_limit.bytes == MIB
+            assert "AccessDeniedException" in (driver.record_limit.error or "")
+
+    run(main)
+    assert "DescribeStreamSummary failed" in caplog.text
+
+
+def test_check_record_limit_asks_after_the_call_shares_calls_and_paces_them() -> None:
+    async def main() -> None:
+        clock = FakeClock()
+        sleep = RecordingSleep()
+        describe = FakeDescribe()
+        async with ShardMapDriver(
+            "s",
+            Switchable(listing(*TWO)),
+            describe_fn=describe,
+            clock=clock,
+            sleep=sleep,
+            limit_check_interval=1.0,
+        ) as driver:
+            assert driver.record_limit.bytes == MIB
+            describe.kib = 10240  # UpdateMaxRecordSize meanwhile
+            clock.now += 0.25
+            first, second = await asyncio.gather(
+                driver.check_record_limit(), driver.check_record_limit()
+            )
+            assert first is second is driver.record_limit
+            assert driver.record_limit.bytes == 10 * MIB
+            assert len(describe.calls) == 2  # one at start, one shared by both callers
+            assert sleep.delays == []  # the start's check does not count for the pacing
+            clock.now += 0.25
+            await driver.check_record_limit()
+            assert len(describe.calls) == 3
+            assert sleep.delays == [0.75]  # a second after the previous one
+            clock.now += 5
+            await driver.check_record_limit()
+            assert len(describe.calls) == 4
+            assert sleep.delays == [0.75]  # long enough since the last one: at once
+
+    run(main)
+
+
+def test_check_record_limit_waits_for_a_check_that_started_after_it() -> None:
+    async def main() -> None:
+        clock = FakeClock()
+        describe = FakeDescribe()
+        async with ShardMapDriver(
+            "s", Switchable(listing(*TWO)), describe_fn=describe, clock=clock
+        ) as driver:
+            clock.now += 2
+            describe.gate = asyncio.Event()
+            early = asyncio.ensure_future(driver.check_record_limit())
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            assert len(describe.calls) == 2  # in flight, started before the next caller
+            clock.now += 2
+            describe.kib = 4096
+            late = asyncio.ensure_future(driver.check_record_limit())
+            await asyncio.sleep(0)
+            describe.gate.set()
+            await early
+            await late
+            assert len(describe.calls) == 3  # the late caller did not take the early answer
+            assert driver.record_limit.bytes == 4 * MIB
+
+    run(main)
+
+
+def test_check_record_limit_without_describe_is_the_default_and_close_stops_a_check() -> None:
+    async def main() -> None:
+        async with ShardMapDriver("s", Switchable(listing(*TWO))) as plain:
+            assert (await plain.check_record_limit()).bytes == MIB
+        describe = FakeDescribe()
+        driver = ShardMapDriver("s", Switchable(listing(*TWO)), describe_fn=describe)
+        await driver.start()
+        describe.gate = asyncio.Event()
+        waiting = asyncio.ensure_future(driver.check_record_limit())
+        await asyncio.sleep(0.01)
+        await driver.close()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
 
     run(main)
