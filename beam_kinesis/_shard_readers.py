@@ -35,12 +35,20 @@ from kinesis_core.consumer.polling import MIN_CALL_INTERVAL, PollingOptions, Pol
 from kinesis_core.consumer.positions import TRIM_HORIZON, AtTimestamp, InitialPosition
 from kinesis_core.consumer.reading import SyncShardReader
 from kinesis_core.consumer.subscription import SubscriptionRead
-from kinesis_core.executor import LISTING_MAX_AGE, LISTING_RETRY, LoopFanOut, SyncExecutor
+from kinesis_core.executor import (
+    LISTING_MAX_AGE,
+    LISTING_RETRY,
+    LoopFanOut,
+    SyncExecutor,
+    SyncLink,
+)
 from kinesis_core.fanout.consumers import open_fan_out_on_loop
 from kinesis_core.loop_thread import LoopThread
 from kinesis_core.records import Position
 from kinesis_core.shards import ShardInfo
 from kinesis_core.stream import StreamRef
+from kinesis_core.telemetry.metered import MeteredSyncTransport
+from kinesis_core.telemetry.recorder import NO_RECORDER, ConsumerRecorder
 
 KEEP_SECONDS = 290.0
 """How long an unused polling reader is kept: a shard iterator expires after five minutes."""
@@ -55,8 +63,9 @@ class ShardReaders:
     """Readers of the shards this DoFn instance reads, and the client and executor they
     share."""
 
-    def __init__(self, spec: ReadSpec) -> None:
+    def __init__(self, spec: ReadSpec, recorder: ConsumerRecorder = NO_RECORDER) -> None:
         self._spec = spec
+        self._recorder = recorder
         self._stream = StreamRef.of(spec.stream)
         # The readers retry on their own terms (rate, backoff, expired iterators).
         self.client: Any = create_botocore_client(spec.client_config, "kinesis", max_attempts=1)
@@ -97,7 +106,10 @@ class ShardReaders:
                     LoopThread.get(), spec.client_config, self._stream, efo
                 )
             subscription = efo.subscription
-            link = self.executor.link(self._stream, cursor.shard_id, self._fan_out, wake=self._wake)
+            link = self._metered(
+                self.executor.link(self._stream, cursor.shard_id, self._fan_out, wake=self._wake),
+                cursor.shard_id,
+            )
             machine = SubscriptionRead(
                 node, start, subscription, incarnation=incarnation, stream=spec.stream
             )
@@ -115,8 +127,14 @@ class ShardReaders:
             max_bytes_per_second=spec.max_read_bytes_per_second / sharing,
         )
         polling = PollingRead(node, start, options, incarnation=incarnation, stream=spec.stream)
-        link = self.executor.link(self._stream, cursor.shard_id)
+        link = self._metered(self.executor.link(self._stream, cursor.shard_id), cursor.shard_id)
         return SyncShardReader(polling, link, where=spec.stream)
+
+    def _metered(self, link: SyncLink, shard_id: str) -> SyncLink:
+        """``link`` with its calls timed, when this reader's metrics are on."""
+        if not self._recorder.enabled:
+            return link
+        return MeteredSyncTransport(link, self._recorder, shard_id)
 
     def keep(
         self, final: KinesisRestriction, readers: Mapping[str, Reader], reusable: set[str]
