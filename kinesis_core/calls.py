@@ -8,14 +8,14 @@ An :class:`ApiCall` is one Kinesis operation, perhaps paginated: ``operation`` n
 client's method, ``request(token)`` gives its arguments (``token`` None for the first page,
 then the NextToken of the previous page), and ``parse(response)`` gives this page's part of
 the answer and the next token (None: the last page). Both executors, the asyncio one and the
-synchronous one, run every call through that one loop. The shard readers' calls
-(:mod:`kinesis_core.consumer.transport` and the transports' modules) name no stream or shard:
-a reader's link to an executor adds them.
+synchronous one, run every call through that one loop (:meth:`ApiCall.pages`). The shard
+readers' calls (:mod:`kinesis_core.consumer.transport` and the transports' modules) name no
+stream or shard: a reader's link to an executor adds them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -47,6 +47,17 @@ class ApiCall(Call):
     def parse(self, response: Mapping[str, Any]) -> tuple[Any, str | None]:
         """This page's answer and the token of the next page (None: no more)."""
         return response, None
+
+    def pages(self) -> Generator[dict[str, Any], Mapping[str, Any], Any]:
+        """The arguments of each page in turn, each sent the answer of the one before; it
+        returns the call's answer (:func:`joined`). An executor's one loop for every call."""
+        parts = []
+        token: str | None = None
+        while True:
+            part, token = self.parse((yield self.request(token)))
+            parts.append(part)
+            if token is None:
+                return joined(parts)
 
     @property
     def what(self) -> str:

@@ -38,7 +38,6 @@ from kinesis_core.calls import (
     DescribeStreamConsumer,
     DescribeStreamSummary,
     ListShards,
-    joined,
 )
 from kinesis_core.classify import ErrorKind, error_details, error_message
 from kinesis_core.client import error_kind, unreachable
@@ -117,12 +116,16 @@ def _failure(error: BaseException) -> str:
     return f"{code}: {error_message(error)}" if code else error_message(error)
 
 
-def _gave_up(retry: Retry, error: BaseException, now: float) -> float | None:
-    """The wait before the next attempt after ``error``, or None: raise it (with the
-    history)."""
+def _next_wait(retry: Retry | None, error: BaseException, now: float, what: str) -> float | None:
+    """The wait before the next attempt after ``error`` (announced in the log), or None: raise
+    it, with the history of the attempts before it."""
+    if retry is None:
+        return None
     delay = retry.failed(now, error, error_kind(error), unreachable=unreachable(error))
     if delay is None:
         _keep_history(error, retry)
+    else:
+        logger.warning("%s failed (%s); retrying in %.1f s", what, _failure(error), delay)
     return delay
 
 
@@ -180,15 +183,14 @@ class AsyncExecutor:
         without)."""
         run = _begin(retry, self.clock.now(), self._rng)
         method = getattr(self.client, call.operation)
-        pages = []
-        token: str | None = None
+        pages = call.pages()
+        kwargs = next(pages)
         while True:
-            send = functools.partial(method, **call.request(token))
-            response = await self._send(send, run, call.what)
-            page, token = call.parse(response)
-            pages.append(page)
-            if token is None:
-                return joined(pages)
+            response = await self._send(functools.partial(method, **kwargs), run, call.what)
+            try:
+                kwargs = pages.send(response)
+            except StopIteration as done:
+                return done.value
 
     async def attempt(
         self, operation: Callable[[], Awaitable[_T]], retry: RetryPolicy | Retry, what: str
@@ -202,10 +204,9 @@ class AsyncExecutor:
             try:
                 result = await send()
             except Exception as exc:
-                delay = None if retry is None else _gave_up(retry, exc, self.clock.now())
+                delay = _next_wait(retry, exc, self.clock.now(), what)
                 if delay is None:
                     raise
-                logger.warning("%s failed (%s); retrying in %.1f s", what, _failure(exc), delay)
                 await self.clock.sleep(delay)
                 continue
             if retry is not None:
@@ -264,6 +265,31 @@ class AsyncLink(Protocol):
     async def aclose(self) -> None: ...
 
 
+class _ShardRequests:
+    """The client calls of one shard's polling reader: GetRecords (with the stream's
+    ``StreamId``, if any) and GetShardIterator (naming the stream and the shard)."""
+
+    __slots__ = ("_client", "_records_params", "_shard_id", "_stream_params")
+
+    def __init__(self, client: Any, stream: StreamRef, shard_id: str) -> None:
+        self._client = client
+        self._stream_params = stream.params()
+        self._records_params = records_params(stream)
+        self._shard_id = shard_id
+
+    def send(self, call: Call) -> Any:
+        """The client's answer (or its awaitable) to a polling call; None for another call."""
+        if isinstance(call, GetRecords):
+            return self._client.get_records(
+                ShardIterator=call.iterator, Limit=call.limit, **self._records_params
+            )
+        if isinstance(call, GetIterator):
+            return self._client.get_shard_iterator(
+                **self._stream_params, ShardId=self._shard_id, **call.params
+            )
+        return None
+
+
 class AsyncShardLink:
     """One shard's link to an :class:`AsyncExecutor`: polling calls, the looks at the stream,
     and at most one open subscription at a time (closed on every error, at its end, and by
@@ -273,23 +299,16 @@ class AsyncShardLink:
         self, executor: AsyncExecutor, stream: StreamRef, shard_id: str, consumer_arn: str | None
     ) -> None:
         self._executor = executor
-        self._client = executor.client
+        self._requests = _ShardRequests(executor.client, stream, shard_id)
         self._stream = stream
-        self._stream_params = stream.params()
-        self._records_params = records_params(stream)
         self._shard_id = shard_id
         self._consumer_arn = consumer_arn
         self._subscription: Any = None
 
     async def call(self, call: Call) -> Any:
-        if isinstance(call, GetRecords):
-            return await self._client.get_records(
-                ShardIterator=call.iterator, Limit=call.limit, **self._records_params
-            )
-        if isinstance(call, GetIterator):
-            return await self._client.get_shard_iterator(
-                **self._stream_params, ShardId=self._shard_id, **call.params
-            )
+        polled = self._requests.send(call)
+        if polled is not None:
+            return await polled
         if isinstance(call, NextEvent):
             return await self._next_event()
         if isinstance(call, CheckStream):
@@ -370,25 +389,23 @@ class SyncExecutor:
         without)."""
         run = _begin(retry, self.clock.now(), self._rng)
         method = getattr(self.client, call.operation)
-        pages = []
-        token: str | None = None
+        pages = call.pages()
+        kwargs = next(pages)
         while True:
-            send = functools.partial(method, **call.request(token))
-            response = self._send(send, run, call.what)
-            page, token = call.parse(response)
-            pages.append(page)
-            if token is None:
-                return joined(pages)
+            response = self._send(functools.partial(method, **kwargs), run, call.what)
+            try:
+                kwargs = pages.send(response)
+            except StopIteration as done:
+                return done.value
 
     def _send(self, send: Callable[[], _T], retry: Retry | None, what: str) -> _T:
         while True:
             try:
                 result = send()
             except Exception as exc:
-                delay = None if retry is None else _gave_up(retry, exc, self.clock.now())
+                delay = _next_wait(retry, exc, self.clock.now(), what)
                 if delay is None:
                     raise
-                logger.warning("%s failed (%s); retrying in %.1f s", what, _failure(exc), delay)
                 self.clock.sleep(delay)
                 continue
             if retry is not None:
@@ -474,23 +491,16 @@ class SyncShardLink:
         subscriber: _Subscriber | None,
     ) -> None:
         self._executor = executor
-        self._client = executor.client
+        self._requests = _ShardRequests(executor.client, stream, shard_id)
         self._stream = stream
-        self._stream_params = stream.params()
-        self._records_params = records_params(stream)
         self._shard_id = shard_id
         self._fan_out = fan_out
         self._subscriber = subscriber
 
     def call(self, call: Call) -> Any:
-        if isinstance(call, GetRecords):
-            return self._client.get_records(
-                ShardIterator=call.iterator, Limit=call.limit, **self._records_params
-            )
-        if isinstance(call, GetIterator):
-            return self._client.get_shard_iterator(
-                **self._stream_params, ShardId=self._shard_id, **call.params
-            )
+        polled = self._requests.send(call)
+        if polled is not None:
+            return polled
         if isinstance(call, NextEvent):
             return self._subscribing().next_event()
         if isinstance(call, CheckStream):
