@@ -47,6 +47,7 @@ PURE = [
     "kinesis_core.fanout.registration",
     "kinesis_core.lease",
     "kinesis_core.producer",
+    "kinesis_core.producer.admission",
     "kinesis_core.producer.aggregator",
     "kinesis_core.producer.collector",
     "kinesis_core.producer.config",
