@@ -141,8 +141,14 @@ class Submission:
 
     @property
     def unsettled(self) -> bool:
-        """Whether its caller still has to wait: for room, or for the stream's limit."""
-        return self.standing is Standing.WAITING or bool(self.too_large)
+        """Whether its caller still has to wait (for room, or for the stream's limit), or, for
+        a single record refused, to raise why."""
+        standing = self.standing
+        return (
+            standing is Standing.WAITING
+            or bool(self.too_large)
+            or (standing is Standing.REFUSED and self.sink.single)
+        )
 
 
 class Flush:
