@@ -3,8 +3,10 @@
 ``pcoll | WriteToKinesis("orders")`` (docs/beam-write.md) and
 ``pipeline | ReadFromKinesis("orders")`` (docs/beam-read.md); ``KinesisOptions`` configures
 where Kinesis is from the command line.
+Both report Beam metrics under one namespace, ``METRICS_NAMESPACE`` (docs/operations.md).
 """
 
+from beam_kinesis._metrics import NAMESPACE as METRICS_NAMESPACE
 from beam_kinesis.options import CredentialsInPipelineWarning, KinesisOptions
 from beam_kinesis.read import ReadFromKinesis
 from beam_kinesis.record import KinesisRecord
@@ -18,6 +20,7 @@ from beam_kinesis.write import (
 
 __all__ = [
     "FAILED_RECORDS",
+    "METRICS_NAMESPACE",
     "CredentialsInPipelineWarning",
     "FailedRecord",
     "KinesisOptions",

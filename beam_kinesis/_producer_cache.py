@@ -18,20 +18,10 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Hashable
-from typing import NamedTuple
 
-from kinesis_core.producer import THROTTLED, BlockingProducer, MetricsSnapshot
+from kinesis_core.producer import BlockingProducer, MetricsSnapshot
 
 logger = logging.getLogger(__name__)
-
-
-class MetricsDelta(NamedTuple):
-    """What a shared producer did since the previous delta was taken (by any DoFn)."""
-
-    kinesis_records: int
-    put_records_requests: int
-    retries: int
-    throttles: int
 
 
 class _Entry:
@@ -95,26 +85,14 @@ class ProducerHandle:
                 del _entries[self._key]
         _close(entry.producer)
 
-    def metrics_delta(self) -> MetricsDelta:
+    def metrics_delta(self) -> MetricsSnapshot:
         """The producer's counters since the last delta any holder took, so that every
-        request, retry and throttle is reported to Beam exactly once per process."""
+        request, retry and error is reported to Beam exactly once per process."""
         entry = self._entry
         with entry.lock:
             now = entry.producer.metrics()
             before, entry.reported = entry.reported, now
-        if before is None:
-            return MetricsDelta(
-                now.kinesis_records_put,
-                now.put_records_requests,
-                int(now.retries_per_record.sum),
-                now.errors_by_code.get(THROTTLED, 0),
-            )
-        return MetricsDelta(
-            now.kinesis_records_put - before.kinesis_records_put,
-            now.put_records_requests - before.put_records_requests,
-            int(now.retries_per_record.sum - before.retries_per_record.sum),
-            now.errors_by_code.get(THROTTLED, 0) - before.errors_by_code.get(THROTTLED, 0),
-        )
+        return now if before is None else now.since(before)
 
 
 def acquire(key: Hashable, factory: Callable[[], BlockingProducer]) -> ProducerHandle:

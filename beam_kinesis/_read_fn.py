@@ -21,7 +21,8 @@ from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
 from apache_beam.transforms.core import RestrictionProvider
 from apache_beam.utils.timestamp import Duration
 
-from beam_kinesis._read_loop import Counters, ReadLoop
+from beam_kinesis._metrics import BeamMetrics
+from beam_kinesis._read_loop import ReadLoop
 from beam_kinesis._read_spec import ReadSpec, micros, now_micros
 from beam_kinesis._shard_readers import ShardReaders
 from beam_kinesis.restriction import (
@@ -63,14 +64,17 @@ class ReadFn(beam.DoFn, RestrictionProvider):
 
     def setup(self) -> None:
         spec = self._spec
-        self._readers = ShardReaders(spec)
-        self._counters = Counters()
+        self._metrics = BeamMetrics()
+        self._readers = ShardReaders(spec, self._metrics)
         self._store: CheckpointStore | None = None
         self._checkpointer: Checkpointer | None = None
         if spec.checkpoint_store is not None:
             self._store = spec.checkpoint_store()
             self._checkpointer = Checkpointer(
-                self._store, spec.application_name, StreamRef.of(spec.stream).name
+                self._store,
+                spec.application_name,
+                StreamRef.of(spec.stream).name,
+                recorder=self._metrics,
             )
 
     def teardown(self) -> None:
@@ -206,7 +210,7 @@ class ReadFn(beam.DoFn, RestrictionProvider):
             restriction = restriction._replace(deadline=deadline)
         readers = self._readers
         assert readers is not None, "setup() was not called"
-        run = ReadLoop(spec, readers, self._counters, restriction, tracker, watermark)
+        run = ReadLoop(spec, readers, self._metrics, restriction, tracker, watermark)
         yield from run.poll()
         final: KinesisRestriction = tracker.current_restriction()
         if run.defer is not None:

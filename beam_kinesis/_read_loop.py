@@ -10,15 +10,14 @@ time, a bounded stop or a refused claim. :mod:`beam_kinesis._shard_readers` make
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Generator
 from typing import Any
 
-from apache_beam.metrics.metric import Metrics
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
+from beam_kinesis._metrics import BeamMetrics
 from beam_kinesis._read_spec import ReadSpec, micros as to_micros, now_micros, to_timestamp
 from beam_kinesis._shard_readers import Reader, ShardReaders
 from beam_kinesis.record import KinesisRecord
@@ -42,37 +41,6 @@ from kinesis_core.records import KinesisRecord as CoreRecord, Position
 
 logger = logging.getLogger(__name__)
 
-METRICS_NAMESPACE = "ReadFromKinesis"
-
-
-class Counters:
-    """The Beam metrics of a read; per-shard gauges are made on first use."""
-
-    def __init__(self) -> None:
-        self.records: Any = Metrics.counter(METRICS_NAMESPACE, "records")
-        self.bytes: Any = Metrics.counter(METRICS_NAMESPACE, "bytes")
-        self.throttles: Any = Metrics.counter(METRICS_NAMESPACE, "throttles")
-        self.errors: Any = Metrics.counter(METRICS_NAMESPACE, "transient_errors")
-        self._gauges: dict[str, Any] = {}
-        self._calls: dict[type[Call], Any] = {}
-
-    def call(self, call: Call) -> None:
-        """Count a transport call: ``get_records_calls``, ``get_iterator_calls``, ..."""
-        kind = type(call)
-        counter = self._calls.get(kind)
-        if counter is None:
-            name = re.sub(r"(?<!^)(?=[A-Z])", "_", kind.__name__).lower()
-            counter = self._calls[kind] = Metrics.counter(METRICS_NAMESPACE, f"{name}_calls")
-        counter.inc()
-
-    def gauge(self, name: str, shard_id: str) -> Any:
-        key = f"{name}.{shard_id}"
-        gauge = self._gauges.get(key)
-        if gauge is None:
-            gauge = self._gauges[key] = Metrics.gauge(METRICS_NAMESPACE, key)
-        return gauge
-
-
 class ReadLoop:
     """One ``process`` call: read the readable shards until the self-checkpoint time, a
     bounded stop, or a refused claim."""
@@ -81,14 +49,14 @@ class ReadLoop:
         self,
         spec: ReadSpec,
         shard_readers: ShardReaders,
-        counters: Counters,
+        metrics: BeamMetrics,
         restriction: KinesisRestriction,
         tracker: Any,
         watermark: Any,
     ) -> None:
         self.spec = spec
         self.shard_readers = shard_readers
-        self.counters = counters
+        self.metrics = metrics
         self.tracker = tracker
         self.watermark = watermark
         self.lo = restriction.lo
@@ -183,21 +151,15 @@ class ReadLoop:
     ) -> Generator[Any, None, str | None]:
         """One call of the shard's transport and what follows from it. Returns (as the
         generator's value) None to go on, or "stop" after a refused claim or a bounded stop."""
-        self.counters.call(action)
         records = execute(machine, transport, action, where=self.spec.stream)
         if records is None:
-            kind = machine.last_error
-            if kind is ErrorKind.THROTTLED:
-                self.counters.throttles.inc()
-            elif kind in (ErrorKind.TRANSIENT, ErrorKind.IN_USE):
-                self.counters.errors.inc()
             self.caught_up.discard(shard_id)
             return None
         if not machine.data_read:
             return None
         millis = machine.millis_behind_latest
         if millis is not None:
-            self.counters.gauge("millis_behind_latest", shard_id).set(millis)
+            self.metrics.lag(shard_id, millis)
         if records:
             stopped = yield from self._emit(shard_id, records)
             if stopped:
@@ -276,7 +238,7 @@ class ReadLoop:
                 out_micros = out_ts.micros
             if not try_claim(new_tuple(RecordClaim, (shard_id, seq, sub, out_micros))):
                 self.clean.discard(shard_id)
-                self._count(emitted, nbytes)
+                self._count(emitted, nbytes, micros)
                 return True
             skipped = None
             yield TimestampedValue(element if with_metadata else record.data, out_ts)
@@ -285,21 +247,21 @@ class ReadLoop:
             if left is not None:
                 left -= 1
                 if left == 0:
-                    self._count(emitted, nbytes)
+                    self._count(emitted, nbytes, micros)
                     self.records_left = 0
                     self.clean.discard(shard_id)
                     return True
         self.records_left = left
-        self._count(emitted, nbytes)
+        self._count(emitted, nbytes, micros)
         if skipped is not None and not try_claim(SkipClaim(shard_id, *skipped)):
             self.clean.discard(shard_id)
             return True
         return False
 
-    def _count(self, emitted: int, nbytes: int) -> None:
+    def _count(self, emitted: int, nbytes: int, arrival_micros: int) -> None:
+        """Records output; ``arrival_micros``: when the newest of them arrived in the stream."""
         if emitted:
-            self.counters.records.inc(emitted)
-            self.counters.bytes.inc(nbytes)
+            self.metrics.consumed(emitted, nbytes, (now_micros() - arrival_micros) // 1000)
 
     def _end(self, shard_id: str, ended: Ended) -> bool:
         """The shard ended (or is gone: no longer listed): adopt its children. Only a shard
@@ -337,9 +299,7 @@ class ReadLoop:
         mark = restriction_watermark(current)
         for cursor in current.cursors:
             if cursor.watermark is not None and cursor.readable:
-                self.counters.gauge("watermark_millis", cursor.shard_id).set(
-                    cursor.watermark // 1000
-                )
+                self.metrics.watermark(cursor.shard_id, cursor.watermark // 1000)
         if mark is None:
             return
         new = Timestamp(micros=mark)

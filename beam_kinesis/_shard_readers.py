@@ -43,6 +43,8 @@ from kinesis_core.loop_thread import LoopThread
 from kinesis_core.records import Position
 from kinesis_core.shard_map import ShardInfo
 from kinesis_core.stream import StreamRef
+from kinesis_core.telemetry.metered import MeteredSyncTransport
+from kinesis_core.telemetry.recorder import NO_RECORDER, ConsumerRecorder
 
 KEEP_SECONDS = 290.0
 """How long an unused polling reader is kept: a shard iterator expires after five minutes."""
@@ -57,8 +59,9 @@ Reader = tuple[ShardRead, SyncTransport]
 class ShardReaders:
     """Readers of the shards this DoFn instance reads, and the client they share."""
 
-    def __init__(self, spec: ReadSpec) -> None:
+    def __init__(self, spec: ReadSpec, recorder: ConsumerRecorder = NO_RECORDER) -> None:
         self._spec = spec
+        self._recorder = recorder
         self._stream = StreamRef.of(spec.stream)
         # The readers retry on their own terms (rate, backoff, expired iterators).
         self.client: Any = create_botocore_client(spec.client_config, "kinesis", max_attempts=1)
@@ -110,11 +113,20 @@ class ShardReaders:
                 self._wake,
                 fan_out.kinesis,
             )
-            return SubscriptionRead(node, start, efo.subscription), transport
+            return SubscriptionRead(node, start, efo.subscription), self._metered(
+                transport, cursor.shard_id
+            )
         machine = PollingRead(
             node, start, options, incarnation=restriction.created_ms, stream=self._spec.stream
         )
-        return machine, SyncPolling(self.client, self._stream, cursor.shard_id, self.view)
+        polling = SyncPolling(self.client, self._stream, cursor.shard_id, self.view)
+        return machine, self._metered(polling, cursor.shard_id)
+
+    def _metered(self, transport: SyncTransport, shard_id: str) -> SyncTransport:
+        """``transport`` with its calls timed, when this reader's metrics are on."""
+        if not self._recorder.enabled:
+            return transport
+        return MeteredSyncTransport(transport, self._recorder, shard_id)
 
     def view(self) -> StreamView:
         """A polling reader's look at the stream after a refusal (one served to every shard

@@ -39,7 +39,6 @@ from typing import Any, Literal, NamedTuple
 
 import apache_beam as beam
 from apache_beam import pvalue
-from apache_beam.metrics.metric import Metrics
 from apache_beam.transforms.display import DisplayDataItem
 from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils.timestamp import Timestamp
@@ -54,6 +53,7 @@ from beam_kinesis._elements import (
     make_record_fn,
     to_bytes,
 )
+from beam_kinesis._metrics import BeamMetrics
 from beam_kinesis.options import client_config_from_options, warn_if_credentials
 from kinesis_core.client import ClientConfig
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError, ValidationError
@@ -85,7 +85,6 @@ logger = logging.getLogger(__name__)
 
 FAILED_RECORDS = "failed_records"
 """Tag of the output that carries :class:`FailedRecord` s."""
-METRICS_NAMESPACE = "kinesis_write"
 CHUNK_RECORDS = 1000
 """Elements handed to the producer in one call: one thread hop per this many elements."""
 CHUNK_BYTES = 1024 * 1024
@@ -319,17 +318,7 @@ class _WriteToKinesisFn(beam.DoFn):
         if self._bulk_keys:
             self._take = self._take_data  # type: ignore[method-assign]
         self._handle = self._acquire()
-        counter: Any = Metrics.counter
-        distribution: Any = Metrics.distribution
-        self._m_written = counter(METRICS_NAMESPACE, "user_records_written")
-        self._m_failed = counter(METRICS_NAMESPACE, "user_records_failed")
-        self._m_bytes = counter(METRICS_NAMESPACE, "bytes_written")
-        self._m_kinesis_records = counter(METRICS_NAMESPACE, "kinesis_records_written")
-        self._m_requests = counter(METRICS_NAMESPACE, "put_records_requests")
-        self._m_retries = counter(METRICS_NAMESPACE, "retries")
-        self._m_throttles = counter(METRICS_NAMESPACE, "throttles")
-        self._m_per_aggregate = distribution(METRICS_NAMESPACE, "user_records_per_kinesis_record")
-        self._m_latency = distribution(METRICS_NAMESPACE, "write_latency_ms")
+        self._metrics = BeamMetrics()
 
     def _acquire(self) -> _producer_cache.ProducerHandle:
         spec = self._spec
@@ -498,7 +487,7 @@ class _WriteToKinesisFn(beam.DoFn):
         """Fail the bundle for failures that are the producer's, or with on_failure='raise'."""
         broken = [f for f in failures if f.error_code in BUNDLE_FAILURES]
         if broken:
-            self._m_failed.inc(len(failures))
+            self._metrics.written(0, 0, dict(Counter(f.error_code for f in failures)))
             raise KinesisWriteError(
                 f"{len(broken)} record(s) could not be written to {self._spec.stream!r} "
                 f"because the producer failed ({_summary(broken)}); the bundle fails so that "
@@ -506,7 +495,7 @@ class _WriteToKinesisFn(beam.DoFn):
                 broken,
             )
         if self._spec.on_failure == "raise":
-            self._m_failed.inc(len(failures))
+            self._metrics.written(0, 0, dict(Counter(f.error_code for f in failures)))
             raise KinesisWriteError(
                 f"{len(failures)} record(s) failed for good writing to "
                 f"{self._spec.stream!r} ({_summary(failures)}); on_failure='raise' fails "
@@ -515,12 +504,10 @@ class _WriteToKinesisFn(beam.DoFn):
             )
 
     def _report(self) -> None:
-        if self._written:
-            self._m_written.inc(self._written)
-            self._m_bytes.inc(self._bytes)
         failed = self._refused + [failed for _, failed in self._failed]
+        metrics = self._metrics
+        metrics.written(self._written, self._bytes, dict(Counter(f.error_code for f in failed)))
         if failed:
-            self._m_failed.inc(len(failed))
             logger.warning(
                 "%d record(s) failed for good writing to %r (%s); they are in the %r output",
                 len(failed),
@@ -530,18 +517,9 @@ class _WriteToKinesisFn(beam.DoFn):
             )
         aggregates = self._aggregates
         aggregates.pop((None, None), None)
-        per_aggregate = self._m_per_aggregate
-        for count in aggregates.values():
-            per_aggregate.update(count)
-        latency = self._m_latency
-        for ms in self._latencies:
-            latency.update(int(ms))
+        metrics.aggregates(list(aggregates.values()), self._latencies)
         if self._written or failed:
-            delta = self._handle.metrics_delta()
-            self._m_kinesis_records.inc(delta.kinesis_records)
-            self._m_requests.inc(delta.put_records_requests)
-            self._m_retries.inc(delta.retries)
-            self._m_throttles.inc(delta.throttles)
+            metrics.producer(self._handle.metrics_delta())
 
 
 class _WindowedWriteToKinesisFn(_WriteToKinesisFn):

@@ -49,7 +49,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from beam_kinesis import WriteToKinesis
+from beam_kinesis import METRICS_NAMESPACE, WriteToKinesis
 from beam_kinesis.write import CHUNK_RECORDS
 from benchmarks._table import Row, best_rates, marginal_rate
 from kinesis_core.client import ClientConfig
@@ -143,7 +143,7 @@ def _pipeline(
         result = pipeline.run()
         result.wait_until_finish()
         written = result.metrics().query(
-            MetricsFilter().with_namespace("kinesis_write").with_name("user_records_written")
+            MetricsFilter().with_namespace(METRICS_NAMESPACE).with_name("messaging.client.sent.messages")
         )["counters"]
         if written:
             assert written[0].committed == count, f"wrote {written[0].committed} of {count}"

@@ -16,6 +16,11 @@ interval. The limiters are set far above what moto can take: the benchmark measu
   aggregates, one container partition key for all records: no shard prediction, no per-record
   results), rate and bandwidth limits raised.
 
+Telemetry: ours with OpenTelemetry metrics on (``ProducerConfig(telemetry=...)``, an SDK
+``MeterProvider`` with an in-memory reader, collected once at the end and checked) against ours
+with them off, on one stream, taking turns (``best_rates``: the fastest of a few runs each), so
+that load from elsewhere on the machine hits both; target: on keeps 95% of the rate of off.
+
 The peers are much slower per record, so they run on fewer records (rates, not totals, are
 compared). Memory: a fresh Python process produces 2,000,000 records (generated on the fly, in
 batches of 10,000) through a 64 MiB budget (``max_outstanding_bytes``); its peak RSS (``VmHWM``)
@@ -35,7 +40,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from benchmarks._table import Row
+from benchmarks._table import Row, best_rates
 from benchmarks.peers import why_missing
 from kinesis_core.client import ClientConfig
 from kinesis_core.local import LocalStream, MotoServer
@@ -44,6 +49,9 @@ from kinesis_core.producer import Producer, ProducerConfig
 GROUP = "producer e2e (moto, 16 shards, 100 B, aggregated)"
 OURS = "kinesis_core Producer"
 ORDERED = "kinesis_core Producer, preserve_order=True"
+TELEMETRY_GROUP = "producer with OpenTelemetry metrics (moto, 16 shards, 100 B, aggregated)"
+METRICS_OFF = "kinesis_core Producer, telemetry off"
+METRICS_ON = "kinesis_core Producer, telemetry on"
 AIOKPL = "aiokpl"
 ASYNC_KINESIS = "async-kinesis"
 SHARDS = 16
@@ -142,6 +150,44 @@ def _measure(server: MotoServer, subject: Subject, records: Records) -> tuple[fl
     return len(records) / wall, cpu / len(records) * 1e6
 
 
+def _measure_telemetry(server: MotoServer, records: Records, repeat: int) -> dict[str, float]:
+    """Records/s of ours with telemetry off and on, taking turns on one stream."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from kinesis_core.telemetry import Telemetry
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    telemetry = Telemetry(meter_provider=provider)
+    stream = server.create_stream(f"bench-telemetry-{random.getrandbits(32):08x}", shards=SHARDS)
+    try:
+        rates = best_rates(
+            {
+                METRICS_OFF: lambda: asyncio.run(_ours(stream, records)),
+                METRICS_ON: lambda: asyncio.run(_ours(stream, records, telemetry=telemetry)),
+            },
+            len(records),
+            repeat=repeat,
+            warmup=0,
+        )
+        sent = [
+            point.value
+            for resource in reader.get_metrics_data().resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            if metric.name == "messaging.client.sent.messages"
+            for point in metric.data.data_points
+        ]
+        if sum(sent) != repeat * len(records):
+            raise RuntimeError(f"telemetry counted {sum(sent)} records sent, not {repeat} runs")
+    finally:
+        provider.shutdown()
+        stream.delete()
+        stream.close()
+    return rates
+
+
 def _generate(count: int) -> Iterator[Records]:
     rng = random.Random(11)
     for start in range(0, count, MEMORY_BATCH):
@@ -226,6 +272,7 @@ def run(quick: bool) -> list[Row]:
         (100_000, 3_000, 30_000, 50_000) if quick else (1_000_000, 20_000, 200_000, 300_000)
     )
     memory_n = 200_000 if quick else 2_000_000
+    telemetry_n = ours_n // 2
     counts = {OURS: ours_n, AIOKPL: aiokpl_n, ASYNC_KINESIS: async_kinesis_n}
     subjects: dict[str, Subject] = {OURS: _ours, AIOKPL: _aiokpl, ASYNC_KINESIS: _async_kinesis}
     absent = {name: why for name in (AIOKPL, ASYNC_KINESIS) if (why := why_missing(name))}
@@ -238,6 +285,7 @@ def run(quick: bool) -> list[Row]:
             if subject not in absent
         }
         ordered = _measure(server, _ours_ordered, data[:ordered_n])
+        telemetry = _measure_telemetry(server, data[:telemetry_n], 3 if quick else 5)
         memory = _measure_memory(server, memory_n)
     for subject in subjects:
         rate, _ = measured.get(subject, (None, None))
@@ -271,6 +319,26 @@ def run(quick: bool) -> list[Row]:
             "records/s",
             baseline=OURS,
             note=f"{ordered_n:,} records; one aggregate per shard in flight, ratio to the default",
+        )
+    )
+    rows.append(
+        Row(
+            TELEMETRY_GROUP,
+            METRICS_OFF,
+            telemetry[METRICS_OFF],
+            "records/s",
+            note=f"{telemetry_n:,} records",
+        )
+    )
+    rows.append(
+        Row(
+            TELEMETRY_GROUP,
+            METRICS_ON,
+            telemetry[METRICS_ON],
+            "records/s",
+            baseline=METRICS_OFF,
+            target=0.95,
+            note="fastest of alternating runs; ratio to telemetry off",
         )
     )
     cpus = {subject: measured[subject][1] for subject in subjects if subject in measured}

@@ -31,7 +31,7 @@ import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from beam_kinesis import FailedRecord, WriteToKinesis
+from beam_kinesis import METRICS_NAMESPACE, FailedRecord, WriteToKinesis
 from kinesis_core.aggregation import deaggregate
 from kinesis_core.local import (
     DUMMY_ACCESS_KEY_ID,
@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         build(pipeline, args.stream, args.count)
         result = pipeline.run()
         result.wait_until_finish()
-        counters = result.metrics().query(MetricsFilter().with_namespace("kinesis_write"))
+        counters = result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))
         for counter in counters["counters"]:
             print(f"{counter.key.metric.name}: {counter.committed}")
         if stream is not None:

@@ -37,7 +37,8 @@ from kinesis_core.client import ClientConfig
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
 from kinesis_core.local import KinesisMock, LocalStream
 from kinesis_core.noise import silence_third_party_noise
-from kinesis_core.producer import Producer
+from kinesis_core.producer import Producer, ProducerConfig
+from kinesis_core.telemetry import Telemetry
 
 
 def make_records(count: int, users: int, start: int) -> list[tuple[bytes, str]]:
@@ -50,12 +51,15 @@ def make_records(count: int, users: int, start: int) -> list[tuple[bytes, str]]:
     ]
 
 
-async def produce(stream: LocalStream, total: int, users: int) -> dict[str, int]:
+async def produce(
+    stream: LocalStream, total: int, users: int, telemetry: Telemetry | None = None
+) -> dict[str, int]:
     """Write ``total`` records in two halves, splitting the busiest shard in between."""
     per_shard: collections.Counter[str] = collections.Counter()
     failed = 0
     half = total // 2
-    async with Producer(stream.name, client_config=stream.client_config) as producer:
+    config = ProducerConfig(telemetry=telemetry)
+    async with Producer(stream.name, client_config=stream.client_config, config=config) as producer:
         for start, count in ((0, half), (half, total - half)):
             if start:
                 busiest = per_shard.most_common(1)[0][0]
@@ -72,7 +76,11 @@ async def produce(stream: LocalStream, total: int, users: int) -> dict[str, int]
 
 
 async def consume(
-    stream: LocalStream, config: ClientConfig, store_path: Path, total: int
+    stream: LocalStream,
+    config: ClientConfig,
+    store_path: Path,
+    total: int,
+    telemetry: Telemetry | None = None,
 ) -> tuple[dict[str, int], int]:
     """Read until every record was seen once; return records per shard and duplicates."""
     per_shard: collections.Counter[str] = collections.Counter()
@@ -86,6 +94,7 @@ async def consume(
         application_name="demo",
         initial_position=TRIM_HORIZON,
         checkpoint_interval=0.5,
+        telemetry=telemetry,
     ) as consumer:
         async for batch in consumer.batches():
             for record in batch:
@@ -121,20 +130,24 @@ class Part:
         return max(0, self.written - self.read)
 
 
-async def run_core(server: KinesisMock, total: int, users: int) -> Part:
+async def run_core(
+    server: KinesisMock, total: int, users: int, telemetry: Telemetry | None = None
+) -> Part:
+    """The core part; ``telemetry`` turns the producer's and consumer's metrics on
+    (examples/metrics_prometheus.py)."""
     with tempfile.TemporaryDirectory() as tmp:
         stream = server.create_stream("demo", shards=4)
         print(f"  stream {stream.name!r} with 4 shards created")
 
         began = time.perf_counter()
         print(f"  producing {total} records from {users} users ...", flush=True)
-        written = await produce(stream, total, users)
+        written = await produce(stream, total, users, telemetry)
         produce_s = time.perf_counter() - began
 
         began = time.perf_counter()
         print("  consuming from TRIM_HORIZON ...", flush=True)
         read, duplicates = await consume(
-            stream, stream.client_config, Path(tmp) / "checkpoints.sqlite3", total
+            stream, stream.client_config, Path(tmp) / "checkpoints.sqlite3", total, telemetry
         )
         consume_s = time.perf_counter() - began
 

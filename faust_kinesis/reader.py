@@ -398,6 +398,11 @@ class Reader(Service):
             "shards": shards,
         }
 
+    @property
+    def application_name(self) -> str:
+        """The consumers' application name (their checkpoints' and leases' key)."""
+        return self.settings.application_name or self.app.conf.id
+
     def status(self) -> list[ShardStatus]:
         run = self._run
         return run.consumer.status() if run is not None else []

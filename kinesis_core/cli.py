@@ -230,6 +230,7 @@ async def _status(args: argparse.Namespace, config: ClientConfig) -> None:
         if store is not None:
             stack.push_async_callback(store.close)
         clear = args.watch is not None and not args.json and sys.stdout.isatty()
+        previous = None
         while True:
             status = await read_status(
                 args.stream,
@@ -243,7 +244,9 @@ async def _status(args: argparse.Namespace, config: ClientConfig) -> None:
                 document = status.to_json()
                 print(json.dumps(document) if args.watch else json.dumps(document, indent=2))
             else:
-                print(("\x1b[H\x1b[2J" if clear else "") + status.format_text(), flush=True)
+                text = status.format_text(previous)
+                print(("\x1b[H\x1b[2J" if clear else "") + text, flush=True)
+                previous = status
             if args.watch is None:
                 return
             if not clear and not args.json:

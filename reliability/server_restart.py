@@ -60,6 +60,9 @@ class _Run:
         self.restarted_at = float("inf")
         self.stop_producing = asyncio.Event()
         self.consumer: Consumer | None = None
+        self.started = asyncio.Event()
+        """Set once the consumer has started: the outage must not cut its start short (a
+        start that fails raises, as it should, and is not what this suite measures)."""
         self.stuck: list[str] = []
         """The consumer's shard status, if it had not delivered everything in time."""
 
@@ -88,6 +91,7 @@ class _Run:
             enhanced_fan_out=self.fan_out,
         ) as consumer:
             self.consumer = consumer
+            self.started.set()
             while not (written.done() and set(self.delivered) >= written.result()):
                 try:
                     record = await asyncio.wait_for(consumer.__anext__(), 0.5)
@@ -108,6 +112,11 @@ async def _restart(
     written: asyncio.Future[set[int]] = asyncio.get_running_loop().create_future()
     consumer = asyncio.create_task(run.consume(written))
     producer = asyncio.create_task(run.produce())
+    started = asyncio.create_task(run.started.wait())
+    await asyncio.wait([started, consumer], return_when=asyncio.FIRST_COMPLETED)
+    if consumer.done():  # its start failed: raise that
+        started.cancel()
+        await consumer
     await asyncio.sleep(before)
     await asyncio.to_thread(server.stop)
     await asyncio.sleep(run.outage)

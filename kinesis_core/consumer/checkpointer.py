@@ -27,6 +27,7 @@ from kinesis_core.consumer.incarnation import (
 )
 from kinesis_core.consumer.positions import InitialPosition
 from kinesis_core.shard_map import ShardInfo
+from kinesis_core.telemetry.recorder import NO_RECORDER, ConsumerRecorder
 
 logger = logging.getLogger(__name__)
 
@@ -76,9 +77,16 @@ class Checkpointer:
     """
 
     def __init__(
-        self, store: CheckpointStore, application: str, stream: str, *, exclusive: bool = False
+        self,
+        store: CheckpointStore,
+        application: str,
+        stream: str,
+        *,
+        exclusive: bool = False,
+        recorder: ConsumerRecorder = NO_RECORDER,
     ) -> None:
         self.store = store
+        self.recorder = recorder
         self.application = application
         self.stream = stream
         self.stream_created_ms: int | None = None
@@ -134,6 +142,7 @@ class Checkpointer:
                         ),
                         functools.partial(self._rows.__setitem__, shard_id),
                     )
+                    self.recorder.checkpoint(shard_id)
                     return True
                 except CheckpointConflictError as exc:
                     self._another_writer(shard_id, exc.current)

@@ -34,6 +34,7 @@ from kinesis_core.fanout.consumers import (
     parse_consumer_arn,
 )
 from kinesis_core.lease import LeaseConfig
+from kinesis_core.telemetry.config import Telemetry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,6 +130,8 @@ class ConsumerConfig:
       ``"fail"`` raises :class:`~kinesis_core.consumer.incarnation.StreamRecreatedError`,
       ``"reset"`` starts those shards over at ``initial_position``, with a WARNING. See
       docs/checkpoints.md.
+    - ``telemetry``: OpenTelemetry metrics (a :class:`~kinesis_core.telemetry.Telemetry`;
+      docs/operations.md); None (the default): off, and nothing of OpenTelemetry is imported.
     """
 
     application_name: str = "default"
@@ -145,6 +148,7 @@ class ConsumerConfig:
     leases: LeaseConfig | bool = False
     enhanced_fan_out: EnhancedFanOut | bool = False
     on_stream_recreated: OnStreamRecreated = "fail"
+    telemetry: Telemetry | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.application_name, str) or not self.application_name:
@@ -189,6 +193,10 @@ class ConsumerConfig:
             )
         if self.enhanced_fan_out is True:
             check_consumer_name(self.application_name, "application_name")
+        if self.telemetry is not None and not isinstance(self.telemetry, Telemetry):
+            raise ConfigurationError(
+                "telemetry", f"must be a Telemetry or None, got {type(self.telemetry).__name__}"
+            )
         if self.on_stream_recreated not in ON_STREAM_RECREATED:
             raise ConfigurationError(
                 "on_stream_recreated",

@@ -33,7 +33,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from kinesis_core.backoff import ceiling
 from kinesis_core.checkpoint.base import (
@@ -74,6 +74,7 @@ from kinesis_core.overrides import with_overrides
 from kinesis_core.records import KinesisRecord
 from kinesis_core.shard_map import list_all_shards
 from kinesis_core.stream import StreamRef
+from kinesis_core.telemetry.recorder import NO_RECORDER, ConsumerRecorder
 
 logger = logging.getLogger(__name__)
 
@@ -150,9 +151,9 @@ class Consumer:
         self._client_config = client_config
         self._client = client
         self._owns_store = checkpoint_store is None
-        self._store: CheckpointStore = checkpoint_store or SQLiteCheckpointStore(
-            DEFAULT_CHECKPOINT_PATH
-        )
+        store = checkpoint_store or SQLiteCheckpointStore(DEFAULT_CHECKPOINT_PATH)
+        self._recorder = self._make_recorder(config)
+        self._store: CheckpointStore = self._recorder.store(store)
         self._checkpointer: Checkpointer | LeaseManager
         self._leases: LeaseManager | None = None
         self.worker_id: str | None = None
@@ -167,17 +168,21 @@ class Consumer:
         lease_config = config.lease_config
         if lease_config is None:
             self._checkpointer = Checkpointer(
-                self._store, config.application_name, self._stream.name, exclusive=True
+                self._store,
+                config.application_name,
+                self._stream.name,
+                exclusive=True,
+                recorder=self._recorder,
             )
         else:
-            if not isinstance(self._store, LeaseStore):
+            if not isinstance(store, LeaseStore):
                 raise ConfigurationError(
                     "leases",
                     "need a checkpoint store that holds leases (update_lease); "
-                    f"{type(self._store).__name__} does not",
+                    f"{type(store).__name__} does not",
                 )
             self._leases = LeaseManager(
-                self._store,
+                cast(LeaseStore, self._store),
                 config.application_name,
                 self._stream.name,
                 lease_config,
@@ -185,6 +190,7 @@ class Consumer:
                 on_acquired=lambda _: self._start_ready(),
                 on_lost=self._revoke,
                 on_scan=self._on_lease_scan,
+                recorder=self._recorder,
             )
             self._checkpointer = self._leases
             self.worker_id = lease_config.worker_id
@@ -198,6 +204,22 @@ class Consumer:
         self._failure: BaseException | None = None
         self._current: RecordBatch | None = None
         self._delivered = 0
+        self._handed_at: float | None = None
+
+    def _make_recorder(self, config: ConsumerConfig) -> ConsumerRecorder:
+        """What this consumer reports its metrics to (nothing, with telemetry off)."""
+        if config.telemetry is None:
+            return NO_RECORDER
+        from kinesis_core.telemetry.otel import ConsumerTelemetry
+
+        return ConsumerTelemetry(
+            config.telemetry,
+            self._stream.name,
+            config.application_name,
+            "GetRecords" if config.fan_out is None else "SubscribeToShard",
+            lag_source=self._lags,
+            leases_held=None if config.lease_config is None else self._leases_held,
+        )
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -288,6 +310,7 @@ class Consumer:
         if self._life.state in (State.NEW, State.CLOSING, State.CLOSED):
             if self._life.state is State.NEW:
                 self._life.handle(Event.CLOSE)
+                self._recorder.close()
             return
         self._life.handle(Event.CLOSE)
         if self._leases is not None:
@@ -316,6 +339,7 @@ class Consumer:
                     if self._owns_store:
                         await self._store.close()
                 finally:
+                    self._recorder.close()
                     self._life.handle(Event.CLOSED)
 
     def _forget_undelivered(self) -> None:
@@ -401,11 +425,16 @@ class Consumer:
     async def _next_batch(self) -> RecordBatch | None:
         if self._life.state in (State.NEW, State.STARTING):
             self._life.require("read records")
+        if self._recorder.enabled and self._handed_at is not None:
+            self._recorder.processed(time.perf_counter() - self._handed_at)
         batch = await self._queue.get()
         if batch is None:
             self._queue.put_nowait(None)
             if self._failure is not None:
                 raise self._failure
+        elif self._recorder.enabled:
+            self._recorder.delivered(batch.shard_id, batch.records[: len(batch)], time.time())
+            self._handed_at = time.perf_counter()
         return batch
 
     # -- discovery and readers --------------------------------------------------------------
@@ -540,12 +569,15 @@ class Consumer:
 
     def _transport(self, shard_id: str) -> AsyncTransport:
         """What executes the calls of a shard's reader: GetRecords, or SubscribeToShard."""
+        transport: AsyncTransport
         if self.consumer_arn is None:
-            return AsyncPolling(self._client, self._stream, shard_id, self._view)
-        assert self._listing is not None
-        return AsyncSubscribing(
-            self._fanout, self.consumer_arn, shard_id, self._listing, self._client
-        )
+            transport = AsyncPolling(self._client, self._stream, shard_id, self._view)
+        else:
+            assert self._listing is not None
+            transport = AsyncSubscribing(
+                self._fanout, self.consumer_arn, shard_id, self._listing, self._client
+            )
+        return self._recorder.transport(transport, shard_id)
 
     async def _read_shard(self, run: _ShardRun) -> None:
         shard_id = run.node.shard_id
@@ -721,6 +753,17 @@ class Consumer:
                 )
             )
         return out
+
+    def _lags(self) -> dict[str, int | None]:
+        """MillisBehindLatest of the last read of each shard being read now."""
+        return {
+            shard_id: run.machine.millis_behind_latest
+            for shard_id, run in list(self._shards.items())
+            if run.task is not None and not run.task.done()
+        }
+
+    def _leases_held(self) -> int:
+        return 0 if self._leases is None else len(self._leases.coordinator.held)
 
     def leased_shards(self) -> list[str]:
         """The shards whose leases this worker holds (empty without leases)."""

@@ -28,6 +28,8 @@ from kinesis_core.checkpoint.base import (
 )
 from kinesis_core.consumer.checkpointer import landed
 from kinesis_core.lease.coordinator import LeaseConfig, LeaseCoordinator, Take
+from kinesis_core.telemetry.names import LeaseChange
+from kinesis_core.telemetry.recorder import NO_RECORDER, ConsumerRecorder
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +55,7 @@ class LeaseManager:
         on_scan: Callable[[list[Checkpoint]], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        recorder: ConsumerRecorder = NO_RECORDER,
     ) -> None:
         self.store = store
         self.application = application
@@ -64,6 +67,9 @@ class LeaseManager:
         self._on_lost = on_lost
         self._on_scan = on_scan
         self._clock = clock
+        self.recorder = recorder
+        """Told of every checkpoint written and every lease taken, stolen, lost or released
+        (a hand-off fires ``LeaseChange.HANDED_OVER``)."""
         self.stream_created_ms: int | None = None
         """The creation time of the stream, written with every checkpoint (the incarnation
         the positions belong to); set once the stream was described."""
@@ -204,6 +210,7 @@ class LeaseManager:
             except CheckpointConflictError as exc:
                 self._lose(shard_id, f"checkpoint refused: {exc}")
                 return False
+            self.recorder.checkpoint(shard_id)
             return True
 
     async def release(self, shard_id: str) -> None:
@@ -230,6 +237,7 @@ class LeaseManager:
                     return
             else:
                 return
+        self.recorder.lease(LeaseChange.RELEASED)
         logger.info("released the lease of %s", shard_id)
 
     def release_soon(self, shard_id: str) -> None:
@@ -241,6 +249,7 @@ class LeaseManager:
     def _lose(self, shard_id: str, reason: str) -> None:
         self.coordinator.dropped(shard_id)
         logger.warning("lost the lease of %s: %s", shard_id, reason)
+        self.recorder.lease(LeaseChange.LOST)
         self._on_lost(shard_id)
 
     # -- renewer ------------------------------------------------------------------------------
@@ -260,6 +269,7 @@ class LeaseManager:
                 logger.warning(
                     "lost the lease of %s: not renewed within the failover time", shard_id
                 )
+                self.recorder.lease(LeaseChange.LOST)
                 self._on_lost(shard_id)
             for shard_id in self.coordinator.held:
                 if shard_id not in self._renewing:
@@ -341,6 +351,7 @@ class LeaseManager:
                 return False
             self._rows[shard_id] = row
             self.coordinator.acquired(shard_id, sent_at)
+        self.recorder.lease(LeaseChange.STOLEN if take.steal else LeaseChange.TAKEN)
         logger.info(
             "%s the lease of %s%s",
             "stole" if take.steal else "took",

@@ -15,6 +15,7 @@ from kinesis_core.hashing import (
     MAX_PUT_RECORDS_BYTES,
     MAX_PUT_RECORDS_COUNT,
 )
+from kinesis_core.telemetry.config import Telemetry
 
 RECORD_OVERHEAD_BYTES = 400
 PAYLOAD_COPIES = 5
@@ -109,12 +110,19 @@ class ProducerConfig:
     at the price of one Kinesis record in flight per shard (one aggregate, or one plain record
     when ``aggregation_enabled`` is off): a shard's next record is sent only when the previous
     one's outcome is known, and a retried record goes before any later one."""
+    telemetry: Telemetry | None = None
+    """OpenTelemetry metrics (:class:`~kinesis_core.telemetry.Telemetry`; docs/operations.md);
+    None (the default): off, and nothing of OpenTelemetry is imported."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.type == "bool" and not isinstance(value, bool):
                 raise ConfigurationError(f"{f.name}: must be a bool, got {value!r}")
+        if self.telemetry is not None and not isinstance(self.telemetry, Telemetry):
+            raise ConfigurationError(
+                "telemetry", f"must be a Telemetry or None, got {type(self.telemetry).__name__}"
+            )
         _int_range("aggregation_max_count", self.aggregation_max_count, 1, 2**63 - 1)
         _int_range("aggregation_max_size", self.aggregation_max_size, 64, LARGEST_RECORD_BYTES)
         _int_range("collection_max_count", self.collection_max_count, 1, MAX_PUT_RECORDS_COUNT)

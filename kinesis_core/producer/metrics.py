@@ -2,15 +2,20 @@
 
 Counters are bumped once per Kinesis record or per PutRecords call, never per user record on
 the hot path, so keeping them costs nothing measurable. ``snapshot()`` returns an immutable copy;
-an exporter (CloudWatch, Prometheus, logs) gets one every ``metrics_interval`` through the hook
-given to the producer, and can diff two snapshots with :meth:`MetricsSnapshot.since`.
+an exporter (CloudWatch, logs) gets one every ``metrics_interval`` through the hook given to the
+producer, and can diff two snapshots with :meth:`MetricsSnapshot.since`. With telemetry on
+(``ProducerConfig(telemetry=...)``), OpenTelemetry reads the same counters when it collects
+(:mod:`kinesis_core.telemetry.otel`) and ``on_request`` records each call's histograms.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kinesis_core.producer.items import PutBatch
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,10 @@ class MetricsSnapshot:
     all_errors: int = 0
     errors_by_code: Mapping[str, int] = field(default_factory=dict)
     user_records_put_by_shard: Mapping[str, int] = field(default_factory=dict)
+    failed_by_code: Mapping[str, int] = field(default_factory=dict)
+    """User records failed for good, by the code of their result."""
+    retries_by_code: Mapping[str, int] = field(default_factory=dict)
+    """User records sent again, by the code of the attempt that failed."""
     user_records_per_kinesis_record: Distribution = field(default_factory=Distribution)
     kinesis_records_per_put_records_request: Distribution = field(default_factory=Distribution)
     user_records_per_put_records_request: Distribution = field(default_factory=Distribution)
@@ -107,6 +116,8 @@ class MetricsSnapshot:
             user_records_put_by_shard=_diff(
                 self.user_records_put_by_shard, earlier.user_records_put_by_shard
             ),
+            failed_by_code=_diff(self.failed_by_code, earlier.failed_by_code),
+            retries_by_code=_diff(self.retries_by_code, earlier.retries_by_code),
             user_records_per_kinesis_record=self.user_records_per_kinesis_record,
             kinesis_records_per_put_records_request=self.kinesis_records_per_put_records_request,
             user_records_per_put_records_request=self.user_records_per_put_records_request,
@@ -166,16 +177,24 @@ class ProducerMetrics:
         self.all_errors = 0
         self.errors_by_code: dict[str, int] = {}
         self.user_records_put_by_shard: dict[str, int] = {}
+        self.failed_by_code: dict[str, int] = {}
+        self.retries_by_code: dict[str, int] = {}
         self.user_records_per_kinesis_record = _Accumulator()
         self.kinesis_records_per_put_records_request = _Accumulator()
         self.user_records_per_put_records_request = _Accumulator()
         self.buffering_time = _Accumulator()
         self.request_time = _Accumulator()
         self.retries_per_record = _Accumulator()
+        self.on_request: Callable[[PutBatch, Any], None] | None = None
+        """Called with every PutRecords call and its ``SendOutcome`` as it returns
+        (telemetry's histograms)."""
 
     def error(self, code: str, count: int = 1) -> None:
         self.all_errors += count
         self.errors_by_code[code] = self.errors_by_code.get(code, 0) + count
+
+    def retried(self, code: str, count: int) -> None:
+        self.retries_by_code[code] = self.retries_by_code.get(code, 0) + count
 
     def snapshot(self, taken_at: float, pending: int) -> MetricsSnapshot:
         return MetricsSnapshot(
@@ -193,6 +212,8 @@ class ProducerMetrics:
             all_errors=self.all_errors,
             errors_by_code=dict(self.errors_by_code),
             user_records_put_by_shard=dict(self.user_records_put_by_shard),
+            failed_by_code=dict(self.failed_by_code),
+            retries_by_code=dict(self.retries_by_code),
             user_records_per_kinesis_record=self.user_records_per_kinesis_record.freeze(),
             kinesis_records_per_put_records_request=(
                 self.kinesis_records_per_put_records_request.freeze()

@@ -109,6 +109,7 @@ class Producer:
         self._timer_when = float("inf")
         self._sending: set[asyncio.Task[None]] = set()
         self._metrics_task: asyncio.Task[None] | None = None
+        self._telemetry: Any = None
         self._closed = asyncio.Event()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -159,6 +160,10 @@ class Producer:
             raise
         if self._on_metrics is not None:
             self._metrics_task = self._loop.create_task(self._report_metrics())
+        if self.config.telemetry is not None:
+            from kinesis_core.telemetry.otel import ProducerTelemetry
+
+            self._telemetry = ProducerTelemetry(self.config.telemetry, self._metrics, self.metrics)
         self._lifecycle.handle(Event.STARTED)
 
     def _start_failure(self, exc: KinesisConnectorError) -> str:
@@ -252,6 +257,8 @@ class Producer:
             if self._on_metrics is not None:
                 self._emit_metrics()
         finally:
+            if self._telemetry is not None:
+                self._telemetry.close()
             await self._stack.aclose()
             self._lifecycle.handle(Event.CLOSED)
             self._closed.set()

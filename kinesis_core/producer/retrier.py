@@ -209,6 +209,8 @@ class Retrier:
         metrics.request_time.add((outcome.ended_at - outcome.started_at) * 1000.0)
         metrics.kinesis_records_per_put_records_request.add(len(batch.records))
         metrics.user_records_per_put_records_request.add(batch.user_record_count)
+        if metrics.on_request is not None:
+            metrics.on_request(batch, outcome)
         entries = outcome.records
         error = outcome.error
         if error is None and (entries is None or len(entries) != len(batch.records)):
@@ -307,8 +309,10 @@ class Retrier:
         if sink is not None:
             sink.failed(ur[INDEX], code, message, attempts)
         self._release(ur)
-        self.metrics.user_records_failed += 1
-        self.metrics.retries_per_record.add(attempt_count(attempts) - 1)
+        metrics = self.metrics
+        metrics.user_records_failed += 1
+        metrics.failed_by_code[code] = metrics.failed_by_code.get(code, 0) + 1
+        metrics.retries_per_record.add(attempt_count(attempts) - 1)
 
     def _request_failed(
         self,
@@ -333,6 +337,7 @@ class Retrier:
                 for kr in batch.records:
                     kr.records = [_with_attempt(ur, attempt) for ur in kr.records]
                 decisions.resend.extend(batch.split())
+                self.metrics.retried(code, batch.user_record_count)
             else:
                 self._refused(batch.records[0], code, message, attempt, decisions)
             return
@@ -384,6 +389,7 @@ class Retrier:
         take an aggregate apart, so that its records go again one by one."""
         if len(kr.records) > 1:
             decisions.alone.extend(_with_attempt(ur, attempt) for ur in kr.records)
+            self.metrics.retried(code, len(kr.records))
             return
         for ur in kr.records:
             self._fail(ur, code, message, add_attempt(ur[ATTEMPTS], attempt))
@@ -477,6 +483,8 @@ class Retrier:
                 expired.append(retried)
             else:
                 retries.append(retried)
+        if len(expired) < len(kr.records):
+            self.metrics.retried(code, len(kr.records) - len(expired))
         if expired:
             waiting_for = waiting_for_retry(code, outcome.status)
             self.fail_records(expired, EXPIRED, expiry_message(ttl, waiting_for, expired), now)

@@ -27,6 +27,7 @@ import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.transforms.window import FixedWindows
 
+from beam_kinesis import METRICS_NAMESPACE
 from beam_kinesis.read import ReadFromKinesis
 from kinesis_core.aggregation import AggregateBuilder
 from kinesis_core.checkpoint import SHARD_END, SQLiteCheckpointStore
@@ -113,8 +114,9 @@ def test_split_and_merge_during_the_read(
         counters = {
             r.key.metric.name: r.committed for r in result.metrics().query()["counters"]
         }
-        assert counters.get("subscribe_calls", 0) >= 3, counters
-        assert counters.get("next_event_calls", 0) > 0, counters
+        subscriptions = "aws.kinesis.fanout.subscriptions{aws.kinesis.subscription.outcome=%s}"
+        assert counters.get(subscriptions % "opened", 0) >= 3, counters
+        assert counters.get("messaging.client.consumed.messages", 0) > 0, counters
 
     got = read_lines(out)
     written = sorted((key, n) for key in KEYS for n in range(ROUNDS))
@@ -221,11 +223,12 @@ def test_windowed_count_while_a_shard_is_idle(kinesis_stream: Any, tmp_path: Pat
     assert sorted(out.read_text().split()) == ["0:10", "10:10", "20:10"]
     gauges = {
         g.key.metric.name: g.committed.value
-        for g in result.metrics().query(MetricsFilter().with_namespace("ReadFromKinesis"))["gauges"]
+        for g in result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["gauges"]
     }
-    idle_mark = gauges[f"watermark_millis.{high['ShardId']}"]
+    watermark = "aws.kinesis.beam.watermark{messaging.destination.partition.id=%s}"
+    idle_mark = gauges[watermark % high["ShardId"]]
     assert idle_mark >= (started - 2.0) * 1000 - 1000  # moved up to about now - threshold
-    assert gauges[f"watermark_millis.{low['ShardId']}"] >= 29_000
+    assert gauges[watermark % low["ShardId"]] >= 29_000
 
 
 class _WindowedLine(beam.DoFn):

@@ -36,7 +36,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing import test_stream
 from apache_beam.testing.util import assert_that, equal_to
 
-from beam_kinesis import FailedRecord, WriteToKinesis, _producer_cache
+from beam_kinesis import METRICS_NAMESPACE, FailedRecord, WriteToKinesis, _producer_cache
 from beam_kinesis.read import ReadFromKinesis
 from kinesis_core.client import ClientConfig, create_botocore_client
 from kinesis_core.consumer import TRIM_HORIZON
@@ -300,12 +300,13 @@ def test_bad_elements_go_to_failed_records_and_the_rest_is_written(moto_stream: 
     assert {(r.partition_key, r.data) for r in got} == set(good)
     counters = {
         c.key.metric.name: c.committed
-        for c in run.metrics().query(MetricsFilter().with_namespace("kinesis_write"))["counters"]
+        for c in run.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]
     }
-    assert counters["user_records_written"] == len(good)
-    assert counters["user_records_failed"] == len(bad)
-    assert counters["bytes_written"] == sum(len(value) for _, value in good)
-    assert 0 < counters["kinesis_records_written"] < len(good)  # aggregated
+    assert counters["messaging.client.sent.messages"] == len(good)
+    failed = sum(n for name, n in counters.items() if name.endswith("{error.type=ValidationError}"))
+    assert failed == len(bad)
+    assert counters["aws.kinesis.producer.user_records.data"] == sum(len(v) for _, v in good)
+    assert 0 < counters["aws.kinesis.producer.kinesis_records"] < len(good)  # aggregated
 
 
 def test_the_example_runs_against_a_local_emulator() -> None:
@@ -318,8 +319,8 @@ def test_the_example_runs_against_a_local_emulator() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert "user_records_written: 200" in done.stdout
-    assert "user_records_failed: 1" in done.stdout
+    assert "messaging.client.sent.messages: 200" in done.stdout
+    assert "messaging.client.sent.messages{error.type=ValidationError}: 1" in done.stdout
     assert "read back 200 orders" in done.stdout
 
 

@@ -8,6 +8,7 @@ Records up to 10 MiB go through a sink and come back through channels, polling a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -15,12 +16,16 @@ from typing import Any
 import pytest
 from faust import Sensor
 from faust_apps import FAST_CONSUMER, kafka_free_app, numbered, produce, stream_contents, wait_until
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from faust_kinesis import KinesisChannel, KinesisSink, kinesis_sensor
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.consumer import ConsumerConfig, EnhancedFanOut
 from kinesis_core.producer import ProducerConfig
+from kinesis_core.telemetry import Telemetry
 from tests.helpers.large_records import large_records
+from tests.helpers.otel import collected
 
 pytestmark = pytest.mark.integration
 
@@ -43,10 +48,22 @@ class Order(Sensor):
         self.events.append(("acked", int(message.value)))
 
 
+def otel_totals(reader: InMemoryMetricReader) -> dict[tuple[str, str], float]:
+    """Sums of the counters an in-memory reader collected, by (metric, stream)."""
+    totals: dict[tuple[str, str], float] = {}
+    for name, attributes, point in collected(reader):
+        key = (name, str(attributes["messaging.destination.name"]))
+        totals[key] = totals.get(key, 0) + getattr(point, "value", 0)
+    return totals
+
+
 def test_read_transform_write_moves_every_record(kinesis_stream: Any, tmp_path: Path) -> None:
     source, target = kinesis_stream(shards=2), kinesis_stream(shards=1)
     asyncio.run(produce(source, numbered(COUNT)))
     contents = stream_contents(source)
+
+    reader = InMemoryMetricReader()
+    telemetry = Telemetry(meter_provider=MeterProvider(metric_readers=[reader]))
 
     async def main() -> None:
         app = kafka_free_app("sink", tmp_path / "data", value_serializer="raw")
@@ -56,7 +73,7 @@ def test_read_transform_write_moves_every_record(kinesis_stream: Any, tmp_path: 
             source.name,
             client_config=source.client_config,
             checkpoint_store=store,
-            consumer_config=FAST_CONSUMER,
+            consumer_config=dataclasses.replace(FAST_CONSUMER, telemetry=telemetry),
         )
         sink = KinesisSink(
             app,
@@ -65,7 +82,7 @@ def test_read_transform_write_moves_every_record(kinesis_stream: Any, tmp_path: 
             value_serializer="json",
             client_config=target.client_config,
             # Writes linger: the agent is done long before the first write is confirmed.
-            producer_config=ProducerConfig(record_max_buffered_time=1.5),
+            producer_config=ProducerConfig(record_max_buffered_time=1.5, telemetry=telemetry),
         )
         seen: list[int] = []
         order = Order()
@@ -92,6 +109,25 @@ def test_read_transform_write_moves_every_record(kinesis_stream: Any, tmp_path: 
             assert set(reading["shards"]) == set(contents)
             assert all(s["millis_behind_latest"] is not None for s in reading["shards"].values())
             assert app.monitor.messages_sent == COUNT
+            # The same figures as the OpenTelemetry metrics, from the sensor and from the
+            # meter provider the channel's and the sink's telemetry report to.
+            figures = kinesis_sensor(app).figures()
+            by_name = {
+                (name, dict(attrs).get("messaging.destination.name")): value
+                for name, attrs, value in figures
+                if name != "aws.kinesis.consumer.lag"
+            }
+            assert by_name[("messaging.client.consumed.messages", source.name)] == COUNT
+            assert by_name[("messaging.client.sent.messages", target.name)] == COUNT
+            lags = {
+                dict(a)["messaging.destination.partition.id"]
+                for n, a, _ in figures
+                if n == "aws.kinesis.consumer.lag"
+            }
+            assert lags == set(contents)
+            otel = otel_totals(reader)
+            assert otel[("messaging.client.consumed.messages", source.name)] == COUNT
+            assert otel[("messaging.client.sent.messages", target.name)] == COUNT
         finally:
             await app.stop()
         assert sink.failures == 0

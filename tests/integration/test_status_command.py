@@ -335,6 +335,46 @@ def test_status_watch_refreshes_until_interrupted(
             proc.wait()
 
 
+def test_status_watch_shows_how_a_shards_lag_moves(
+    kinesis_mock: KinesisMock, kinesis_stream: Any, tmp_path: Path
+) -> None:
+    """Text mode: the first refresh finds the checkpoint caught up; records written after it
+    show on a later refresh as a lag with its change since the one before."""
+    stream = kinesis_stream(shards=1)
+    shard_id, sequence = put(stream, "low", "first")
+    store_path = tmp_path / "checkpoints.sqlite3"
+
+    async def checkpoint() -> None:
+        async with SQLiteCheckpointStore(store_path) as store:
+            await store.put("app", stream.name, shard_id, (sequence, 0), expected=None)
+
+    asyncio.run(checkpoint())
+    command = [sys.executable, "-m", "kinesis_core", "status", stream.name]
+    command += ["--store", str(store_path), "--application", "app", "--watch", "0.3"]
+    proc = subprocess.Popen(
+        command,
+        env={**os.environ, **kinesis_mock.client_environment()},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        rows = (line for line in proc.stdout if _shard_in(line) == shard_id)
+        assert next(rows).rstrip().endswith("caught up")
+        for n in range(3):
+            put(stream, "low", f"later-{n}")
+        moved = next(row for row in rows if "caught up" not in row)
+        assert moved.rstrip().endswith(" ms)"), moved
+        assert "(+" in moved, moved
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_status_names_what_is_wrong(
     kinesis_mock: KinesisMock, kinesis_stream: Any, tmp_path: Path
 ) -> None:

@@ -27,6 +27,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_kinesis import (
     FAILED_RECORDS,
+    METRICS_NAMESPACE,
     CredentialsInPipelineWarning,
     FailedRecord,
     KinesisOptions,
@@ -132,6 +133,7 @@ class FakeProducer:
             kinesis_records_put=len(self.chunks),
             put_records_requests=len(self.chunks),
             errors_by_code={THROTTLED: 2},
+            retries_by_code={THROTTLED: 3},
             retries_per_record=Distribution(written, 3.0, 0, 1),
         )
 
@@ -566,19 +568,18 @@ def test_metrics_count_records_bytes_aggregates_and_producer_work(
     _ = pipeline | beam.Create([str(i).encode() for i in range(10)]) | WriteToKinesis(stream())
     result = pipeline.run()
     result.wait_until_finish()
-    metrics = result.metrics().query(MetricsFilter().with_namespace("kinesis_write"))
+    metrics = result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))
     counters = {c.key.metric.name: c.committed for c in metrics["counters"]}
-    assert counters["user_records_written"] == 9
-    assert counters["user_records_failed"] == 1
-    assert counters["bytes_written"] == 9  # b"1".."9" are 1 byte each, b"0" failed
-    assert counters["kinesis_records_written"] == 1
-    assert counters["put_records_requests"] == 1
-    assert counters["retries"] == 3
-    assert counters["throttles"] == 2
+    assert counters["messaging.client.sent.messages"] == 9
+    assert counters["messaging.client.sent.messages{error.type=Expired}"] == 1
+    assert counters["aws.kinesis.producer.user_records.data"] == 9  # b"1".."9": 1 byte each
+    assert counters["aws.kinesis.producer.kinesis_records"] == 1
+    assert counters[f"aws.kinesis.producer.retries{{error.type={THROTTLED}}}"] == 3
+    assert counters[f"aws.kinesis.producer.errors{{error.type={THROTTLED}}}"] == 2
     dists = {d.key.metric.name: d.committed for d in metrics["distributions"]}
-    assert (dists["user_records_per_kinesis_record"].count,) == (1,)
-    assert dists["user_records_per_kinesis_record"].sum == 9
-    assert dists["write_latency_ms"].count == 1
+    per_aggregate = dists["aws.kinesis.producer.user_records.per_kinesis_record"]
+    assert (per_aggregate.count, per_aggregate.sum) == (1, 9)
+    assert dists["aws.kinesis.beam.write.duration"].count == 1
 
 
 @pytest.mark.slow

@@ -205,3 +205,18 @@ def test_a_quoted_baseline_is_printed_beside_the_ratio() -> None:
     assert "0.40x engine at 250 el/s" in text
     assert "0.20x engine\n" in text + "\n"
     assert headline(rows) == "ours 0.40x engine at 250 el/s"
+
+
+@pytest.mark.slow
+def test_producer_benchmark_quick_run_measures_telemetry_on_against_off() -> None:
+    """The producer benchmark on moto, with its row of the producer with OpenTelemetry
+    metrics on, measured in the same run as with them off."""
+    done = run_benchmarks("--quick", "--only", "producer", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {row["subject"]: row for row in json.loads(done.stdout)}
+    off = rows["kinesis_core Producer, telemetry off"]
+    on = rows["kinesis_core Producer, telemetry on"]
+    assert off["value"] > 0
+    assert on["value"] > 0
+    assert on["group"] == off["group"]
+    assert (on["baseline"], on["target"]) == (off["subject"], 0.95)

@@ -282,10 +282,12 @@ def test_sensor_is_one_per_app(tmp_path: Path) -> None:
     assert kinesis_sensor(app) is sensor
     assert [s for s in app.sensors if isinstance(s, KinesisSensor)] == [sensor]
     sensor.add_reader(channel.reader)  # channels add themselves, once
-    assert sensor.asdict() == {"reading": {}, "writing": {}}
+    assert sensor.asdict() == {"reading": {}, "writing": {}, "metrics": {}}
     channel.clone(is_iterator=True)
     stats = sensor.asdict()["reading"]["orders"]
     assert stats["events_delivered"] == 0
+    attributes = f"messaging.destination.name=orders,messaging.consumer.group.name={app.conf.id}"
+    assert sensor.asdict()["metrics"] == {f"messaging.client.consumed.messages{{{attributes}}}": 0}
     assert stats["shards"] == {}
     assert sensor.millis_behind_latest("orders") == {}
     assert sensor.millis_behind_latest("other") == {}

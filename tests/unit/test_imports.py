@@ -56,6 +56,11 @@ PURE = [
     "kinesis_core.record_size",
     "kinesis_core.producer.result",
     "kinesis_core.producer.retrier",
+    "kinesis_core.telemetry",
+    "kinesis_core.telemetry.config",
+    "kinesis_core.telemetry.figures",
+    "kinesis_core.telemetry.names",
+    "kinesis_core.telemetry.recorder",
 ]
 """Sans-I/O modules and lazy packages, as they are today: neither they nor anything they import
 at run time imports a module of ``NO_IO``."""
@@ -122,6 +127,7 @@ PACKAGES = [
     "kinesis_core.lease",
     "kinesis_core.local",
     "kinesis_core.producer",
+    "kinesis_core.telemetry",
 ]
 """The packages that export lazily (kinesis_core/_lazy.py)."""
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from kinesis_core.checkpoint import Checkpoint, MemoryCheckpointStore, Sentinel
 from kinesis_core.lease import LeaseConfig, LeaseManager
+from kinesis_core.telemetry import ConsumerRecorder, LeaseChange
 
 APP, STREAM = "app", "stream"
 
@@ -143,3 +144,45 @@ def test_renewals_keep_the_lease_and_failures_expire_it() -> None:
         await m.close()
 
     asyncio.run(main())
+
+
+class Changes(ConsumerRecorder):
+    """What the lease manager told its recorder."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def lease(self, change: LeaseChange) -> None:
+        self.seen.append(change.value)
+
+    def checkpoint(self, shard_id: str) -> None:
+        self.seen.append(f"checkpoint {shard_id}")
+
+
+def test_the_recorder_hears_of_takes_steals_checkpoints_losses_and_releases() -> None:
+    async def main() -> list[str]:
+        store = MemoryCheckpointStore()
+        changes = Changes()
+        m = manager(store, recorder=changes)
+        for shard_id in ("s1", "s2"):
+            await m.create(shard_id, Sentinel.TRIM_HORIZON, [], None)
+            row = await store.get(APP, STREAM, shard_id)
+            assert row is not None
+            await store.update_lease(APP, STREAM, shard_id, expected=row, owner="other")
+        [stolen] = await m.take_round()  # "other" holds both: one is stolen
+        left = ({"s1", "s2"} - {stolen}).pop()
+        assert await m.write(stolen, (5, 0))
+        assert await m.write(stolen, (5, 0))  # nothing new: nothing written
+        row = await store.get(APP, STREAM, stolen)
+        assert row is not None
+        await store.update_lease(APP, STREAM, stolen, expected=row, owner="thief")
+        assert not await m.write(stolen, (6, 0))
+        row = await store.get(APP, STREAM, left)
+        assert row is not None
+        await store.update_lease(APP, STREAM, left, expected=row, owner=None)
+        assert await m.take_round() == [left]
+        changes.seen = [c.replace(stolen, "S") for c in changes.seen]
+        await m.close()
+        return changes.seen
+
+    assert asyncio.run(main()) == ["stolen", "checkpoint S", "lost", "taken", "released"]

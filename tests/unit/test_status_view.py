@@ -240,3 +240,32 @@ def test_measure_lag(answer: dict[str, Any] | Exception, lag: Lag) -> None:
         ),
         ("GetRecords", {"ShardIterator": "it", "Limit": 1}),
     ]
+
+
+def test_the_watched_text_view_shows_how_each_lag_moved() -> None:
+    rows = [
+        Checkpoint("s2", (11, 0), 2),
+        Checkpoint("s4", (12, 0), 2),
+        Checkpoint("s1", SHARD_END, 3),
+    ]
+
+    def view(lags: dict[str, Lag]) -> Any:
+        return build_status("orders", "app", "SQLite file c.db", LINEAGE, rows, lags, AT)
+
+    def lag_column(text: str) -> dict[str, str]:
+        out = {}
+        for line in text.splitlines()[4:]:
+            words = line.replace("`--", "").replace("+--", "").split()
+            if words and words[0] in ("s2", "s4") and "(merge" not in words:
+                out[words[0]] = " ".join(words[words.index("2") + 1 :])
+        return out
+
+    first = view({"s2": Lag(1_864, False), "s4": Lag(2_100, False)})
+    second = view({"s2": Lag(2_184, False), "s4": Lag(0, True)})
+    third = view({"s2": Lag(15_000, False), "s4": Lag(0, True)})
+    assert lag_column(first.format_text()) == {"s2": "1864 ms", "s4": "2100 ms"}
+    assert lag_column(second.format_text(first)) == {
+        "s2": "2184 ms (+320 ms)",
+        "s4": "caught up (was 2100 ms)",
+    }
+    assert lag_column(third.format_text(second)) == {"s2": "15.0 s (+12.8 s)", "s4": "caught up"}
