@@ -2,12 +2,14 @@
 
 Per element, in the calling thread: serialize, pick the keys, append to the bundle's current
 chunk. Every ``CHUNK_RECORDS`` elements (or ``CHUNK_BYTES`` of data) the chunk goes to the
-process's shared producer in one call; the producer's event-loop thread validates, predicts
-the shard and aggregates per shard, and sends full aggregates and batches in the background
-while the bundle goes on. There is no event-loop hop, no future and no object per element
-beyond the record tuple. ``finish_bundle`` flushes and blocks until every record of the bundle
-has its terminal result, so a committed bundle means written records; a bundle that fails is
-retried by the runner (at-least-once: records of the failed attempt may be written twice).
+process's shared producer in one call, which validates it in this thread and admits it without
+waiting for the producer's event-loop thread (unless the producer's memory budget is full); the
+loop thread predicts the shard, aggregates per shard, and sends full aggregates and batches in
+the background while the bundle goes on. There is no event-loop hop, no future and no object
+per element beyond the record tuple. ``finish_bundle`` flushes and blocks until every record of
+the bundle has its terminal result, so a committed bundle means written records; a bundle that
+fails is retried by the runner (at-least-once: records of the failed attempt may be written
+twice).
 
 Records that fail for good (bad input, TTL expired, throttled with ``fail_if_throttled``) go
 to the ``failed_records`` output as :class:`FailedRecord` (element, error code and message,

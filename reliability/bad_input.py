@@ -43,14 +43,14 @@ from kinesis_core.consumer import (
 )
 from kinesis_core.errors import ConfigurationError, ValidationError
 from kinesis_core.fanout import deregister_consumer
-from kinesis_core.hashing import LARGEST_RECORD_BYTES, MAX_RECORD_BYTES, hash_key
+from kinesis_core.hashing import LARGEST_RECORD_BYTES, MAX_RECORD_BYTES
 from kinesis_core.local import KinesisMock, MotoServer
 from kinesis_core.local._server import free_port
 from kinesis_core.local.fault_proxy import FaultProxy
 from kinesis_core.local.streams import LocalStream
 from kinesis_core.producer import Producer, ProducerConfig, RecordResult
 from kinesis_core.records import SubRecord
-from reliability._common import MakeStream, kcl_view, shard_position, via
+from reliability._common import MakeStream, kcl_view, shard_position, unchecked_key, via
 from reliability.result import SuiteResult
 
 NAME = "bad-input catalogue"
@@ -228,8 +228,8 @@ async def _lone_surrogate(env: Env) -> list[Check]:
 
 
 async def _refused_by_the_service(env: Env) -> list[Check]:
-    """50 good records and one the service refuses (a key too long for it, handed over
-    pre-validated: any limit the service enforces that our checks do not know) in one
+    """50 good records and one the service refuses (a key too long for it, let past our checks:
+    any limit the service enforces that they do not know) in one
     PutRecords request, aggregation off: the 50 are written, the one fails at once with the
     service's message (before the fix every record of the request expired after the TTL)."""
     label = "a record the service refuses"
@@ -241,9 +241,9 @@ async def _refused_by_the_service(env: Env) -> list[Check]:
         started = loop.time()
         good = [env.good_record() for _ in range(50)]
         futures = [await p.submit(data, key) for data, key in good[:25]]
-        refused: asyncio.Future[RecordResult] = loop.create_future()
         too_long = "k" * 300
-        p.accept_validated(b"refused", too_long, None, hash_key(too_long), refused)
+        with unchecked_key(too_long):
+            refused = await p.submit(b"refused", too_long)
         futures += [await p.submit(data, key) for data, key in good[25:]]
         results = await asyncio.gather(*futures)
         bad = await refused
@@ -406,9 +406,7 @@ async def _shared_store(env: Env) -> list[Check]:
     return [Check(label, "Consumer", seen, both and named(seen, "another consumer", "leases=True"))]
 
 
-async def _read_one(
-    stream: LocalStream, store: SQLiteCheckpointStore, **options: Any
-) -> bytes:
+async def _read_one(stream: LocalStream, store: SQLiteCheckpointStore, **options: Any) -> bytes:
     """Start a consumer on ``store`` (application "bad-input") and read one record."""
     async with Consumer(
         stream.name,

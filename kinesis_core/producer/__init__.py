@@ -1,6 +1,7 @@
 """KPL-equivalent Kinesis producer: asyncio driver, blocking facade, sans-I/O pipeline stages.
 
-put -> predict shard -> per-shard Aggregator -> Limiter -> Collector -> Sender -> Retrier.
+put -> validate -> admission (the memory budget) -> predict shard -> per-shard Aggregator ->
+Limiter -> Collector -> Sender -> Retrier.
 See docs/producer.md.
 """
 

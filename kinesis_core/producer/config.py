@@ -29,9 +29,16 @@ buffered records really take, not just the bytes the caller handed over.
 """
 
 
+def records_cost(payload: int, count: int) -> int:
+    """What ``count`` records of ``payload`` bytes of data and partition keys in all count
+    against ``max_outstanding_bytes``: the one cost formula (admission charges it, the
+    retrier gives it back)."""
+    return PAYLOAD_COPIES * payload + count * RECORD_OVERHEAD_BYTES
+
+
 def record_cost(data: bytes, partition_key: str) -> int:
     """What one record counts against ``max_outstanding_bytes``."""
-    return PAYLOAD_COPIES * (len(data) + len(partition_key)) + RECORD_OVERHEAD_BYTES
+    return records_cost(len(data) + len(partition_key), 1)
 
 
 @dataclass(frozen=True)

@@ -1,25 +1,30 @@
-"""The producer's whole decision logic, sans-I/O: records and time in, requests to send out.
+"""The producer's whole decision logic, sans-I/O: records and time in, decisions out.
 
-admit -> predict shard -> Aggregator -> Limiter -> Collector -> ``ready`` requests; a response
-comes back through ``on_outcome`` -> Retrier -> finished records (their sinks) or retries (back
-to the Aggregator). The asyncio driver only sends the ready requests, feeds the responses back
-and calls ``poll`` when ``next_deadline`` comes. The Limiter sits before the Collector, as in
-the KPL: a PutRecords request spans shards, so tokens are taken per shard, per Kinesis record,
-before records are packed into requests.
+submission (validate) -> offer (:mod:`~kinesis_core.producer.admission`: the budget, callers
+waiting for room, flush epochs) -> ``admit``: predict shard -> Aggregator -> Limiter ->
+Collector -> ``ready`` requests; a response comes back through ``on_outcome`` -> Retrier ->
+finished records (their sinks) or retries (back to the Aggregator). The Limiter sits before the
+Collector, as in the KPL: a PutRecords request spans shards, so tokens are taken per shard, per
+Kinesis record, before records are packed into requests.
+
+Every record comes in one way: ``submission`` validates the records of a call (one record for
+``put``, a batch for ``put_many`` or a Beam chunk) from any thread, with the one check
+(:func:`~kinesis_core.hashing.validate_record` against ``record_bytes``) and the one cost
+formula, and ``offer`` hands it to the admission. A record over the stream's maximum record
+size (:class:`~kinesis_core.record_size.RecordSizeLimit`, learned by the driver) or the
+``max_record_bytes`` cap that a raised limit could take is set aside in the submission's
+``too_large``: the driver asks the stream again, then ``admit_too_large`` admits or refuses it.
+
+The drivers only execute. After an event they take ``outputs()``: the sinks whose records are
+all finished (resolve their callers' futures), the submissions decided (wake their callers)
+and the flushes done; they send what ``next_batch`` gives, pass ``on_outcome``'s shard-map
+invalidations on, and call ``poll`` when ``next_deadline`` comes. Nothing here calls back
+into a driver.
 
 Retries back off (:class:`~kinesis_core.backoff.Backoff`, full jitter): a shard whose records
 failed has its limiter queue held, and after a failed request (no answer, a 5xx) requests wait,
 then go one at a time until one gets through. Aggregates written to a shard the shard map does
 not know wait in ``landings`` until the driver has refreshed the map (``resolve_landings``).
-
-The pipeline also keeps the memory budget: it counts accepted, unfinished records and bytes, and
-``admit_many`` stops at the first record that does not fit so the driver can wait for room.
-
-Records are checked against ``record_bytes``: the stream's maximum record size
-(:class:`~kinesis_core.record_size.RecordSizeLimit`, learned by the driver) or the
-``max_record_bytes`` cap, the smaller. A record over the stream's limit that a larger one could
-take is set aside in ``too_large`` instead of refused: the driver asks the stream again and then
-admits it (``admit_one``) or refuses it (``refusal`` says why).
 """
 
 from __future__ import annotations
@@ -27,24 +32,26 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, NamedTuple
 
 from kinesis_core.aggregation import AggregateBuilder
 from kinesis_core.backoff import Backoff
 from kinesis_core.errors import RecordTooLargeError, ValidationError, shape_problem
 from kinesis_core.hashing import LARGEST_RECORD_BYTES, validate_record
+from kinesis_core.producer.admission import Admission, Flush, Slice, Standing, Submission
 from kinesis_core.producer.aggregator import Aggregator
 from kinesis_core.producer.collector import Collector
-from kinesis_core.producer.config import (
-    PAYLOAD_COPIES,
-    RECORD_OVERHEAD_BYTES,
-    ProducerConfig,
-    record_cost,
-)
-from kinesis_core.producer.items import HASH, KinesisRecordOut, PutBatch, UserRecord
+from kinesis_core.producer.config import ProducerConfig, records_cost
+from kinesis_core.producer.items import ARRIVAL, HASH, INDEX, KinesisRecordOut, PutBatch, UserRecord
 from kinesis_core.producer.limiter import Limiter
 from kinesis_core.producer.metrics import ProducerMetrics
-from kinesis_core.producer.result import VALIDATION_ERROR, RecordSink
+from kinesis_core.producer.result import (
+    PRODUCER_CLOSED,
+    VALIDATION_ERROR,
+    BatchSink,
+    RecordSink,
+)
 from kinesis_core.producer.retrier import (
     HashRangeFn,
     Landing,
@@ -62,8 +69,27 @@ _REQUESTS = "requests"
 """The request backoff's key: a failed request is the endpoint's failure, not a shard's."""
 
 
+class Outputs(NamedTuple):
+    """What the driver does after pipeline events (``Pipeline.outputs``)."""
+
+    results: list[BatchSink]
+    """Sinks whose records are all finished: resolve ``sink.future`` with ``sink.result()``."""
+    decided: list[Submission]
+    """Submissions that waited and are now admitted, refused or withdrawn: wake their
+    callers (``sub.waker``)."""
+    flushed: list[Flush]
+    """Flushes whose records are all finished: wake their callers (``flush.waker``)."""
+
+
+NOTHING = Outputs([], [], [])
+
+
 class Pipeline:
-    """Aggregator, Limiter, Collector and Retrier wired together, with the memory budget."""
+    """Admission, Aggregator, Limiter, Collector and Retrier wired together.
+
+    ``lock`` guards what callers on other threads share with the event loop (the admission:
+    ``offer`` may be called from any thread); the rest is the loop's alone.
+    """
 
     def __init__(
         self,
@@ -75,6 +101,7 @@ class Pipeline:
         builder_factory: Callable[[int], AggregateBuilder] = AggregateBuilder,
         record_limit: RecordSizeLimit | None = None,
         stream: str = "",
+        lock: AbstractContextManager[Any] | None = None,
     ) -> None:
         self.config = config
         self.predict = predict
@@ -83,8 +110,6 @@ class Pipeline:
         """The stream's name or ARN, for messages."""
         self.record_limit = record_limit if record_limit is not None else RecordSizeLimit()
         """The stream's maximum record size (the driver keeps it up to date)."""
-        self.too_large: list[int] = []
-        """Indexes of ``admit_many`` records set aside for a fresh look at the stream's limit."""
         self.buffered_time = config.record_max_buffered_time
         self.aggregator = Aggregator(
             enabled=config.aggregation_enabled,
@@ -103,9 +128,16 @@ class Pipeline:
             config.collection_max_size,
             min(0.05, 0.2 * config.record_max_buffered_time),
         )
+        self.admission = Admission(
+            config.max_outstanding_records, config.max_outstanding_bytes, lock
+        )
         self.sinks: dict[int, RecordSink] = {}
-        """Registry of the sinks of unfinished records, by the key records carry."""
+        """Registry of the sinks of admitted, unfinished records, by the key records carry."""
         self._sink_keys = itertools.count()
+        self._done: list[BatchSink] = []
+        """Sinks whose last record finished since the driver last took ``outputs``."""
+        self._decided: list[Submission] = []
+        self._flushed: list[Flush] = []
         self.retrier = Retrier(
             sinks=self.sinks,
             hash_range=hash_range,
@@ -125,35 +157,23 @@ class Pipeline:
         """When each backoff key last failed: a request sent before that adds no failure."""
         self.failure: tuple[str, str] | None = None
         """``(code, message)`` of the error that stopped the producer (no retry fixes it)."""
-        self.outstanding_records = 0
-        self.outstanding_bytes = 0
-        self.flushing = False
-        """While set, every open aggregate and request is sent at once instead of lingering
-        (the driver sets it while a flush, or a caller blocked on the budget, waits)."""
 
-    # -- admission -------------------------------------------------------------------------
+    # -- admission (any thread) --------------------------------------------------------------
 
-    def register(self, sink: RecordSink) -> int:
-        """Register a sink for records about to be admitted; returns the key they will carry."""
-        key = next(self._sink_keys)
-        self.sinks[key] = sink
-        return key
+    @property
+    def outstanding_records(self) -> int:
+        """Records accepted and not finished (the budget's count)."""
+        return self.admission.records
 
-    def unregister(self, key: int) -> None:
-        """Forget a sink whose records are all finished."""
-        self.sinks.pop(key, None)
+    @property
+    def outstanding_bytes(self) -> int:
+        return self.admission.bytes
 
-    def has_room(self, cost: int) -> bool:
-        """Whether one more record of ``cost`` bytes (``config.record_cost``) fits the budget.
-
-        An empty pipeline takes anything, so a record bigger than the budget still goes.
-        """
-        if not self.outstanding_records:
-            return True
-        return (
-            self.outstanding_records < self.config.max_outstanding_records
-            and self.outstanding_bytes + cost <= self.config.max_outstanding_bytes
-        )
+    @property
+    def flushing(self) -> bool:
+        """While anyone waits (for a flush, or for room in the budget), every open aggregate
+        and request is sent at once instead of lingering: nothing new comes until some finish."""
+        return self.admission.urgent
 
     @property
     def record_bytes(self) -> int:
@@ -176,59 +196,181 @@ class Pipeline:
             )
         return self.record_limit.explain(size, self.stream)
 
-    def admit_one(
-        self,
-        data: bytes,
-        partition_key: str,
-        explicit_hash_key: str | None,
-        hash_key: int,
-        sink_key: int,
-        now: float,
-        index: int = 0,
-    ) -> None:
-        """Accept one validated record (the caller checked ``has_room``) for a registered sink,
-        as its record ``index``."""
-        self._sync_aggregate_size()
-        ur: UserRecord = (
-            hash_key,
-            data,
-            partition_key,
-            explicit_hash_key,
-            sink_key,
-            index,
-            (),
-            now,
-        )
-        self.aggregator.add(ur, self.predict(hash_key), now, now + self.buffered_time)
-        self.outstanding_records += 1
-        self.outstanding_bytes += record_cost(data, partition_key)
-        self.metrics.user_records_received += 1
-        self._pump(now)
+    def submission(
+        self, records: Sequence[Any], now: float, future: Any = None, *, single: bool = False
+    ) -> Submission:
+        """The records of one call, validated as far as the budget has room now (any
+        thread): the one way in.
 
-    def admit_many(self, records: Sequence[Any], start: int, sink_key: int, now: float) -> int:
-        """Accept ``records[start:]`` until the budget is full; return the next index to admit.
-
-        A record that fails validation is reported to the registered sink at once (code
-        ``ValidationError``) and the others go on; one over the stream's limit that a raised
-        limit would take goes to ``too_large`` instead.
+        ``records`` are ``(data, partition_key[, explicit_hash_key])`` entries; ``future`` is
+        the caller's, resolved by the driver when every record is finished. A record that
+        fails validation fails in the sink at once (code ``ValidationError``, the message
+        naming the field and the limit) and the others go on; with ``single`` (one record, for
+        ``put``) the error is raised instead. A record over ``record_bytes`` that a raised
+        stream limit would take is set aside in ``too_large`` (``admit_too_large``). The
+        records past the room are validated when room comes (``admit``).
         """
-        sink = self.sinks[sink_key]
-        config = self.config
-        room_records = config.max_outstanding_records - self.outstanding_records
-        room_bytes = config.max_outstanding_bytes - self.outstanding_bytes
-        force_first = not self.outstanding_records
-        max_record_bytes = self.record_bytes
+        sink = BatchSink(len(records), key=next(self._sink_keys), future=future, single=single)
+        sub = Submission(records, sink)
+        self._validate(sub, now, force=single)
+        return sub
+
+    def offer(self, sub: Submission) -> tuple[Standing, bool]:
+        """Hand ``sub`` to the admission (any thread); returns its standing and whether the
+        loop must be woken to ``admit`` it (``Admission.offer``)."""
+        sub.sink.done = self._done
+        return self.admission.offer(sub)
+
+    def wait_for(self, sub: Submission, waker: Any) -> bool:
+        """``sub`` waits: ``waker`` is resolved when it is decided; False if it is already."""
+        return self.admission.wait_for(sub, waker)
+
+    # -- admission (the loop) ----------------------------------------------------------------
+
+    def admit(self, now: float) -> None:
+        """Take the records the admission let in (from any thread) into the aggregator, after
+        validating more of the first submission in line if the budget has room for it."""
+        self._let_in(now, [])
+
+    def admit_too_large(self, sub: Submission, now: float) -> Submission:
+        """The stream's limit was asked again: refuse ``sub``'s records set aside that still do
+        not fit (for a ``single`` record, ``error`` is what its caller raises) and offer the
+        others; returns their submission (it may wait for room, or be refused)."""
+        entries, sub.too_large = sub.too_large, []
+        rest = Submission(
+            [record for _, record in entries],
+            sub.sink,
+            [index for index, _ in entries],
+            final=True,
+        )
+        self._validate(rest, now, force=sub.sink.single)
+        standing, _ = self.offer(rest)
+        if standing is Standing.REFUSED:
+            self._fail_rest(rest, PRODUCER_CLOSED, f"not accepted: {self.admission.stopped}")
+        self.admit(now)
+        return rest
+
+    def withdraw(self, sub: Submission, code: str, message: str, now: float) -> None:
+        """``sub``'s caller stopped waiting (cancelled): what was not admitted yet fails with
+        ``code``; the submissions behind it may go in."""
+        admitted = self.admission.withdraw(sub)
+        self._fail_rest(sub, code, message)
+        self._let_in(now, admitted)
+
+    def stop(self, reason: str, *, crashed: bool = False) -> None:
+        """Accept nothing more (``reason`` says why): the waiting submissions are refused,
+        their records not admitted fail ``ProducerClosed``. ``crashed``: every flush is
+        released too (nothing more will finish)."""
+        refused = self.admission.stop(reason)
+        for sub in refused:
+            self._fail_rest(sub, PRODUCER_CLOSED, f"not accepted: {reason}")
+        self._decided.extend(refused)
+        if crashed:
+            self._flushed.extend(self.admission.take_flushes())
+
+    def flush(self) -> Flush | None:
+        """Wait for every record accepted so far (None: all finished already); meanwhile
+        nothing lingers (``flushing``). The driver sets the flush's ``waker``."""
+        return self.admission.flush()
+
+    def forget(self, flush: Flush) -> None:
+        """The caller of ``flush`` stopped waiting."""
+        self.admission.forget(flush)
+
+    def outputs(self) -> Outputs:
+        """What was decided since the last call, for the driver to execute (class
+        :class:`Outputs`); settles the flush epochs of the sinks finished meanwhile."""
+        done = self._done
+        if not (done or self._decided or self._flushed):
+            return NOTHING
+        finished = done[:]
+        done.clear()  # the sinks keep this list: empty it, do not replace it
+        sinks = self.sinks
+        for sink in finished:
+            sinks.pop(sink.key, None)
+        flushed = self._flushed
+        if finished:
+            flushed.extend(self.admission.finished(finished))
+        decided = self._decided
+        self._decided = []
+        self._flushed = []
+        return Outputs(finished, decided, flushed)
+
+    def _let_in(self, now: float, admitted: list[Submission]) -> None:
+        """Note the submissions ``admitted`` in full, let in what waits (validating the next
+        records of the first in line as the budget has room for them), and take the inbox
+        into the aggregator. Records finishing only let in what is validated already
+        (``_release``): the next ones are validated in a later event (``next_deadline`` says
+        when), once the finished records are let go."""
+        self._decided.extend(admitted)
+        admission = self.admission
+        while (head := admission.hungry()) is not None:
+            validated = head.next
+            self._validate(head, now)
+            if head.next == validated:
+                head.held = True  # its next record does not fit: wait for records to finish
+                break
+            self._decided.extend(admission.let_in())
+        self._take_inbox(now)
+
+    def _take_inbox(self, now: float) -> None:
+        inbox = self.admission.take_inbox()
+        if inbox:
+            self._take(inbox, now)
+
+    def _take(self, inbox: list[Slice], now: float) -> None:
+        """Predict the shards of the admitted records and buffer them in the aggregator."""
         self._sync_aggregate_size()
         predict = self.predict
-        validate = validate_record
-        deadline = now + self.buffered_time
+        sinks = self.sinks
         groups: dict[str | None, list[UserRecord]] = {}
         group_of = groups.get
         taken = 0
-        taken_bytes = 0
-        next_index = len(records)
-        for index in range(start, next_index):
-            rec = records[index]
+        for sub, records in inbox:
+            sink = sub.sink
+            sinks[sink.key] = sink
+            if sub.waited:  # accepted only now: its TTL starts now
+                records = [(*ur[:ARRIVAL], now) for ur in records]
+            for ur in records:
+                shard_id = predict(ur[HASH])
+                group = group_of(shard_id)
+                if group is None:
+                    groups[shard_id] = [ur]
+                else:
+                    group.append(ur)
+            taken += len(records)
+        extend = self.aggregator.extend
+        deadline = now + self.buffered_time
+        for shard_id, group in groups.items():
+            extend(shard_id, group, now, deadline)
+        self.metrics.user_records_received += taken
+        self._pump(now)
+
+    def _validate(self, sub: Submission, now: float, *, force: bool = False) -> None:
+        """Validate the next records of ``sub`` into its ``records``, as far as the budget has
+        room now: the first always when ``force`` or the budget is empty. The one check of a
+        record (:func:`~kinesis_core.hashing.validate_record`) and the one cost formula."""
+        sink = sub.sink
+        single = sink.single
+        key = sink.key
+        source = sub.source
+        indexes = sub.indexes
+        set_aside = not sub.final
+        admission = self.admission
+        room_records, room_bytes = admission.room
+        force = force or not admission.records
+        max_record_bytes = self.record_bytes
+        validate = validate_record
+        cost = records_cost
+        failed = sink.failed
+        urs: list[UserRecord] = []
+        append = urs.append
+        payload = 0
+        end = len(source)
+        stop = end
+        for pos in range(sub.next, end):
+            rec = source[pos]
+            index = pos if indexes is None else indexes[pos]
             try:
                 if len(rec) == 2:
                     data, pk = rec
@@ -237,63 +379,72 @@ class Pipeline:
                     data, pk, ehk = rec
                 hash_key = validate(data, pk, ehk, max_record_bytes)
             except RecordTooLargeError as exc:
-                if self.may_fit_later(exc.size):
-                    self.too_large.append(index)
-                else:
-                    sink.failed(index, VALIDATION_ERROR, f"data: {self.refusal(exc.size)}", ())
+                if set_aside and self.may_fit_later(exc.size):
+                    sub.too_large.append((index, rec))
+                    continue
+                error = RecordTooLargeError(exc.size, exc.limit, self.refusal(exc.size))
+                if single and set_aside:
+                    raise error from None
+                failed(index, VALIDATION_ERROR, str(error), ())
+                if single:
+                    sub.error = error
                 continue
             except ValidationError as exc:
-                sink.failed(index, VALIDATION_ERROR, str(exc), ())
+                if single:
+                    raise
+                failed(index, VALIDATION_ERROR, str(exc), ())
                 continue
             except (TypeError, ValueError) as exc:
-                sink.failed(index, VALIDATION_ERROR, malformed_record(rec, exc), ())
+                if single:
+                    raise
+                failed(index, VALIDATION_ERROR, malformed_record(rec, exc), ())
                 continue
-            cost = PAYLOAD_COPIES * (len(data) + len(pk)) + RECORD_OVERHEAD_BYTES
-            if (taken >= room_records or taken_bytes + cost > room_bytes) and not (
-                force_first and not taken
-            ):
-                next_index = index
-                break
             if type(data) is not bytes:
                 data = bytes(data)
-            ur = (
-                hash_key,
-                data,
-                pk,
-                None if ehk is None else str(hash_key),
-                sink_key,
-                index,
-                (),
-                now,
+            size = payload + len(data) + len(pk)
+            taken = len(urs)
+            if (taken >= room_records or cost(size, taken + 1) > room_bytes) and not (
+                force and not taken
+            ):
+                stop = pos  # it does not fit now: validated again when room comes
+                break
+            payload = size
+            append(
+                (hash_key, data, pk, None if ehk is None else str(hash_key), key, index, (), now)
             )
-            shard_id = predict(hash_key)
-            group = group_of(shard_id)
-            if group is None:
-                groups[shard_id] = [ur]
-            else:
-                group.append(ur)
-            taken += 1
-            taken_bytes += cost
-        extend = self.aggregator.extend
-        for shard_id, group in groups.items():
-            extend(shard_id, group, now, deadline)
-        self.outstanding_records += taken
-        self.outstanding_bytes += taken_bytes
-        self.metrics.user_records_received += taken
-        self._pump(now)
-        return next_index
+        sub.next = stop
+        sub.records = urs
+        sub.cost = cost(payload, len(urs))
+
+    def _fail_rest(self, sub: Submission, code: str, message: str) -> None:
+        """Fail ``sub``'s records not admitted (validated or not), and those set aside."""
+        failed = sub.sink.failed
+        for ur in sub.records:
+            failed(ur[INDEX], code, message, ())
+        indexes = sub.indexes
+        for pos in range(sub.next, len(sub.source)):
+            failed(pos if indexes is None else indexes[pos], code, message, ())
+        for index, _ in sub.too_large:
+            failed(index, code, message, ())
+        sub.records = []
+        sub.cost = 0
+        sub.next = len(sub.source)
+        sub.too_large = []
 
     # -- time and flushing -----------------------------------------------------------------
 
     def poll(self, now: float) -> None:
         """Move everything whose time has come one stage on."""
+        admission = self.admission
+        if admission.inbox or admission.waiting:
+            self.admit(now)
         if self.flushing:
             self.aggregator.flush()
         else:
             self.aggregator.poll(now)
         self._pump(now)
         if self._drain_limiter(now):
-            self._release()
+            self._release(now)
         batch = self.collector.flush() if self.flushing else self.collector.poll(now)
         if batch is not None:
             self.ready.append(batch)
@@ -318,6 +469,8 @@ class Pipeline:
                 deadlines.append(gate)
         if self.landings:
             deadlines.append(min(landing.kr.expiration for landing in self.landings))
+        if self.admission.hungry() is not None:
+            return float("-inf")  # room for records still to be validated: poll takes them
         if not deadlines:
             return None
         if self.flushing and (self.aggregator.next_deadline() or len(self.collector)):
@@ -377,7 +530,7 @@ class Pipeline:
             waiting = {landing.kr.shard_id for landing in self.landings}
             waiting.update(kr.shard_id for b in decisions.resend for kr in b.records)
             self._unblock((kr for kr in batch.records if kr.shard_id not in waiting), now)
-        self._release()
+        self._release(now)
         self._pump(now)
         return decisions.invalidations
 
@@ -405,7 +558,7 @@ class Pipeline:
         self._apply(decisions, now)
         if self.config.preserve_order:
             self._unblock(decided, now)
-        self._release()
+        self._release(now)
         self._pump(now)
         return unknown
 
@@ -419,10 +572,12 @@ class Pipeline:
         self.retrier.fail_records(records, code, message, now)
         if self.config.preserve_order:
             self._unblock(batch.records, now)
-        self._release()
+        self._release(now)
 
     def fail_all(self, code: str, message: str, now: float) -> int:
-        """Fail every unfinished record (shutdown timeout, crash); return how many."""
+        """Fail every unfinished record (shutdown timeout, crash); return how many. Call
+        ``stop`` first, or records waiting for room come in as soon as the budget empties."""
+        self.admit(now)
         records = self.aggregator.take_all()
         krs: list[KinesisRecordOut] = list(self.aggregator.sealed)
         self.aggregator.sealed = []
@@ -444,7 +599,7 @@ class Pipeline:
             records.extend(kr.records)
         if records:
             self.retrier.fail_records(records, code, message, now)
-        self._release()
+        self._release(now)
         return len(records)
 
     # -- internals ---------------------------------------------------------------------------
@@ -461,6 +616,7 @@ class Pipeline:
             code, message = decisions.fatal
             self.failure = decisions.fatal
             self.retrier.fail_as_they_are(decisions.retries + decisions.alone, code, message)
+            self.stop(f"the producer stopped after {code}: {message}")
             self.fail_all(
                 code,
                 f"{message} (no retry fixes this: the producer stopped, failing every record "
@@ -579,7 +735,7 @@ class Pipeline:
             self.retrier.expire(kr, now, self._waiting_to_be_sent(kr, gated))
         if self.config.preserve_order:
             self._unblock(expired, now)
-        self._release()
+        self._release(now)
 
     def _expire_landings(self, now: float) -> None:
         """Fail the landings whose TTL ran out before the shard map learned their shard."""
@@ -603,7 +759,7 @@ class Pipeline:
             self.landings = kept
             if self.config.preserve_order:
                 self._unblock(expired, now)
-            self._release()
+            self._release(now)
 
     def _pump(self, now: float) -> None:
         sealed = self.aggregator.sealed
@@ -620,13 +776,15 @@ class Pipeline:
         if batch is not None:
             self.ready.append(batch)
 
-    def _release(self) -> None:
+    def _release(self, now: float) -> None:
+        """Give the budget back for the records the retrier finished; admit what waited."""
         retrier = self.retrier
         if retrier.released_records:
-            self.outstanding_records -= retrier.released_records
-            self.outstanding_bytes -= retrier.released_bytes
+            admitted = self.admission.release(retrier.released_records, retrier.released_bytes)
             retrier.released_records = 0
             retrier.released_bytes = 0
+            self._decided.extend(admitted)
+            self._take_inbox(now)
 
 
 def malformed_record(record: object, exc: Exception) -> str:
@@ -637,12 +795,3 @@ def malformed_record(record: object, exc: Exception) -> str:
         "record: must be a (data, partition_key[, explicit_hash_key]) tuple; "
         f"{problem or f'{type(exc).__name__}: {exc}'}"
     )
-
-
-def record_cost_of(record: Any) -> int:
-    """``record_cost`` of a ``put_many`` entry, as ``admit_many`` will count it; 0 for an entry
-    too malformed to count (``admit_many`` refuses it without taking room)."""
-    try:
-        return record_cost(record[0], record[1])
-    except Exception:
-        return 0

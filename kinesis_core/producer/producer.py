@@ -1,9 +1,12 @@
 """The asyncio producer: drives the sans-I/O :class:`Pipeline` with a client, a clock and a timer.
 
-Everything it does is move bytes and time: admit records into the pipeline (waiting for room in
-the memory budget first), send the requests the pipeline has ready (at most ``max_connections``
-at once), hand responses back, pass shard-map invalidations on, and wake the pipeline when its
-next deadline comes. There is no task per record and no queue between stages.
+Everything it does is move bytes and time, and execute what the pipeline decided: hand records
+over (``hand_over``, from the loop or from a blocking caller's thread), wait while the pipeline
+says a caller waits for room, send the requests the pipeline has ready (at most
+``max_connections`` at once), hand responses back, pass shard-map invalidations on, resolve the
+futures of finished records and wake the callers and flushes the pipeline names
+(``Pipeline.outputs``), and wake the pipeline when its next deadline comes. There is no task
+per record and no queue between stages.
 """
 
 from __future__ import annotations
@@ -12,34 +15,30 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from kinesis_core.backoff import Backoff
 from kinesis_core.classify import ErrorKind, classify
-from kinesis_core.errors import ConfigurationError, KinesisConnectorError, RecordTooLargeError
-from kinesis_core.hashing import MAX_PUT_RECORDS_BYTES, MAX_RECORD_BYTES, validate_record
+from kinesis_core.errors import ConfigurationError, KinesisConnectorError
+from kinesis_core.hashing import MAX_PUT_RECORDS_BYTES, MAX_RECORD_BYTES
 from kinesis_core.lifecycle import Event, Lifecycle, State
-from kinesis_core.producer.config import ProducerConfig, record_cost
+from kinesis_core.producer.admission import Standing, Submission
+from kinesis_core.producer.config import ProducerConfig
 from kinesis_core.producer.metrics import MetricsHook, MetricsSnapshot, ProducerMetrics
-from kinesis_core.producer.pipeline import Pipeline, record_cost_of
+from kinesis_core.producer.pipeline import Pipeline
 from kinesis_core.producer.result import (
     CANCELLED,
     INTERNAL,
-    PRODUCER_CLOSED,
     SHUTDOWN,
-    VALIDATION_ERROR,
     BatchResult,
-    BatchSink,
-    FutureSink,
     ProducerClosedError,
     ProducerCrashedError,
     ProducerFailedError,
     RecordResult,
-    ResultFuture,
 )
 from kinesis_core.producer.sender import error_of, send_batch
 from kinesis_core.shard_map_driver import ShardMapDriver, ShardMapTimeoutError
@@ -51,8 +50,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-LOW_WATER = 0.9
-"""Waiting puts are let in once the budget is below this fraction again (not record by record)."""
 START_ATTEMPTS_UNREACHABLE = 3
 """``start`` gives up after this many ListShards attempts that reached no endpoint at all
 (about 3 s when nothing listens on the port), instead of retrying for ``start_timeout``."""
@@ -106,10 +103,8 @@ class Producer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pipeline: Pipeline | None = None
         self._shard_map: ShardMapDriver | None = None
-        self._waiters: deque[asyncio.Future[None]] = deque()
-        self._epoch = 0
-        self._pending: dict[int, int] = {}
-        self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._loop_thread = -1
+        """The identifier of the thread running the loop (``hand_over`` admits at once there)."""
         self._timer: asyncio.TimerHandle | None = None
         self._timer_when = float("inf")
         self._sending: set[asyncio.Task[None]] = set()
@@ -127,6 +122,7 @@ class Producer:
         """
         self._lifecycle.handle(Event.START, "start")
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         try:
             client = self._client
             if client is None:
@@ -155,6 +151,7 @@ class Producer:
                 metrics=self._metrics,
                 record_limit=driver.record_limit,
                 stream=str(self.stream),
+                lock=threading.Lock(),
             )
         except BaseException:
             self._lifecycle.handle(Event.START_FAILED)
@@ -232,7 +229,9 @@ class Producer:
         if state is State.NEW:
             self._closed.set()
             return
-        self._wake_all_waiters()
+        if self._pipeline is not None:
+            self._pipeline.stop(self._closed_message())
+            self._execute()
         try:
             if self._error is None:
                 try:
@@ -245,6 +244,7 @@ class Producer:
                         "record was written (a request in flight may still have written it)",
                         self._clock(),
                     )
+                    self._resolve()
                     logger.warning(
                         "producer of %r closed with %d records unfinished after %s s",
                         self.stream_name,
@@ -297,66 +297,12 @@ class Producer:
 
         A record over the stream's maximum record size as last known waits for the stream to
         be asked again (a limit raised since lets it in) before it is refused."""
-        pipeline = self._require_open()
-        try:
-            hash_key = validate_record(
-                data, partition_key, explicit_hash_key, pipeline.record_bytes
-            )
-        except RecordTooLargeError as exc:
-            if not pipeline.may_fit_later(exc.size):
-                raise RecordTooLargeError(exc.size, exc.limit, pipeline.refusal(exc.size)) from None
-            await self._check_record_limit()
-            try:
-                hash_key = validate_record(
-                    data, partition_key, explicit_hash_key, pipeline.record_bytes
-                )
-            except RecordTooLargeError as again:
-                raise RecordTooLargeError(
-                    again.size, again.limit, pipeline.refusal(again.size)
-                ) from None
-        if type(data) is not bytes:
-            data = bytes(data)
-        cost = record_cost(data, partition_key)
-        if self._waiters or not pipeline.has_room(cost):
-            await self._wait_for_room(cost)
+        self._require_open()
         future: asyncio.Future[RecordResult] = self._require_loop().create_future()
-        ehk = None if explicit_hash_key is None else str(hash_key)
-        self.accept_validated(data, partition_key, ehk, hash_key, future)
-        self._pass_room_on()
+        sub = self.hand_over(((data, partition_key, explicit_hash_key),), future, single=True)
+        if sub.unsettled:
+            await self.settle(sub)
         return future
-
-    def accept_validated(
-        self,
-        data: bytes,
-        partition_key: str,
-        explicit_hash_key: str | None,
-        hash_key: int,
-        future: ResultFuture,
-    ) -> None:
-        """Admit one record already validated (``hash_key`` is what validation returned,
-        ``explicit_hash_key`` its decimal form or None), without waiting for room: the caller
-        has reserved it. ``future`` gets the result."""
-        self.accept_validated_many(((data, partition_key, explicit_hash_key, hash_key, future),))
-
-    def accept_validated_many(
-        self, records: Iterable[tuple[bytes, str, str | None, int, ResultFuture]]
-    ) -> None:
-        """:meth:`accept_validated` for many records at once, with one look at what is due
-        after them (for :class:`BlockingProducer`, which collects records from other threads).
-        Raises, admitting none, if the producer is closed or failed."""
-        pipeline = self._require_open()
-        epoch = self._epoch
-        now = self._clock()
-        pending = self._pending
-        register = pipeline.register
-        admit_one = pipeline.admit_one
-        sink_done = self._sink_done
-        for data, partition_key, explicit_hash_key, hash_key, future in records:
-            pending[epoch] = pending.get(epoch, 0) + 1
-            sink = BatchSink(1, future, epoch, sink_done, single=True)
-            sink.key = register(sink)
-            admit_one(data, partition_key, explicit_hash_key, hash_key, sink.key, now)
-        self._after_change()
 
     async def put_many(self, records: Iterable[Any]) -> BatchResult:
         """Write a batch of ``(data, partition_key[, explicit_hash_key])`` records.
@@ -373,87 +319,67 @@ class Producer:
         parts as room frees up; if the producer closes meanwhile, the records not yet
         accepted fail with code ``ProducerClosed``.
         """
-        pipeline = self._require_open()
+        self._require_open()
         if not isinstance(records, Sequence):
             records = list(records)
         future: asyncio.Future[BatchResult] = self._require_loop().create_future()
-        end = len(records)
-        if not end:
-            future.set_result(BatchResult([], [], [], [], {}))
-            return future
-        epoch = self._epoch
-        self._pending[epoch] = self._pending.get(epoch, 0) + 1
-        sink = BatchSink(end, future, epoch, self._sink_done)
-        sink.key = pipeline.register(sink)
-        index = 0
-        while index < end:
-            # has_room(cost of the next record) is false exactly when admit_many would take
-            # nothing, so every pass either waits or makes progress.
-            cost = record_cost_of(records[index])
-            if self._waiters or not pipeline.has_room(cost):
-                try:
-                    await self._wait_for_room(cost)
-                except (ProducerClosedError, ProducerCrashedError) as exc:
-                    for i in range(index, end):
-                        sink.failed(i, PRODUCER_CLOSED, f"not accepted: {exc}", ())
-                    break
-                except BaseException:
-                    # Cancelled while waiting: the rest never enters, but still gets a result
-                    # (a flush must not wait for it forever).
-                    for i in range(index, end):
-                        sink.failed(i, CANCELLED, "put_many was cancelled before acceptance", ())
-                    raise
-            index = pipeline.admit_many(records, index, sink.key, self._clock())
-            self._after_change()
-        if pipeline.too_large:
-            await self._admit_too_large(records, sink)
-        self._pass_room_on()
-        # Let the requests this batch completed start now: a caller that submits batch after
-        # batch without waiting would otherwise keep the loop until the budget is full.
+        sub = self.hand_over(records, future)
+        if sub.unsettled:
+            await self.settle(sub)
         return future
 
-    async def _admit_too_large(self, records: Sequence[Any], sink: BatchSink) -> None:
-        """Admit, or refuse, the records ``admit_many`` set aside as over the stream's limit
-        (``Pipeline.too_large``), once the stream has been asked again."""
+    def hand_over(self, records: Sequence[Any], future: Any, *, single: bool = False) -> Submission:
+        """Validate ``records`` and offer them to the pipeline: the one way in, from the loop
+        or from any other thread (:class:`BlockingProducer` calls it from its callers'
+        threads). ``future`` (of the caller's kind) gets the :class:`BatchResult`, or with
+        ``single`` the one record's :class:`RecordResult`.
+
+        Returns at once, without a trip through the loop when called from another thread:
+        the submission is admitted, or waits for room or for a fresh look at the stream's
+        maximum record size (``unsettled``: then ``await settle(sub)`` on the loop). Raises
+        if the producer is not running, and with ``single`` for bad input.
+        """
+        pipeline = self._require_open()
+        sub = pipeline.submission(records, self._clock(), future, single=single)
+        if not sub.sink.remaining:  # nothing to admit: an empty batch, or every record refused
+            future.set_result(sub.sink.result())
+            return sub
+        standing, wake = pipeline.offer(sub)
+        if standing is Standing.REFUSED:
+            raise self._refusal()
+        if threading.get_ident() == self._loop_thread:
+            self._admit()
+        elif wake:
+            self._require_loop().call_soon_threadsafe(self._admit)
+        return sub
+
+    async def settle(self, sub: Submission) -> None:
+        """On the loop: wait until a submission of ``hand_over`` is admitted, then settle the
+        records it set aside as over the stream's limit (the stream is asked again). A
+        ``single`` record raises what refused it; a batch's refused records fail in its
+        result (``ProducerClosed``, ``ValidationError``), and if the caller is cancelled
+        while it waits, the records not yet accepted fail ``Cancelled``."""
         pipeline = self._require_pipeline()
-        indexes, pipeline.too_large = pipeline.too_large, []
         try:
-            await self._check_record_limit()
-        except BaseException:
-            for index in indexes:
-                sink.failed(index, CANCELLED, "put_many was cancelled before acceptance", ())
-            raise
-        for n, index in enumerate(indexes):
-            record = records[index]
-            data, partition_key = record[0], record[1]
-            explicit_hash_key = record[2] if len(record) > 2 else None
-            try:
-                hash_key = validate_record(
-                    data, partition_key, explicit_hash_key, pipeline.record_bytes
-                )
-            except RecordTooLargeError as exc:
-                sink.failed(index, VALIDATION_ERROR, f"data: {pipeline.refusal(exc.size)}", ())
-                continue
-            cost = record_cost(data, partition_key)
-            if self._waiters or not pipeline.has_room(cost):
-                try:
-                    await self._wait_for_room(cost)
-                except BaseException as exc:
-                    code = (
-                        PRODUCER_CLOSED
-                        if isinstance(exc, (ProducerClosedError, ProducerCrashedError))
-                        else CANCELLED
-                    )
-                    for rest in indexes[n:]:
-                        sink.failed(rest, code, f"not accepted: {exc!r}", ())
-                    if code is CANCELLED:
-                        raise
-                    return
-            ehk = None if explicit_hash_key is None else str(hash_key)
-            pipeline.admit_one(
-                bytes(data), partition_key, ehk, hash_key, sink.key, self._clock(), index
+            if sub.standing is Standing.WAITING:
+                waker: asyncio.Future[None] = self._require_loop().create_future()
+                if pipeline.wait_for(sub, waker):
+                    await waker
+            if sub.too_large:
+                await self._check_record_limit()
+                rest = pipeline.admit_too_large(sub, self._clock())
+                self._execute()
+                await self.settle(rest)
+                if rest.error is not None:
+                    raise rest.error
+        except asyncio.CancelledError:
+            pipeline.withdraw(
+                sub, CANCELLED, "put_many was cancelled before acceptance", self._clock()
             )
-            self._after_change()
+            self._execute()
+            raise
+        if sub.sink.single and sub.standing is Standing.REFUSED:
+            raise self._refusal()
 
     async def _check_record_limit(self) -> None:
         """Ask the stream for its maximum record size again (see ``ShardMapDriver``)."""
@@ -467,21 +393,18 @@ class Producer:
         Records accepted while it waits are sent too, but not waited for.
         """
         self._raise_if_crashed()
-        if self._pipeline is None:
+        pipeline = self._pipeline
+        if pipeline is None:
             return
-        epoch = self._epoch
-        self._epoch += 1
-        if not self._pending or min(self._pending) > epoch:
+        flush = pipeline.flush()
+        if flush is None:
             return
-        future: asyncio.Future[None] = self._require_loop().create_future()
-        waiter = (epoch, future)
-        self._flush_waiters.append(waiter)
-        self._update_flushing()
+        flush.waker = future = self._require_loop().create_future()
+        self._after_change()  # nothing lingers while a flush waits
         try:
             await future
         finally:
-            self._flush_waiters.remove(waiter)
-            self._update_flushing()
+            pipeline.forget(flush)
         self._raise_if_crashed()
 
     # -- observing -------------------------------------------------------------------------
@@ -519,7 +442,7 @@ class Producer:
     @property
     def has_waiters(self) -> bool:
         """Whether callers wait for room in the budget (they go first)."""
-        return bool(self._waiters)
+        return self._pipeline is not None and bool(self._pipeline.admission.waiting)
 
     @property
     def error(self) -> BaseException | None:
@@ -530,20 +453,33 @@ class Producer:
 
     def _require_open(self) -> Pipeline:
         self._raise_if_crashed()
-        lifecycle = self._lifecycle
-        if lifecycle.state is not State.RUNNING or self._pipeline is None:
-            failure = self._pipeline.failure if self._pipeline is not None else None
-            if failure is not None:
-                code, message = failure
-                raise ProducerFailedError(
-                    f"{lifecycle.owner} stopped after {code}: {message} (no retry fixes that: "
-                    "check the credentials and permissions, then make a new producer)",
-                    code,
-                )
-            if lifecycle.state in (State.NEW, State.STARTING):
-                lifecycle.require("accept records")
-            raise ProducerClosedError(f"{lifecycle.owner} is closed: it accepts no more records")
+        if self._lifecycle.state is not State.RUNNING or self._pipeline is None:
+            raise self._refusal()
         return self._pipeline
+
+    def _refusal(self) -> Exception:
+        """Why no record is accepted: the producer crashed, failed, is not started or closed."""
+        lifecycle = self._lifecycle
+        if self._error is not None:
+            crashed = ProducerCrashedError(
+                f"producer of {self.stream_name!r} crashed: {self._error!r}"
+            )
+            crashed.__cause__ = self._error
+            return crashed
+        failure = self._pipeline.failure if self._pipeline is not None else None
+        if failure is not None:
+            code, message = failure
+            return ProducerFailedError(
+                f"{lifecycle.owner} stopped after {code}: {message} (no retry fixes that: "
+                "check the credentials and permissions, then make a new producer)",
+                code,
+            )
+        if lifecycle.state in (State.NEW, State.STARTING):
+            lifecycle.require("accept records")
+        return ProducerClosedError(self._closed_message())
+
+    def _closed_message(self) -> str:
+        return f"{self._lifecycle.owner} is closed: it accepts no more records"
 
     def _require_loop(self) -> asyncio.AbstractEventLoop:
         assert self._loop is not None
@@ -555,89 +491,40 @@ class Producer:
 
     def _raise_if_crashed(self) -> None:
         if self._error is not None:
-            raise ProducerCrashedError(
-                f"producer of {self.stream_name!r} crashed: {self._error!r}"
-            ) from self._error
+            raise self._refusal()
 
-    async def _wait_for_room(self, cost: int) -> None:
-        """Queue (FIFO) until the budget has room for ``cost`` more bytes; raise if closed."""
+    # -- internals: executing the pipeline's decisions -------------------------------------
+
+    def _admit(self) -> None:
+        """Take what the admission let in (records handed over on any thread) into the
+        pipeline, and execute what follows."""
+        try:
+            self._require_pipeline().admit(self._clock())
+            self._execute()
+        except Exception as exc:
+            self._crash(exc)
+
+    def _execute(self) -> None:
+        """After a pipeline event: resolve and wake what it names, stop if it failed for
+        good, start the sends it has ready and re-arm the timer."""
+        self._resolve()
         pipeline = self._require_pipeline()
-        loop = self._require_loop()
-        first = True
-        while True:
-            waiter: asyncio.Future[None] = loop.create_future()
-            if first:
-                self._waiters.append(waiter)
-            else:  # woken but the room went to nobody else: keep our place at the head
-                self._waiters.appendleft(waiter)
-            first = False
-            self._update_flushing()
-            try:
-                await waiter
-            except BaseException:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
-                elif waiter.done() and not waiter.cancelled():
-                    self._pass_room_on()
-                raise
-            self._require_open()
-            if pipeline.has_room(cost):
-                return
+        if pipeline.failure is not None:
+            self._stop_after(pipeline.failure)
+        self._after_change()
 
-    def _update_flushing(self) -> None:
-        """Send at once, without lingering, while anyone waits: for a flush, or for room.
-
-        Lingering for fuller aggregates and requests only pays while records keep coming; a
-        caller blocked on a full budget adds none until records already buffered finish.
-        """
-        pipeline = self._pipeline
-        if pipeline is None:
-            return
-        urgent = bool(self._flush_waiters or self._waiters)
-        if urgent != pipeline.flushing:
-            pipeline.flushing = urgent
-            if urgent:
-                self._after_change()
-
-    def _pass_room_on(self) -> None:
-        """Wake the next waiter if there is still room below the low-water mark."""
-        pipeline = self._pipeline
-        if pipeline is None or not self._waiters:
-            return
-        config = self.config
-        if pipeline.outstanding_records and (
-            pipeline.outstanding_records > LOW_WATER * config.max_outstanding_records
-            or pipeline.outstanding_bytes > LOW_WATER * config.max_outstanding_bytes
-        ):
-            return
-        waiter = self._waiters.popleft()
-        if not waiter.done():
-            waiter.set_result(None)
-        self._update_flushing()
-
-    def _wake_all_waiters(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-        self._update_flushing()
-
-    def _sink_done(self, sink: FutureSink) -> None:
-        if self._pipeline is not None:
-            self._pipeline.unregister(sink.key)
-        epoch = sink.epoch
-        left = self._pending[epoch] - 1
-        if left:
-            self._pending[epoch] = left
-            return
-        del self._pending[epoch]
-        if self._flush_waiters:
-            oldest = min(self._pending, default=self._epoch + 1)
-            for waiting_epoch, future in self._flush_waiters:
-                if waiting_epoch < oldest and not future.done():
-                    future.set_result(None)
-
-    # -- internals: sending and time -------------------------------------------------------
+    def _resolve(self) -> None:
+        """Resolve the futures of the callers whose records are all finished, and wake the
+        callers and flushes the pipeline decided (``Pipeline.outputs``)."""
+        results, decided, flushed = self._require_pipeline().outputs()
+        for sink in results:
+            future = sink.future
+            if not future.done():  # the caller may have cancelled it
+                future.set_result(sink.result())
+        for sub in decided:
+            _wake(sub.waker)
+        for flush in flushed:
+            _wake(flush.waker)
 
     def _after_change(self) -> None:
         """Start the sends the pipeline has ready and re-arm the timer."""
@@ -665,8 +552,7 @@ class Producer:
         self._timer_when = float("inf")
         try:
             self._require_pipeline().poll(self._clock())
-            self._after_change()
-            self._pass_room_on()
+            self._execute()
         except Exception as exc:
             self._crash(exc)
 
@@ -685,13 +571,10 @@ class Producer:
             assert shard_map is not None
             for seen_at, predicted in invalidations:
                 shard_map.invalidate(seen_at, predicted)
-            if pipeline.failure is not None:
-                self._stop_after(pipeline.failure)
             # This send is done with its connection: leave _sending before looking for the
             # next request, or a producer with every connection finishing at once stalls.
             self._sending.discard(asyncio.current_task())
-            self._after_change()
-            self._pass_room_on()
+            self._execute()
         except asyncio.CancelledError:
             pipeline.fail_batch(
                 batch,
@@ -699,12 +582,13 @@ class Producer:
                 "the request was cancelled before its response came",
                 self._clock(),
             )
+            self._resolve()
             raise
         except Exception as exc:
             self._crash(exc)
 
     def _stop_after(self, failure: tuple[str, str]) -> None:
-        """An error no retry fixes: the pipeline failed every record; refuse new ones."""
+        """An error no retry fixes: the pipeline failed every record and refuses new ones."""
         if self._lifecycle.state is State.RUNNING:
             self._lifecycle.handle(Event.FAIL)
             code, message = failure
@@ -714,7 +598,6 @@ class Producer:
                 code,
                 message,
             )
-        self._wake_all_waiters()
 
     async def _resolve_landings(self) -> None:
         """Decide the aggregates written to a shard the map did not know: wait for the map's
@@ -726,8 +609,9 @@ class Producer:
         try:
             while pipeline.landings:
                 await driver.wait_ready()
-                if not pipeline.resolve_landings(self._clock()):
-                    self._after_change()
+                unknown = pipeline.resolve_landings(self._clock())
+                self._execute()
+                if not unknown:
                     continue
                 listed_at = self._clock()
                 try:
@@ -748,8 +632,7 @@ class Producer:
                     final="not in a ListShards of every shard of the stream",
                     sent_before=listed_at,
                 )
-                self._after_change()
-                self._pass_room_on()
+                self._execute()
         except Exception as exc:
             self._crash(exc)
         finally:
@@ -765,11 +648,10 @@ class Producer:
         logger.error("producer of %r crashed", self.stream_name, exc_info=exc)
         pipeline = self._pipeline
         if pipeline is not None:
-            pipeline.fail_all(INTERNAL, f"the producer crashed: {exc!r}", self._clock())
-        self._wake_all_waiters()
-        for _, future in self._flush_waiters:
-            if not future.done():
-                future.set_result(None)
+            reason = f"the producer crashed: {exc!r}"
+            pipeline.stop(reason, crashed=True)
+            pipeline.fail_all(INTERNAL, reason, self._clock())
+            self._resolve()
 
     # -- internals: metrics ----------------------------------------------------------------
 
@@ -791,3 +673,9 @@ def _unreachable_at_start(error: BaseException, attempts: int) -> bool:
     from kinesis_core.client import unreachable
 
     return attempts >= START_ATTEMPTS_UNREACHABLE and unreachable(error)
+
+
+def _wake(waker: asyncio.Future[None] | None) -> None:
+    """Wake a caller waiting on ``waker`` (None: it stopped waiting, or never had to)."""
+    if waker is not None and not waker.done():
+        waker.set_result(None)

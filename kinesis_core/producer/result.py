@@ -5,15 +5,16 @@ for the whole batch: it keeps its outcomes in a few flat lists (no object per re
 a :class:`RecordResult` only when one is asked for.
 
 The sinks at the bottom are how the pipeline reports outcomes: it calls ``succeeded`` or
-``failed`` once per record index, and the sink resolves the caller's future when its last record
-is done. A second outcome for the same index is ignored, so the clean-up after a crash can fail
-"everything unfinished" without ever giving a record two results.
+``failed`` once per record index, and a :class:`BatchSink` says when its last record is done.
+A second outcome for the same index is ignored, so the clean-up after a crash can fail
+"everything unfinished" without ever giving a record two results. Everything here is a value:
+resolving the caller's future is the driver's job.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, cast
 
@@ -51,7 +52,6 @@ __all__ = [
     "BatchResult",
     "BatchSink",
     "ElidedAttempts",
-    "FutureSink",
     "History",
     "ProducerClosedError",
     "ProducerCrashedError",
@@ -60,7 +60,6 @@ __all__ = [
     "Record",
     "RecordResult",
     "RecordSink",
-    "ResultFuture",
     "add_attempt",
     "attempt_count",
 ]
@@ -356,47 +355,26 @@ class RecordSink(Protocol):
     def failed(self, index: int, code: str, message: str, attempts: History) -> None: ...
 
 
-class FutureSink:
-    """What the driver's sinks share: a flush epoch, a registry key, a callback when done.
+class BatchSink:
+    """Sink of ``count`` >= 1 records: fills flat lists and, once its last record is finished,
+    puts itself on ``done`` (the pipeline's list of finished sinks) for ``result``. The first
+    outcome of a record stands.
 
+    It holds no callback: the driver resolves ``future``, which the pipeline never touches
+    (an asyncio future for :class:`Producer` callers, a ``concurrent.futures`` one for
+    :class:`BlockingProducer` callers), with ``result()`` after the pipeline's event is over.
     Records refer to their sink by ``key`` (an int) rather than by reference: a tuple of ints,
     strings and bytes is not tracked by the garbage collector, which then does not walk the
     hundreds of thousands of records a busy producer holds.
     """
 
-    __slots__ = ("epoch", "key", "on_done")
-
-    def __init__(self, epoch: int, on_done: DoneCallback) -> None:
-        self.epoch = epoch
-        self.key = -1
-        self.on_done = on_done
-
-
-DoneCallback = Callable[[FutureSink], None]
-"""Called with the sink once all its records are finished."""
-
-
-class ResultFuture(Protocol):
-    """What a :class:`BatchSink` resolves: an asyncio or a ``concurrent.futures`` future."""
-
-    def done(self) -> bool: ...
-
-    def set_result(self, result: Any, /) -> None: ...
-
-
-class BatchSink(FutureSink):
-    """Sink of ``count`` >= 1 records: fills flat lists, resolves its future once, when the
-    last record is finished, with a :class:`BatchResult` (``put_many``) or, with ``single``,
-    the one :class:`RecordResult` (``put``). The first outcome of a record stands.
-
-    The future is an asyncio one for :class:`Producer` callers and a ``concurrent.futures``
-    one for :class:`BlockingProducer` callers (resolving it from the loop thread is safe).
-    """
-
     __slots__ = (
         "attempts",
+        "done",
+        "epoch",
         "failures",
         "future",
+        "key",
         "remaining",
         "sequence_numbers",
         "shard_ids",
@@ -407,19 +385,24 @@ class BatchSink(FutureSink):
     def __init__(
         self,
         count: int,
-        future: ResultFuture,
-        epoch: int,
-        on_done: DoneCallback,
+        done: list[BatchSink] | None = None,
         *,
+        key: int = -1,
+        future: Any = None,
         single: bool = False,
     ) -> None:
-        super().__init__(epoch, on_done)
         self.shard_ids: list[str | None] = [None] * count
         self.sequence_numbers: list[int | None] = [None] * count
         self.sub_sequence_numbers: list[int | None] = [None] * count
         self.attempts: list[History] = [()] * count
         self.failures: dict[int, RecordResult] = {}
         self.remaining = count
+        self.done = done
+        """Where it goes when its last record is finished; None until the pipeline took it
+        (outcomes known before, at validation, are the caller's to see)."""
+        self.key = key
+        self.epoch = -1
+        """The flush epoch it was accepted in (-1: not yet)."""
         self.future = future
         self.single = single
 
@@ -477,14 +460,17 @@ class BatchSink(FutureSink):
         if not self.remaining:
             self._finish()
 
+    def result(self) -> BatchResult | RecordResult:
+        """The outcome of every record (``single``: of the one record), by index."""
+        result = BatchResult(
+            self.shard_ids,
+            self.sequence_numbers,
+            self.sub_sequence_numbers,
+            self.attempts,
+            self.failures,
+        )
+        return result[0] if self.single else result
+
     def _finish(self) -> None:
-        if not self.future.done():  # the caller may have cancelled its future
-            result = BatchResult(
-                self.shard_ids,
-                self.sequence_numbers,
-                self.sub_sequence_numbers,
-                self.attempts,
-                self.failures,
-            )
-            self.future.set_result(result[0] if self.single else result)
-        self.on_done(self)
+        if self.done is not None:
+            self.done.append(self)

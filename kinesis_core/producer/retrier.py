@@ -45,7 +45,7 @@ from operator import attrgetter, itemgetter
 from typing import Any
 
 from kinesis_core.classify import ERROR_CODES, RECORD_COUNT_MISMATCH, ErrorKind, classify
-from kinesis_core.producer.config import PAYLOAD_COPIES, RECORD_OVERHEAD_BYTES, record_cost
+from kinesis_core.producer.config import record_cost, records_cost
 from kinesis_core.producer.items import (
     ARRIVAL,
     ATTEMPTS,
@@ -418,7 +418,7 @@ class Retrier:
             )
         n = len(records)
         self.released_records += n
-        self.released_bytes += PAYLOAD_COPIES * budget_bytes + n * RECORD_OVERHEAD_BYTES
+        self.released_bytes += records_cost(budget_bytes, n)
         metrics = self.metrics
         if n > retried:
             metrics.retries_per_record.add(0, n - retried)

@@ -13,10 +13,10 @@ from botocore.exceptions import ClientError
 
 from kinesis_core.client import create_botocore_client
 from kinesis_core.errors import ValidationError
-from kinesis_core.hashing import hash_key, validate_partition_key
+from kinesis_core.hashing import validate_partition_key
 from kinesis_core.local.streams import LocalStream
 from kinesis_core.producer import Producer, ProducerConfig, RecordResult
-from reliability._common import kcl_view
+from reliability._common import kcl_view, unchecked_key
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +33,7 @@ KEYS = {
 
 
 def _server_answer(stream: LocalStream, key: str) -> str:
-    """"ok", or the error code the server refuses ``key`` with."""
+    """ "ok", or the error code the server refuses ``key`` with."""
     client = create_botocore_client(stream.client_config, "kinesis", max_attempts=1)
     try:
         client.put_record(StreamName=stream.name, Data=b"x", PartitionKey=key)
@@ -59,9 +59,9 @@ def test_fifty_good_records_are_written_and_the_one_the_server_refuses_fails_at_
     kinesis_stream: Any,
 ) -> None:
     """Aggregation off: one PutRecords of 51 records that the server refuses whole
-    (InvalidArgumentException) for the one key it finds too long. That record passed our checks
-    here only because it is handed over pre-validated (as the blocking facade does): it stands
-    for any limit the service enforces and we do not know."""
+    (InvalidArgumentException) for the one key it finds too long. That record passes our checks
+    here only because the test lets it past them: it stands for any limit the service enforces
+    and we do not know."""
     stream = kinesis_stream(shards=2)
     config = ProducerConfig(aggregation_enabled=False, record_ttl=30.0)
     good = [(b"good-%d" % i, f"key-{i}") for i in range(50)]
@@ -71,9 +71,9 @@ def test_fifty_good_records_are_written_and_the_one_the_server_refuses_fails_at_
             loop = asyncio.get_running_loop()
             started = loop.time()
             futures = [await p.submit(data, key) for data, key in good[:25]]
-            bad: asyncio.Future[RecordResult] = loop.create_future()
             too_long = "k" * 300
-            p.accept_validated(b"bad", too_long, None, hash_key(too_long), bad)
+            with unchecked_key(too_long):
+                bad = await p.submit(b"bad", too_long)
             futures += [await p.submit(data, key) for data, key in good[25:]]
             results = list(await asyncio.gather(*futures))
             return results, await bad, loop.time() - started

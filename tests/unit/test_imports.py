@@ -61,6 +61,7 @@ PURE = [
     "kinesis_core.lease",
     "kinesis_core.lease.coordinator",
     "kinesis_core.producer",
+    "kinesis_core.producer.admission",
     "kinesis_core.producer.aggregator",
     "kinesis_core.producer.collector",
     "kinesis_core.producer.config",

@@ -3,13 +3,13 @@ and what a caller sees of them in a result."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
 from kinesis_core.producer.result import (
     KEEP_FIRST,
     KEEP_LAST,
     Attempt,
+    BatchResult,
     BatchSink,
     ElidedAttempts,
     History,
@@ -85,16 +85,13 @@ def test_results_show_the_kept_attempts_and_the_elided_count() -> None:
 
 
 def test_a_batch_result_splits_histories_too() -> None:
-    async def main() -> None:
-        future = asyncio.get_running_loop().create_future()
-        sink = BatchSink(2, future, 0, lambda _: None)
-        sink.succeeded(0, "s", 5, 0, history_of(30))
-        sink.failed(1, "Expired", "ttl", history_of(3))
-        batch = future.result()
-        assert batch[0].attempt_count == 30
-        assert batch[0].elided is not None
-        assert len(batch[0].attempts) == 6
-        assert batch[1].elided is None
-        assert batch.failures[0][1].attempt_count == 3
-
-    asyncio.run(main())
+    sink = BatchSink(2)
+    sink.succeeded(0, "s", 5, 0, history_of(30))
+    sink.failed(1, "Expired", "ttl", history_of(3))
+    batch = sink.result()
+    assert isinstance(batch, BatchResult)
+    assert batch[0].attempt_count == 30
+    assert batch[0].elided is not None
+    assert len(batch[0].attempts) == 6
+    assert batch[1].elided is None
+    assert batch.failures[0][1].attempt_count == 3

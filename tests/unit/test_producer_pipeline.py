@@ -50,7 +50,6 @@ class Setup:
             random=lambda: 1.0,
         )
         self.sink = RecordingSink()
-        self.key = self.pipeline.register(self.sink)
         self.count = 0
 
     def predict(self, hash_key: int) -> str | None:
@@ -61,14 +60,17 @@ class Setup:
         first = self.count
         records = [(b"r%d" % (first + i), f"k{first + i}", ehk) for i, ehk in enumerate(ehks)]
         self.count += len(records)
-        # admit_many numbers records by their position in the list it is given
         pipeline = self.pipeline
-        sink_key = pipeline.register(_Offset(self.sink, first))
-        pipeline.admit_many(records, 0, sink_key, now)
+        sub = pipeline.submission(records, now)
+        pipeline.offer(sub)
+        pipeline.admit(now)
+        # A submission numbers its records by their position in its list; they report to the
+        # one RecordingSink here, which also counts a second outcome for a record.
+        pipeline.sinks[sub.sink.key] = _Offset(self.sink, first)
         return list(range(first, first + len(records)))
 
     def ready_now(self, now: float) -> None:
-        self.pipeline.flushing = True
+        self.pipeline.flush()  # nothing lingers while a flush waits
         self.pipeline.poll(now)
 
     def take(self, now: float, sending: int = 0) -> PutBatch | None:

@@ -353,21 +353,18 @@ def test_an_aggregate_of_several_callers_and_retries_numbers_sub_records_in_orde
 
 
 def test_batch_sink_runs_keep_the_first_outcome_and_resolve_once() -> None:
-    async def main() -> None:
-        done: list[object] = []
-        future: asyncio.Future[BatchResult] = asyncio.get_running_loop().create_future()
-        sink = BatchSink(4, future, 0, done.append)
-        sink.failed(1, "Bad", "refused", ())
-        sink.succeeded_run([0, 1], 0, "low", 7, ())
-        assert not future.done()
-        sink.succeeded_run([0, 2, 3], 5, "high", 8, ())  # 0 already finished: ignored
-        result = future.result()
-        assert result.shard_ids == ["low", None, "high", "high"]
-        assert result.sub_sequence_numbers == [0, None, 6, 7]
-        assert result.failures[0][0] == 1
-        assert done == [sink]
-
-    asyncio.run(main())
+    done: list[BatchSink] = []
+    sink = BatchSink(4, done)
+    sink.failed(1, "Bad", "refused", ())
+    sink.succeeded_run([0, 1], 0, "low", 7, ())
+    assert not done
+    sink.succeeded_run([0, 2, 3], 5, "high", 8, ())  # 0 already finished: ignored
+    result = sink.result()
+    assert isinstance(result, BatchResult)
+    assert result.shard_ids == ["low", None, "high", "high"]
+    assert result.sub_sequence_numbers == [0, None, 6, 7]
+    assert result.failures[0][0] == 1
+    assert done == [sink]
 
 
 # -- the sender's error mapping ------------------------------------------------------------

@@ -1,0 +1,396 @@
+"""Admission, sans-I/O: the memory budget, the callers waiting for room, and flush epochs.
+
+Every record enters the producer here, whichever call brought it (``put``, ``put_many``, a
+blocking caller's thread, a Beam chunk), inside a :class:`Submission`: the validated records of
+one call and the sink that reports them. The machine decides and says what it decided; it
+calls nothing, and the drivers execute its answers:
+
+- ``offer(sub)``: ``ADMITTED`` (its records wait in the inbox for the pipeline to take them),
+  ``WAITING`` (queued, first come first served, with the prefix that fitted already admitted)
+  or ``REFUSED`` (the producer stopped); and whether the event loop must be woken to take the
+  inbox (once per burst of offers, not once per offer).
+- ``release(records, bytes)``: records finished; returns the waiting submissions now wholly
+  admitted, whose callers the driver wakes. A waiting submission is validated as far as the
+  budget has room, no further (its caller's records are not all held at once): ``hungry``
+  names the first in line when it needs its next records validated before it can go on.
+- ``flush()``: a :class:`Flush` to wait for (None when nothing accepted so far is unfinished);
+  ``finished(sinks)``: the flushes whose records are all finished now.
+- ``withdraw(sub)``: its caller stopped waiting; ``stop(reason)``: every waiting submission is
+  refused, and so is every later offer.
+
+The states (``state``): ``OPEN`` (nobody waits for room), ``FULL`` (someone does: later offers
+queue behind them) and ``STOPPED`` (closing, closed, failed or crashed). The budget counts the
+records admitted and not finished (the inbox's too) and their cost
+(:func:`~kinesis_core.producer.config.records_cost`). A new offer takes what fits the whole
+budget; waiting submissions are let in once the budget is below ``LOW_WATER`` again, not record
+by record. An empty budget takes any one record, so a record bigger than the budget still goes.
+
+A blocking caller offers from its own thread while the event loop releases room, so every
+method runs under ``lock``, which the driver supplies (a ``threading.Lock``; by default none).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any
+
+from kinesis_core.producer.config import record_cost
+from kinesis_core.producer.items import DATA, PARTITION_KEY, UserRecord
+
+if TYPE_CHECKING:
+    from kinesis_core.producer.result import BatchSink
+
+LOW_WATER = 0.9
+"""Waiting submissions are let in once the budget is below this fraction again."""
+
+
+class State(enum.Enum):
+    """Where the admission stands."""
+
+    OPEN = "open"
+    """Offers are taken as far as the budget has room; nobody waits."""
+    FULL = "full"
+    """Submissions wait for room; a new offer queues behind them."""
+    STOPPED = "stopped"
+    """Nothing is taken any more (the producer is closing, closed, failed or crashed)."""
+
+
+class Standing(enum.Enum):
+    """Where one submission stands."""
+
+    NEW = "new"
+    """Not offered yet."""
+    WAITING = "waiting"
+    """Some of its records wait for room (the ones before them are admitted)."""
+    ADMITTED = "admitted"
+    """Every record is admitted (in the inbox or in the pipeline)."""
+    REFUSED = "refused"
+    """The producer stopped before every record was admitted: the rest failed."""
+    WITHDRAWN = "withdrawn"
+    """Its caller stopped waiting: the records not admitted failed."""
+
+
+class Submission:
+    """The records of one call, on their way in.
+
+    ``source`` is what the caller gave, validated from the start up to ``next`` (the pipeline
+    validates as far as the budget has room); ``records`` are the user records validated and
+    not admitted yet (it holds none once admitted), and ``cost`` what they count.
+    Records that failed validation are failed in ``sink`` already; ``too_large`` holds
+    ``(index, record)`` pairs set aside for a fresh look at the stream's maximum record size
+    (``final``: none is set aside, they are refused). ``indexes`` are the records' indexes in
+    the sink when they are not their positions in ``source``. ``waker`` is the driver's (a
+    future it resolves once the submission is decided); ``error`` is the refusal of a single
+    record that its caller raises.
+    """
+
+    __slots__ = (
+        "cost",
+        "error",
+        "final",
+        "held",
+        "indexes",
+        "next",
+        "records",
+        "sink",
+        "source",
+        "standing",
+        "too_large",
+        "waited",
+        "waker",
+    )
+
+    def __init__(
+        self,
+        source: Sequence[Any],
+        sink: BatchSink,
+        indexes: list[int] | None = None,
+        *,
+        final: bool = False,
+    ) -> None:
+        self.source = source
+        self.sink = sink
+        self.indexes = indexes
+        self.final = final
+        self.next = 0
+        self.records: list[UserRecord] = []
+        self.cost = 0
+        self.too_large: list[tuple[int, Any]] = []
+        self.standing = Standing.NEW
+        self.waited = False
+        """Whether it was queued: its records then start their TTL when admitted."""
+        self.held = False
+        """Its next record did not fit the room when validated: it waits for records to
+        finish before it is validated again."""
+        self.waker: Any = None
+        self.error: Exception | None = None
+
+    @property
+    def hungry(self) -> bool:
+        """Every record validated so far is admitted, and more are to be validated (unless
+        ``held``)."""
+        return not self.records and self.next < len(self.source) and not self.held
+
+    @property
+    def complete(self) -> bool:
+        """Every record is admitted (or failed validation, or set aside)."""
+        return not self.records and self.next == len(self.source)
+
+    @property
+    def unsettled(self) -> bool:
+        """Whether its caller still has to wait (for room, or for the stream's limit), or, for
+        a single record refused, to raise why."""
+        standing = self.standing
+        return (
+            standing is Standing.WAITING
+            or bool(self.too_large)
+            or (standing is Standing.REFUSED and self.sink.single)
+        )
+
+
+class Flush:
+    """A caller waiting until every record accepted before ``epoch`` ended is finished."""
+
+    __slots__ = ("epoch", "waker")
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.waker: Any = None
+
+
+Slice = tuple[Submission, list[UserRecord]]
+"""``(submission, records)``: records of a submission, admitted together."""
+
+
+class Admission:
+    """The budget, the waiting submissions, the inbox and the flush epochs (module docstring)."""
+
+    def __init__(
+        self,
+        max_records: int,
+        max_bytes: int,
+        lock: AbstractContextManager[Any] | None = None,
+    ) -> None:
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        self._low_records = LOW_WATER * max_records
+        self._low_bytes = LOW_WATER * max_bytes
+        self.lock: AbstractContextManager[Any] = lock if lock is not None else nullcontext()
+        self.records = 0
+        """Records admitted and not finished (the budget's count)."""
+        self.bytes = 0
+        """Their cost."""
+        self.waiting: deque[Submission] = deque()
+        self.inbox: list[Slice] = []
+        """Admitted records the pipeline has not taken yet, in the order they were admitted."""
+        self.signalled = False
+        """Whether the loop was told to take the inbox since it last did."""
+        self.epoch = 0
+        self.pending: dict[int, int] = {}
+        """Unfinished sinks, by the flush epoch they were accepted in."""
+        self.flushes: list[Flush] = []
+        self.stopped: str | None = None
+        """Why nothing is taken any more (None while open)."""
+
+    @property
+    def state(self) -> State:
+        if self.stopped is not None:
+            return State.STOPPED
+        return State.FULL if self.waiting else State.OPEN
+
+    @property
+    def room(self) -> tuple[int, int]:
+        """Records and bytes the budget has room for now (a snapshot when read unlocked)."""
+        return self.max_records - self.records, self.max_bytes - self.bytes
+
+    @property
+    def urgent(self) -> bool:
+        """Whether anyone waits (for room or for a flush): nothing should linger then."""
+        return bool(self.waiting or self.flushes)
+
+    # -- events ------------------------------------------------------------------------------
+
+    def offer(self, sub: Submission) -> tuple[Standing, bool]:
+        """Take ``sub`` in as far as the budget has room (nothing while others wait); returns
+        its standing, and whether the loop must be woken to take the inbox."""
+        with self.lock:
+            if self.stopped is not None:
+                sub.standing = Standing.REFUSED
+                return sub.standing, False
+            sink = sub.sink
+            if sink.epoch < 0:
+                sink.epoch = epoch = self.epoch
+                self.pending[epoch] = self.pending.get(epoch, 0) + 1
+            if not self.waiting:
+                self._take(sub)
+            if sub.complete:
+                sub.standing = Standing.ADMITTED
+            else:
+                sub.standing = Standing.WAITING
+                sub.waited = True
+                self.waiting.append(sub)
+            wake = (bool(self.inbox) or self._hungry() is not None) and not self.signalled
+            if wake:
+                self.signalled = True
+            return sub.standing, wake
+
+    def wait_for(self, sub: Submission, waker: Any) -> bool:
+        """Give a waiting ``sub`` the ``waker`` its driver resolves when it is decided; False
+        (and no waker) if it is decided already."""
+        with self.lock:
+            if sub.standing is not Standing.WAITING:
+                return False
+            sub.waker = waker
+            return True
+
+    def take_inbox(self) -> list[Slice]:
+        """The admitted records, for the pipeline to take."""
+        with self.lock:
+            inbox, self.inbox = self.inbox, []
+            self.signalled = False
+            return inbox
+
+    def release(self, records: int, nbytes: int) -> list[Submission]:
+        """``records`` records of cost ``nbytes`` finished; returns the waiting submissions
+        now wholly admitted."""
+        with self.lock:
+            self.records -= records
+            self.bytes -= nbytes
+            if self.waiting:
+                self.waiting[0].held = False
+            return self._let_in()
+
+    def let_in(self) -> list[Submission]:
+        """Admit what waits as far as the budget and the records validated allow; returns the
+        submissions now wholly admitted (after ``hungry``'s were validated further)."""
+        with self.lock:
+            return self._let_in()
+
+    def hungry(self) -> Submission | None:
+        """The first in line, if the budget would let more of it in but every record of it
+        validated so far is admitted: the pipeline validates its next records."""
+        with self.lock:
+            return self._hungry()
+
+    def withdraw(self, sub: Submission) -> list[Submission]:
+        """``sub``'s caller stopped waiting: its records not admitted stay out. Returns the
+        submissions behind it now wholly admitted."""
+        with self.lock:
+            if sub.standing is Standing.WAITING:
+                self.waiting.remove(sub)
+                sub.standing = Standing.WITHDRAWN
+            return self._let_in()
+
+    def stop(self, reason: str) -> list[Submission]:
+        """Take nothing any more (``reason`` says why); returns the waiting submissions, now
+        refused."""
+        with self.lock:
+            if self.stopped is None:
+                self.stopped = reason
+            refused = list(self.waiting)
+            self.waiting.clear()
+            for sub in refused:
+                sub.standing = Standing.REFUSED
+            return refused
+
+    def flush(self) -> Flush | None:
+        """A flush of everything accepted so far; None if all of it is finished already."""
+        with self.lock:
+            epoch = self.epoch
+            self.epoch += 1
+            if not self.pending or min(self.pending) > epoch:
+                return None
+            flush = Flush(epoch)
+            self.flushes.append(flush)
+            return flush
+
+    def forget(self, flush: Flush) -> None:
+        """Its caller stopped waiting for ``flush`` (done, timed out or cancelled)."""
+        with self.lock:
+            if flush in self.flushes:
+                self.flushes.remove(flush)
+
+    def take_flushes(self) -> list[Flush]:
+        """Every flush, done or not (a crash: nothing more will finish)."""
+        with self.lock:
+            flushes, self.flushes = self.flushes, []
+            return flushes
+
+    def finished(self, sinks: Iterable[BatchSink]) -> list[Flush]:
+        """Every record of ``sinks`` is finished; returns the flushes done now."""
+        with self.lock:
+            pending = self.pending
+            for sink in sinks:
+                left = pending[sink.epoch] - 1
+                if left:
+                    pending[sink.epoch] = left
+                else:
+                    del pending[sink.epoch]
+            if not self.flushes:
+                return []
+            oldest = min(pending, default=self.epoch)
+            done = [f for f in self.flushes if f.epoch < oldest]
+            if done:
+                self.flushes = [f for f in self.flushes if f.epoch >= oldest]
+            return done
+
+    # -- internals (under the lock) ----------------------------------------------------------
+
+    def _take(self, sub: Submission) -> None:
+        """Admit the validated records of ``sub`` that fit the budget, in their order."""
+        records = sub.records
+        if not records:
+            return
+        room_records, room_bytes = self.room
+        if len(records) <= room_records and sub.cost <= room_bytes:
+            taken, cost = records, sub.cost  # the usual case: all of them, no count per record
+            sub.records = []
+        else:
+            stop, cost = 0, 0
+            last = min(len(records), max(room_records, 0))
+            while stop < last:
+                ur = records[stop]
+                more = record_cost(ur[DATA], ur[PARTITION_KEY])
+                if cost + more > room_bytes:
+                    break
+                cost += more
+                stop += 1
+            if not stop:
+                if self.records:
+                    return
+                ur = records[0]  # an empty budget takes any one record
+                stop, cost = 1, record_cost(ur[DATA], ur[PARTITION_KEY])
+            taken, sub.records = records[:stop], records[stop:]
+        self.inbox.append((sub, taken))
+        self.records += len(taken)
+        self.bytes += cost
+        sub.cost -= cost
+
+    def _let_in(self) -> list[Submission]:
+        """Admit waiting submissions, first come first served, while the budget is below the
+        low-water mark; returns the ones now wholly admitted."""
+        admitted = []
+        waiting = self.waiting
+        while waiting and self._below_low_water():
+            sub = waiting[0]
+            self._take(sub)
+            if not sub.complete:
+                break
+            waiting.popleft()
+            sub.standing = Standing.ADMITTED
+            admitted.append(sub)
+        return admitted
+
+    def _hungry(self) -> Submission | None:
+        waiting = self.waiting
+        if waiting and waiting[0].hungry and self._below_low_water():
+            return waiting[0]
+        return None
+
+    def _below_low_water(self) -> bool:
+        return not self.records or (
+            self.records <= self._low_records and self.bytes <= self._low_bytes
+        )
