@@ -189,20 +189,32 @@ async def _lag(tick: float, worst: list[float]) -> None:
         worst[0] = max(worst[0], loop.time() - due)
 
 
-async def _idle(endpoint: str, stream: str, warmup: float, seconds: float) -> Idle:
+def _count_get_records(client: Any, calls: list[int]) -> None:
+    """Count into calls[0] the GetRecords requests ``client``'s HTTP session sends: those of
+    botocore and those of the lean path (kinesis_core.lean_get_records) alike."""
+    http_session = client._endpoint.http_session
+    send = http_session.send
+
+    async def counted(request: Any) -> Any:
+        target = request.headers.get("X-Amz-Target", b"")
+        if (target.decode() if isinstance(target, bytes) else target).endswith(".GetRecords"):
+            calls[0] += 1
+        return await send(request)
+
+    http_session.send = counted
+
+
+async def _idle(endpoint: str, stream: str, warmup: float, seconds: float, lean: bool) -> Idle:
     calls = [0]
-
-    def count(**_: Any) -> None:
-        calls[0] += 1
-
     async with _moto_client(endpoint, stream) as client:
-        client.meta.events.register("before-call.kinesis.GetRecords", count)
+        _count_get_records(client, calls)
         async with Consumer(
             stream,
             client=client,
             checkpoint_store=MemoryCheckpointStore(),
             initial_position=TRIM_HORIZON,
             close_timeout=0,
+            lean_get_records=lean,
         ) as consumer:
 
             async def read() -> None:
@@ -230,9 +242,12 @@ async def _idle(endpoint: str, stream: str, warmup: float, seconds: float) -> Id
     )
 
 
-def measure_idle(endpoint: str, stream: str, warmup: float, seconds: float) -> Idle:
-    """What a consumer of an empty stream costs the client, after ``warmup`` seconds."""
-    return asyncio.run(_idle(endpoint, stream, warmup, seconds))
+def measure_idle(
+    endpoint: str, stream: str, warmup: float, seconds: float, *, lean: bool = True
+) -> Idle:
+    """What a consumer of an empty stream costs the client, after ``warmup`` seconds
+    (``lean``: its ``lean_get_records`` setting)."""
+    return asyncio.run(_idle(endpoint, stream, warmup, seconds, lean))
 
 
 def _producer_rows(server: MotoServer, shard_counts: tuple[int, ...], count: int) -> list[Row]:
@@ -250,6 +265,27 @@ def _producer_rows(server: MotoServer, shard_counts: tuple[int, ...], count: int
         rows.append(Row(PRODUCER, _shards(shards), rate, "rec/s", baseline, note=note))
         rows.append(Row(PRODUCER_CPU, _shards(shards), cpu, "CPU s / 1M records"))
     return rows
+
+
+BOTOCORE_PATH_AT = 64
+"""The shard count at which the idle consumer is measured a second time with every GetRecords
+sent through botocore (``lean_get_records=False``), for the ratio of the two paths."""
+
+
+def _botocore_path_row(
+    server: MotoServer, stream: LocalStream, warmup: float, seconds: float, lean: Idle
+) -> Row:
+    slow = measure_idle(server.endpoint_url, stream.name, warmup, seconds, lean=False)
+    return Row(
+        IDLE,
+        f"{_shards(BOTOCORE_PATH_AT)}: client CPU, every GetRecords through botocore",
+        slow.cpu_per_second,
+        "CPU s / s",
+        note=(
+            f"the lean path: {lean.cpu_per_second / slow.cpu_per_second:.2f}x of it "
+            f"({lean.get_records_per_second:.0f} vs {slow.get_records_per_second:.0f} calls/s)"
+        ),
+    )
 
 
 def run(quick: bool) -> list[Row]:
@@ -275,6 +311,9 @@ def run(quick: bool) -> list[Row]:
             gc.collect()
             try:
                 idle = measure_idle(server.endpoint_url, stream.name, warmup, seconds)
+                if shards == BOTOCORE_PATH_AT:
+                    gc.collect()
+                    rows.append(_botocore_path_row(server, stream, warmup, seconds, idle))
             finally:
                 stream.delete()
                 stream.close()

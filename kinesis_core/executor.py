@@ -62,6 +62,7 @@ from kinesis_core.consumer.subscription import (
 from kinesis_core.consumer.transport import CheckStream, StreamView
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.fanout.registration import parse_consumer_arn
+from kinesis_core.lean_get_records import LeanGetRecords
 from kinesis_core.retry import Retry, RetryPolicy
 from kinesis_core.shards import ShardInfo
 from kinesis_core.stream import StreamRef
@@ -157,7 +158,8 @@ class _Shared(Generic[_T]):
 class AsyncExecutor:
     """Executes calls on an aiobotocore Kinesis client (the caller owns it), waiting on
     ``clock``. ``fanout`` (a :class:`~kinesis_core.fanout.FanOutClient`) opens the
-    subscriptions of fan-out readers."""
+    subscriptions of fan-out readers. With ``lean_get_records`` the polling readers' GetRecords
+    skip botocore's per-call machinery (:mod:`kinesis_core.lean_get_records`)."""
 
     def __init__(
         self,
@@ -168,10 +170,12 @@ class AsyncExecutor:
         view_max_age: float = VIEW_MAX_AGE,
         listing_max_age: float = LISTING_MAX_AGE,
         rng: Callable[[], float] = random.random,
+        lean_get_records: bool = False,
     ) -> None:
         self.client = client
         self.clock = clock
         self.fanout = fanout
+        self.lean = LeanGetRecords.of(client) if lean_get_records else None
         self._rng = rng
         self._view_max_age = view_max_age
         self._listing_max_age = listing_max_age
@@ -269,10 +273,13 @@ class _ShardRequests:
     """The client calls of one shard's polling reader: GetRecords (with the stream's
     ``StreamId``, if any) and GetShardIterator (naming the stream and the shard)."""
 
-    __slots__ = ("_client", "_records_params", "_shard_id", "_stream_params")
+    __slots__ = ("_client", "_lean", "_records_params", "_shard_id", "_stream_params")
 
-    def __init__(self, client: Any, stream: StreamRef, shard_id: str) -> None:
+    def __init__(
+        self, client: Any, stream: StreamRef, shard_id: str, lean: LeanGetRecords | None = None
+    ) -> None:
         self._client = client
+        self._lean = lean
         self._stream_params = stream.params()
         self._records_params = records_params(stream)
         self._shard_id = shard_id
@@ -280,6 +287,8 @@ class _ShardRequests:
     def send(self, call: Call) -> Any:
         """The client's answer (or its awaitable) to a polling call; None for another call."""
         if isinstance(call, GetRecords):
+            if self._lean is not None:
+                return self._lean.get_records(call.iterator, call.limit, self._records_params)
             return self._client.get_records(
                 ShardIterator=call.iterator, Limit=call.limit, **self._records_params
             )
@@ -299,7 +308,7 @@ class AsyncShardLink:
         self, executor: AsyncExecutor, stream: StreamRef, shard_id: str, consumer_arn: str | None
     ) -> None:
         self._executor = executor
-        self._requests = _ShardRequests(executor.client, stream, shard_id)
+        self._requests = _ShardRequests(executor.client, stream, shard_id, executor.lean)
         self._stream = stream
         self._shard_id = shard_id
         self._consumer_arn = consumer_arn

@@ -132,6 +132,10 @@ class ConsumerConfig:
       docs/checkpoints.md.
     - ``telemetry``: OpenTelemetry metrics (a :class:`~kinesis_core.telemetry.Telemetry`;
       docs/operations.md); None (the default): off, and nothing of OpenTelemetry is imported.
+    - ``lean_get_records``: send polling readers' GetRecords on the client's signer and HTTP
+      session without botocore's per-call machinery (a third of the CPU per call; see
+      docs/performance.md). False sends every call through botocore, for a client whose
+      events the application hooks itself.
     """
 
     application_name: str = "default"
@@ -149,6 +153,7 @@ class ConsumerConfig:
     enhanced_fan_out: EnhancedFanOut | bool = False
     on_stream_recreated: OnStreamRecreated = "fail"
     telemetry: Telemetry | None = None
+    lean_get_records: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.application_name, str) or not self.application_name:
@@ -178,8 +183,10 @@ class ConsumerConfig:
                 "max_read_bytes_per_second",
                 f"must be a number of bytes > 0, got {self.max_read_bytes_per_second!r}",
             )
-        if not isinstance(self.auto_ack, bool):
-            raise ConfigurationError("auto_ack", f"must be True or False, got {self.auto_ack!r}")
+        for name in ("auto_ack", "lean_get_records"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise ConfigurationError(name, f"must be True or False, got {value!r}")
         _integer("max_queued_batches", self.max_queued_batches, 1, None)
         _integer("max_records_per_call", self.max_records_per_call, 1, MAX_GET_RECORDS_LIMIT)
         if not isinstance(self.leases, (bool, LeaseConfig)):

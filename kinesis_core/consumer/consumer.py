@@ -277,6 +277,7 @@ class Consumer:
             self._executor = AsyncExecutor(
                 self._client,
                 clock=self._clock,
+                lean_get_records=self.config.lean_get_records,
                 listing_max_age=LISTING_MAX_AGE if efo is None else efo.closed_check_interval / 2,
             )
             # The stored checkpoints are checked before a stream consumer is registered: a

@@ -1,0 +1,117 @@
+"""The lean GetRecords path's pure parts, and what it signs and sends (a recording HTTP
+session in place of the network; the real servers are in tests/integration)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from botocore.awsrequest import AWSRequest
+
+from kinesis_core.client import ClientConfig, create_kinesis_client
+from kinesis_core.lean_get_records import EVENT, LeanGetRecords, error_response, route_of
+
+AUTH = (
+    "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261125/eu-west-1/kinesis/aws4_request, "
+    "SignedHeaders=content-type;host;x-amz-date;x-amz-target, Signature=abc"
+)
+
+
+def test_a_route_takes_the_signing_scope_from_the_authorization_header() -> None:
+    route = route_of(
+        "https://kinesis.eu-west-1.amazonaws.com/",
+        {"Authorization": AUTH.encode(), "User-Agent": b"Botocore/1 kinesis-connectors"},
+    )
+    assert route is not None
+    assert (route.region, route.service) == ("eu-west-1", "kinesis")
+    assert route.user_agent == "Botocore/1 kinesis-connectors"
+    assert route_of("http://x/", {}) is None
+    assert route_of("http://x/", {"Authorization": "Bearer token"}) is None
+    assert route_of("http://x/", {"Authorization": "AWS4-HMAC-SHA256 Credential=a/b"}) is None
+
+
+def test_error_answers_take_botocores_shape() -> None:
+    typed = error_response(
+        400,
+        {"x-amzn-requestid": "r-1"},
+        b'{"__type":"com.amazonaws.kinesis#ExpiredIteratorException","message":"too old"}',
+    )
+    assert typed["Error"] == {"Code": "ExpiredIteratorException", "Message": "too old"}
+    assert typed["ResponseMetadata"]["RequestId"] == "r-1"
+    assert typed["ResponseMetadata"]["HTTPStatusCode"] == 400
+    capital = error_response(400, {}, b'{"__type":"LimitExceededException","Message":"slow"}')
+    assert capital["Error"] == {"Code": "LimitExceededException", "Message": "slow"}
+    assert error_response(503, {}, b"<html><b>busy</b></html>")["Error"] == {
+        "Code": "503",
+        "Message": "Service Unavailable",
+    }
+    assert error_response(500, {}, b"")["Error"] == {
+        "Code": "500",
+        "Message": "Internal Server Error",
+    }
+    assert error_response(400, {}, b"not json")["Error"] == {"Code": "400", "Message": "not json"}
+
+
+class _Answer:
+    status_code = 200
+    headers = {"x-amzn-requestid": "r-2"}
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    @property
+    def content(self) -> Any:
+        async def read() -> bytes:
+            return self._body
+
+        return read()
+
+
+class _RecordingSession:
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    async def send(self, request: Any) -> _Answer:
+        self.sent.append(request)
+        page = {"Records": [{"Data": "aGk=", "PartitionKey": "k", "SequenceNumber": "1"}]}
+        return _Answer(
+            json.dumps({**page, "NextShardIterator": "it-2", "MillisBehindLatest": 0}).encode()
+        )
+
+
+def test_a_learned_route_is_signed_with_the_clients_credentials_and_token() -> None:
+    config = ClientConfig(
+        region_name="us-east-1",
+        endpoint_url="http://127.0.0.1:9",
+        aws_access_key_id="AKIDEXAMPLE",
+        aws_secret_access_key="secret",
+        aws_session_token="session-token",
+    )
+
+    async def main() -> tuple[Any, dict[str, Any]]:
+        async with create_kinesis_client(config, max_attempts=1) as client:
+            session = _RecordingSession()
+            lean = LeanGetRecords(client, client._request_signer, session)
+            learned = AWSRequest(
+                method="POST",
+                url="https://lean.example/",
+                data=b'{"ShardIterator":"it-1","Limit":5}',
+                headers={"Authorization": AUTH, "User-Agent": "agent/1"},
+            ).prepare()
+            await client.meta.events.emit(EVENT, request=learned)
+            answer = await lean.get_records("it-1", 5, {})
+            return session.sent[0], answer
+
+    sent, answer = asyncio.run(main())
+    assert sent.url == "https://lean.example/"
+    assert json.loads(sent.body) == {"ShardIterator": "it-1", "Limit": 5}
+    assert sent.headers["X-Amz-Target"] == "Kinesis_20131202.GetRecords"
+    assert sent.headers["User-Agent"] == "agent/1"
+    assert sent.headers["X-Amz-Security-Token"] == "session-token"
+    authorization = sent.headers["Authorization"]
+    assert authorization.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
+    assert "/eu-west-1/kinesis/aws4_request" in authorization
+    assert answer["Records"][0]["Data"] == b"hi"
+    assert answer["NextShardIterator"] == "it-2"
+    assert answer["ResponseMetadata"]["RequestId"] == "r-2"
