@@ -969,7 +969,8 @@ from kinesis_core.consumer import Consumer, EnhancedFanOut
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.stream import StreamRef
 from beam_kinesis import ReadFromKinesis
-from beam_kinesis._shard_readers import _FanOut
+from kinesis_core.fanout.consumers import open_fan_out_on_loop
+from kinesis_core.loop_thread import LoopThread
 
 stream, config = sys.argv[1], ClientConfig(**json.loads(sys.argv[2]))
 
@@ -986,7 +987,7 @@ async def core():
 
 def beam():
     spec = ReadFromKinesis(stream, consumer_name="beam-without-h2", client_config=config)._spec
-    _FanOut(spec, StreamRef.of(stream))
+    open_fan_out_on_loop(LoopThread.get(), spec.client_config, StreamRef.of(stream), spec.fan_out)
 
 
 seen = {}
