@@ -114,6 +114,9 @@ class ConsumerConfig:
     - ``max_queued_batches``: batches read ahead of the application (the backpressure).
     - ``max_records_per_call``: GetRecords ``Limit`` (1 to 10,000).
     - ``idle_interval``: seconds a caught-up shard waits after an empty read (>= 0.2).
+    - ``max_idle_interval``: None (the default), or the seconds up to which the wait doubles
+      while a shard stays empty (back to ``idle_interval`` at its first record): fewer calls
+      on idle shards, for up to this much latency when one wakes up.
     - ``max_read_bytes_per_second``: bytes of data a polling reader reads from one shard per
       second at most: after a response of n bytes the next GetRecords waits until n / this
       after the call. Kinesis serves 2 MiB/s per shard (the default) and throttles the calls
@@ -147,6 +150,7 @@ class ConsumerConfig:
     max_queued_batches: int = 8
     max_records_per_call: int = MAX_GET_RECORDS_LIMIT
     idle_interval: float = 1.0
+    max_idle_interval: float | None = None
     max_read_bytes_per_second: float = READ_BYTES_PER_SECOND
     start_timeout: float = 30.0
     leases: LeaseConfig | bool = False
@@ -174,6 +178,14 @@ class ConsumerConfig:
             inclusive=True,
             finite=True,
         )
+        if self.max_idle_interval is not None:
+            _seconds(
+                "max_idle_interval",
+                self.max_idle_interval,
+                minimum=self.idle_interval,
+                inclusive=True,
+                finite=True,
+            )
         if (
             not isinstance(self.max_read_bytes_per_second, (int, float))
             or isinstance(self.max_read_bytes_per_second, bool)
@@ -235,6 +247,7 @@ class ConsumerConfig:
         return PollingOptions(
             limit=self.max_records_per_call,
             idle_interval=self.idle_interval,
+            max_idle_interval=self.max_idle_interval,
             max_bytes_per_second=self.max_read_bytes_per_second,
         )
 

@@ -61,6 +61,11 @@ class PollingOptions:
     """Seconds between two GetRecords (and between two GetShardIterator) calls on one shard."""
     idle_interval: float = 1.0
     """Seconds to wait after an empty response from a shard that is caught up."""
+    max_idle_interval: float | None = None
+    """With a value, the wait after each further empty response doubles, from
+    ``idle_interval`` up to this many seconds, and falls back at the first record: an idle
+    shard costs fewer calls, and a shard that wakes up is read up to this much later. None (the
+    default): every wait is ``idle_interval``."""
     backoff: Backoff = POLLING_BACKOFF
     """After failed calls: the base doubling up to the maximum, with jitter."""
     max_bytes_per_second: float = READ_BYTES_PER_SECOND
@@ -84,6 +89,18 @@ class PollingOptions:
                 f"idle_interval ({self.idle_interval}) must be >= min_interval "
                 f"({self.min_interval})"
             )
+        longest = self.max_idle_interval
+        if longest is not None and not self.idle_interval <= longest < math.inf:
+            raise ConfigurationError(
+                "max_idle_interval",
+                f"must be >= idle_interval ({self.idle_interval}) and finite, got {longest!r}",
+            )
+
+    def idle_wait(self, streak: int) -> float:
+        """The wait after the ``streak``-th empty response in a row (1 for the first)."""
+        if self.max_idle_interval is None:
+            return self.idle_interval
+        return min(self.idle_interval * 2.0 ** min(streak - 1, 32), self.max_idle_interval)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +140,7 @@ class PollingRead(ShardRead):
         # idle waits hold both.
         self._next_iterator_at = 0.0
         self._next_records_at = 0.0
+        self._idle_streak = 0
 
     def next_action(self, now: float) -> Action:
         finished = self._finished() or self._check_action(now)
@@ -182,7 +200,11 @@ class PollingRead(ShardRead):
                 self._next_records_at += pause
         records = self._deliver(raw, ack)
         if not raw and millis == 0:
-            self._not_before = max(self._not_before, now + self.options.idle_interval)
+            self._idle_streak += 1
+            wait = self.options.idle_wait(self._idle_streak)
+            self._not_before = max(self._not_before, now + wait)
+        else:
+            self._idle_streak = 0
         next_iterator = response.get("NextShardIterator")
         if next_iterator is None:
             self._iterator = None

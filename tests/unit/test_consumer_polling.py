@@ -151,6 +151,47 @@ def test_an_idle_caught_up_shard_is_polled_slowly() -> None:
     assert machine.next_action(2.6) == Wait(2.71)
 
 
+def _empty(machine: PollingRead, now: float, millis: int = 0) -> float:
+    """Answer the GetRecords due at ``now`` with nothing; the time the next one is due."""
+    assert isinstance(machine.next_action(now), GetRecords)
+    machine.on_records(now, {"Records": [], "MillisBehindLatest": millis, "NextShardIterator": "n"})
+    wait = machine.next_action(now)
+    assert isinstance(wait, Wait)
+    return wait.until
+
+
+def test_an_idle_shard_waits_longer_each_time_up_to_the_bound_and_wakes_at_a_record() -> None:
+    options = PollingOptions(idle_interval=1.0, max_idle_interval=5.0)
+    machine = PollingRead(NODE, TRIM_HORIZON, options)
+    reading(machine)
+    now, waits = 1.0, []
+    for _ in range(5):
+        due = _empty(machine, now)
+        waits.append(due - now)
+        now = due
+    assert waits == [1.0, 2.0, 4.0, 5.0, 5.0]
+    # a shard behind the tip is not idle: the doubling starts over
+    due = _empty(machine, now, millis=3000)
+    assert due - now == pytest.approx(options.min_interval)
+    now = _empty(machine, due)
+    assert now - due == 1.0
+    assert isinstance(machine.next_action(now), GetRecords)
+    machine.on_records(
+        now, {"Records": [raw(1, b"x")], "MillisBehindLatest": 0, "NextShardIterator": "n"}
+    )
+    assert _empty(machine, now + 0.2) - (now + 0.2) == 1.0
+
+
+def test_without_a_bound_every_idle_wait_is_the_idle_interval() -> None:
+    machine = PollingRead(NODE, TRIM_HORIZON, PollingOptions(idle_interval=1.0))
+    reading(machine)
+    now = 1.0
+    for _ in range(4):
+        due = _empty(machine, now)
+        assert due - now == 1.0
+        now = due
+
+
 def test_shard_end_reports_the_children() -> None:
     machine = PollingRead(NODE, TRIM_HORIZON)
     reading(machine)
@@ -324,6 +365,10 @@ def test_options_are_checked() -> None:
         PollingOptions(limit=10_001)
     with pytest.raises(ConfigurationError, match="idle_interval"):
         PollingOptions(idle_interval=0.1)
+    for bound in (0.5, float("inf")):
+        with pytest.raises(ConfigurationError) as raised:
+            PollingOptions(idle_interval=1.0, max_idle_interval=bound)
+        assert raised.value.field == "max_idle_interval"
     with pytest.raises(ConfigurationError, match="max_bytes_per_second"):
         PollingOptions(max_bytes_per_second=0)
 
