@@ -14,8 +14,9 @@ signer (its credential chain, refreshed as botocore refreshes it), are sent on t
 HTTP session (its connection pool, TLS settings, proxies, timeouts, and the transport errors
 botocore raises) and parsed by the fast parser. An error answer is raised as the client's
 modeled exception with botocore's error shape, so the error table classifies it as before.
-A client without the pieces this needs (another SDK version, an unsigned client) is used as it
-is: :meth:`LeanGetRecords.of` returns None for it.
+A client that is not an aiobotocore client itself (a wrapper that counts or changes calls), or
+lacks the pieces this needs (another SDK version), is used as it is: :meth:`LeanGetRecords.of`
+returns None for it, and an unsigned client's calls stay botocore's.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from aiobotocore.client import AioBaseClient
 from botocore.awsrequest import AWSRequest
 
 from kinesis_core.consumer.fastparse import parse_get_records
@@ -113,6 +115,8 @@ class LeanGetRecords:
     @classmethod
     def of(cls, client: Any) -> LeanGetRecords | None:
         """The lean sender of ``client``, or None when the client lacks what it needs."""
+        if not isinstance(client, AioBaseClient):
+            return None
         lean = _BY_CLIENT.get(client)
         if lean is None:
             signer = getattr(client, "_request_signer", None)

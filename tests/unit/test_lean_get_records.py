@@ -115,3 +115,21 @@ def test_a_learned_route_is_signed_with_the_clients_credentials_and_token() -> N
     assert answer["Records"][0]["Data"] == b"hi"
     assert answer["NextShardIterator"] == "it-2"
     assert answer["ResponseMetadata"]["RequestId"] == "r-2"
+
+
+def test_a_wrapped_client_keeps_its_own_get_records() -> None:
+    class Counting:
+        def __init__(self, client: Any) -> None:
+            self._client = client
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._client, name)
+
+    async def main() -> tuple[Any, Any]:
+        config = ClientConfig(region_name="us-east-1", endpoint_url="http://127.0.0.1:9")
+        async with create_kinesis_client(config, max_attempts=1) as client:
+            return LeanGetRecords.of(Counting(client)), LeanGetRecords.of(client)
+
+    wrapped, plain = asyncio.run(main())
+    assert wrapped is None
+    assert plain is not None
