@@ -173,6 +173,7 @@ def test_strict_fails_on_a_missed_target(
     assert "[1/1] fake: " in err
 
 
+@pytest.mark.slow
 def test_scale_benchmark_quick_run() -> None:
     """The cost-growth benchmark at 4 and 64 shards on moto: every cell measured."""
     done = run_benchmarks("--quick", "--only", "scale", "--json")

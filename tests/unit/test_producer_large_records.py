@@ -150,6 +150,7 @@ class Forgetful(FakeKinesis):
         )
 
 
+@pytest.mark.slow
 def test_a_hundred_9_mib_records_put_at_once_stay_within_the_budget() -> None:
     fake = Forgetful(shards=4, delay=0.01)
     fake.max_record_size_kib = 10240
