@@ -38,11 +38,11 @@ def pipeline(stream: LocalStream, mode: str) -> beam.Pipeline:
     return beam.Pipeline(runner="DirectRunner", options=PipelineOptions(flags))
 
 
-def put_round(stream: LocalStream, n: int) -> None:
+def put_round(stream: LocalStream, n: int, keys: list[str] = KEYS) -> None:
     """Record ``key:n`` for every key, as one KPL aggregate per open shard."""
     open_shards = stream.shards(open_only=True)
     groups: dict[str, AggregateBuilder] = {}
-    for key in KEYS:
+    for key in keys:
         h = hash_key(key)
         shard = next(
             s
