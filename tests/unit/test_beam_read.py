@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -21,11 +22,19 @@ from botocore.exceptions import ClientError
 
 import beam_kinesis._read_fn as read_fn_module
 import beam_kinesis._shard_readers as shard_readers_module
-from beam_kinesis._read_fn import BoundedReadFn, ReadFn, UnboundedReadFn
+from beam_kinesis._read_fn import (
+    BoundedReadFn,
+    BoundedShardReadFn,
+    ReadFn,
+    RestrictionWatermark,
+    UnboundedReadFn,
+    start_restriction,
+)
 from beam_kinesis._read_spec import to_timestamp
 from beam_kinesis.read import ReadFromKinesis
 from beam_kinesis.record import KinesisRecord
-from beam_kinesis.restriction import KinesisRestriction, ShardCursor
+from beam_kinesis.discovery import new_shards, shard_restrictions, started
+from beam_kinesis.restriction import KinesisRestriction, ShardCursor, encode_restriction
 from kinesis_core.aggregation import encode_aggregate
 from kinesis_core.checkpoint import SHARD_END, MemoryCheckpointStore
 from kinesis_core.classify import ErrorKind
@@ -309,6 +318,27 @@ def test_an_idle_shard_lets_the_watermark_advance(fake: FakeKinesis) -> None:
     assert abs(s1.watermark / SECOND - (datetime.now(timezone.utc).timestamp() - 5.0)) < 60
 
 
+def test_an_idle_watermark_counts_from_when_the_call_was_sent(
+    fake: FakeKinesis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record may arrive while an empty answer is on its way: the idle shard's watermark must
+    not pass the time the call went out (it did: it counted from the answer)."""
+    answer = fake.sync.get_records
+
+    def slow(**params: Any) -> dict[str, Any]:
+        response = answer(**params)
+        time.sleep(0.5)
+        return response
+
+    monkeypatch.setattr(fake.sync, "get_records", slow)
+    fn = make_fn(idle_threshold=0.0)
+    sent_before = time.time()
+    bundle = Bundle(fn, parts(fn)[1])
+    (s1,) = bundle.restriction.cursors
+    assert s1.watermark is not None
+    assert s1.watermark / SECOND < sent_before + 0.5
+
+
 def test_errors_never_move_the_watermark(fake: FakeKinesis) -> None:
     fake.faults["GetRecords", "s0"] = [
         client_error("ProvisionedThroughputExceededException", operation="GetRecords")
@@ -342,6 +372,54 @@ def test_fatal_errors_fail_the_bundle(fake: FakeKinesis) -> None:
     assert info.value.code == "AccessDeniedException"
     assert info.value.kind is ErrorKind.AUTH
     assert isinstance(info.value.__cause__, ClientError)
+
+
+# -- one restriction per shard (shard discovery) ------------------------------------------------
+
+
+def test_a_discovered_child_waits_for_its_parents_end_in_the_store(fake: FakeKinesis) -> None:
+    store = MemoryCheckpointStore()
+    fake.put(HIGH_KEY, b"parent", shard="s1")
+    fake.reshard("s1", FakeShard("c", HALF + 1, MAX_HASH_KEY, ("s1",)))
+    fake.put(HIGH_KEY, b"child", shard="c")
+    spec = ReadFromKinesis(
+        "stream",
+        client_config=ClientConfig(region_name="us-east-1"),
+        initial_position=TRIM_HORIZON,
+        checkpoint_store=lambda: store,
+        shard_discovery_interval=1.0,
+        stop_when_caught_up=True,
+        self_checkpoint_interval=0.05,
+    )._spec
+    fn = BoundedShardReadFn(spec)
+    fn.setup()
+    whole, nodes = start_restriction(spec, "stream")
+    by_shard = {r.cursors[0].shard_id: r for r in shard_restrictions(whole)}
+    (child,) = new_shards(
+        nodes, started(whole, nodes), child_start=None, created_ms=None, watermark=5 * SECOND
+    )
+    assert fn.initial_restriction(encode_restriction(child)) == child
+    assert list(fn.split(b"", child)) == [child]
+
+    waiting = Bundle(fn, child, RestrictionWatermark().initial_estimator_state(b"", child))
+    assert waiting.outputs == []
+    assert waiting.estimator.current_watermark() == Timestamp(5)  # held where it started
+    assert waiting.residual is not None
+    assert not waiting.residual.cursors[0].readable
+
+    parent = Bundle(fn, by_shard["s1"])
+    assert [e.data for e in parent.elements] == [b"parent"]
+    assert parent.restriction.cursors == ()  # ended; the discovery outputs the child
+    assert Bundle(fn, waiting.residual).outputs == []  # not committed yet
+    parent.finalizer.finalize_bundle()
+    assert [e.data for e in Bundle(fn, waiting.residual).elements] == [b"child"]
+
+
+def test_a_discovery_needs_a_checkpoint_store_and_no_max_records() -> None:
+    with pytest.raises(ConfigurationError, match="shard_discovery_interval: needs a checkpoint"):
+        ReadFromKinesis("s", shard_discovery_interval=1.0)
+    with pytest.raises(ConfigurationError, match="shard_discovery_interval: cannot count"):
+        ReadFromKinesis("s", shard_discovery_interval=1.0, checkpoint_store="x", max_records=5)
 
 
 # -- checkpoint store -----------------------------------------------------------------------------
@@ -434,9 +512,7 @@ def test_a_consumer_config_is_shared_and_keywords_override_it() -> None:
     assert (spec.application_name, spec.initial_position) == ("app", TRIM_HORIZON)
     assert spec.max_records_per_call == 100
     start = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    assert ReadFromKinesis("s", initial_position=start)._spec.initial_position == AtTimestamp(
-        start
-    )
+    assert ReadFromKinesis("s", initial_position=start)._spec.initial_position == AtTimestamp(start)
 
 
 @pytest.mark.parametrize(
