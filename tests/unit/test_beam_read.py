@@ -31,9 +31,9 @@ from beam_kinesis._read_fn import (
     start_restriction,
 )
 from beam_kinesis._read_spec import to_timestamp
+from beam_kinesis.discovery import new_shards, shard_restrictions, started
 from beam_kinesis.read import ReadFromKinesis
 from beam_kinesis.record import KinesisRecord
-from beam_kinesis.discovery import new_shards, shard_restrictions, started
 from beam_kinesis.restriction import KinesisRestriction, ShardCursor, encode_restriction
 from kinesis_core.aggregation import encode_aggregate
 from kinesis_core.checkpoint import SHARD_END, MemoryCheckpointStore
@@ -512,7 +512,9 @@ def test_a_consumer_config_is_shared_and_keywords_override_it() -> None:
     assert (spec.application_name, spec.initial_position) == ("app", TRIM_HORIZON)
     assert spec.max_records_per_call == 100
     start = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    assert ReadFromKinesis("s", initial_position=start)._spec.initial_position == AtTimestamp(start)
+    assert ReadFromKinesis("s", initial_position=start)._spec.initial_position == AtTimestamp(
+        start
+    )
 
 
 @pytest.mark.parametrize(
