@@ -246,7 +246,23 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
             self._spec,
             client_config=client_config_from_options(pipeline.options, self._client_config),
         )
+        if spec.discovers and not spec.bounded and _in_process_runner(pipeline):
+            raise ConfigurationError(
+                "shard_discovery_interval",
+                "an unbounded shard discovery cannot run on the FnApiRunner (nor on the "
+                "DirectRunner, which falls back to it): that runner starts a stage only once "
+                "the stages before it ended, and the discovery never ends, so no shard would "
+                "be read. Use Prism (PrismRunner), Flink or Dataflow, a bounded read, or no "
+                "discovery (children adopted by their parent's restriction).",
+            )
         if _drops_sdf_residuals(pipeline):
+            if spec.discovers:
+                raise ConfigurationError(
+                    "shard_discovery_interval",
+                    "a shard discovery cannot run on the FnApiRunner with direct_num_workers "
+                    "!= 1: that runner drops the residuals of splittable DoFns, so the "
+                    "discovery would stop after its first listing",
+                )
             if not spec.bounded:
                 raise ConfigurationError(
                     "ReadFromKinesis: an unbounded read cannot run on the FnApiRunner with "
@@ -278,13 +294,19 @@ def _constant(_: Any, value: str) -> str:
     return value
 
 
+def _in_process_runner(pipeline: Any) -> bool:
+    """The Python FnApiRunner, or the DirectRunner, which runs on it when it cannot start
+    Prism."""
+    from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
+    from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
+
+    return isinstance(pipeline.runner, (SwitchingDirectRunner, FnApiRunner))
+
+
 def _drops_sdf_residuals(pipeline: Any) -> bool:
     """The Python FnApiRunner (also behind the DirectRunner) with more than one worker loses
     self-checkpoint residuals: its ParallelBundleManager merges only the metrics and errors of
     the parallel bundles (Beam 2.77)."""
-    from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
-    from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
-
-    if not isinstance(pipeline.runner, (SwitchingDirectRunner, FnApiRunner)):
+    if not _in_process_runner(pipeline):
         return False
     return bool(pipeline.options.view_as(DirectOptions).direct_num_workers != 1)

@@ -40,6 +40,7 @@ from kinesis_core.checkpoint import SHARD_END, MemoryCheckpointStore
 from kinesis_core.classify import ErrorKind
 from kinesis_core.client import ClientConfig
 from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp, ConsumerConfig
+from kinesis_core.consumer.reading import ShardReadError
 from kinesis_core.errors import ConfigurationError, KinesisServiceError, ValidationError
 from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.records import SubRecord
@@ -420,6 +421,28 @@ def test_a_discovery_needs_a_checkpoint_store_and_no_max_records() -> None:
         ReadFromKinesis("s", shard_discovery_interval=1.0)
     with pytest.raises(ConfigurationError, match="shard_discovery_interval: cannot count"):
         ReadFromKinesis("s", shard_discovery_interval=1.0, checkpoint_store="x", max_records=5)
+    unbounded = ReadFromKinesis("s", shard_discovery_interval=1.0, checkpoint_store="x")
+    with pytest.raises(ConfigurationError, match="never ends"):
+        beam.Pipeline(runner=FnApiRunner()) | unbounded
+    parallel = PipelineOptions(["--direct_num_workers=2"])
+    bounded = ReadFromKinesis(
+        "s", shard_discovery_interval=1.0, checkpoint_store="x", max_read_time=1.0
+    )
+    with pytest.raises(ConfigurationError, match="first listing"):
+        beam.Pipeline(runner=FnApiRunner(), options=parallel) | bounded
+
+
+def test_a_reader_that_gives_up_raises_with_its_last_error(fake: FakeKinesis) -> None:
+    fn = make_fn()
+    low = parts(fn)[0]
+    fake.faults["GetRecords", "s0"] = [
+        client_error("ResourceNotFoundException", operation="GetRecords")
+    ]
+    fake.faults["ListShards"].append(client_error("ResourceNotFoundException"))
+    with pytest.raises(ShardReadError, match="no longer exists") as info:
+        Bundle(fn, low)
+    assert "last error: ResourceNotFoundException" in str(info.value)
+    assert isinstance(info.value.__cause__, ClientError)
 
 
 # -- checkpoint store -----------------------------------------------------------------------------
