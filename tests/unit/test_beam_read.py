@@ -20,8 +20,10 @@ from apache_beam.transforms.core import _BundleFinalizerParam
 from apache_beam.utils.timestamp import Timestamp
 from botocore.exceptions import ClientError
 
+import beam_kinesis._discover_fn as discover_fn_module
 import beam_kinesis._read_fn as read_fn_module
 import beam_kinesis._shard_readers as shard_readers_module
+from beam_kinesis._discover_fn import UnboundedDiscoverFn
 from beam_kinesis._read_fn import (
     BoundedReadFn,
     BoundedShardReadFn,
@@ -31,10 +33,16 @@ from beam_kinesis._read_fn import (
     start_restriction,
 )
 from beam_kinesis._read_spec import to_timestamp
-from beam_kinesis.discovery import new_shards, shard_restrictions, started
+from beam_kinesis.discovery import Discovery, new_shards, shard_restrictions, started
 from beam_kinesis.read import ReadFromKinesis
 from beam_kinesis.record import KinesisRecord
-from beam_kinesis.restriction import KinesisRestriction, ShardCursor, encode_restriction
+from beam_kinesis.restriction import (
+    KinesisRestriction,
+    ShardCursor,
+    ShardRef,
+    decode_restriction,
+    encode_restriction,
+)
 from kinesis_core.aggregation import encode_aggregate
 from kinesis_core.checkpoint import SHARD_END, MemoryCheckpointStore
 from kinesis_core.classify import ErrorKind
@@ -414,6 +422,50 @@ def test_a_discovered_child_waits_for_its_parents_end_in_the_store(fake: FakeKin
     assert Bundle(fn, waiting.residual).outputs == []  # not committed yet
     parent.finalizer.finalize_bundle()
     assert [e.data for e in Bundle(fn, waiting.residual).elements] == [b"child"]
+
+
+def test_the_discovery_outputs_each_shard_once_and_children_as_they_appear(
+    fake: FakeKinesis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(discover_fn_module, "create_botocore_client", lambda *a, **kw: fake.sync)
+    spec = ReadFromKinesis(
+        "stream",
+        client_config=ClientConfig(region_name="us-east-1"),
+        initial_position=TRIM_HORIZON,
+        checkpoint_store=lambda: MemoryCheckpointStore(),
+        shard_discovery_interval=0.1,
+        idle_threshold=2.0,
+    )._spec
+    fn = UnboundedDiscoverFn(spec)
+    fn.setup()
+
+    def call(discovery: Discovery, estimator: ManualWatermarkEstimator) -> tuple[list[Any], Any]:
+        tracker = ThreadsafeRestrictionTracker(fn.create_tracker(discovery))
+        out = list(fn.process("stream", RestrictionTrackerView(tracker), estimator))
+        residual = tracker.deferred_status()
+        assert residual is not None  # an unbounded discovery always goes on
+        return out, residual[0]
+
+    estimator = ManualWatermarkEstimator(None)
+    first, discovery = call(fn.initial_restriction("stream"), estimator)
+    assert [decode_restriction(e).cursors[0].shard_id for e in first] == ["s0", "s1"]
+    mark = estimator.current_watermark()
+    assert mark is not None  # the listing time minus idle_threshold
+    time.sleep(0.1)
+    assert call(discovery, estimator)[0] == []
+    fake.reshard("s1", FakeShard("c", HALF + 1, MAX_HASH_KEY, ("s1",)))
+    time.sleep(0.1)
+    (found,), discovery = call(discovery, estimator)
+    child = decode_restriction(found.value)
+    assert child.cursors[0].shard_id == "c"
+    assert child.cursors[0].waiting_for == (ShardRef("s1", HALF + 1, MAX_HASH_KEY),)
+    # The child starts at (and its element carries) the discovery's watermark.
+    assert found.timestamp <= estimator.current_watermark()
+    assert child.cursors[0].watermark == found.timestamp.micros
+    assert discovery.emitted == frozenset({"s0", "s1", "c"})
+    assert fn.restriction_size("stream", discovery) == 1.0
+    assert fn.truncate("stream", discovery) is None
+    fn.teardown()
 
 
 def test_a_discovery_needs_a_checkpoint_store_and_no_max_records() -> None:
