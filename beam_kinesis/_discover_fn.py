@@ -40,8 +40,9 @@ from beam_kinesis.discovery import (
 )
 from beam_kinesis.restriction import KinesisRestriction, encode_restriction
 from kinesis_core.calls import ListShards
-from kinesis_core.client import create_botocore_client
+from kinesis_core.client import create_botocore_client, error_kind
 from kinesis_core.consumer.lineage import ShardNode
+from kinesis_core.errors import KinesisServiceError
 from kinesis_core.executor import LISTING_RETRY, SyncExecutor
 from kinesis_core.stream import StreamRef
 
@@ -110,7 +111,6 @@ class DiscoverFn(beam.DoFn, RestrictionProvider):
         self._due = time.monotonic() + self._interval
         listed_at = now_micros()
         found: list[KinesisRestriction]
-
         if discovery.emitted is None:
             whole, nodes = start_restriction(spec, element)
             emitted = started(whole, nodes)
@@ -124,7 +124,13 @@ class DiscoverFn(beam.DoFn, RestrictionProvider):
             )
             mark = None
         else:
-            shards = self._executor.execute(ListShards(StreamRef.of(element)), LISTING_RETRY)
+            stream = StreamRef.of(element)
+            try:
+                shards = self._executor.execute(ListShards(stream), LISTING_RETRY)
+            except Exception as exc:
+                if error_kind(exc) is None:
+                    raise
+                raise KinesisServiceError.wrap(exc, f"listing the shards of {stream}") from exc
             nodes = [ShardNode.from_shard_info(s) for s in shards]
             current = watermark.current_watermark()
             mark = None if current is None else current.micros

@@ -465,6 +465,10 @@ def test_the_discovery_outputs_each_shard_once_and_children_as_they_appear(
     assert discovery.emitted == frozenset({"s0", "s1", "c"})
     assert fn.restriction_size("stream", discovery) == 1.0
     assert fn.truncate("stream", discovery) is None
+    fake.faults["ListShards"].append(client_error("AccessDeniedException"))
+    time.sleep(0.1)
+    with pytest.raises(KinesisServiceError, match="listing the shards of stream failed"):
+        call(discovery, estimator)
     fn.teardown()
 
 
