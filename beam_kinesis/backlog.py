@@ -4,7 +4,9 @@ Sans-I/O. Kinesis says how far behind the tip a response is in time (``MillisBeh
 not in bytes; KafkaIO's ``getSize`` has offsets, this has a rate. :class:`ByteRate` learns the
 shard's write rate from what the reader reads: bytes per millisecond of arrival time (the
 records' ``ApproximateArrivalTimestamp``), decayed so that the recent past counts most. The
-backlog is then ``MillisBehindLatest`` times that rate, plus what was read but not output yet.
+backlog is then ``MillisBehindLatest`` times that rate. (A polling reader outputs all of a
+response before its next call; the events a fan-out subscription reads ahead, two at most, are
+not counted.)
 """
 
 from __future__ import annotations
@@ -41,11 +43,10 @@ class ByteRate:
         return self._bytes / max(self._millis, 1.0)
 
 
-def backlog_bytes(millis_behind_latest: int | None, rate: ByteRate, buffered: int = 0) -> int:
+def backlog_bytes(millis_behind_latest: int | None, rate: ByteRate) -> int:
     """The estimated bytes not read yet: ``millis_behind_latest`` (None: unknown, taken as
-    caught up) times the learnt rate (none learnt yet: nothing known behind), plus
-    ``buffered`` bytes read but not output yet."""
+    caught up) times the learnt rate (none learnt yet: nothing known behind)."""
     per_ms = rate.bytes_per_ms
     if not millis_behind_latest or per_ms is None:
-        return buffered
-    return int(millis_behind_latest * per_ms) + buffered
+        return 0
+    return int(millis_behind_latest * per_ms)

@@ -58,16 +58,15 @@ SPLIT = [
 # -- the backlog ----------------------------------------------------------------------------------
 
 
-def test_the_backlog_is_the_lag_times_the_learnt_rate_plus_what_is_buffered() -> None:
+def test_the_backlog_is_the_lag_times_the_learnt_rate() -> None:
     rate = ByteRate()
     assert rate.bytes_per_ms is None
     assert backlog_bytes(5_000, rate) == 0  # nothing learnt yet: nothing known behind
-    assert backlog_bytes(5_000, rate, buffered=70) == 70
     rate.observe(1_000, first_ms=10_000, last_ms=10_100)  # 10 bytes per ms
     assert rate.bytes_per_ms == pytest.approx(10.0)
     assert backlog_bytes(2_000, rate) == 20_000
     assert backlog_bytes(0, rate) == 0  # caught up
-    assert backlog_bytes(None, rate, buffered=5) == 5
+    assert backlog_bytes(None, rate) == 0  # no lag reported
 
 
 def test_the_rate_counts_the_gap_since_the_previous_response() -> None:
