@@ -331,40 +331,6 @@ class BoundedReadFn(ReadFn):
         return self._read(bundle_finalizer, tracker, watermark)
 
 
-class ShardReadFn(ReadFn):
-    """Reads the one-shard restrictions a shard discovery outputs (as encoded restrictions):
-    each element is its own initial restriction, never split."""
-
-    def initial_restriction(self, element: bytes) -> KinesisRestriction:  # type: ignore[override]
-        return decode_restriction(element)
-
-    def split(  # type: ignore[override]
-        self, element: bytes, restriction: KinesisRestriction
-    ) -> Iterator[KinesisRestriction]:
-        yield restriction
-
-    @beam.DoFn.unbounded_per_element()  # type: ignore[no-untyped-call, untyped-decorator]
-    def process(
-        self,
-        element: bytes,
-        bundle_finalizer: Any = _FINALIZER,
-        tracker: Any = _RESTRICTION,
-        watermark: Any = _WATERMARK,
-    ) -> Iterator[Any]:
-        return self._read(bundle_finalizer, tracker, watermark)
-
-
-class BoundedShardReadFn(ShardReadFn):
-    def process(
-        self,
-        element: bytes,
-        bundle_finalizer: Any = _FINALIZER,
-        tracker: Any = _RESTRICTION,
-        watermark: Any = _WATERMARK,
-    ) -> Iterator[Any]:
-        return self._read(bundle_finalizer, tracker, watermark)
-
-
 class UnboundedReadFn(ReadFn):
     @beam.DoFn.unbounded_per_element()  # type: ignore[no-untyped-call, untyped-decorator]
     def process(
@@ -375,3 +341,22 @@ class UnboundedReadFn(ReadFn):
         watermark: Any = _WATERMARK,
     ) -> Iterator[Any]:
         return self._read(bundle_finalizer, tracker, watermark)
+
+
+class _OneShard(ReadFn):
+    """The restriction hooks of a read fed by a shard discovery: each element is an encoded
+    one-shard restriction, its own initial restriction, never split."""
+
+    def initial_restriction(self, element: Any) -> KinesisRestriction:
+        return decode_restriction(element)
+
+    def split(self, element: Any, restriction: KinesisRestriction) -> Iterator[KinesisRestriction]:
+        yield restriction
+
+
+class ShardReadFn(_OneShard, UnboundedReadFn):
+    """Reads the shards a discovery outputs (unbounded)."""
+
+
+class BoundedShardReadFn(_OneShard, BoundedReadFn):
+    """Reads the shards a discovery outputs (bounded)."""

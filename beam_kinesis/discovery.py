@@ -19,10 +19,15 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
-from apache_beam.coders import Coder
 from apache_beam.io.iobase import RestrictionProgress, RestrictionTracker
 
-from beam_kinesis.restriction import KinesisRestriction, ShardCursor, ShardRef, stored_values
+from beam_kinesis.restriction import (
+    DeterministicCoder,
+    KinesisRestriction,
+    ShardCursor,
+    ShardRef,
+    stored_values,
+)
 from kinesis_core.checkpoint.base import SHARD_END, CheckpointValue
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.records import Position
@@ -227,7 +232,7 @@ def decode_discovery(encoded: bytes) -> Discovery:
     )
 
 
-class DiscoveryCoder(Coder):
+class DiscoveryCoder(DeterministicCoder):
     """Deterministic JSON, shard ids sorted."""
 
     def encode(self, value: Discovery) -> bytes:
@@ -235,12 +240,3 @@ class DiscoveryCoder(Coder):
 
     def decode(self, encoded: bytes) -> Discovery:
         return decode_discovery(encoded)
-
-    def is_deterministic(self) -> bool:
-        return True
-
-    def __eq__(self, other: object) -> bool:
-        return type(self) is type(other)
-
-    def __hash__(self) -> int:
-        return hash(type(self))

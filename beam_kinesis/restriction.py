@@ -659,14 +659,8 @@ def decode_restriction(encoded: bytes) -> KinesisRestriction:
     )
 
 
-class KinesisRestrictionCoder(Coder):
-    """The restriction's wire form (see :func:`encode_restriction`)."""
-
-    def encode(self, value: KinesisRestriction) -> bytes:
-        return encode_restriction(value)
-
-    def decode(self, encoded: bytes) -> KinesisRestriction:
-        return decode_restriction(encoded)
+class DeterministicCoder(Coder):
+    """A coder whose byte form is deterministic; all instances of a subclass are equal."""
 
     def is_deterministic(self) -> bool:
         return True
@@ -676,6 +670,16 @@ class KinesisRestrictionCoder(Coder):
 
     def __hash__(self) -> int:
         return hash(type(self))
+
+
+class KinesisRestrictionCoder(DeterministicCoder):
+    """The restriction's wire form (see :func:`encode_restriction`)."""
+
+    def encode(self, value: KinesisRestriction) -> bytes:
+        return encode_restriction(value)
+
+    def decode(self, encoded: bytes) -> KinesisRestriction:
+        return decode_restriction(encoded)
 
 
 def commit_values(
