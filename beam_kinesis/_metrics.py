@@ -46,6 +46,12 @@ NAMESPACE = "kinesis_connectors"
 instrumentation scope's name too)."""
 WATERMARK = "aws.kinesis.beam.watermark"
 """Beam only: a shard's watermark (milliseconds since the epoch), per shard."""
+BACKLOG = "aws.kinesis.beam.backlog"
+"""Beam only: a shard's estimated unread bytes (beam_kinesis.backlog), per shard."""
+DISCOVERED = "aws.kinesis.beam.discovered_shards"
+"""Beam only: shards a shard discovery output, each to be read by its own restriction."""
+RESTRICTION_SHARDS = "aws.kinesis.beam.restriction.shards"
+"""Beam only: the shards a restriction holds when a ``process`` call starts (distribution)."""
 WRITE_DURATION = "aws.kinesis.beam.write.duration"
 """Beam only: milliseconds from a chunk's hand-off to the producer until all of it is
 acknowledged."""
@@ -82,15 +88,29 @@ class BeamMetrics(ConsumerRecorder):
 
     # -- the source ----------------------------------------------------------------------------
 
-    def consumed(self, records: int, nbytes: int, age_ms: int | None) -> None:
-        """Records output by the source (``age_ms``: how old the newest one is)."""
+    def consumed(self, shard_id: str, records: int, nbytes: int, age_ms: int | None) -> None:
+        """Records output by the source from ``shard_id`` (``age_ms``: how old the newest one
+        is): counted in total and per shard."""
+        shard = {PARTITION: shard_id}
         self.counter(CONSUMED).inc(records)
         self.counter(CONSUMER_DATA).inc(nbytes)
+        self.counter(CONSUMED, shard).inc(records)
+        self.counter(CONSUMER_DATA, shard).inc(nbytes)
         if age_ms is not None:
             self.distribution(RECORD_AGE).update(max(age_ms, 0))
 
     def lag(self, shard_id: str, millis_behind_latest: int) -> None:
         self.gauge(LAG, {PARTITION: shard_id}).set(millis_behind_latest)
+
+    def backlog(self, shard_id: str, nbytes: int) -> None:
+        self.gauge(BACKLOG, {PARTITION: shard_id}).set(nbytes)
+
+    def discovered(self, shards: int) -> None:
+        if shards:
+            self.counter(DISCOVERED).inc(shards)
+
+    def restriction_shards(self, shards: int) -> None:
+        self.distribution(RESTRICTION_SHARDS).update(shards)
 
     def watermark(self, shard_id: str, millis: int) -> None:
         self.gauge(WATERMARK, {PARTITION: shard_id}).set(millis)

@@ -13,26 +13,32 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
-from apache_beam.transforms.core import RestrictionProvider
-from apache_beam.utils.timestamp import Duration
+from apache_beam.transforms.core import RestrictionProvider, WatermarkEstimatorProvider
+from apache_beam.utils.timestamp import Duration, Timestamp
 
 from beam_kinesis._metrics import BeamMetrics
 from beam_kinesis._read_loop import ReadLoop
 from beam_kinesis._read_spec import ReadSpec, micros, now_micros
 from beam_kinesis._shard_readers import ShardReaders
+from beam_kinesis.discovery import parents_ended
 from beam_kinesis.restriction import (
     DeadlineClaim,
     KinesisRestriction,
     KinesisRestrictionCoder,
     KinesisRestrictionTracker,
+    ParentsEndedClaim,
+    StopClaim,
     commit_values,
+    decode_restriction,
     initial_restriction,
     partition,
+    restriction_backlog,
 )
 from kinesis_core.calls import DescribeStreamSummary, ListShards
 from kinesis_core.checkpoint import Checkpoint, CheckpointStore, CheckpointValue
@@ -51,6 +57,91 @@ from kinesis_core.stream import StreamRef
 logger = logging.getLogger(__name__)
 
 _STORE_TIMEOUT = 60.0
+PARENT_CHECK_INTERVAL = 0.5
+"""Seconds between two looks at the checkpoint store of a discovered shard waiting for its
+parents' SHARD_END."""
+_PARENT_NAP = 0.1
+"""Seconds a waiting shard's call sleeps before it defers (for runners that ignore the
+delay)."""
+
+
+def start_restriction(spec: ReadSpec, element: str) -> tuple[KinesisRestriction, list[ShardNode]]:
+    """The whole-stream restriction a read starts from, and the listing it was made from:
+    describe the stream, list its shards (and the stored positions, with a checkpoint store,
+    checked against the stream's creation time)."""
+    now = now_micros()
+    position = spec.initial_position
+    if position.timestamp is not None:
+        start: int | None = micros(position.timestamp)
+        child_start = start
+    elif position == LATEST:
+        # Resolved once, here: a restart of the restriction before its first record must
+        # not skip what arrived in between, as a second LATEST iterator would.
+        start, child_start = now, None
+    else:
+        start = child_start = None
+    stream = StreamRef.of(element)
+    store = spec.checkpoint_store() if spec.checkpoint_store is not None else None
+    try:
+        client = create_botocore_client(spec.client_config, "kinesis")
+        try:
+            facts, rows, shards = _look(spec, client, stream, store)
+        finally:
+            client.close()
+        if store is not None:
+            rows = LoopThread.get().run(
+                settle_incarnation(
+                    store,
+                    spec.application_name,
+                    stream.name,
+                    rows,
+                    facts=facts,
+                    shards=shards,
+                    on_stream_recreated=spec.on_stream_recreated,
+                    initial_position=position,
+                ),
+                _STORE_TIMEOUT,
+            )
+    finally:
+        if store is not None:
+            LoopThread.get().run(store.close(), _STORE_TIMEOUT)
+    nodes = [ShardNode.from_shard_info(s) for s in shards]
+    whole = initial_restriction(
+        nodes,
+        {row.shard_id: row.value for row in rows},
+        start=start,
+        child_start=child_start,
+        records_left=spec.max_records,
+        created_ms=facts.created_ms,
+    )
+    return whole, nodes
+
+
+def _look(
+    spec: ReadSpec, client: Any, stream: StreamRef, store: CheckpointStore | None
+) -> tuple[StreamFacts, list[Checkpoint], list[ShardInfo]]:
+    """The stream's facts, the stored rows and the shards to start from (all of them when
+    there are rows; else those the start position can read, by the core consumer's rule:
+    :meth:`~kinesis_core.consumer.InitialPosition.shard_filter`). Service errors raise as
+    a :class:`KinesisServiceError` naming the stream, as the core consumer's start does."""
+    position = spec.initial_position
+    executor = SyncExecutor(client)
+    try:
+        facts = StreamFacts.from_response(executor.execute(DescribeStreamSummary(stream)))
+        rows: list[Checkpoint] = []
+        if store is not None:
+            rows = LoopThread.get().run(
+                store.list(spec.application_name, stream.name), _STORE_TIMEOUT
+            )
+        shard_filter = None if rows else position.shard_filter()
+        shards = executor.execute(ListShards(stream, shard_filter), LISTING_RETRY)
+        if not rows and position == LATEST:
+            shards = [s for s in shards if s.is_open]  # moto ignores ShardFilter
+    except Exception as exc:
+        if error_kind(exc) is None:
+            raise
+        raise KinesisServiceError.wrap(exc, f"starting to read {stream}") from exc
+    return facts, rows, shards
 
 
 class ReadFn(beam.DoFn, RestrictionProvider):
@@ -98,77 +189,7 @@ class ReadFn(beam.DoFn, RestrictionProvider):
         """Describe the stream, list its shards (and the stored positions, with a checkpoint
         store, checked against the stream's creation time) and build the whole-stream
         restriction that ``split`` cuts into one per shard."""
-        spec = self._spec
-        now = now_micros()
-        position = spec.initial_position
-        if position.timestamp is not None:
-            start: int | None = micros(position.timestamp)
-            child_start = start
-        elif position == LATEST:
-            # Resolved once, here: a restart of the restriction before its first record must
-            # not skip what arrived in between, as a second LATEST iterator would.
-            start, child_start = now, None
-        else:
-            start = child_start = None
-        stream = StreamRef.of(element)
-        store = spec.checkpoint_store() if spec.checkpoint_store is not None else None
-        try:
-            client = create_botocore_client(spec.client_config, "kinesis")
-            try:
-                facts, rows, shards = self._look(client, stream, store)
-            finally:
-                client.close()
-            if store is not None:
-                rows = LoopThread.get().run(
-                    settle_incarnation(
-                        store,
-                        spec.application_name,
-                        stream.name,
-                        rows,
-                        facts=facts,
-                        shards=shards,
-                        on_stream_recreated=spec.on_stream_recreated,
-                        initial_position=position,
-                    ),
-                    _STORE_TIMEOUT,
-                )
-        finally:
-            if store is not None:
-                LoopThread.get().run(store.close(), _STORE_TIMEOUT)
-        return initial_restriction(
-            [ShardNode.from_shard_info(s) for s in shards],
-            {row.shard_id: row.value for row in rows},
-            start=start,
-            child_start=child_start,
-            records_left=spec.max_records,
-            created_ms=facts.created_ms,
-        )
-
-    def _look(
-        self, client: Any, stream: StreamRef, store: CheckpointStore | None
-    ) -> tuple[StreamFacts, list[Checkpoint], list[ShardInfo]]:
-        """The stream's facts, the stored rows and the shards to start from (all of them when
-        there are rows; else those the start position can read, by the core consumer's rule:
-        :meth:`~kinesis_core.consumer.InitialPosition.shard_filter`). Service errors raise as
-        a :class:`KinesisServiceError` naming the stream, as the core consumer's start does."""
-        position = self._spec.initial_position
-        executor = SyncExecutor(client)
-        try:
-            facts = StreamFacts.from_response(executor.execute(DescribeStreamSummary(stream)))
-            rows: list[Checkpoint] = []
-            if store is not None:
-                rows = LoopThread.get().run(
-                    store.list(self._spec.application_name, stream.name), _STORE_TIMEOUT
-                )
-            shard_filter = None if rows else position.shard_filter()
-            shards = executor.execute(ListShards(stream, shard_filter), LISTING_RETRY)
-            if not rows and position == LATEST:
-                shards = [s for s in shards if s.is_open]  # moto ignores ShardFilter
-        except Exception as exc:
-            if error_kind(exc) is None:
-                raise
-            raise KinesisServiceError.wrap(exc, f"starting to read {stream}") from exc
-        return facts, rows, shards
+        return start_restriction(self._spec, element)[0]
 
     def split(self, element: str, restriction: KinesisRestriction) -> Iterator[KinesisRestriction]:
         if self._spec.max_records is not None:
@@ -179,8 +200,10 @@ class ReadFn(beam.DoFn, RestrictionProvider):
     def create_tracker(self, restriction: KinesisRestriction) -> KinesisRestrictionTracker:
         return KinesisRestrictionTracker(restriction, bounded=self._spec.bounded)
 
-    def restriction_size(self, element: str, restriction: KinesisRestriction) -> float:
-        return 0.0 if restriction.done else float(len(restriction.cursors))
+    def restriction_size(self, element: Any, restriction: KinesisRestriction) -> float:
+        """The estimated bytes left to read (at least one while not done): the runner's
+        backlog, to size and scale on."""
+        return 0.0 if restriction.done else float(max(restriction_backlog(restriction), 1))
 
     def truncate(self, element: str, restriction: KinesisRestriction) -> None:
         """On drain, stop at once: what was claimed is committed, nothing more is read."""
@@ -205,8 +228,18 @@ class ReadFn(beam.DoFn, RestrictionProvider):
             deadline = now_micros() + int(spec.max_read_time * 1e6)
             tracker.try_claim(DeadlineClaim(deadline))
             restriction = restriction._replace(deadline=deadline)
+        if any(not c.readable for c in restriction.cursors) and spec.discovers:
+            if not self._wait_for_parents(tracker, restriction):
+                if not tracker.current_restriction().done:
+                    tracker.defer_remainder(Duration(seconds=PARENT_CHECK_INTERVAL))
+                return
+            if spec.max_read_time is not None:
+                # max_read_time counts from the first poll: the wait was not reading.
+                tracker.try_claim(DeadlineClaim(now_micros() + int(spec.max_read_time * 1e6)))
+            restriction = tracker.current_restriction()
         readers = self._readers
         assert readers is not None, "setup() was not called"
+        self._metrics.restriction_shards(len(restriction.cursors))
         run = ReadLoop(spec, readers, self._metrics, restriction, tracker, watermark)
         yield from run.poll()
         final: KinesisRestriction = tracker.current_restriction()
@@ -216,9 +249,34 @@ class ReadFn(beam.DoFn, RestrictionProvider):
         if self._checkpointer is not None:
             values = commit_values(final, run.before, run.ended)
             if values:
-                bundle_finalizer.register(
-                    functools.partial(self._commit, final.created_ms, values)
-                )
+                bundle_finalizer.register(functools.partial(self._commit, final.created_ms, values))
+
+    def _wait_for_parents(self, tracker: Any, restriction: KinesisRestriction) -> bool:
+        """A discovered shard waits until the checkpoint store has SHARD_END for its parents
+        (committed by the bundles that read them): one look per call, the next one
+        :data:`PARENT_CHECK_INTERVAL` later (the defer delay); its watermark holds meanwhile.
+        True once it may be read; False to wait on, or stopped: a bounded read that waited
+        ``max_read_time`` (its parents stopped before their end)."""
+        store = self._store
+        assert store is not None, "a discovering read has a checkpoint store"
+        (cursor,) = restriction.cursors
+        stream = StreamRef.of(self._spec.stream).name
+        while True:
+            rows = LoopThread.get().run(
+                store.list(self._spec.application_name, stream), _STORE_TIMEOUT
+            )
+            ended, position = parents_ended(cursor, {row.shard_id: row.value for row in rows})
+            if ended:
+                tracker.try_claim(ParentsEndedClaim(cursor.shard_id, position))
+                return True
+            if restriction.deadline is not None and now_micros() >= restriction.deadline:
+                tracker.try_claim(StopClaim())
+                return False
+            if self._spec.self_checkpoint_interval is not None:
+                # Runners that ignore the defer delay call again at once: nap, do not spin.
+                time.sleep(_PARENT_NAP)
+                return False
+            time.sleep(PARENT_CHECK_INTERVAL)
 
     def _commit(
         self, created_ms: int | None, values: list[tuple[str, CheckpointValue, tuple[str, ...]]]
@@ -242,9 +300,24 @@ class ReadFn(beam.DoFn, RestrictionProvider):
 
 _FINALIZER = beam.DoFn.BundleFinalizerParam
 _RESTRICTION = beam.DoFn.RestrictionParam()
-_WATERMARK = beam.DoFn.WatermarkEstimatorParam(
-    ManualWatermarkEstimator.default_provider()  # type: ignore[no-untyped-call]
-)
+
+
+class RestrictionWatermark(WatermarkEstimatorProvider):
+    """A manual watermark estimator that starts at the least watermark of the restriction's
+    cursors (waiting ones included), or unknown while any is unknown: a discovered child
+    starts at the discovery's watermark and holds there while it waits for its parents."""
+
+    def initial_estimator_state(self, element: Any, restriction: KinesisRestriction) -> Any:
+        marks = [c.watermark for c in restriction.cursors]
+        if not marks or None in marks:
+            return None
+        return Timestamp(micros=min(m for m in marks if m is not None))
+
+    def create_watermark_estimator(self, estimator_state: Any) -> ManualWatermarkEstimator:
+        return ManualWatermarkEstimator(estimator_state)  # type: ignore[no-untyped-call]
+
+
+_WATERMARK = beam.DoFn.WatermarkEstimatorParam(RestrictionWatermark())
 
 
 class BoundedReadFn(ReadFn):
@@ -268,3 +341,22 @@ class UnboundedReadFn(ReadFn):
         watermark: Any = _WATERMARK,
     ) -> Iterator[Any]:
         return self._read(bundle_finalizer, tracker, watermark)
+
+
+class _OneShard(ReadFn):
+    """The restriction hooks of a read fed by a shard discovery: each element is an encoded
+    one-shard restriction, its own initial restriction, never split."""
+
+    def initial_restriction(self, element: Any) -> KinesisRestriction:
+        return decode_restriction(element)
+
+    def split(self, element: Any, restriction: KinesisRestriction) -> Iterator[KinesisRestriction]:
+        yield restriction
+
+
+class ShardReadFn(_OneShard, UnboundedReadFn):
+    """Reads the shards a discovery outputs (unbounded)."""
+
+
+class BoundedShardReadFn(_OneShard, BoundedReadFn):
+    """Reads the shards a discovery outputs (bounded)."""

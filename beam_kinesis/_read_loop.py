@@ -21,8 +21,10 @@ from apache_beam.utils.timestamp import Timestamp
 from beam_kinesis._metrics import BeamMetrics
 from beam_kinesis._read_spec import ReadSpec, micros as to_micros, now_micros, to_timestamp
 from beam_kinesis._shard_readers import Reader, ShardReaders
+from beam_kinesis.backlog import backlog_bytes
 from beam_kinesis.record import KinesisRecord
 from beam_kinesis.restriction import (
+    BacklogClaim,
     EndClaim,
     IdleClaim,
     KinesisRestriction,
@@ -40,6 +42,7 @@ from kinesis_core.hashing import hash_key
 from kinesis_core.records import KinesisRecord as CoreRecord, Position
 
 logger = logging.getLogger(__name__)
+
 
 class ReadLoop:
     """One ``process`` call: read the readable shards until the self-checkpoint time, a
@@ -145,6 +148,7 @@ class ReadLoop:
     ) -> Generator[Any, None, str | None]:
         """One call of the shard's reader and what follows from it. Returns (as the
         generator's value) None to go on, or "stop" after a refused claim or a bounded stop."""
+        sent = time.time()
         outcome = reader.step(action)
         if outcome.error is not None:
             self.caught_up.discard(shard_id)
@@ -154,14 +158,22 @@ class ReadLoop:
         millis = outcome.millis_behind_latest
         if millis is not None:
             self.metrics.lag(shard_id, millis)
-        if outcome.records:
-            stopped = yield from self._emit(shard_id, outcome.records)
+        records = outcome.records
+        nbytes = self._measure(shard_id, records)
+        rate = self.shard_readers.rate(shard_id)
+        backlog = backlog_bytes(millis, rate)
+        self.metrics.backlog(shard_id, backlog)
+        self.tracker.try_claim(BacklogClaim(shard_id, backlog, nbytes))
+        if records:
+            stopped = yield from self._emit(shard_id, records)
             if stopped:
                 return "stop"
         if outcome.caught_up:
             self.caught_up.add(shard_id)
             if outcome.idle:
-                idle = int((time.time() - self.spec.idle_threshold) * 1e6)
+                # From when the call was sent, not when its answer came: a record that arrived
+                # while a slow answer was on its way is not behind the watermark.
+                idle = int((sent - self.spec.idle_threshold) * 1e6)
                 if not self.tracker.try_claim(IdleClaim(shard_id, idle)):
                     self.clean.discard(shard_id)
                     return "stop"
@@ -169,6 +181,18 @@ class ReadLoop:
             self.caught_up.discard(shard_id)
         self._advance_watermark()
         return None
+
+    def _measure(self, shard_id: str, records: list[CoreRecord]) -> int:
+        """The data bytes of a response, learnt into the shard's write rate."""
+        if not records:
+            return 0
+        nbytes = sum(len(r.data) for r in records)
+        first = records[0].approximate_arrival_timestamp
+        last = records[-1].approximate_arrival_timestamp
+        if first is not None and last is not None:
+            rate = self.shard_readers.rate(shard_id)
+            rate.observe(nbytes, to_micros(first) // 1000, to_micros(last) // 1000)
+        return nbytes
 
     def _emit(self, shard_id: str, records: list[CoreRecord]) -> Generator[Any, None, bool]:
         """Claim and output the records of one response that lie in this restriction's range.
@@ -232,7 +256,7 @@ class ReadLoop:
                 out_micros = out_ts.micros
             if not try_claim(new_tuple(RecordClaim, (shard_id, seq, sub, out_micros))):
                 self.clean.discard(shard_id)
-                self._count(emitted, nbytes, micros)
+                self._count(shard_id, emitted, nbytes, micros)
                 return True
             skipped = None
             yield TimestampedValue(element if with_metadata else record.data, out_ts)
@@ -241,21 +265,22 @@ class ReadLoop:
             if left is not None:
                 left -= 1
                 if left == 0:
-                    self._count(emitted, nbytes, micros)
+                    self._count(shard_id, emitted, nbytes, micros)
                     self.records_left = 0
                     self.clean.discard(shard_id)
                     return True
         self.records_left = left
-        self._count(emitted, nbytes, micros)
+        self._count(shard_id, emitted, nbytes, micros)
         if skipped is not None and not try_claim(SkipClaim(shard_id, *skipped)):
             self.clean.discard(shard_id)
             return True
         return False
 
-    def _count(self, emitted: int, nbytes: int, arrival_micros: int) -> None:
+    def _count(self, shard_id: str, emitted: int, nbytes: int, arrival_micros: int) -> None:
         """Records output; ``arrival_micros``: when the newest of them arrived in the stream."""
         if emitted:
-            self.metrics.consumed(emitted, nbytes, (now_micros() - arrival_micros) // 1000)
+            age_ms = (now_micros() - arrival_micros) // 1000
+            self.metrics.consumed(shard_id, emitted, nbytes, age_ms)
 
     def _end(self, shard_id: str, ended: Ended) -> bool:
         """The shard ended (or is gone: no longer listed): adopt its children. Only a shard
@@ -263,7 +288,10 @@ class ReadLoop:
         cursor = self.cursors[shard_id]
         children = ended.children
         known: tuple[ShardRef, ...] = ()
-        if not children:
+        if self.spec.discovers:
+            # The discovery outputs the children, each to its own restriction.
+            children = ()
+        elif not children:
             # No ChildShards (a vanished shard, or a service that does not send them): ask
             # ListShards who the children are.
             listing = self.shard_readers.list_shards()

@@ -79,6 +79,10 @@ class ReadSpec:
     """A polling reader's pace in bytes per second of one shard (ConsumerConfig's)."""
     on_stream_recreated: OnStreamRecreated = "fail"
     """What the start does with stored positions of an earlier stream of the same name."""
+    shard_discovery_interval: float | None = None
+    """Seconds between the listings of a discovery that gives every shard its own
+    restriction (:mod:`beam_kinesis.discovery`); None: children are adopted by the
+    restriction that read their parent."""
 
     @property
     def bounded(self) -> bool:
@@ -87,6 +91,11 @@ class ReadSpec:
             or self.max_read_time is not None
             or self.stop_when_caught_up
         )
+
+    @property
+    def discovers(self) -> bool:
+        """Every shard is read by its own restriction, from a shard discovery."""
+        return self.shard_discovery_interval is not None
 
     def display_data(self) -> dict[str, Any]:
         """The transform's display data (what a runner's UI shows of the read)."""
@@ -109,6 +118,10 @@ class ReadSpec:
             items["stop_when_caught_up"] = _item(True, "Stop when caught up")
         if self.checkpoint_store is not None:
             items["checkpoint_store"] = _item(repr(self.checkpoint_store), "Checkpoint store")
+        if self.shard_discovery_interval is not None:
+            items["shard_discovery_interval"] = _item(
+                self.shard_discovery_interval, "Shard discovery interval (s)"
+            )
         if self.fan_out is not None:
             consumer = self.fan_out.consumer_arn or self.fan_out.consumer_name
             items["enhanced_fan_out"] = _item(consumer, "Enhanced fan-out consumer")

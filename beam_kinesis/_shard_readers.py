@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from beam_kinesis._read_spec import ReadSpec
+from beam_kinesis.backlog import ByteRate
 from beam_kinesis.restriction import KinesisRestriction, ShardCursor
 from kinesis_core.calls import ListShards
 from kinesis_core.client import create_botocore_client
@@ -79,6 +80,7 @@ class ShardReaders:
         self._fan_out: LoopFanOut | None = None
         self._close_fan_out: Callable[[], None] = lambda: None
         self._wake = threading.Event()
+        self._rates: dict[str, ByteRate] = {}
 
     def open(self, restriction: KinesisRestriction, cursor: ShardCursor) -> Reader:
         """The kept reader of this shard if it stopped exactly where the cursor is, else a new
@@ -152,6 +154,14 @@ class ShardReaders:
                 self._kept[(final.lo, final.hi, shard_id)] = (positions[shard_id], reader, now)
             else:
                 reader.close()
+
+    def rate(self, shard_id: str) -> ByteRate:
+        """The write rate this instance learnt of ``shard_id`` (kept as long as the instance:
+        a shard ends once, and a restriction that moves starts learning again)."""
+        rate = self._rates.get(shard_id)
+        if rate is None:
+            rate = self._rates[shard_id] = ByteRate()
+        return rate
 
     def wait(self, seconds: float) -> None:
         """Sleep until something may be due, or until a subscription receives an event."""

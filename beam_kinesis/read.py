@@ -26,7 +26,14 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions
 
-from beam_kinesis._read_fn import BoundedReadFn, ReadFn, UnboundedReadFn
+from beam_kinesis._discover_fn import BoundedDiscoverFn, UnboundedDiscoverFn
+from beam_kinesis._read_fn import (
+    BoundedReadFn,
+    BoundedShardReadFn,
+    ReadFn,
+    ShardReadFn,
+    UnboundedReadFn,
+)
 from beam_kinesis._read_spec import CheckpointStoreFactory, ReadSpec, TimestampFn
 from beam_kinesis.options import client_config_from_options, warn_if_credentials
 from beam_kinesis.record import KinesisRecord
@@ -124,6 +131,12 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
     :class:`~kinesis_core.consumer.incarnation.StreamRecreatedError`, ``"reset"`` reads those
     shards from ``initial_position``, with a WARNING (docs/checkpoints.md).
 
+    ``shard_discovery_interval``: read every shard by its own restriction (the runner spreads
+    them over its workers), children born after the start too: a discovery lists the shards
+    this often and outputs each new one; a child waits until its parents' SHARD_END is in the
+    ``checkpoint_store`` (required). Without it, a shard's children are adopted by the
+    restriction that read it, and no store is needed. See docs/beam-read.md.
+
     ``consumer_config``: a :class:`~kinesis_core.consumer.ConsumerConfig` shared with the core
     consumer or a Faust channel; its ``application_name``, ``initial_position``,
     ``idle_interval``, ``max_records_per_call``, ``max_read_bytes_per_second``,
@@ -154,6 +167,7 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
         consumer_arn: str | None = None,
         consumer_name: str | None = None,
         on_stream_recreated: str | None = None,
+        shard_discovery_interval: float | None = None,
     ) -> None:
         super().__init__()
         ref = StreamRef.of(stream)
@@ -185,6 +199,21 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
         _check_seconds("max_read_time", max_read_time)
         _check_seconds("idle_threshold", idle_threshold)
         _check_seconds("self_checkpoint_interval", self_checkpoint_interval, minimum=0.01)
+        _check_seconds("shard_discovery_interval", shard_discovery_interval, minimum=0.1)
+        if shard_discovery_interval is not None:
+            if checkpoint_store is None:
+                raise ConfigurationError(
+                    "shard_discovery_interval",
+                    "needs a checkpoint_store: a discovered child shard waits there for its "
+                    "parents' SHARD_END, which another restriction, maybe on another worker, "
+                    "commits",
+                )
+            if max_records is not None:
+                raise ConfigurationError(
+                    "shard_discovery_interval",
+                    "cannot count max_records over restrictions that read in parallel; use "
+                    "max_read_time or stop_when_caught_up",
+                )
         if timestamp_fn is not None and not callable(timestamp_fn):
             raise ConfigurationError("timestamp_fn", f"must be callable, got {timestamp_fn!r:.60}")
         if client_config is not None:
@@ -208,6 +237,7 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
             fan_out=consumer.fan_out,
             max_read_bytes_per_second=consumer.max_read_bytes_per_second,
             on_stream_recreated=consumer.on_stream_recreated,
+            shard_discovery_interval=shard_discovery_interval,
         )
 
     def expand(self, pbegin: Any) -> Any:
@@ -216,7 +246,23 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
             self._spec,
             client_config=client_config_from_options(pipeline.options, self._client_config),
         )
+        if spec.discovers and not spec.bounded and _in_process_runner(pipeline):
+            raise ConfigurationError(
+                "shard_discovery_interval",
+                "an unbounded shard discovery cannot run on the FnApiRunner (nor on the "
+                "DirectRunner, which falls back to it): that runner starts a stage only once "
+                "the stages before it ended, and the discovery never ends, so no shard would "
+                "be read. Use Prism (PrismRunner), Flink or Dataflow, a bounded read, or no "
+                "discovery (children adopted by their parent's restriction).",
+            )
         if _drops_sdf_residuals(pipeline):
+            if spec.discovers:
+                raise ConfigurationError(
+                    "shard_discovery_interval",
+                    "a shard discovery cannot run on the FnApiRunner with direct_num_workers "
+                    "!= 1: that runner drops the residuals of splittable DoFns, so the "
+                    "discovery would stop after its first listing",
+                )
             if not spec.bounded:
                 raise ConfigurationError(
                     "ReadFromKinesis: an unbounded read cannot run on the FnApiRunner with "
@@ -226,11 +272,19 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
                     "--direct_num_workers=1, another runner, or a bounded read."
                 )
             spec = dataclasses.replace(spec, self_checkpoint_interval=None)
-        fn: ReadFn = BoundedReadFn(spec) if spec.bounded else UnboundedReadFn(spec)
         output_type = KinesisRecord if spec.with_metadata else bytes
         stream = beam.Map(_constant, spec.stream)  # type: ignore[no-untyped-call]
+        start = pbegin | "Impulse" >> beam.Impulse() | "Stream" >> stream
+        fn: ReadFn
+        if spec.discovers:
+            discover = BoundedDiscoverFn(spec) if spec.bounded else UnboundedDiscoverFn(spec)
+            fn = BoundedShardReadFn(spec) if spec.bounded else ShardReadFn(spec)
+            shards = beam.ParDo(discover).with_output_types(bytes)  # type: ignore[no-untyped-call]
+            start = start | "Discover" >> shards
+        else:
+            fn = BoundedReadFn(spec) if spec.bounded else UnboundedReadFn(spec)
         read = beam.ParDo(fn).with_output_types(output_type)  # type: ignore[no-untyped-call]
-        return pbegin | "Impulse" >> beam.Impulse() | "Stream" >> stream | "Read" >> read
+        return start | "Read" >> read
 
     def display_data(self) -> dict[str, Any]:
         return self._spec.display_data()
@@ -240,13 +294,19 @@ def _constant(_: Any, value: str) -> str:
     return value
 
 
+def _in_process_runner(pipeline: Any) -> bool:
+    """The Python FnApiRunner, or the DirectRunner, which runs on it when it cannot start
+    Prism."""
+    from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
+    from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
+
+    return isinstance(pipeline.runner, (SwitchingDirectRunner, FnApiRunner))
+
+
 def _drops_sdf_residuals(pipeline: Any) -> bool:
     """The Python FnApiRunner (also behind the DirectRunner) with more than one worker loses
     self-checkpoint residuals: its ParallelBundleManager merges only the metrics and errors of
     the parallel bundles (Beam 2.77)."""
-    from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
-    from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
-
-    if not isinstance(pipeline.runner, (SwitchingDirectRunner, FnApiRunner)):
+    if not _in_process_runner(pipeline):
         return False
     return bool(pipeline.options.view_as(DirectOptions).direct_num_workers != 1)

@@ -34,7 +34,8 @@ from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.hashing import MAX_HASH_KEY
 from kinesis_core.records import Position
 
-CODER_VERSION = 1
+CODER_VERSION = 2
+"""Version 2 added each cursor's ``backlog``; version 1 restrictions still decode."""
 PART_SEPARATOR = "@"
 """Checkpoint key of a part of a shard: ``<shard id>@<lo>-<hi>`` (decimal hash keys)."""
 
@@ -63,6 +64,9 @@ class ShardCursor(NamedTuple):
     None, TRIM_HORIZON."""
     watermark: int | None
     """Epoch microseconds no later record of this shard is expected before, None if unknown."""
+    backlog: int | None = None
+    """Estimated bytes of this shard not read yet (:mod:`beam_kinesis.backlog`), None before
+    its first response."""
 
     @property
     def readable(self) -> bool:
@@ -103,6 +107,12 @@ def restriction_watermark(restriction: KinesisRestriction) -> int | None:
     if not marks or None in marks:
         return None
     return min(m for m in marks if m is not None)
+
+
+def restriction_backlog(restriction: KinesisRestriction) -> int:
+    """The estimated bytes left to read in ``restriction``: the sum of its cursors' backlogs
+    (a cursor not read yet counts 0)."""
+    return sum(c.backlog or 0 for c in restriction.cursors)
 
 
 def parent_refs(child: ShardNode, ended: ShardRef, known: Mapping[str, ShardRef]) -> list[ShardRef]:
@@ -162,6 +172,23 @@ class EndClaim(NamedTuple):
     known: tuple[ShardRef, ...] = ()
 
 
+class BacklogClaim(NamedTuple):
+    """A response of the shard was read: ``read_bytes`` of data came out of it, and about
+    ``backlog_bytes`` are left behind it."""
+
+    shard_id: str
+    backlog_bytes: int
+    read_bytes: int
+
+
+class ParentsEndedClaim(NamedTuple):
+    """Every parent the shard waited for has ended (SHARD_END committed in the checkpoint
+    store): read it, after ``position`` if the store has one for it."""
+
+    shard_id: str
+    position: Position | None
+
+
 class DeadlineClaim(NamedTuple):
     """Set the deadline of a bounded read (``max_read_time`` counts from the first call)."""
 
@@ -172,13 +199,32 @@ class StopClaim(NamedTuple):
     """A bounded read is complete: nothing is left to do."""
 
 
-Claim = RecordClaim | SkipClaim | IdleClaim | EndClaim | DeadlineClaim | StopClaim
+Claim = (
+    RecordClaim
+    | SkipClaim
+    | IdleClaim
+    | EndClaim
+    | BacklogClaim
+    | ParentsEndedClaim
+    | DeadlineClaim
+    | StopClaim
+)
 
 
 class _Cursor:
     """The mutable twin of a ShardCursor inside a tracker."""
 
-    __slots__ = ("hi", "lo", "parents", "position", "shard_id", "start", "waiting_for", "watermark")
+    __slots__ = (
+        "backlog",
+        "hi",
+        "lo",
+        "parents",
+        "position",
+        "shard_id",
+        "start",
+        "waiting_for",
+        "watermark",
+    )
 
     def __init__(self, cursor: ShardCursor) -> None:
         self.shard_id = cursor.shard_id
@@ -189,6 +235,7 @@ class _Cursor:
         self.position = cursor.position
         self.start = cursor.start
         self.watermark = cursor.watermark
+        self.backlog = cursor.backlog
 
     def freeze(self) -> ShardCursor:
         return ShardCursor(
@@ -200,6 +247,7 @@ class _Cursor:
             self.position,
             self.start,
             self.watermark,
+            self.backlog,
         )
 
 
@@ -221,7 +269,7 @@ class KinesisRestrictionTracker(RestrictionTracker):
         self._created_ms = restriction.created_ms
         self._bounded = bounded
         self._cursors = {c.shard_id: _Cursor(c) for c in restriction.cursors}
-        self._claimed = 0
+        self._read_bytes = 0
 
     def current_restriction(self) -> KinesisRestriction:
         return self._snapshot(self._done)
@@ -259,7 +307,6 @@ class KinesisRestrictionTracker(RestrictionTracker):
                 cursor.watermark = ts
             if self._left is not None:
                 self._left -= 1
-            self._claimed += 1
             return True
         if self._done:
             return False
@@ -271,6 +318,16 @@ class KinesisRestrictionTracker(RestrictionTracker):
                 cursor.watermark = position.watermark_micros
         elif isinstance(position, EndClaim):
             self._end(position)
+        elif isinstance(position, BacklogClaim):
+            self._readable(position.shard_id).backlog = position.backlog_bytes
+            self._read_bytes += position.read_bytes
+        elif isinstance(position, ParentsEndedClaim):
+            cursor = self._cursors.get(position.shard_id)
+            if cursor is None:
+                raise ValueError(f"{position.shard_id} is not a shard of this restriction")
+            cursor.waiting_for = ()
+            if cursor.position is None:
+                cursor.position = position.position
         elif isinstance(position, DeadlineClaim):
             self._deadline = position.deadline_micros
         elif isinstance(position, StopClaim):
@@ -358,8 +415,13 @@ class KinesisRestrictionTracker(RestrictionTracker):
             )
 
     def current_progress(self) -> RestrictionProgress:
+        """In bytes: the data read by this tracker, and the estimated backlog left (at least
+        one byte while the restriction is not finished: a runner must not take it for done)."""
+        remaining = 0.0
+        if not self._finished:
+            remaining = float(max(sum(c.backlog or 0 for c in self._cursors.values()), 1))
         return RestrictionProgress(  # type: ignore[no-untyped-call]
-            completed=float(self._claimed), remaining=0.0 if self._finished else 1.0
+            completed=float(self._read_bytes), remaining=remaining
         )
 
     def is_bounded(self) -> bool:
@@ -411,6 +473,23 @@ def resume_value(
     return result
 
 
+def stored_values(
+    ranges: Mapping[str, tuple[int, int]], checkpoints: Mapping[str, CheckpointValue]
+) -> dict[str, CheckpointValue | None]:
+    """Where each shard of ``ranges`` (shard id -> its hash range) is done, from the stored
+    rows (whole-shard and part keys, see :func:`resume_value`); None where nothing is."""
+    rows: dict[str, list[tuple[int, int, CheckpointValue]]] = defaultdict(list)
+    for key, stored in checkpoints.items():
+        shard_id, part = parse_checkpoint_key(key)
+        hash_range = ranges.get(shard_id)
+        if hash_range is not None:
+            rows[shard_id].append((*(part or hash_range), stored))
+    return {
+        shard_id: resume_value(*hash_range, rows[shard_id]) if shard_id in rows else None
+        for shard_id, hash_range in ranges.items()
+    }
+
+
 def initial_restriction(
     shards: Iterable[ShardNode],
     checkpoints: Mapping[str, CheckpointValue],
@@ -429,16 +508,7 @@ def initial_restriction(
     parents that have not ended.
     """
     nodes = {node.shard_id: node for node in shards}
-    rows: dict[str, list[tuple[int, int, CheckpointValue]]] = defaultdict(list)
-    for key, stored in checkpoints.items():
-        shard_id, part = parse_checkpoint_key(key)
-        node = nodes.get(shard_id)
-        if node is not None:
-            rows[shard_id].append((*(part or node.hash_range), stored))
-    values = {
-        shard_id: resume_value(*node.hash_range, rows[shard_id]) if shard_id in rows else None
-        for shard_id, node in nodes.items()
-    }
+    values = stored_values({k: n.hash_range for k, n in nodes.items()}, checkpoints)
     children: dict[str, list[ShardNode]] = defaultdict(list)
     for node in nodes.values():
         for parent in node.parents:
@@ -549,6 +619,7 @@ def encode_restriction(restriction: KinesisRestriction) -> bytes:
                 _position_json(c.position),
                 c.start,
                 c.watermark,
+                c.backlog,
             ]
             for c in sorted(restriction.cursors, key=lambda c: c.shard_id)
         ],
@@ -558,7 +629,7 @@ def encode_restriction(restriction: KinesisRestriction) -> bytes:
 
 def decode_restriction(encoded: bytes) -> KinesisRestriction:
     document = json.loads(encoded)
-    if document.get("v") != CODER_VERSION:
+    if document.get("v") not in (1, CODER_VERSION):
         raise ValueError(f"unknown Kinesis restriction encoding version {document.get('v')!r}")
     cursors = tuple(
         ShardCursor(
@@ -570,8 +641,11 @@ def decode_restriction(encoded: bytes) -> KinesisRestriction:
             None if position is None else (int(position[0]), position[1]),
             start,
             watermark,
+            *backlog,
         )
-        for shard_id, lo, hi, parents, waiting, position, start, watermark in document["cursors"]
+        for shard_id, lo, hi, parents, waiting, position, start, watermark, *backlog in document[
+            "cursors"
+        ]
     )
     return KinesisRestriction(
         int(document["lo"]),
@@ -585,14 +659,8 @@ def decode_restriction(encoded: bytes) -> KinesisRestriction:
     )
 
 
-class KinesisRestrictionCoder(Coder):
-    """The restriction's wire form (see :func:`encode_restriction`)."""
-
-    def encode(self, value: KinesisRestriction) -> bytes:
-        return encode_restriction(value)
-
-    def decode(self, encoded: bytes) -> KinesisRestriction:
-        return decode_restriction(encoded)
+class DeterministicCoder(Coder):
+    """A coder whose byte form is deterministic; all instances of a subclass are equal."""
 
     def is_deterministic(self) -> bool:
         return True
@@ -602,6 +670,16 @@ class KinesisRestrictionCoder(Coder):
 
     def __hash__(self) -> int:
         return hash(type(self))
+
+
+class KinesisRestrictionCoder(DeterministicCoder):
+    """The restriction's wire form (see :func:`encode_restriction`)."""
+
+    def encode(self, value: KinesisRestriction) -> bytes:
+        return encode_restriction(value)
+
+    def decode(self, encoded: bytes) -> KinesisRestriction:
+        return decode_restriction(encoded)
 
 
 def commit_values(

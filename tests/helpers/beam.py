@@ -7,11 +7,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
+from apache_beam.runners.sdf_utils import RestrictionTrackerView, ThreadsafeRestrictionTracker
+from apache_beam.utils.timestamp import Timestamp
 
+from beam_kinesis._read_fn import RestrictionWatermark
 from beam_kinesis.record import KinesisRecord as BeamRecord
 from kinesis_core.aggregation import AggregateBuilder
 from kinesis_core.checkpoint import MemoryCheckpointStore
@@ -38,11 +42,11 @@ def pipeline(stream: LocalStream, mode: str) -> beam.Pipeline:
     return beam.Pipeline(runner="DirectRunner", options=PipelineOptions(flags))
 
 
-def put_round(stream: LocalStream, n: int) -> None:
+def put_round(stream: LocalStream, n: int, keys: list[str] = KEYS) -> None:
     """Record ``key:n`` for every key, as one KPL aggregate per open shard."""
     open_shards = stream.shards(open_only=True)
     groups: dict[str, AggregateBuilder] = {}
-    for key in KEYS:
+    for key in keys:
         h = hash_key(key)
         shard = next(
             s
@@ -118,3 +122,55 @@ def read_back(
         return got
 
     return asyncio.run(main())
+
+
+class SdfDriver:
+    """Runs a ReadFromKinesis DoFn's restriction the way a runner does, one ``process`` call at
+    a time, with Beam's own tracker wrappers and the DoFn's watermark estimator: each call
+    starts from the last call's residual, and its bundle finalizers run after it (the bundle
+    is committed). Records every output with the watermark it was output under."""
+
+    def __init__(self, fn: Any, element: Any, restriction: Any) -> None:
+        self.fn = fn
+        self.element = element
+        self.restriction = restriction
+        self._provider = RestrictionWatermark()
+        self._estimator_state = self._provider.initial_estimator_state(element, restriction)
+        self.outputs: list[tuple[Any, Timestamp | None]] = []
+        """(output, the restriction's watermark when it was output)."""
+        self.done = False
+
+    def call(self) -> None:
+        """One ``process`` call; ``done`` once it left no residual."""
+        tracker = ThreadsafeRestrictionTracker(self.fn.create_tracker(self.restriction))
+        estimator = self._provider.create_watermark_estimator(self._estimator_state)
+        finalizer = _Finalizer()
+        for out in self.fn.process(
+            self.element,
+            bundle_finalizer=finalizer,
+            tracker=RestrictionTrackerView(tracker),
+            watermark=estimator,
+        ):
+            self.outputs.append((out, estimator.current_watermark()))
+        for callback in finalizer.callbacks:
+            callback()
+        self._estimator_state = estimator.get_estimator_state()
+        deferred = tracker.deferred_status()
+        if deferred is None:
+            self.done = True
+            self.restriction = tracker.current_restriction()
+        else:
+            self.restriction = deferred[0]
+
+    @property
+    def size(self) -> float:
+        """What the runner is told the residual's size is."""
+        return float(self.fn.restriction_size(self.element, self.restriction))
+
+
+class _Finalizer:
+    def __init__(self) -> None:
+        self.callbacks: list[Callable[[], None]] = []
+
+    def register(self, callback: Callable[[], None]) -> None:
+        self.callbacks.append(callback)

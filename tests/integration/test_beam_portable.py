@@ -267,6 +267,58 @@ def test_read_while_a_shard_splits_and_merges(
     assert {hash_key(k) <= boundary for k in merged_keys} == {True, False}
 
 
+def test_a_shard_discovery_reads_each_shard_in_its_own_restriction(
+    portable: Portable, kinesis_stream: Any, tmp_path: Path
+) -> None:
+    """Bounded: the discovery's encoded restrictions and its own restriction cross the Fn API;
+    the children found after the start wait in the workers for the SHARD_END their parents'
+    finalizers stored."""
+    stream: LocalStream = kinesis_stream(shards=2)
+    keys = [f"key-{i}" for i in range(32)]
+    out = tmp_path / "records.txt"
+    put_round(stream, 0, keys)
+    children: list[str] = []
+    failure: list[BaseException] = []
+
+    def write_while_reading() -> None:
+        try:
+            for n in range(1, 10):
+                put_round(stream, n, keys)
+                if n == 4:
+                    children.extend(c for s in stream.shards() for c in stream.split(s["ShardId"]))
+        except BaseException as exc:
+            failure.append(exc)
+
+    writer = threading.Thread(target=write_while_reading)
+    writer.start()
+    p = portable.pipeline(stream)
+    _ = (
+        p
+        | ReadFromKinesis(
+            stream.name,
+            initial_position=TRIM_HORIZON,
+            checkpoint_store=str(tmp_path / "checkpoints.sqlite3"),
+            shard_discovery_interval=0.5,
+            max_read_time=8.0,
+            idle_interval=0.2,
+            self_checkpoint_interval=0.5,
+        )
+        | beam.Map(append_lines(str(out)))
+    )
+    try:
+        run(p)
+    finally:
+        writer.join()
+    assert not failure, failure
+    assert len(children) == 4
+    got = read_lines(out)
+    assert sorted((key, n) for key, n, _ in got) == sorted(
+        (key, n) for key in keys for n in range(10)
+    )  # none lost, none twice
+    check_per_key_order(got)
+    assert set(children) <= {shard_id for _, _, shard_id in got}
+
+
 def test_read_resumes_from_finalized_positions_after_a_worker_is_killed(
     portable: Portable, kinesis_stream: Any, tmp_path: Path
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -19,18 +20,35 @@ from apache_beam.transforms.core import _BundleFinalizerParam
 from apache_beam.utils.timestamp import Timestamp
 from botocore.exceptions import ClientError
 
+import beam_kinesis._discover_fn as discover_fn_module
 import beam_kinesis._read_fn as read_fn_module
 import beam_kinesis._shard_readers as shard_readers_module
-from beam_kinesis._read_fn import BoundedReadFn, ReadFn, UnboundedReadFn
+from beam_kinesis._discover_fn import UnboundedDiscoverFn
+from beam_kinesis._read_fn import (
+    BoundedReadFn,
+    BoundedShardReadFn,
+    ReadFn,
+    RestrictionWatermark,
+    UnboundedReadFn,
+    start_restriction,
+)
 from beam_kinesis._read_spec import to_timestamp
+from beam_kinesis.discovery import Discovery, new_shards, shard_restrictions, started
 from beam_kinesis.read import ReadFromKinesis
 from beam_kinesis.record import KinesisRecord
-from beam_kinesis.restriction import KinesisRestriction, ShardCursor
+from beam_kinesis.restriction import (
+    KinesisRestriction,
+    ShardCursor,
+    ShardRef,
+    decode_restriction,
+    encode_restriction,
+)
 from kinesis_core.aggregation import encode_aggregate
 from kinesis_core.checkpoint import SHARD_END, MemoryCheckpointStore
 from kinesis_core.classify import ErrorKind
 from kinesis_core.client import ClientConfig
 from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp, ConsumerConfig
+from kinesis_core.consumer.reading import ShardReadError
 from kinesis_core.errors import ConfigurationError, KinesisServiceError, ValidationError
 from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.records import SubRecord
@@ -309,6 +327,27 @@ def test_an_idle_shard_lets_the_watermark_advance(fake: FakeKinesis) -> None:
     assert abs(s1.watermark / SECOND - (datetime.now(timezone.utc).timestamp() - 5.0)) < 60
 
 
+def test_an_idle_watermark_counts_from_when_the_call_was_sent(
+    fake: FakeKinesis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record may arrive while an empty answer is on its way: the idle shard's watermark must
+    not pass the time the call went out (it did: it counted from the answer)."""
+    answer = fake.sync.get_records
+
+    def slow(**params: Any) -> dict[str, Any]:
+        response = answer(**params)
+        time.sleep(0.5)
+        return response
+
+    monkeypatch.setattr(fake.sync, "get_records", slow)
+    fn = make_fn(idle_threshold=0.0)
+    sent_before = time.time()
+    bundle = Bundle(fn, parts(fn)[1])
+    (s1,) = bundle.restriction.cursors
+    assert s1.watermark is not None
+    assert s1.watermark / SECOND < sent_before + 0.5
+
+
 def test_errors_never_move_the_watermark(fake: FakeKinesis) -> None:
     fake.faults["GetRecords", "s0"] = [
         client_error("ProvisionedThroughputExceededException", operation="GetRecords")
@@ -341,6 +380,124 @@ def test_fatal_errors_fail_the_bundle(fake: FakeKinesis) -> None:
         Bundle(fn, parts(fn)[0])
     assert info.value.code == "AccessDeniedException"
     assert info.value.kind is ErrorKind.AUTH
+    assert isinstance(info.value.__cause__, ClientError)
+
+
+# -- one restriction per shard (shard discovery) ------------------------------------------------
+
+
+def test_a_discovered_child_waits_for_its_parents_end_in_the_store(fake: FakeKinesis) -> None:
+    store = MemoryCheckpointStore()
+    fake.put(HIGH_KEY, b"parent", shard="s1")
+    fake.reshard("s1", FakeShard("c", HALF + 1, MAX_HASH_KEY, ("s1",)))
+    fake.put(HIGH_KEY, b"child", shard="c")
+    spec = ReadFromKinesis(
+        "stream",
+        client_config=ClientConfig(region_name="us-east-1"),
+        initial_position=TRIM_HORIZON,
+        checkpoint_store=lambda: store,
+        shard_discovery_interval=1.0,
+        stop_when_caught_up=True,
+        self_checkpoint_interval=0.05,
+    )._spec
+    fn = BoundedShardReadFn(spec)
+    fn.setup()
+    whole, nodes = start_restriction(spec, "stream")
+    by_shard = {r.cursors[0].shard_id: r for r in shard_restrictions(whole)}
+    (child,) = new_shards(
+        nodes, started(whole, nodes), child_start=None, created_ms=None, watermark=5 * SECOND
+    )
+    assert fn.initial_restriction(encode_restriction(child)) == child
+    assert list(fn.split(b"", child)) == [child]
+
+    waiting = Bundle(fn, child, RestrictionWatermark().initial_estimator_state(b"", child))
+    assert waiting.outputs == []
+    assert waiting.estimator.current_watermark() == Timestamp(5)  # held where it started
+    assert waiting.residual is not None
+    assert not waiting.residual.cursors[0].readable
+
+    parent = Bundle(fn, by_shard["s1"])
+    assert [e.data for e in parent.elements] == [b"parent"]
+    assert parent.restriction.cursors == ()  # ended; the discovery outputs the child
+    assert Bundle(fn, waiting.residual).outputs == []  # not committed yet
+    parent.finalizer.finalize_bundle()
+    assert [e.data for e in Bundle(fn, waiting.residual).elements] == [b"child"]
+
+
+def test_the_discovery_outputs_each_shard_once_and_children_as_they_appear(
+    fake: FakeKinesis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(discover_fn_module, "create_botocore_client", lambda *a, **kw: fake.sync)
+    spec = ReadFromKinesis(
+        "stream",
+        client_config=ClientConfig(region_name="us-east-1"),
+        initial_position=TRIM_HORIZON,
+        checkpoint_store=lambda: MemoryCheckpointStore(),
+        shard_discovery_interval=0.1,
+        idle_threshold=2.0,
+    )._spec
+    fn = UnboundedDiscoverFn(spec)
+    fn.setup()
+
+    def call(discovery: Discovery, estimator: ManualWatermarkEstimator) -> tuple[list[Any], Any]:
+        tracker = ThreadsafeRestrictionTracker(fn.create_tracker(discovery))
+        out = list(fn.process("stream", RestrictionTrackerView(tracker), estimator))
+        residual = tracker.deferred_status()
+        assert residual is not None  # an unbounded discovery always goes on
+        return out, residual[0]
+
+    estimator = ManualWatermarkEstimator(None)
+    first, discovery = call(fn.initial_restriction("stream"), estimator)
+    assert [decode_restriction(e).cursors[0].shard_id for e in first] == ["s0", "s1"]
+    mark = estimator.current_watermark()
+    assert mark is not None  # the listing time minus idle_threshold
+    time.sleep(0.1)
+    assert call(discovery, estimator)[0] == []
+    fake.reshard("s1", FakeShard("c", HALF + 1, MAX_HASH_KEY, ("s1",)))
+    time.sleep(0.1)
+    (found,), discovery = call(discovery, estimator)
+    child = decode_restriction(found.value)
+    assert child.cursors[0].shard_id == "c"
+    assert child.cursors[0].waiting_for == (ShardRef("s1", HALF + 1, MAX_HASH_KEY),)
+    # The child starts at (and its element carries) the discovery's watermark.
+    assert found.timestamp <= estimator.current_watermark()
+    assert child.cursors[0].watermark == found.timestamp.micros
+    assert discovery.emitted == frozenset({"s0", "s1", "c"})
+    assert fn.restriction_size("stream", discovery) == 1.0
+    assert fn.truncate("stream", discovery) is None
+    fake.faults["ListShards"].append(client_error("AccessDeniedException"))
+    time.sleep(0.1)
+    with pytest.raises(KinesisServiceError, match="listing the shards of stream failed"):
+        call(discovery, estimator)
+    fn.teardown()
+
+
+def test_a_discovery_needs_a_checkpoint_store_and_no_max_records() -> None:
+    with pytest.raises(ConfigurationError, match="shard_discovery_interval: needs a checkpoint"):
+        ReadFromKinesis("s", shard_discovery_interval=1.0)
+    with pytest.raises(ConfigurationError, match="shard_discovery_interval: cannot count"):
+        ReadFromKinesis("s", shard_discovery_interval=1.0, checkpoint_store="x", max_records=5)
+    unbounded = ReadFromKinesis("s", shard_discovery_interval=1.0, checkpoint_store="x")
+    with pytest.raises(ConfigurationError, match="never ends"):
+        beam.Pipeline(runner=FnApiRunner()) | unbounded
+    parallel = PipelineOptions(["--direct_num_workers=2"])
+    bounded = ReadFromKinesis(
+        "s", shard_discovery_interval=1.0, checkpoint_store="x", max_read_time=1.0
+    )
+    with pytest.raises(ConfigurationError, match="first listing"):
+        beam.Pipeline(runner=FnApiRunner(), options=parallel) | bounded
+
+
+def test_a_reader_that_gives_up_raises_with_its_last_error(fake: FakeKinesis) -> None:
+    fn = make_fn()
+    low = parts(fn)[0]
+    fake.faults["GetRecords", "s0"] = [
+        client_error("ResourceNotFoundException", operation="GetRecords")
+    ]
+    fake.faults["ListShards"].append(client_error("ResourceNotFoundException"))
+    with pytest.raises(ShardReadError, match="no longer exists") as info:
+        Bundle(fn, low)
+    assert "last error: ResourceNotFoundException" in str(info.value)
     assert isinstance(info.value.__cause__, ClientError)
 
 

@@ -120,7 +120,7 @@ def test_coder_writes_big_numbers_as_decimal_strings_never_floats() -> None:
 
 
 def test_coder_refuses_an_unknown_version() -> None:
-    encoded = encode_restriction(restriction(cursor("s"))).replace(b'"v":1', b'"v":99')
+    encoded = encode_restriction(restriction(cursor("s"))).replace(b'"v":2', b'"v":99')
     with pytest.raises(ValueError, match="version 99"):
         decode_restriction(encoded)
 
@@ -140,7 +140,6 @@ def test_record_claims_move_the_position_and_the_watermark() -> None:
     (c,) = tracker.current_restriction().cursors
     assert c.position == (10, 1)
     assert c.watermark == 500
-    assert tracker.current_progress().completed_work == 2
 
 
 def test_claims_must_move_forward() -> None:
