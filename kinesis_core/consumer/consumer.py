@@ -212,6 +212,7 @@ class Consumer:
                 on_acquired=lambda _: self._start_ready(),
                 on_lost=self._revoke,
                 on_scan=self._on_lease_scan,
+                on_handoff=self._hand_off,
                 clock=clock,
                 recorder=self._recorder,
             )
@@ -230,6 +231,8 @@ class Consumer:
         self._reading = False
         """Readers may start (after the checks at start, and the fan-out's registration)."""
         self._handed_at: float | None = None
+        self._handoffs: set[asyncio.Task[None]] = set()
+        """Shards being handed over to other workers (their last acks, then the checkpoint)."""
 
     def _make_recorder(self, config: ConsumerConfig) -> ConsumerRecorder:
         """What this consumer reports its metrics to (nothing, with telemetry off)."""
@@ -349,6 +352,7 @@ class Consumer:
             await self._flush()
         finally:
             try:
+                await asyncio.gather(*self._handoffs, return_exceptions=True)
                 if self._leases is not None:
                     await self._leases.close()
             finally:
@@ -377,10 +381,49 @@ class Consumer:
         """The shard's lease is lost: from now on none of its records reaches the user (the
         queued ones and the rest of the batch being iterated are dropped) and no checkpoint
         of it is written (the lease manager refuses). Synchronous, so nothing slips through."""
+        self._stop_delivery(shard_id)
+
+    def _hand_off(self, shard_id: str) -> None:
+        """Another worker asked for the shard's lease: stop delivering it now (as a lost
+        lease), give what was delivered ``handoff_timeout`` (less a renewal interval) to be
+        acked, write the final checkpoint and hand the lease over."""
+        leases = self._leases
+        assert leases is not None
+        run = self._stop_delivery(shard_id)
+        if run is None:
+            leases.hand_over_soon(shard_id)
+            return
+        task = asyncio.create_task(self._finish_hand_off(run), name=f"kinesis-hand-off-{shard_id}")
+        self._handoffs.add(task)
+        task.add_done_callback(self._handoffs.discard)
+
+    async def _finish_hand_off(self, run: _ShardRun) -> None:
+        leases = self._leases
+        assert leases is not None
+        config = leases.config
+        clock = self._clock
+        wait = max(config.handoff_every - config.renew_every, config.handoff_every / 2)
+        deadline = clock.now() + wait
+        while not run.frontier.drained and clock.now() < deadline:
+            await clock.sleep(_DRAIN_POLL)
+        shard_id = run.node.shard_id
+        try:
+            await leases.hand_over(shard_id, run.frontier.checkpoint, run.node.parents)
+        except Exception:
+            logger.warning(
+                "handing the lease of %s over failed; the other worker takes it after the "
+                "hand-off timeout",
+                shard_id,
+                exc_info=True,
+            )
+
+    def _stop_delivery(self, shard_id: str) -> _ShardRun | None:
+        """None of the shard's records reaches the user any more: its reader stops, its queued
+        batches and the rest of the batch being iterated are dropped. The run, if any."""
         run = self._shards.pop(shard_id, None)
         self._lineage.release(shard_id)
         if run is None:
-            return
+            return None
         if run.task is not None and run.task is not asyncio.current_task():
             run.task.cancel()
         kept = []
@@ -395,6 +438,7 @@ class Consumer:
         current = self._current
         if current is not None and current.shard_id == shard_id:
             run.frontier.truncate(current, self._delivered)
+        return run
 
     def _fail(self, exc: BaseException) -> None:
         """A reader or the discovery hit an error no retry fixes: stop, and let the iterator

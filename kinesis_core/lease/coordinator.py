@@ -7,12 +7,16 @@ not moved for the failover time, as seen by this worker's own clock between its 
 if it has an owner, and as never renewed if it has none.
 
 Balancing (``computeLeasesToTake`` and ``chooseLeasesToSteal``): the target is
-``ceil(leases / workers)`` where workers are the owners of live leases plus this one. Leases
-not renewed for three failover times, and new unowned ones, are taken first whatever the target
-(the KCL's priority lease assignment); then expired or released leases up to the target; only
-when none is available, a lease is stolen from the most loaded worker, at most
-``max_leases_to_steal`` at a time. A steal is just a take conditional on the counter: the
-victim learns it when its next renewal fails.
+``ceil(leases / workers)`` where workers are the owners of live leases, the workers whose
+worker rows are alive (announced before they hold anything) and this one. Leases that had an
+owner and were not renewed for three failover times are taken first whatever the target (the
+KCL's priority lease assignment); then new, expired or released leases up to the target, and
+leaving enough for every other live worker to reach ``leases // workers`` (so workers started
+together split the new leases instead of one taking them all); only when
+none is available, leases are asked from the workers above the target (or one from a worker
+at the target, when this one needs two or more), at most ``max_leases_to_steal`` per scan,
+spread over those workers. Such a steal is a hand-off request (:class:`Take` ``steal``): the
+owner finishes what it delivered, checkpoints and hands the lease over.
 
 Events in (a table scan, a take, a renewal, a loss), decisions out (the leases to take, the
 held leases whose renewals stopped working); the clock comes in as ``now`` (seconds, monotonic).
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from kinesis_core.checkpoint.base import Checkpoint
@@ -49,8 +53,12 @@ class LeaseConfig:
     - ``parent_poll_interval``: how often a held child shard looks whether its parents have
       been finished by other workers (the KCL's ``parentShardPollIntervalMillis``, 10 s).
     - ``max_leases_for_worker``: cap on the leases this worker holds (None: no cap).
-    - ``max_leases_to_steal``: leases stolen from the most loaded worker per scan (1).
-    - ``priority_takes``: take new and long-dead leases first, whatever the target (True).
+    - ``max_leases_to_steal``: leases asked from busier workers per scan (1).
+    - ``priority_takes``: take long-dead leases first, whatever the target (True).
+    - ``handoff_timeout``: how long a worker that asked for a lease waits for its owner's
+      final checkpoint before it takes the lease anyway (the KCL 3.x
+      ``gracefulLeaseHandoffTimeoutMillis``); the owner waits for the acks of what it
+      delivered for at most this long too. Default ``failover_time / 2``.
     """
 
     worker_id: str | None = None
@@ -61,6 +69,7 @@ class LeaseConfig:
     max_leases_for_worker: int | None = None
     max_leases_to_steal: int = 1
     priority_takes: bool = True
+    handoff_timeout: float | None = None
 
     def __post_init__(self) -> None:
         if self.worker_id is not None and (
@@ -90,6 +99,10 @@ class LeaseConfig:
             raise ConfigurationError(
                 "max_leases_to_steal", f"must be >= 1, got {self.max_leases_to_steal}"
             )
+        if not self.handoff_every > 0:
+            raise ConfigurationError(
+                "handoff_timeout", f"must be > 0 seconds, got {self.handoff_every!r}"
+            )
 
     @property
     def renew_every(self) -> float:
@@ -105,6 +118,13 @@ class LeaseConfig:
             return self.take_interval
         return (self.failover_time + EPSILON) * 2
 
+    @property
+    def handoff_every(self) -> float:
+        """The hand-off timeout in effect."""
+        if self.handoff_timeout is not None:
+            return self.handoff_timeout
+        return self.failover_time / 2
+
 
 @dataclass(frozen=True, slots=True)
 class Take:
@@ -112,7 +132,7 @@ class Take:
 
     row: Checkpoint
     steal: bool
-    """True when the lease is taken from a live owner (balancing)."""
+    """True when the lease is asked from a live owner (balancing): a hand-off request."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +140,12 @@ class _Seen:
     row: Checkpoint
     changed_at: float | None
     """When a scan last saw the counter move; None: never (new and unowned)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Beat:
+    counter: int
+    changed_at: float
 
 
 class LeaseCoordinator:
@@ -142,6 +168,8 @@ class LeaseCoordinator:
         self.worker_id = chosen
         self._rng = rng or random.Random()  # noqa: S311 (spreads contention, not a secret)
         self._view: dict[str, _Seen] = {}
+        self._beats: dict[str, _Beat] = {}
+        """Worker rows: their counters, and when a scan last saw each move."""
         self._held: dict[str, float] = {}
         """Held lease -> when its last successful write (take, renewal or checkpoint) was sent."""
 
@@ -178,8 +206,19 @@ class LeaseCoordinator:
 
     # -- the table view ---------------------------------------------------------------------
 
-    def scan(self, now: float, rows: Iterable[Checkpoint]) -> None:
-        """A full read of the lease table, finished at ``now``."""
+    def scan(
+        self, now: float, rows: Iterable[Checkpoint], workers: Mapping[str, int] | None = None
+    ) -> None:
+        """A full read of the lease table (and of its worker rows), finished at ``now``.
+        A worker row counts as alive while its counter moves, like a lease (seen for the first
+        time: just renewed)."""
+        if workers is not None:
+            beats = {}
+            for worker, counter in workers.items():
+                beat = self._beats.get(worker)
+                same = beat is not None and beat.counter == counter
+                beats[worker] = _Beat(counter, beat.changed_at if same and beat else now)
+            self._beats = beats
         view: dict[str, _Seen] = {}
         for row in rows:
             old = self._view.get(row.shard_id)
@@ -200,14 +239,24 @@ class LeaseCoordinator:
         )
 
     def _very_old(self, seen: _Seen, now: float) -> bool:
+        """Owned, and not renewed for three failover times: its worker is long dead."""
         return (
-            seen.changed_at is None
-            or now - seen.changed_at > VERY_OLD_FACTOR * self.config.failover_time
+            seen.row.owner is not None
+            and seen.changed_at is not None
+            and now - seen.changed_at > VERY_OLD_FACTOR * self.config.failover_time
         )
 
+    def live_workers(self, now: float) -> set[str]:
+        """The workers whose worker rows moved within the failover time (this one always)."""
+        limit = self.config.failover_time
+        alive = {w for w, beat in self._beats.items() if now - beat.changed_at <= limit}
+        return alive | {self.worker_id}
+
     def owners(self, now: float, eligible: Collection[str]) -> dict[str, int]:
-        """Live leases per worker (this one always included), as the last scan saw them."""
-        counts = {self.worker_id: sum(1 for s in self._held if s in eligible)}
+        """Live leases per worker, as the last scan saw them: every live worker (this one
+        always) counts, holding leases or not."""
+        counts = dict.fromkeys(self.live_workers(now), 0)
+        counts[self.worker_id] = sum(1 for s in self._held if s in eligible)
         for shard_id, seen in self._view.items():
             if shard_id in self._held or shard_id not in eligible:
                 continue
@@ -243,8 +292,14 @@ class LeaseCoordinator:
             return []
         available = sorted(s for s, seen in candidates.items() if self._available(seen, now))
         if available:
+            # Up to the target, but leaving enough for every other worker to reach
+            # ``total // workers`` (whoever scans last must not have to steal its share).
+            base = total // workers
+            me = self.worker_id
+            reserve = sum(max(0, base - load) for w, load in counts.items() if w != me)
+            room = min(needed, max(len(available) - reserve, base - mine))
             self._rng.shuffle(available)
-            return [Take(candidates[s].row, steal=False) for s in available[:needed]]
+            return [Take(candidates[s].row, steal=False) for s in available[: max(room, 0)]]
         return self._steals(now, candidates, counts, needed, target)
 
     def _steals(
@@ -255,17 +310,39 @@ class LeaseCoordinator:
         needed: int,
         target: int,
     ) -> list[Take]:
-        victim, load = max(counts.items(), key=lambda item: (item[1], item[0]))
-        if load < target:
+        """Hand-off requests: from every worker above the target, one lease at a time round
+        the busiest first, so that workers joining together take from different workers."""
+        others = {w: load for w, load in counts.items() if w != self.worker_id}
+        if not others:
             return []
-        count = min(needed, load - target)
-        if needed > 1 and count == 0:
-            count = 1
-        count = min(count, self.config.max_leases_to_steal)
-        leases = sorted(
-            s
-            for s, seen in candidates.items()
-            if seen.row.owner == victim and not self._available(seen, now)
-        )
-        self._rng.shuffle(leases)
-        return [Take(candidates[s].row, steal=True) for s in leases[:count]]
+        excess = {w: load - target for w, load in others.items() if load > target}
+        if not excess:
+            # Everyone is at the target: one from the busiest, if this one needs two or more
+            # (so that two workers never trade a lease back and forth).
+            victim, load = max(others.items(), key=lambda item: (item[1], item[0]))
+            if needed < 2 or load < target or load == 0:
+                return []
+            excess = {victim: 1}
+        leases: dict[str, list[str]] = {w: [] for w in excess}
+        for shard_id in sorted(candidates):
+            seen = candidates[shard_id]
+            owner = seen.row.owner
+            # A lease being handed over already is nobody's to ask for.
+            if (
+                owner in leases
+                and seen.row.checkpoint_owner is None
+                and not self._available(seen, now)
+            ):
+                leases[owner].append(shard_id)
+        order = sorted(excess, key=lambda w: (-excess[w], self._rng.random()))
+        for shards in leases.values():
+            self._rng.shuffle(shards)
+        budget = min(needed, self.config.max_leases_to_steal)
+        chosen: list[Take] = []
+        while budget and any(excess[w] and leases[w] for w in order):
+            for victim in order:
+                if budget and excess[victim] and leases[victim]:
+                    chosen.append(Take(candidates[leases[victim].pop()].row, steal=True))
+                    excess[victim] -= 1
+                    budget -= 1
+        return chosen

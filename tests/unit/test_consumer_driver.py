@@ -165,9 +165,7 @@ def test_a_missing_stream_fails_at_start() -> None:
     async def main() -> None:
         fake = FakeKinesis(1)
         fake.faults["ListShards"].append(client_error("ResourceNotFoundException"))
-        with pytest.raises(
-            KinesisServiceError, match="starting to read stream failed"
-        ) as info:
+        with pytest.raises(KinesisServiceError, match="starting to read stream failed") as info:
             async with consumer(fake, MemoryCheckpointStore()):
                 pass
         assert info.value.code == "ResourceNotFoundException"

@@ -132,6 +132,37 @@ def test_two_workers_split_the_shards_and_lose_nothing() -> None:
     asyncio.run(main())
 
 
+def test_a_worker_joining_gets_its_share_by_hand_off_and_no_record_twice() -> None:
+    """Balancing moves leases between live workers by hand-off: the owner stops, its acks
+    land, its final checkpoint is the taker's start. Records keep coming all along."""
+
+    async def main() -> None:
+        fake = FakeKinesis(4)
+        store = MemoryCheckpointStore()
+        a = worker(fake, store, "a")
+        async with a:
+            pumps_a = Pumps({"a": a})
+            produced = put_keys(fake, 100)
+            await pumps_a.until(lambda: set(pumps_a.data()) >= produced)
+            assert len(a.leased_shards()) == 4
+            b = worker(fake, store, "b")
+            async with b:
+                pumps_b = Pumps({"b": b})
+                for round_ in range(1, 40):
+                    produced |= put_keys(fake, 10, round_)
+                    await asyncio.sleep(0.02)
+                await pumps_b.until(balanced([a, b], 4))
+                delivered = lambda: pumps_a.data() + pumps_b.data()  # noqa: E731
+                await pumps_b.until(lambda: set(delivered()) >= produced)
+                assert len(b.leased_shards()) == 2
+                await pumps_b.stop()
+            await pumps_a.stop()
+        everything = pumps_a.data() + pumps_b.data()
+        assert sorted(everything) == sorted(produced)  # none lost, none twice
+
+    asyncio.run(main())
+
+
 def test_a_lost_lease_stops_delivery_at_once_and_fences_checkpoints() -> None:
     clock = FakeClock()  # the renewals, the thief's and the waits pass at once
 
