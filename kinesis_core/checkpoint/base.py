@@ -306,3 +306,9 @@ class LeaseStore(CheckpointStore, Protocol):
     async def workers(self, application: str, stream: str) -> dict[str, int]:
         """The worker rows: worker id -> its counter."""
         ...
+
+    async def forget_worker(
+        self, application: str, stream: str, worker_id: str, counter: int
+    ) -> None:
+        """Remove the row of a worker that died, if its counter is still ``counter``."""
+        ...

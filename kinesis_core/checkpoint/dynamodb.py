@@ -557,6 +557,23 @@ class DynamoDBCheckpointStore:
             },
         )
 
+    async def forget_worker(
+        self, application: str, stream: str, worker_id: str, counter: int
+    ) -> None:
+        """Delete the worker row of ``worker_id`` if its counter is still ``counter``."""
+        client, table = await self._table(application, stream)
+        try:
+            await client.delete_item(
+                TableName=table,
+                Key={LEASE_KEY: {"S": WORKER_KEY + worker_id}},
+                ConditionExpression="#counter = :counter",
+                ExpressionAttributeNames={"#counter": "leaseCounter"},
+                ExpressionAttributeValues={":counter": {"N": str(counter)}},
+            )
+        except ClientError as exc:
+            if not _failed_condition(exc):
+                raise
+
     async def workers(self, application: str, stream: str) -> dict[str, int]:
         """Every worker row (a consistent scan of the worker rows, all pages)."""
         client, table = await self._table(application, stream)

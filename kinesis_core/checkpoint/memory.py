@@ -79,6 +79,13 @@ class MemoryCheckpointStore:
     async def workers(self, application: str, stream: str) -> dict[str, int]:
         return dict(self._workers.get((application, stream), {}))
 
+    async def forget_worker(
+        self, application: str, stream: str, worker_id: str, counter: int
+    ) -> None:
+        workers = self._workers.get((application, stream), {})
+        if workers.get(worker_id) == counter:
+            del workers[worker_id]
+
     async def close(self) -> None:
         """Nothing to release; the rows stay readable."""
 

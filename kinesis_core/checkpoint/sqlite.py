@@ -334,6 +334,21 @@ class SQLiteCheckpointStore:
 
         await self._run(write)
 
+    async def forget_worker(
+        self, application: str, stream: str, worker_id: str, counter: int
+    ) -> None:
+        if self.read_only:
+            raise ConfigurationError(f"checkpoint file {self.path!r} is open read-only")
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "DELETE FROM kinesis_workers "
+                "WHERE application = ? AND stream = ? AND worker_id = ? AND counter = ?",
+                (application, stream, worker_id, counter),
+            )
+
+        await self._run(write)
+
     async def workers(self, application: str, stream: str) -> dict[str, int]:
         def read(conn: sqlite3.Connection) -> dict[str, int]:
             try:

@@ -10,13 +10,14 @@ Balancing (``computeLeasesToTake`` and ``chooseLeasesToSteal``): the target is
 ``ceil(leases / workers)`` where workers are the owners of live leases, the workers whose
 worker rows are alive (announced before they hold anything) and this one. Leases that had an
 owner and were not renewed for three failover times are taken first whatever the target (the
-KCL's priority lease assignment); then new, expired or released leases up to the target, and
-leaving enough for every other live worker to reach ``leases // workers`` (so workers started
-together split the new leases instead of one taking them all); only when
-none is available, leases are asked from the workers above the target (or one from a worker
-at the target, when this one needs two or more), at most ``max_leases_to_steal`` per scan,
-spread over those workers. Such a steal is a hand-off request (:class:`Take` ``steal``): the
-owner finishes what it delivered, checkpoints and hands the lease over.
+KCL's priority lease assignment); then new, expired or released leases up to the target,
+leaving enough for every other live worker that holds none yet to reach ``leases // workers``
+(so workers started together split the new leases instead of one taking them all); only when
+none is available, leases are asked from the workers above the target (and one from a
+worker at ``leases // workers + 1``, when this one is two or more below it), at most
+``max_leases_to_steal`` per scan, spread over those workers. Such a steal is a hand-off
+request (:class:`Take` ``steal``): the owner finishes what it delivered, checkpoints and hands
+the lease over.
 
 Events in (a table scan, a take, a renewal, a loss), decisions out (the leases to take, the
 held leases whose renewals stopped working); the clock comes in as ``now`` (seconds, monotonic).
@@ -252,6 +253,16 @@ class LeaseCoordinator:
         alive = {w for w, beat in self._beats.items() if now - beat.changed_at <= limit}
         return alive | {self.worker_id}
 
+    def dead_workers(self, now: float) -> dict[str, int]:
+        """Worker rows that stood still for the failover time (their workers died): worker ->
+        the counter they stood at."""
+        limit = self.config.failover_time
+        return {
+            w: beat.counter
+            for w, beat in self._beats.items()
+            if now - beat.changed_at > limit and w != self.worker_id
+        }
+
     def owners(self, now: float, eligible: Collection[str]) -> dict[str, int]:
         """Live leases per worker, as the last scan saw them: every live worker (this one
         always) counts, holding leases or not."""
@@ -292,15 +303,16 @@ class LeaseCoordinator:
             return []
         available = sorted(s for s, seen in candidates.items() if self._available(seen, now))
         if available:
-            # Up to the target, but leaving enough for every other worker to reach
-            # ``total // workers`` (whoever scans last must not have to steal its share).
+            # Up to the target, but leaving enough for every other worker that holds nothing
+            # yet (starting) to reach ``total // workers``: whoever scans last must not have
+            # to steal its share.
             base = total // workers
             me = self.worker_id
-            reserve = sum(max(0, base - load) for w, load in counts.items() if w != me)
+            reserve = sum(base for w, load in counts.items() if w != me and load == 0)
             room = min(needed, max(len(available) - reserve, base - mine))
             self._rng.shuffle(available)
             return [Take(candidates[s].row, steal=False) for s in available[: max(room, 0)]]
-        return self._steals(now, candidates, counts, needed, target)
+        return self._steals(now, candidates, counts, needed, target, total // workers)
 
     def _steals(
         self,
@@ -309,20 +321,26 @@ class LeaseCoordinator:
         counts: dict[str, int],
         needed: int,
         target: int,
+        base: int,
     ) -> list[Take]:
-        """Hand-off requests: from every worker above the target, one lease at a time round
-        the busiest first, so that workers joining together take from different workers."""
+        """Hand-off requests, so that every worker ends with ``base`` (``leases // workers``)
+        or one more: from every worker above the target what it has above it, and if that is
+        not enough for this one to reach ``base``, one from each worker at ``base + 1`` that
+        holds two or more than this one (so that two workers never trade a lease back and
+        forth). Taken one at a time round those workers, busiest first, so that workers joining
+        together take from different workers."""
+        mine = counts[self.worker_id]
         others = {w: load for w, load in counts.items() if w != self.worker_id}
-        if not others:
-            return []
-        excess = {w: load - target for w, load in others.items() if load > target}
+        excess = {w: max(0, load - target) for w, load in others.items()}
+        got = sum(excess.values())
+        for w in sorted(others, key=lambda w: -others[w]):
+            left = others[w] - excess[w]
+            if mine + got < base and left == base + 1 and left >= mine + got + 2:
+                excess[w] += 1
+                got += 1
+        excess = {w: n for w, n in excess.items() if n}
         if not excess:
-            # Everyone is at the target: one from the busiest, if this one needs two or more
-            # (so that two workers never trade a lease back and forth).
-            victim, load = max(others.items(), key=lambda item: (item[1], item[0]))
-            if needed < 2 or load < target or load == 0:
-                return []
-            excess = {victim: 1}
+            return []
         leases: dict[str, list[str]] = {w: [] for w in excess}
         for shard_id in sorted(candidates):
             seen = candidates[shard_id]

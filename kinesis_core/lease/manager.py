@@ -17,7 +17,8 @@ import os
 import random
 import socket
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
+from typing import Any
 
 from kinesis_core.checkpoint.base import (
     Checkpoint,
@@ -109,8 +110,9 @@ class LeaseManager:
         self._renewing: dict[str, asyncio.Task[None]] = {}
         """Renewals in flight, at most one per lease."""
         self._background: set[asyncio.Task[None]] = set()
-        self._pending: dict[str, float] = {}
-        """Leases asked from their owners, not handed over yet -> when the request was sent."""
+        self._pending: dict[str, tuple[float, int]] = {}
+        """Leases asked from their owners, not handed over yet -> when the request was sent,
+        and the counter it left."""
         self._handing: dict[str, Checkpoint] = {}
         """Leases this worker is handing over -> their rows (``checkpoint_owner`` us)."""
         self._beating: asyncio.Task[None] | None = None
@@ -311,11 +313,22 @@ class LeaseManager:
         self.recorder.lease(LeaseChange.RELEASED)
         logger.info("released the lease of %s", shard_id)
 
-    def release_soon(self, shard_id: str) -> None:
-        """:meth:`release` in the background (for synchronous callers)."""
-        task = asyncio.create_task(self.release(shard_id), name=f"kinesis-release-{shard_id}")
+    def _spawn(self, work: Coroutine[Any, Any, object], what: str) -> None:
+        """``work`` in the background; a failure is logged (it is tried again later)."""
+
+        async def run() -> None:
+            try:
+                await work
+            except Exception as exc:
+                logger.warning("%s failed: %r", what, exc)
+
+        task = asyncio.create_task(run())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    def release_soon(self, shard_id: str) -> None:
+        """:meth:`release` in the background (for synchronous callers)."""
+        self._spawn(self.release(shard_id), f"releasing the lease of {shard_id}")
 
     def _refused(self, shard_id: str, exc: CheckpointConflictError, what: str) -> None:
         """A write to a held lease lost its condition: another worker asked for the lease
@@ -339,21 +352,7 @@ class LeaseManager:
     def hand_over_soon(self, shard_id: str) -> None:
         """:meth:`hand_over` at the stored checkpoint, in the background (a lease whose shard
         this worker does not read)."""
-        task = asyncio.create_task(
-            self._hand_over_stored(shard_id), name=f"kinesis-hand-over-{shard_id}"
-        )
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _hand_over_stored(self, shard_id: str) -> None:
-        try:
-            await self.hand_over(shard_id, None)
-        except Exception:
-            logger.warning(
-                "handing the lease of %s over failed; it is taken after the hand-off timeout",
-                shard_id,
-                exc_info=True,
-            )
+        self._spawn(self.hand_over(shard_id, None), f"handing the lease of {shard_id} over")
 
     def _lose(self, shard_id: str, reason: str) -> None:
         self.coordinator.dropped(shard_id)
@@ -447,7 +446,8 @@ class LeaseManager:
 
     async def _await_hand_over(self, shard_id: str) -> None:
         """A lease asked from its owner: started once the owner's final checkpoint cleared
-        the marker, or taken as it is after ``handoff_timeout``."""
+        the marker, or taken as it is after ``handoff_timeout`` (``failover_time`` if the owner
+        never renewed the marked row: it may not know, and deliver until then)."""
         sent_at = self._clock.now()
         row = await self.store.get(self.application, self.stream, shard_id)
         if row is None or row.owner != self.worker_id:
@@ -455,14 +455,21 @@ class LeaseManager:
             self._lose(shard_id, "taken by another worker during the hand-off")
             return
         if row.checkpoint_owner is not None:
-            if sent_at - self._pending[shard_id] < self.config.handoff_every:
+            asked_at, counter = self._pending[shard_id]
+            # An owner that renewed the marked row knows of the request and has stopped
+            # delivering: it gets handoff_timeout. One that did not may not have seen it
+            # (cut off from the table, still delivering until its failover time runs out).
+            limit = (
+                self.config.handoff_every if row.counter != counter else self.config.failover_time
+            )
+            if sent_at - asked_at <= limit:
                 self.coordinator.renewed(shard_id, sent_at)
                 return
             logger.warning(
                 "%s did not hand the lease of %s over within %s s; taking it",
                 row.checkpoint_owner,
                 shard_id,
-                self.config.handoff_every,
+                limit,
             )
             for _ in range(3):
                 try:
@@ -485,6 +492,7 @@ class LeaseManager:
         self.coordinator.renewed(shard_id, sent_at)
         logger.info("the lease of %s was handed over at %s", shard_id, row.value)
         self._on_acquired(shard_id)
+        self.poke()  # more to ask for, maybe: no need to wait for the next interval
 
     # -- taker --------------------------------------------------------------------------------
 
@@ -504,10 +512,18 @@ class LeaseManager:
 
     async def take_round(self) -> list[str]:
         """Scan the table, take what the coordinator says; return the shards taken."""
-        rows = await self.store.list(self.application, self.stream)
-        workers = await self.store.workers(self.application, self.stream)
+        rows, workers = await asyncio.gather(
+            self.store.list(self.application, self.stream),
+            self.store.workers(self.application, self.stream),
+        )
         now = self._clock.now()
         self.coordinator.scan(now, rows, workers)
+        for worker, counter in self.coordinator.dead_workers(now).items():
+            # A worker that died keeps its row: a worker starting later would count it.
+            self._spawn(
+                self.store.forget_worker(self.application, self.stream, worker, counter),
+                f"forgetting the worker row of {worker}",
+            )
         self._known = {row.shard_id for row in rows}
         if self._on_scan is not None:
             self._on_scan(rows)
@@ -542,7 +558,7 @@ class LeaseManager:
             self._rows[shard_id] = row
             self.coordinator.acquired(shard_id, sent_at)
             if take.steal:
-                self._pending[shard_id] = sent_at
+                self._pending[shard_id] = (sent_at, row.counter)
         self.recorder.lease(LeaseChange.STOLEN if take.steal else LeaseChange.TAKEN)
         logger.info(
             "%s the lease of %s%s",

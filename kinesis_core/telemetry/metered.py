@@ -133,6 +133,9 @@ class MeteredStore:
     async def workers(self, *args: Any, **kwargs: Any) -> Any:
         return await self._timed("workers", self.inner.workers, *args, **kwargs)
 
+    async def forget_worker(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._timed("forget_worker", self.inner.forget_worker, *args, **kwargs)
+
     async def close(self) -> None:
         await self.inner.close()
 

@@ -275,6 +275,31 @@ def test_a_lease_not_handed_over_in_time_is_taken_as_it_is() -> None:
     clock.run(main())
 
 
+def test_an_owner_that_never_saw_the_request_gets_the_failover_time() -> None:
+    """An owner cut off from the table goes on delivering until its failover time ran out:
+    the taker does not start before that (no shard read by two workers at once)."""
+    clock = FakeClock()
+
+    async def main() -> None:
+        store = MemoryCheckpointStore()
+        owner = manager(store, renew_interval=0.05, clock=clock)
+        owner.worker_id = owner.coordinator.worker_id = "owner"
+        taker = manager(store, renew_interval=0.05, clock=clock)
+        for shard_id in ("s1", "s2"):
+            await owner.create(shard_id, Sentinel.TRIM_HORIZON, [], None)
+        await owner.take_round()  # the owner never renews from now on
+        taker.start()
+        await taker.take_round()
+        [asked] = [s for s in ("s1", "s2") if taker.coordinator.holds(s)]
+        started = clock.now()
+        while asked not in taker.held():
+            await clock.sleep(0.01)
+        assert clock.now() - started >= taker.config.failover_time
+        await taker.close()
+
+    clock.run(main())
+
+
 def test_workers_announce_themselves_and_leave() -> None:
     async def main() -> None:
         store = MemoryCheckpointStore()
