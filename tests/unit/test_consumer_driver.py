@@ -48,7 +48,8 @@ def test_split_and_merge_while_reading_keep_per_key_order() -> None:
 
         produce(5)
         store = MemoryCheckpointStore()
-        async with consumer(fake, store) as c:
+        ended: list[str] = []
+        async with consumer(fake, store, on_shard_ended=ended.append) as c:
             got = await collect(c, 60)
             first, second = (s.shard_id for s in fake.open_shards())
             fake.split(first)
@@ -71,6 +72,7 @@ def test_split_and_merge_while_reading_keep_per_key_order() -> None:
         merged = next(s for s in fake.open_shards() if len(s.parents) == 2)
         assert rows[merged.shard_id].parent_shard_ids == (a, b)
         assert rows[second].position is not None
+        assert sorted(ended) == sorted([first, a, b])  # the hook: once per shard, at SHARD_END
 
     asyncio.run(main())
 

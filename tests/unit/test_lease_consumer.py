@@ -139,7 +139,9 @@ def test_a_worker_joining_gets_its_share_by_hand_off_and_no_record_twice() -> No
     async def main() -> None:
         fake = FakeKinesis(4)
         store = MemoryCheckpointStore()
-        a = worker(fake, store, "a")
+        handed: list[str] = []
+        lost: list[str] = []
+        a = worker(fake, store, "a", on_lease_handed_over=handed.append, on_lease_lost=lost.append)
         async with a:
             pumps_a = Pumps({"a": a})
             produced = put_keys(fake, 100)
@@ -156,6 +158,9 @@ def test_a_worker_joining_gets_its_share_by_hand_off_and_no_record_twice() -> No
                 await pumps_b.until(lambda: set(delivered()) >= produced)
                 assert len(b.leased_shards()) == 2
                 await pumps_b.stop()
+                # The hooks: the two shards handed over, none lost.
+                assert sorted(handed) == sorted(b.leased_shards())
+                assert lost == []
             await pumps_a.stop()
         everything = pumps_a.data() + pumps_b.data()
         assert sorted(everything) == sorted(produced)  # none lost, none twice
@@ -173,7 +178,16 @@ def test_a_lost_lease_stops_delivery_at_once_and_fences_checkpoints() -> None:
         (shard,) = fake.shards
         # Small batches, so that several wait in the consumer's queue, undelivered.
         config = lease_config("a", 30.0)
-        a = worker(fake, store, "a", max_records_per_call=10, leases=config, clock=clock)
+        lost: list[str] = []
+        a = worker(
+            fake,
+            store,
+            "a",
+            max_records_per_call=10,
+            leases=config,
+            clock=clock,
+            on_lease_lost=lost.append,
+        )
         async with a:
             first = await asyncio.wait_for(a.__anext__(), 5)
             while a._queue.qsize() < 3:  # noqa: ASYNC110 (batches read, not delivered)
@@ -212,6 +226,7 @@ def test_a_lost_lease_stops_delivery_at_once_and_fences_checkpoints() -> None:
                 await asyncio.wait_for(a.__anext__(), 0.5)
             assert a._queue.qsize() == 0
             assert shard not in a.shard_states()
+            assert lost == [shard]  # the hook
             # And no checkpoint of it is written any more.
             await a.checkpoint()
             stop.set()
