@@ -11,8 +11,9 @@ Balancing (``computeLeasesToTake`` and ``chooseLeasesToSteal``): the target is
 worker rows are alive (announced before they hold anything) and this one. Leases that had an
 owner and were not renewed for three failover times are taken first whatever the target (the
 KCL's priority lease assignment); then new, expired or released leases up to the target,
-leaving enough for every other live worker that holds none yet to reach ``leases // workers``
-(so workers started together split the new leases instead of one taking them all); only when
+leaving enough for every other live worker to reach ``leases // workers`` (so workers started
+together split the new leases instead of one taking them all, and the leases of a dead worker
+are spread over the others); only when
 none is available, leases are asked from the workers above the target (and one from a
 worker at ``leases // workers + 1``, when this one is two or more below it), at most
 ``max_leases_to_steal`` per scan, spread over those workers. Such a steal is a hand-off
@@ -303,12 +304,11 @@ class LeaseCoordinator:
             return []
         available = sorted(s for s, seen in candidates.items() if self._available(seen, now))
         if available:
-            # Up to the target, but leaving enough for every other worker that holds nothing
-            # yet (starting) to reach ``total // workers``: whoever scans last must not have
-            # to steal its share.
+            # Up to the target, but leaving enough for every other worker to reach
+            # ``total // workers``: whoever scans last must not have to steal its share.
             base = total // workers
             me = self.worker_id
-            reserve = sum(base for w, load in counts.items() if w != me and load == 0)
+            reserve = sum(max(0, base - load) for w, load in counts.items() if w != me)
             room = min(needed, max(len(available) - reserve, base - mine))
             self._rng.shuffle(available)
             return [Take(candidates[s].row, steal=False) for s in available[: max(room, 0)]]
