@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 OPEN_SHARD = 1.0
 """Seconds allowed, after a lease is taken, to open its shard and deliver (GetShardIterator and
 GetRecords on kinesis-mock)."""
-SAMPLE = 0.1
+SAMPLE = 0.25
 
 
 def _boto(service: str, endpoint: str) -> Any:
