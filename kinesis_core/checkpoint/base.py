@@ -77,7 +77,9 @@ class Checkpoint:
     stream whose position ``value`` is; None in rows written before incarnations were kept.
     ``checkpoint_owner`` is set while a lease is handed over (the KCL 3.x ``checkpointOwner``):
     ``owner`` is then the worker taking it, and ``checkpoint_owner`` the one still holding it,
-    which writes the final checkpoint (that write clears it).
+    which writes the final checkpoint (that write clears it). ``throughput_kbps`` is what its
+    owner read from the shard, in KiB a second, at its last renewal (the KCL 3.x
+    ``throughputKBps``; None: never measured).
     """
 
     shard_id: str
@@ -89,6 +91,7 @@ class Checkpoint:
     hash_range: tuple[int, int] | None = None
     stream_created_ms: int | None = None
     checkpoint_owner: str | None = None
+    throughput_kbps: float | None = None
 
     @property
     def position(self) -> Position | None:
@@ -219,6 +222,7 @@ def apply_lease(
     expected: Checkpoint,
     owner: str | None,
     checkpoint_owner: str | None = None,
+    throughput_kbps: float | None = None,
 ) -> Checkpoint:
     """The row a conditional lease write leaves behind, or CheckpointConflictError.
 
@@ -226,11 +230,16 @@ def apply_lease(
     release (``owner=None``) and ask for a hand-off (a new ``owner`` and ``checkpoint_owner``
     the current one, who goes on renewing the row as it is until it writes its final
     checkpoint). Each bumps the counter, which is how other workers see that the lease is
-    alive, and each needs the stored row to be the expected one.
+    alive, and each needs the stored row to be the expected one. ``throughput_kbps`` (a
+    renewal's measure) replaces the stored one when given.
     """
     current = _check_expected(current, shard_id, expected)
     return dataclasses.replace(
-        current, counter=current.counter + 1, owner=owner, checkpoint_owner=checkpoint_owner
+        current,
+        counter=current.counter + 1,
+        owner=owner,
+        checkpoint_owner=checkpoint_owner,
+        throughput_kbps=current.throughput_kbps if throughput_kbps is None else throughput_kbps,
     )
 
 
@@ -288,6 +297,7 @@ class LeaseStore(CheckpointStore, Protocol):
         expected: Checkpoint,
         owner: str | None,
         checkpoint_owner: str | None = None,
+        throughput_kbps: float | None = None,
     ) -> Checkpoint:
         """Renew, take, release or ask to hand over a lease (see :func:`apply_lease`); return
         the new row.

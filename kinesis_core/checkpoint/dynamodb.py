@@ -5,9 +5,9 @@ the KCL reads what this store writes: the same attribute names and types, the sa
 and sub-sequence numbers, every write conditional on ``leaseCounter``. One table per
 application (the table name defaults to the application name), the shard id is the
 ``leaseKey``; rows whose ``entityType`` is not ``LEASE`` (KCL 3.5 keeps other entities in the
-same table) are skipped. Attributes this store does not model (``throughputKBps``, KCL 3.x
-hand-off fields, anything newer) are never overwritten: every change is an ``UpdateItem`` of
-the attributes it means to change.
+same table) are skipped. Attributes this store does not model (anything newer than the KCL
+3.x fields) are never overwritten: every change is an ``UpdateItem`` of the attributes it
+means to change.
 
 ==============================  ====  ==========================================================
 attribute                       type  what this store does with it
@@ -30,6 +30,7 @@ checkpointOwner                 S     KCL 3.x hand-off marker: the worker handin
                                       (``leaseOwner`` is then the taker); set by a hand-off
                                       request, removed by every other lease write and by
                                       every checkpoint
+throughputKBps                  N     KiB/s the owner read, written with renewals (KCL 3.x)
 entityType                      S     LEASE on the rows this store creates; other types skipped
 ==============================  ====  ==========================================================
 
@@ -72,6 +73,7 @@ __all__ = ["DynamoDBCheckpointStore", "decode_lease", "encode_lease"]
 
 LEASE_KEY = "leaseKey"
 CHECKPOINT_OWNER = "checkpointOwner"
+THROUGHPUT = "throughputKBps"
 WORKER = "WORKER"
 WORKER_KEY = "worker:"
 """The ``leaseKey`` prefix of worker rows (never a shard id)."""
@@ -96,6 +98,11 @@ def _string(item: Item, name: str) -> str | None:
 def _number(item: Item, name: str) -> int | None:
     value = item.get(name)
     return None if value is None else int(value["N"])
+
+
+def _float(item: Item, name: str) -> float | None:
+    value = item.get(name)
+    return None if value is None else float(value["N"])
 
 
 def _string_set(item: Item, name: str) -> tuple[str, ...]:
@@ -134,6 +141,7 @@ def decode_lease(item: Item) -> Checkpoint | None:
         None if not start or not end else (int(start), int(end)),
         _number(item, STREAM_CREATED),
         _string(item, CHECKPOINT_OWNER),
+        _float(item, THROUGHPUT),
     )
 
 
@@ -185,6 +193,8 @@ def encode_lease(row: Checkpoint) -> dict[str, Any]:
         item["leaseOwner"] = {"S": row.owner}
     if row.checkpoint_owner is not None:
         item[CHECKPOINT_OWNER] = {"S": row.checkpoint_owner}
+    if row.throughput_kbps is not None:
+        item[THROUGHPUT] = {"N": repr(row.throughput_kbps)}
     return item
 
 
@@ -200,6 +210,7 @@ def _normalized(row: Checkpoint) -> Checkpoint:
         row.hash_range,
         row.stream_created_ms,
         row.checkpoint_owner,
+        row.throughput_kbps,
     )
 
 
@@ -483,7 +494,7 @@ class DynamoDBCheckpointStore:
         removed = [*_REMOVED_BY_CHECKPOINT, CHECKPOINT_OWNER]
         if not same_incarnation(expected, stream_created_ms):
             # A row of a stream that no longer exists starts over: its shard's ids go.
-            removed += [name for name in _OPTIONAL if name not in given]
+            removed += [name for name in _OPTIONAL if name not in given] + [THROUGHPUT]
         for name in removed:
             update.remove(name)
         return await self._update(application, stream, intended, update)
@@ -513,11 +524,15 @@ class DynamoDBCheckpointStore:
         expected: Checkpoint,
         owner: str | None,
         checkpoint_owner: str | None = None,
+        throughput_kbps: float | None = None,
     ) -> Checkpoint:
         """Renew, take, release or ask to hand over, as the KCL's ``renewLease``,
         ``takeLease``, ``evictLease`` and ``initiateGracefulLeaseHandoff`` do (but every one
-        of them conditional on the counter)."""
-        intended = apply_lease(expected, shard_id, expected, owner, checkpoint_owner)
+        of them conditional on the counter); a renewal's throughput goes to ``throughputKBps``
+        as the KCL 3.x renewer writes it."""
+        intended = apply_lease(
+            expected, shard_id, expected, owner, checkpoint_owner, throughput_kbps
+        )
         update = _Update(expected)
         update.set("leaseCounter", {"N": str(intended.counter)})
         if owner is None:
@@ -530,6 +545,8 @@ class DynamoDBCheckpointStore:
             update.remove(CHECKPOINT_OWNER)
         elif checkpoint_owner != expected.checkpoint_owner:
             update.set(CHECKPOINT_OWNER, {"S": checkpoint_owner})
+        if throughput_kbps is not None:
+            update.set(THROUGHPUT, {"N": repr(throughput_kbps)})
         return await self._update(application, stream, intended, update)
 
     async def heartbeat(

@@ -61,9 +61,12 @@ class MemoryCheckpointStore:
         expected: Checkpoint,
         owner: str | None,
         checkpoint_owner: str | None = None,
+        throughput_kbps: float | None = None,
     ) -> Checkpoint:
         key = (application, stream, shard_id)
-        row = apply_lease(self._rows.get(key), shard_id, expected, owner, checkpoint_owner)
+        row = apply_lease(
+            self._rows.get(key), shard_id, expected, owner, checkpoint_owner, throughput_kbps
+        )
         self._rows[key] = row
         return row
 

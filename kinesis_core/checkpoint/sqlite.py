@@ -47,6 +47,7 @@ CREATE TABLE IF NOT EXISTS kinesis_checkpoints (
     ending_hash_key TEXT,
     stream_created_ms INTEGER,
     checkpoint_owner TEXT,
+    throughput_kbps REAL,
     PRIMARY KEY (application, stream, shard_id)
 ) WITHOUT ROWID
 """
@@ -67,8 +68,9 @@ _ADDED_COLUMNS = {
     "ending_hash_key": "TEXT",
     "stream_created_ms": "INTEGER",
     "checkpoint_owner": "TEXT",
+    "throughput_kbps": "REAL",
 }
-_NULL_IF_MISSING = frozenset({"stream_created_ms", "checkpoint_owner"})
+_NULL_IF_MISSING = frozenset({"stream_created_ms", "checkpoint_owner", "throughput_kbps"})
 """Columns a read-only look at a file made before them reads as NULL (what the upgrade of
 that file would hold) instead of refusing it."""
 _COLUMN_NAMES = (
@@ -83,10 +85,22 @@ _COLUMN_NAMES = (
     "ending_hash_key",
     "stream_created_ms",
     "checkpoint_owner",
+    "throughput_kbps",
 )
 _COLUMNS = ", ".join(_COLUMN_NAMES)
 _Row = tuple[
-    str, str, int, str | None, int, str, str, str | None, str | None, int | None, str | None
+    str,
+    str,
+    int,
+    str | None,
+    int,
+    str,
+    str,
+    str | None,
+    str | None,
+    int | None,
+    str | None,
+    float | None,
 ]
 
 
@@ -98,7 +112,8 @@ def _select(columns: str, where: str) -> str:
 
 
 def _decode(row: _Row) -> Checkpoint:
-    shard_id, checkpoint, sub, owner, counter, parents, children, start, end, created, handing = row
+    shard_id, checkpoint, sub, owner, counter, parents, children, start, end = row[:9]
+    created, handing, throughput = row[9:]
     value: CheckpointValue = (
         (int(checkpoint), sub) if checkpoint.isdigit() else Sentinel(checkpoint)
     )
@@ -113,6 +128,7 @@ def _decode(row: _Row) -> Checkpoint:
         hash_range,
         created,
         handing,
+        throughput,
     )
 
 
@@ -304,10 +320,13 @@ class SQLiteCheckpointStore:
         expected: Checkpoint,
         owner: str | None,
         checkpoint_owner: str | None = None,
+        throughput_kbps: float | None = None,
     ) -> Checkpoint:
         return await self._write(
             (application, stream, shard_id),
-            lambda current: apply_lease(current, shard_id, expected, owner, checkpoint_owner),
+            lambda current: apply_lease(
+                current, shard_id, expected, owner, checkpoint_owner, throughput_kbps
+            ),
         )
 
     async def heartbeat(
@@ -387,8 +406,8 @@ class SQLiteCheckpointStore:
                     "INSERT OR REPLACE INTO kinesis_checkpoints (application, stream, shard_id, "
                     "checkpoint, sub_sequence_number, lease_owner, lease_counter, "
                     "parent_shard_ids, updated_at, child_shard_ids, starting_hash_key, "
-                    "ending_hash_key, stream_created_ms, checkpoint_owner) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "ending_hash_key, stream_created_ms, checkpoint_owner, throughput_kbps) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         *key,
                         checkpoint,
@@ -402,6 +421,7 @@ class SQLiteCheckpointStore:
                         None if end is None else str(end),
                         new.stream_created_ms,
                         new.checkpoint_owner,
+                        new.throughput_kbps,
                     ),
                 )
             except BaseException:

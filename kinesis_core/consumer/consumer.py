@@ -32,7 +32,7 @@ import functools
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, cast
@@ -118,6 +118,10 @@ class _ShardRun:
     """The shard's life: what to do at its end, a hand-off, a loss, a close."""
     drained: asyncio.Event = field(init=False, default_factory=asyncio.Event)
     """Set by the frontier once every delivered record is acked (while someone waits)."""
+    measured_at: float = 0.0
+    """When the shard's throughput was last measured (or its run started)."""
+    read_bytes: int = 0
+    """Bytes read since then (throughput assignment only)."""
 
     def __post_init__(self) -> None:
         self.shard = ShardConsumer(self.node.shard_id)
@@ -237,11 +241,17 @@ class Consumer:
                 on_lost=self._revoke,
                 on_scan=self._on_lease_scan,
                 on_handoff=self._hand_off,
+                throughput=(self._throughput if lease_config.assignment == "throughput" else None),
                 clock=clock,
                 recorder=self._recorder,
             )
             self._checkpointer = self._leases
             self.worker_id = self._leases.worker_id
+        self._measures = (
+            self._measured
+            if lease_config is not None and lease_config.assignment == "throughput"
+            else None
+        )
         self._unknown_leases: set[str] = set()
         self._lineage = Lineage(config.initial_position)
         self._shards: dict[str, _ShardRun] = {}
@@ -665,7 +675,7 @@ class Consumer:
                     node, start, efo.subscription, incarnation=incarnation, stream=self.stream
                 )
             )
-            run = _ShardRun(node, frontier, machine)
+            run = _ShardRun(node, frontier, machine, measured_at=self._clock.now())
             self._shards[node.shard_id] = run
             if Action.START_READER in self._feed(run, ShardEvent.PARENTS_FINISHED):
                 run.task = asyncio.create_task(
@@ -685,7 +695,7 @@ class Consumer:
                     run.machine,
                     link,
                     run.frontier,
-                    self._queue.put,
+                    self._queue.put if self._measures is None else self._measures(run),
                     clock=self._clock,
                     where=self.stream,
                 )
@@ -864,6 +874,25 @@ class Consumer:
             for shard_id, run in list(self._shards.items())
             if run.task is not None and not run.task.done()
         }
+
+    def _measured(self, run: _ShardRun) -> Callable[[RecordBatch], Awaitable[None]]:
+        """The reader's emit, counting the bytes it reads (throughput assignment)."""
+
+        async def emit(batch: RecordBatch) -> None:
+            run.read_bytes += sum(len(record.data) for record in batch)
+            await self._queue.put(batch)
+
+        return emit
+
+    def _throughput(self, shard_id: str) -> float | None:
+        """KiB/s read from a shard since the last call (None: not being read)."""
+        run = self._shards.get(shard_id)
+        if run is None:
+            return None
+        now = self._clock.now()
+        elapsed, run.measured_at = now - run.measured_at, now
+        read, run.read_bytes = run.read_bytes, 0
+        return read / 1024 / elapsed if elapsed > 0 else None
 
     def _leases_held(self) -> int:
         return 0 if self._leases is None else len(self._leases.coordinator.held)

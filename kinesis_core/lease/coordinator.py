@@ -30,6 +30,7 @@ import math
 import random
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from kinesis_core.checkpoint.base import Checkpoint
 from kinesis_core.errors import ConfigurationError
@@ -38,6 +39,12 @@ EPSILON = 0.025
 """The KCL's ``epsilonMillis`` (25 ms), in seconds."""
 VERY_OLD_FACTOR = 3
 """The KCL's ``veryOldLeaseDurationNanosMultiplier``."""
+REBALANCE_THRESHOLD = 0.1
+"""Throughput assignment: a worker asks for a lease only from a worker more than 10% above
+the mean load (the KCL 3.x ``reBalanceThresholdPercentage``)."""
+MIN_WEIGHT = 0.01
+"""Throughput assignment: the least a lease weighs (KiB/s), so idle shards still spread."""
+Assignment = Literal["lease_count", "throughput"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +68,10 @@ class LeaseConfig:
       final checkpoint before it takes the lease anyway (the KCL 3.x
       ``gracefulLeaseHandoffTimeoutMillis``); the owner waits for the acks of what it
       delivered for at most this long too. Default ``failover_time / 2``.
+    - ``assignment``: ``"lease_count"`` (default: the same number of leases each, within one)
+      or ``"throughput"``: the same read throughput each, from the KiB/s every owner writes
+      into its leases (``throughputKBps``) at each renewal; a lease never measured counts as
+      the mean of those measured.
     """
 
     worker_id: str | None = None
@@ -72,6 +83,7 @@ class LeaseConfig:
     max_leases_to_steal: int = 1
     priority_takes: bool = True
     handoff_timeout: float | None = None
+    assignment: Assignment = "lease_count"
 
     def __post_init__(self) -> None:
         if self.worker_id is not None and (
@@ -100,6 +112,11 @@ class LeaseConfig:
         if self.max_leases_to_steal < 1:
             raise ConfigurationError(
                 "max_leases_to_steal", f"must be >= 1, got {self.max_leases_to_steal}"
+            )
+        if self.assignment not in ("lease_count", "throughput"):
+            raise ConfigurationError(
+                "assignment",
+                f'must be "lease_count" or "throughput", got {self.assignment!r:.80}',
             )
         if not self.handoff_every > 0:
             raise ConfigurationError(
@@ -299,6 +316,8 @@ class LeaseCoordinator:
                 self._rng.shuffle(very_old)
                 room = max(0, min(cap - mine, len(very_old)))
                 return [Take(candidates[s].row, steal=False) for s in very_old[:room]]
+        if self.config.assignment == "throughput":
+            return self._plan_throughput(now, candidates, eligible, counts)
         needed = target - mine
         if needed <= 0:
             return []
@@ -364,3 +383,74 @@ class LeaseCoordinator:
                     excess[victim] -= 1
                     budget -= 1
         return chosen
+
+    def _plan_throughput(
+        self,
+        now: float,
+        candidates: dict[str, _Seen],
+        eligible: Collection[str],
+        counts: dict[str, int],
+    ) -> list[Take]:
+        """Throughput assignment: each live worker's load is the throughput of its leases,
+        and every worker aims at the mean. Available leases are taken heaviest first while
+        this worker stays at or under the mean (a worker with none takes one whatever its
+        weight); then, with none available, leases are asked from the busiest worker while
+        it is more than 10% above the mean, each one no heavier than half the gap between the
+        two (so that a move never makes this worker the busier one, and two workers never
+        trade a lease back and forth)."""
+        weights = self._weights(eligible)
+        me = self.worker_id
+        loads = dict.fromkeys(counts, 0.0)
+        leases: dict[str, list[str]] = {w: [] for w in counts}
+        for shard_id in eligible:
+            if shard_id in self._held:
+                loads[me] += weights[shard_id]
+                continue
+            seen = candidates.get(shard_id)
+            owner = None if seen is None else seen.row.owner
+            if seen is not None and owner in loads and not self._available(seen, now):
+                assert owner is not None
+                loads[owner] += weights[shard_id]
+                if seen.row.checkpoint_owner is None:
+                    leases[owner].append(shard_id)
+        mean = sum(weights.values()) / len(loads)
+        cap = (self.config.max_leases_for_worker or len(eligible)) - counts[me]
+        available = sorted(
+            (s for s, seen in candidates.items() if self._available(seen, now)),
+            key=lambda s: (-weights[s], s),
+        )
+        takes: list[Take] = []
+        for shard_id in available:
+            weight = weights[shard_id]
+            if len(takes) < cap and (loads[me] == 0 or loads[me] + weight <= mean):
+                takes.append(Take(candidates[shard_id].row, steal=False))
+                loads[me] += weight
+        if available:
+            return takes
+        budget = min(cap, self.config.max_leases_to_steal)
+        while budget > 0:
+            victim = max(loads, key=lambda w: (loads[w], w))
+            gap = loads[victim] - loads[me]
+            if victim == me or loads[victim] <= mean * (1 + REBALANCE_THRESHOLD):
+                break
+            fitting = [s for s in leases[victim] if weights[s] <= gap / 2]
+            if not fitting:
+                break
+            shard_id = max(fitting, key=lambda s: (weights[s], s))
+            leases[victim].remove(shard_id)
+            takes.append(Take(candidates[shard_id].row, steal=True))
+            loads[victim] -= weights[shard_id]
+            loads[me] += weights[shard_id]
+            budget -= 1
+        return takes
+
+    def _weights(self, eligible: Collection[str]) -> dict[str, float]:
+        """Each eligible lease's throughput as the last scan saw it; the mean of those
+        measured for the others (1.0 when none is)."""
+        measured = {
+            s: seen.row.throughput_kbps
+            for s, seen in self._view.items()
+            if s in eligible and seen.row.throughput_kbps is not None
+        }
+        default = sum(measured.values()) / len(measured) if measured else 1.0
+        return {s: max(measured.get(s, default), MIN_WEIGHT) for s in eligible}

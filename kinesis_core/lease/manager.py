@@ -57,6 +57,9 @@ class LeaseManager:
     at its next renewal or checkpoint: ``on_handoff(shard_id)`` is called, the lease is no
     longer held, its row is renewed as it is while the owner finishes, and
     :meth:`hand_over` writes the final checkpoint (without ``on_handoff``, at once).
+
+    ``throughput(shard_id)``: the KiB/s read from a held shard since the last call, written
+    into the lease at each renewal (``throughputKBps``) for the throughput assignment.
     """
 
     def __init__(
@@ -71,6 +74,7 @@ class LeaseManager:
         on_lost: Callable[[str], None],
         on_scan: Callable[[list[Checkpoint]], None] | None = None,
         on_handoff: Callable[[str], None] | None = None,
+        throughput: Callable[[str], float | None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         recorder: ConsumerRecorder = NO_RECORDER,
@@ -87,6 +91,7 @@ class LeaseManager:
         self._on_lost = on_lost
         self._on_scan = on_scan
         self._on_handoff = on_handoff
+        self._throughput = throughput
         self._clock = clock
         self.recorder = recorder
         """Told of every checkpoint written and every lease taken, stolen, lost or released
@@ -411,6 +416,7 @@ class LeaseManager:
                 await self._await_hand_over(shard_id)
                 return
             sent_at = self._clock.now()
+            measured = None if self._throughput is None else self._throughput(shard_id)
             try:
                 row = await self.store.update_lease(
                     self.application,
@@ -418,6 +424,7 @@ class LeaseManager:
                     shard_id,
                     expected=self._rows[shard_id],
                     owner=self.worker_id,
+                    throughput_kbps=None if measured is None else round(measured, 3),
                 )
             except CheckpointConflictError as exc:
                 self._refused(shard_id, exc, "renewal")

@@ -84,6 +84,7 @@ def test_a_kcl_lease_item_reads_as_a_checkpoint() -> None:
         ("shardId-000000000000", "shardId-000000000001"),
         (),
         (0, MAX_HASH),
+        throughput_kbps=12.5,  # the KCL 3.x throughputKBps
     )
 
 

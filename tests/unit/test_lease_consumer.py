@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -164,6 +165,30 @@ def test_a_worker_joining_gets_its_share_by_hand_off_and_no_record_twice() -> No
             await pumps_a.stop()
         everything = pumps_a.data() + pumps_b.data()
         assert sorted(everything) == sorted(produced)  # none lost, none twice
+
+    asyncio.run(main())
+
+
+def test_with_throughput_assignment_each_lease_carries_what_its_owner_reads() -> None:
+    async def main() -> None:
+        fake = FakeKinesis(2)
+        produced = put_keys(fake, 200)
+        store = MemoryCheckpointStore()
+        config = dataclasses.replace(lease_config("a"), assignment="throughput")
+        a = worker(fake, store, "a", leases=config)
+        async with a:
+            pumps = Pumps({"a": a})
+            await pumps.until(lambda: set(pumps.data()) >= produced)
+
+            async def measured() -> bool:
+                rows = await store.list(APP, "stream")
+                return len(rows) == 2 and all(r.throughput_kbps is not None for r in rows)
+
+            while not await measured():  # noqa: ASYNC110 (polling the store)
+                await asyncio.sleep(0.02)
+            await pumps.stop()
+        rows = await store.list(APP, "stream")
+        assert all(r.throughput_kbps is not None and r.throughput_kbps >= 0 for r in rows)
 
     asyncio.run(main())
 

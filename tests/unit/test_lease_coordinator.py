@@ -47,6 +47,7 @@ def test_defaults_are_the_kcls() -> None:
     assert config.max_leases_for_worker is None
     assert config.max_leases_to_steal == 1
     assert config.priority_takes is True
+    assert config.assignment == "lease_count"
     short = LeaseConfig(worker_id="w", failover_time=3.0, renew_interval=0.5, take_interval=1.0)
     assert (short.renew_every, short.take_every) == (0.5, 1.0)
 
@@ -60,6 +61,8 @@ def test_defaults_are_the_kcls() -> None:
         ({"renew_interval": 0}, "renew_interval"),
         ({"take_interval": -1}, "take_interval"),
         ({"parent_poll_interval": 0}, "parent_poll_interval"),
+        ({"assignment": "random"}, "assignment"),
+        ({"handoff_timeout": 0}, "handoff_timeout"),
         ({"max_leases_for_worker": 0}, "max_leases_for_worker"),
         ({"max_leases_to_steal": 0}, "max_leases_to_steal"),
     ],
@@ -295,6 +298,50 @@ def test_a_lease_still_in_my_name_but_not_held_counts_for_nobody_until_it_expire
     assert c.plan(0.0, set(ids)) == []  # target 1 each; mine is not available yet
     c.scan(FAILOVER + 1, [row(ids[0], "me"), row(ids[1], "other", 2)])
     assert taken(c.plan(FAILOVER + 1, set(ids))) == [ids[0]]
+
+
+# -- throughput assignment ---------------------------------------------------------------------
+
+
+def weighed(shard: str, owner: str | None, kbps: float | None, counter: int = 1) -> Checkpoint:
+    return Checkpoint(shard, Sentinel.TRIM_HORIZON, counter, owner, throughput_kbps=kbps)
+
+
+def test_throughput_assignment_balances_the_load_not_the_count() -> None:
+    """A busy worker holds one hot shard and three cold ones: a worker joining asks for the
+    cold ones, not the hot one, and ends with fewer KiB/s than the busy one, never more."""
+    c = coordinator(assignment="throughput", max_leases_to_steal=4)
+    ids = shards(4)
+    rows = [weighed(ids[0], "busy", 100.0)] + [weighed(s, "busy", 10.0) for s in ids[1:]]
+    c.scan(0.0, rows, {"busy": 1})
+    plan = c.plan(0.0, set(ids))
+    assert all(t.steal for t in plan)
+    # Mean 65 KiB/s: the three cold shards (30) go, the hot one stays.
+    assert taken(plan) == ids[1:]
+    # The lease count strategy would ask for two, the hot one among the candidates.
+    counted = coordinator(max_leases_to_steal=4)
+    counted.scan(0.0, rows, {"busy": 1})
+    assert len(counted.plan(0.0, set(ids))) == 2
+
+
+def test_throughput_assignment_leaves_a_balanced_pair_alone() -> None:
+    c = coordinator(assignment="throughput", max_leases_to_steal=4)
+    ids = shards(3)
+    c.acquired(ids[0], 0.0)
+    rows = [weighed(ids[0], "me", 50.0), weighed(ids[1], "other", 30.0)]
+    rows.append(weighed(ids[2], "other", 25.0))
+    c.scan(0.0, rows, {"other": 1})
+    # other 55, me 50, mean 52.5: within 10%; and no lease fits half the gap.
+    assert c.plan(0.0, set(ids)) == []
+
+
+def test_throughput_assignment_takes_new_leases_up_to_the_mean() -> None:
+    """Never measured: each counts as the mean of the measured ones (1.0 when none is), so
+    two workers started together split new leases as by count."""
+    c = coordinator(assignment="throughput")
+    ids = shards(6)
+    c.scan(0.0, [weighed(s, None, None) for s in ids], {"me": 1, "other": 1})
+    assert len(c.plan(0.0, set(ids))) == 3
 
 
 # -- held leases -------------------------------------------------------------------------------
