@@ -528,8 +528,8 @@ class DynamoDBCheckpointStore:
     ) -> Checkpoint:
         """Renew, take, release or ask to hand over, as the KCL's ``renewLease``,
         ``takeLease``, ``evictLease`` and ``initiateGracefulLeaseHandoff`` do (but every one
-        of them conditional on the counter); a renewal's throughput goes to ``throughputKBps``
-        as the KCL 3.x renewer writes it."""
+        of them conditional on the counter); a renewal's throughput goes to the KCL 3.x
+        ``throughputKBps``."""
         intended = apply_lease(
             expected, shard_id, expected, owner, checkpoint_owner, throughput_kbps
         )
