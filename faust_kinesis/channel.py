@@ -128,9 +128,7 @@ class KinesisChannel(SerializedChannel[Any]):
             self.default_key = origin.default_key
             if queue is None:
                 size = maxsize if maxsize is not None else app.conf.stream_buffer_maxsize
-                queue = KinesisQueue(
-                    self.reader.on_cleared, size, flow_control=app.flow_control
-                )
+                queue = KinesisQueue(self.reader.on_cleared, size, flow_control=app.flow_control)
         super().__init__(
             app,
             schema=schema,

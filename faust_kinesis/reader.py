@@ -36,7 +36,7 @@ from faust_kinesis.message import KinesisMessage
 from faust_kinesis.partitions import shard_tp
 from faust_kinesis.queues import KinesisQueue
 from kinesis_core.checkpoint import SQLiteCheckpointStore
-from kinesis_core.clock import SYSTEM_CLOCK, Clock
+from kinesis_core.clock import SYSTEM_CLOCK, Clock, wait_event
 from kinesis_core.consumer import Consumer, ShardStatus
 from kinesis_core.consumer.consumer import DEFAULT_CHECKPOINT_PATH
 
@@ -52,19 +52,20 @@ logger = logging.getLogger(__name__)
 CHECKPOINT_FILE = DEFAULT_CHECKPOINT_PATH
 """The default checkpoint store of a channel: this SQLite file (the core consumer's default
 name) in the app's ``datadir``."""
-_DRAIN_POLL = 0.02
 _MONITOR_INTERVAL = 1.0
 
 
 class ConsumerRun:
     """One consumer, from its start to its close: what it delivered and how those ended."""
 
-    __slots__ = ("consumer", "ledger", "pump", "reader", "stopping")
+    __slots__ = ("consumer", "idle", "ledger", "pump", "reader", "stopping")
 
     def __init__(self, reader: Reader, consumer: Consumer) -> None:
         self.reader = reader
         self.consumer = consumer
         self.ledger = Ledger()
+        self.idle = asyncio.Event()
+        """Set whenever no event of this run is in flight (outcomes are events: not polled)."""
         self.pump: asyncio.Task[None] | None = None
         self.stopping: asyncio.Task[None] | None = None
 
@@ -82,6 +83,8 @@ class ConsumerRun:
     def settle(self, message: KinesisMessage, outcome: Outcome) -> None:
         if not self.ledger.settle(outcome):
             return
+        if not self.ledger.in_flight:
+            self.idle.set()
         if outcome is Outcome.ACKED:
             message.record.ack()
             self.reader.on_message_out(message.tp, message.offset, message)
@@ -265,10 +268,9 @@ class Reader(Service):
         for queue in self._subscriber_queues():
             queue.clear()
         drain_timeout = self.settings.drain_timeout
-        clock = self.clock
-        deadline = clock.now() + drain_timeout
-        while run.ledger.in_flight and clock.now() < deadline:
-            await clock.sleep(_DRAIN_POLL)
+        run.idle.clear()
+        if run.ledger.in_flight:
+            await wait_event(self.clock, run.idle, drain_timeout)
         if run.ledger.in_flight:
             logger.warning(
                 "%s: %d events still in flight after %s s; they will be delivered again",

@@ -109,9 +109,7 @@ class KinesisServiceError(KinesisConnectorError):
         what = f"{code}: {error_message(exc)}" if code else error_message(exc)
         hint = _HINTS.get(kind, "")
         notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
-        return cls(
-            f"{doing} failed: {what}{hint}{notes}", code=code, kind=kind, http_status=status
-        )
+        return cls(f"{doing} failed: {what}{hint}{notes}", code=code, kind=kind, http_status=status)
 
 
 _HINTS = {

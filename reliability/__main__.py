@@ -23,6 +23,7 @@ from kinesis_core.noise import silence_third_party_noise
 from reliability.bad_input import bad_input
 from reliability.consumer_faults import consumer_under_faults
 from reliability.crash_loops import crash_loop
+from reliability.lease_scaleout import lease_scale_out
 from reliability.producer_auth import producer_auth
 from reliability.producer_faults import producer_under_faults
 from reliability.producer_outage import producer_outage
@@ -86,6 +87,12 @@ def _suites() -> dict[str, Suite]:
         "consumer-fan-out": lambda c: consumer_under_faults(
             c.streams(KinesisMock), records=pick(c, 600, 3_000), seed=c.seed, fan_out=True
         ),
+        "leases": lambda c: lease_scale_out(
+            c.streams(KinesisMock),
+            _dynamodb(c),
+            c.folder("leases"),
+            seconds=pick(c, 40, 60),
+        ),
         "restart-fan-out": lambda c: server_restart(
             c.folder("restart-fan-out"), outage=pick(c, 3, 6), before=3.0, after=3.0, fan_out=True
         ),
@@ -94,6 +101,13 @@ def _suites() -> dict[str, Suite]:
             for kind in ("consumer", "fan-out", "beam", "faust")
         },
     }
+
+
+def _dynamodb(c: Context) -> str:
+    """The DynamoDB endpoint of the moto server."""
+    endpoint = c.streams(MotoServer).client_config.dynamodb_endpoint_url
+    assert endpoint is not None
+    return endpoint
 
 
 def _crash_loop(kind: str, pick: Callable[[Context, int, int], int]) -> Suite:

@@ -75,6 +75,11 @@ class Checkpoint:
     or a consumer that runs without leases). ``child_shard_ids`` are written at SHARD_END.
     ``stream_created_ms`` is the creation time (epoch milliseconds) of the incarnation of the
     stream whose position ``value`` is; None in rows written before incarnations were kept.
+    ``checkpoint_owner`` is set while a lease is handed over (the KCL 3.x ``checkpointOwner``):
+    ``owner`` is then the worker taking it, and ``checkpoint_owner`` the one still holding it,
+    which writes the final checkpoint (that write clears it). ``throughput_kbps`` is what its
+    owner read from the shard, in KiB a second, at its last renewal (the KCL 3.x
+    ``throughputKBps``; None: never measured).
     """
 
     shard_id: str
@@ -85,6 +90,8 @@ class Checkpoint:
     child_shard_ids: tuple[str, ...] = ()
     hash_range: tuple[int, int] | None = None
     stream_created_ms: int | None = None
+    checkpoint_owner: str | None = None
+    throughput_kbps: float | None = None
 
     @property
     def position(self) -> Position | None:
@@ -94,6 +101,12 @@ class Checkpoint:
     @property
     def is_shard_end(self) -> bool:
         return self.value is Sentinel.SHARD_END
+
+    @property
+    def holder(self) -> str | None:
+        """The worker that reads the shard now: the checkpoint owner during a hand-off, the
+        owner otherwise (the KCL 3.x ``actualOwner``)."""
+        return self.checkpoint_owner or self.owner
 
 
 class CheckpointConflictError(KinesisConnectorError):
@@ -107,17 +120,27 @@ class CheckpointConflictError(KinesisConnectorError):
 
 
 def _check_expected(current: Checkpoint | None, shard_id: str, expected: Checkpoint) -> Checkpoint:
-    """The stored row, if it is still the one the writer expected (same counter and owner)."""
+    """The stored row, if it is still the one the writer expected (same counter, owner and
+    checkpoint owner)."""
     if current is None:
         raise CheckpointConflictError(shard_id, None, "the expected row does not exist")
-    if current.counter != expected.counter or current.owner != expected.owner:
+    if (current.counter, current.owner, current.checkpoint_owner) != (
+        expected.counter,
+        expected.owner,
+        expected.checkpoint_owner,
+    ):
         raise CheckpointConflictError(
             shard_id,
             current,
-            f"counter is {current.counter} (owner {current.owner}), expected "
-            f"{expected.counter} (owner {expected.owner})",
+            f"counter is {current.counter} (owner {current.owner}"
+            f"{_handing(current)}), expected {expected.counter} (owner {expected.owner}"
+            f"{_handing(expected)})",
         )
     return current
+
+
+def _handing(row: Checkpoint) -> str:
+    return "" if row.checkpoint_owner is None else f", handed over by {row.checkpoint_owner}"
 
 
 def same_incarnation(row: Checkpoint, stream_created_ms: int | None) -> bool:
@@ -145,6 +168,8 @@ def apply_put(
     given. A write for another incarnation of the stream (``stream_created_ms`` given and not
     the stored one) starts the row over: its value may be below the stored one (which belongs
     to a stream that no longer exists), and the old shard's parents, children and range go.
+    Every checkpoint clears ``checkpoint_owner``: the final checkpoint of a hand-off is what
+    completes it.
     """
     value = validate_checkpoint_value(value)
     if expected is None:
@@ -171,6 +196,7 @@ def apply_put(
             tuple(child_shard_ids),
             hash_range,
             stream_created_ms,
+            None,
         )
     if checkpoint_order(value) < checkpoint_order(current.value):
         raise CheckpointConflictError(
@@ -186,20 +212,35 @@ def apply_put(
         stream_created_ms=(
             current.stream_created_ms if stream_created_ms is None else stream_created_ms
         ),
+        checkpoint_owner=None,
     )
 
 
 def apply_lease(
-    current: Checkpoint | None, shard_id: str, expected: Checkpoint, owner: str | None
+    current: Checkpoint | None,
+    shard_id: str,
+    expected: Checkpoint,
+    owner: str | None,
+    checkpoint_owner: str | None = None,
+    throughput_kbps: float | None = None,
 ) -> Checkpoint:
     """The row a conditional lease write leaves behind, or CheckpointConflictError.
 
-    One rule for the three lease operations: renew (``owner`` unchanged), take (a new owner)
-    and release (``owner=None``). Each bumps the counter, which is how other workers see that
-    the lease is alive, and each needs the stored row to be the expected one.
+    One rule for the lease operations: renew (``owner`` unchanged), take (a new owner),
+    release (``owner=None``) and ask for a hand-off (a new ``owner`` and ``checkpoint_owner``
+    the current one, who goes on renewing the row as it is until it writes its final
+    checkpoint). Each bumps the counter, which is how other workers see that the lease is
+    alive, and each needs the stored row to be the expected one. ``throughput_kbps`` (a
+    renewal's measure) replaces the stored one when given.
     """
     current = _check_expected(current, shard_id, expected)
-    return dataclasses.replace(current, counter=current.counter + 1, owner=owner)
+    return dataclasses.replace(
+        current,
+        counter=current.counter + 1,
+        owner=owner,
+        checkpoint_owner=checkpoint_owner,
+        throughput_kbps=current.throughput_kbps if throughput_kbps is None else throughput_kbps,
+    )
 
 
 @runtime_checkable
@@ -255,9 +296,29 @@ class LeaseStore(CheckpointStore, Protocol):
         *,
         expected: Checkpoint,
         owner: str | None,
+        checkpoint_owner: str | None = None,
+        throughput_kbps: float | None = None,
     ) -> Checkpoint:
-        """Renew, take or release a lease (see :func:`apply_lease`); return the new row.
+        """Renew, take, release or ask to hand over a lease (see :func:`apply_lease`); return
+        the new row.
 
         Raises CheckpointConflictError (carrying the stored row) if the row is not ``expected``.
         """
+        ...
+
+    async def heartbeat(
+        self, application: str, stream: str, worker_id: str, *, leaving: bool = False
+    ) -> None:
+        """Say that ``worker_id`` is alive (its worker row's counter +1), or remove its row
+        (``leaving``). Workers count each other from these rows before they hold a lease."""
+        ...
+
+    async def workers(self, application: str, stream: str) -> dict[str, int]:
+        """The worker rows: worker id -> its counter."""
+        ...
+
+    async def forget_worker(
+        self, application: str, stream: str, worker_id: str, counter: int
+    ) -> None:
+        """Remove the row of a worker that died, if its counter is still ``counter``."""
         ...

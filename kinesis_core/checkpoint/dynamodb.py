@@ -5,9 +5,9 @@ the KCL reads what this store writes: the same attribute names and types, the sa
 and sub-sequence numbers, every write conditional on ``leaseCounter``. One table per
 application (the table name defaults to the application name), the shard id is the
 ``leaseKey``; rows whose ``entityType`` is not ``LEASE`` (KCL 3.5 keeps other entities in the
-same table) are skipped. Attributes this store does not model (``throughputKBps``, KCL 3.x
-hand-off fields, anything newer) are never overwritten: every change is an ``UpdateItem`` of
-the attributes it means to change.
+same table) are skipped. Attributes this store does not model (anything newer than the KCL
+3.x fields) are never overwritten: every change is an ``UpdateItem`` of the attributes it
+means to change.
 
 ==============================  ====  ==========================================================
 attribute                       type  what this store does with it
@@ -26,9 +26,17 @@ streamCreatedMillis             N     creation time (epoch ms) of the stream the
                                       of; not a KCL attribute: KCL readers skip it and KCL
                                       writes (UpdateItem of their own attributes) keep it
 pendingCheckpoint*              S/N/B never written; removed by each checkpoint (as the KCL)
-checkpointOwner                 S     KCL 3.x hand-off marker; removed on take and release
+checkpointOwner                 S     KCL 3.x hand-off marker: the worker handing the lease over
+                                      (``leaseOwner`` is then the taker); set by a hand-off
+                                      request, removed by every other lease write and by
+                                      every checkpoint
+throughputKBps                  N     KiB/s the owner read, written with renewals (KCL 3.x)
 entityType                      S     LEASE on the rows this store creates; other types skipped
 ==============================  ====  ==========================================================
+
+Worker rows (``entityType`` ``WORKER``, ``leaseKey`` ``worker:`` + the worker id, a
+``leaseCounter`` bumped at every renewal round) say which workers are alive before they hold
+a lease; lease readers skip them as they skip every non-``LEASE`` row.
 """
 
 from __future__ import annotations
@@ -64,6 +72,11 @@ if TYPE_CHECKING:
 __all__ = ["DynamoDBCheckpointStore", "decode_lease", "encode_lease"]
 
 LEASE_KEY = "leaseKey"
+CHECKPOINT_OWNER = "checkpointOwner"
+THROUGHPUT = "throughputKBps"
+WORKER = "WORKER"
+WORKER_KEY = "worker:"
+"""The ``leaseKey`` prefix of worker rows (never a shard id)."""
 STREAM_CREATED = "streamCreatedMillis"
 _OPTIONAL = ("parentShardId", "childShardIds", "startingHashKey", "endingHashKey")
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
@@ -85,6 +98,11 @@ def _string(item: Item, name: str) -> str | None:
 def _number(item: Item, name: str) -> int | None:
     value = item.get(name)
     return None if value is None else int(value["N"])
+
+
+def _float(item: Item, name: str) -> float | None:
+    value = item.get(name)
+    return None if value is None else float(value["N"])
 
 
 def _string_set(item: Item, name: str) -> tuple[str, ...]:
@@ -122,6 +140,8 @@ def decode_lease(item: Item) -> Checkpoint | None:
         _string_set(item, "childShardIds"),
         None if not start or not end else (int(start), int(end)),
         _number(item, STREAM_CREATED),
+        _string(item, CHECKPOINT_OWNER),
+        _float(item, THROUGHPUT),
     )
 
 
@@ -171,6 +191,10 @@ def encode_lease(row: Checkpoint) -> dict[str, Any]:
     }
     if row.owner is not None:
         item["leaseOwner"] = {"S": row.owner}
+    if row.checkpoint_owner is not None:
+        item[CHECKPOINT_OWNER] = {"S": row.checkpoint_owner}
+    if row.throughput_kbps is not None:
+        item[THROUGHPUT] = {"N": repr(row.throughput_kbps)}
     return item
 
 
@@ -185,6 +209,8 @@ def _normalized(row: Checkpoint) -> Checkpoint:
         tuple(sorted(row.child_shard_ids)),
         row.hash_range,
         row.stream_created_ms,
+        row.checkpoint_owner,
+        row.throughput_kbps,
     )
 
 
@@ -203,7 +229,12 @@ class _Update:
         if expected.owner is not None:
             owner = "#leaseOwner = :expectedOwner"
             self.values[":expectedOwner"] = {"S": expected.owner}
-        self.condition = f"#leaseCounter = :counter AND {owner}"
+        handing = f"attribute_not_exists(#{CHECKPOINT_OWNER})"
+        self.names[f"#{CHECKPOINT_OWNER}"] = CHECKPOINT_OWNER
+        if expected.checkpoint_owner is not None:
+            handing = f"#{CHECKPOINT_OWNER} = :expectedCheckpointOwner"
+            self.values[":expectedCheckpointOwner"] = {"S": expected.checkpoint_owner}
+        self.condition = f"#leaseCounter = :counter AND {owner} AND {handing}"
 
     def _name(self, attribute: str) -> str:
         self.names[f"#{attribute}"] = attribute
@@ -460,10 +491,10 @@ class DynamoDBCheckpointStore:
         )
         for name, attribute in given.items():
             update.set(name, attribute)
-        removed = list(_REMOVED_BY_CHECKPOINT)
+        removed = [*_REMOVED_BY_CHECKPOINT, CHECKPOINT_OWNER]
         if not same_incarnation(expected, stream_created_ms):
             # A row of a stream that no longer exists starts over: its shard's ids go.
-            removed += [name for name in _OPTIONAL if name not in given]
+            removed += [name for name in _OPTIONAL if name not in given] + [THROUGHPUT]
         for name in removed:
             update.remove(name)
         return await self._update(application, stream, intended, update)
@@ -492,10 +523,16 @@ class DynamoDBCheckpointStore:
         *,
         expected: Checkpoint,
         owner: str | None,
+        checkpoint_owner: str | None = None,
+        throughput_kbps: float | None = None,
     ) -> Checkpoint:
-        """Renew, take or release, as the KCL's ``renewLease``, ``takeLease`` and
-        ``evictLease`` do (but every one of them conditional on the counter)."""
-        intended = apply_lease(expected, shard_id, expected, owner)
+        """Renew, take, release or ask to hand over, as the KCL's ``renewLease``,
+        ``takeLease``, ``evictLease`` and ``initiateGracefulLeaseHandoff`` do (but every one
+        of them conditional on the counter); a renewal's throughput goes to the KCL 3.x
+        ``throughputKBps``."""
+        intended = apply_lease(
+            expected, shard_id, expected, owner, checkpoint_owner, throughput_kbps
+        )
         update = _Update(expected)
         update.set("leaseCounter", {"N": str(intended.counter)})
         if owner is None:
@@ -504,9 +541,77 @@ class DynamoDBCheckpointStore:
             update.set("leaseOwner", {"S": owner})
             if expected.owner is not None:
                 update.add("ownerSwitchesSinceCheckpoint", {"N": "1"})
-        if owner != expected.owner:
-            update.remove("checkpointOwner")
+        if checkpoint_owner is None:
+            update.remove(CHECKPOINT_OWNER)
+        elif checkpoint_owner != expected.checkpoint_owner:
+            update.set(CHECKPOINT_OWNER, {"S": checkpoint_owner})
+        if throughput_kbps is not None:
+            update.set(THROUGHPUT, {"N": repr(throughput_kbps)})
         return await self._update(application, stream, intended, update)
+
+    async def heartbeat(
+        self, application: str, stream: str, worker_id: str, *, leaving: bool = False
+    ) -> None:
+        """The worker row of ``worker_id``: counter +1 (created at 1), or deleted."""
+        client, table = await self._table(application, stream)
+        key = {LEASE_KEY: {"S": WORKER_KEY + worker_id}}
+        if leaving:
+            await client.delete_item(TableName=table, Key=key)
+            return
+        await client.update_item(
+            TableName=table,
+            Key=key,
+            UpdateExpression="SET #type = :type, #worker = :worker ADD #counter :one",
+            ExpressionAttributeNames={
+                "#type": "entityType",
+                "#worker": "workerId",
+                "#counter": "leaseCounter",
+            },
+            ExpressionAttributeValues={
+                ":type": {"S": WORKER},
+                ":worker": {"S": worker_id},
+                ":one": {"N": "1"},
+            },
+        )
+
+    async def forget_worker(
+        self, application: str, stream: str, worker_id: str, counter: int
+    ) -> None:
+        """Delete the worker row of ``worker_id`` if its counter is still ``counter``."""
+        client, table = await self._table(application, stream)
+        try:
+            await client.delete_item(
+                TableName=table,
+                Key={LEASE_KEY: {"S": WORKER_KEY + worker_id}},
+                ConditionExpression="#counter = :counter",
+                ExpressionAttributeNames={"#counter": "leaseCounter"},
+                ExpressionAttributeValues={":counter": {"N": str(counter)}},
+            )
+        except ClientError as exc:
+            if not _failed_condition(exc):
+                raise
+
+    async def workers(self, application: str, stream: str) -> dict[str, int]:
+        """Every worker row (a consistent scan of the worker rows, all pages)."""
+        client, table = await self._table(application, stream)
+        out: dict[str, int] = {}
+        kwargs: dict[str, Any] = {
+            "TableName": table,
+            "ConsistentRead": True,
+            "FilterExpression": "#type = :type",
+            "ExpressionAttributeNames": {"#type": "entityType"},
+            "ExpressionAttributeValues": {":type": {"S": WORKER}},
+        }
+        while True:
+            page = await client.scan(**kwargs)
+            for item in page.get("Items", ()):
+                worker, counter = _string(item, "workerId"), _number(item, "leaseCounter")
+                if worker is not None and counter is not None:
+                    out[worker] = counter
+            last = page.get("LastEvaluatedKey")
+            if not last:
+                return out
+            kwargs["ExclusiveStartKey"] = last
 
     async def close(self) -> None:
         """Close the client this store made (not one the caller passed in)."""

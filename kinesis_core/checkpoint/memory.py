@@ -13,6 +13,7 @@ class MemoryCheckpointStore:
 
     def __init__(self) -> None:
         self._rows: dict[tuple[str, str, str], Checkpoint] = {}
+        self._workers: dict[tuple[str, str], dict[str, int]] = {}
 
     async def get(self, application: str, stream: str, shard_id: str) -> Checkpoint | None:
         return self._rows.get((application, stream, shard_id))
@@ -59,11 +60,34 @@ class MemoryCheckpointStore:
         *,
         expected: Checkpoint,
         owner: str | None,
+        checkpoint_owner: str | None = None,
+        throughput_kbps: float | None = None,
     ) -> Checkpoint:
         key = (application, stream, shard_id)
-        row = apply_lease(self._rows.get(key), shard_id, expected, owner)
+        row = apply_lease(
+            self._rows.get(key), shard_id, expected, owner, checkpoint_owner, throughput_kbps
+        )
         self._rows[key] = row
         return row
+
+    async def heartbeat(
+        self, application: str, stream: str, worker_id: str, *, leaving: bool = False
+    ) -> None:
+        workers = self._workers.setdefault((application, stream), {})
+        if leaving:
+            workers.pop(worker_id, None)
+        else:
+            workers[worker_id] = workers.get(worker_id, 0) + 1
+
+    async def workers(self, application: str, stream: str) -> dict[str, int]:
+        return dict(self._workers.get((application, stream), {}))
+
+    async def forget_worker(
+        self, application: str, stream: str, worker_id: str, counter: int
+    ) -> None:
+        workers = self._workers.get((application, stream), {})
+        if workers.get(worker_id) == counter:
+            del workers[worker_id]
 
     async def close(self) -> None:
         """Nothing to release; the rows stay readable."""

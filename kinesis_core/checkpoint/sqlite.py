@@ -46,7 +46,18 @@ CREATE TABLE IF NOT EXISTS kinesis_checkpoints (
     starting_hash_key TEXT,
     ending_hash_key TEXT,
     stream_created_ms INTEGER,
+    checkpoint_owner TEXT,
+    throughput_kbps REAL,
     PRIMARY KEY (application, stream, shard_id)
+) WITHOUT ROWID
+"""
+_WORKERS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS kinesis_workers (
+    application TEXT NOT NULL,
+    stream TEXT NOT NULL,
+    worker_id TEXT NOT NULL,
+    counter INTEGER NOT NULL,
+    PRIMARY KEY (application, stream, worker_id)
 ) WITHOUT ROWID
 """
 # Columns added after the first release, for files made before them (hash keys are decimal
@@ -56,8 +67,10 @@ _ADDED_COLUMNS = {
     "starting_hash_key": "TEXT",
     "ending_hash_key": "TEXT",
     "stream_created_ms": "INTEGER",
+    "checkpoint_owner": "TEXT",
+    "throughput_kbps": "REAL",
 }
-_NULL_IF_MISSING = frozenset({"stream_created_ms"})
+_NULL_IF_MISSING = frozenset({"stream_created_ms", "checkpoint_owner", "throughput_kbps"})
 """Columns a read-only look at a file made before them reads as NULL (what the upgrade of
 that file would hold) instead of refusing it."""
 _COLUMN_NAMES = (
@@ -71,9 +84,24 @@ _COLUMN_NAMES = (
     "starting_hash_key",
     "ending_hash_key",
     "stream_created_ms",
+    "checkpoint_owner",
+    "throughput_kbps",
 )
 _COLUMNS = ", ".join(_COLUMN_NAMES)
-_Row = tuple[str, str, int, str | None, int, str, str, str | None, str | None, int | None]
+_Row = tuple[
+    str,
+    str,
+    int,
+    str | None,
+    int,
+    str,
+    str,
+    str | None,
+    str | None,
+    int | None,
+    str | None,
+    float | None,
+]
 
 
 _ONE = "application = ? AND stream = ? AND shard_id = ?"
@@ -84,7 +112,8 @@ def _select(columns: str, where: str) -> str:
 
 
 def _decode(row: _Row) -> Checkpoint:
-    shard_id, checkpoint, sub, owner, counter, parents, children, start, end, created = row
+    shard_id, checkpoint, sub, owner, counter, parents, children, start, end = row[:9]
+    created, handing, throughput = row[9:]
     value: CheckpointValue = (
         (int(checkpoint), sub) if checkpoint.isdigit() else Sentinel(checkpoint)
     )
@@ -98,6 +127,8 @@ def _decode(row: _Row) -> Checkpoint:
         tuple(json.loads(children)),
         hash_range,
         created,
+        handing,
+        throughput,
     )
 
 
@@ -122,6 +153,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute(_SCHEMA)
+        conn.execute(_WORKERS_SCHEMA)
         present = {row[1] for row in conn.execute("PRAGMA table_info(kinesis_checkpoints)")}
         for name, kind in _ADDED_COLUMNS.items():
             if name not in present:
@@ -287,11 +319,70 @@ class SQLiteCheckpointStore:
         *,
         expected: Checkpoint,
         owner: str | None,
+        checkpoint_owner: str | None = None,
+        throughput_kbps: float | None = None,
     ) -> Checkpoint:
         return await self._write(
             (application, stream, shard_id),
-            lambda current: apply_lease(current, shard_id, expected, owner),
+            lambda current: apply_lease(
+                current, shard_id, expected, owner, checkpoint_owner, throughput_kbps
+            ),
         )
+
+    async def heartbeat(
+        self, application: str, stream: str, worker_id: str, *, leaving: bool = False
+    ) -> None:
+        if self.read_only:
+            raise ConfigurationError(f"checkpoint file {self.path!r} is open read-only")
+        key = (application, stream, worker_id)
+
+        def write(conn: sqlite3.Connection) -> None:
+            if leaving:
+                conn.execute(
+                    "DELETE FROM kinesis_workers "
+                    "WHERE application = ? AND stream = ? AND worker_id = ?",
+                    key,
+                )
+            else:
+                conn.execute(
+                    "INSERT INTO kinesis_workers (application, stream, worker_id, counter) "
+                    "VALUES (?, ?, ?, 1) ON CONFLICT (application, stream, worker_id) "
+                    "DO UPDATE SET counter = counter + 1",
+                    key,
+                )
+
+        await self._run(write)
+
+    async def forget_worker(
+        self, application: str, stream: str, worker_id: str, counter: int
+    ) -> None:
+        if self.read_only:
+            raise ConfigurationError(f"checkpoint file {self.path!r} is open read-only")
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "DELETE FROM kinesis_workers "
+                "WHERE application = ? AND stream = ? AND worker_id = ? AND counter = ?",
+                (application, stream, worker_id, counter),
+            )
+
+        await self._run(write)
+
+    async def workers(self, application: str, stream: str) -> dict[str, int]:
+        def read(conn: sqlite3.Connection) -> dict[str, int]:
+            try:
+                rows = conn.execute(
+                    "SELECT worker_id, counter FROM kinesis_workers "
+                    "WHERE application = ? AND stream = ?",
+                    (application, stream),
+                ).fetchall()
+            except sqlite3.OperationalError:
+                if self.read_only:  # a file made before worker rows
+                    return {}
+                raise
+            return dict(rows)
+
+        return await self._run(read)
 
     async def _write(
         self,
@@ -315,8 +406,8 @@ class SQLiteCheckpointStore:
                     "INSERT OR REPLACE INTO kinesis_checkpoints (application, stream, shard_id, "
                     "checkpoint, sub_sequence_number, lease_owner, lease_counter, "
                     "parent_shard_ids, updated_at, child_shard_ids, starting_hash_key, "
-                    "ending_hash_key, stream_created_ms) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "ending_hash_key, stream_created_ms, checkpoint_owner, throughput_kbps) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         *key,
                         checkpoint,
@@ -329,6 +420,8 @@ class SQLiteCheckpointStore:
                         None if start is None else str(start),
                         None if end is None else str(end),
                         new.stream_created_ms,
+                        new.checkpoint_owner,
+                        new.throughput_kbps,
                     ),
                 )
             except BaseException:

@@ -32,7 +32,7 @@ import functools
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, cast
@@ -62,6 +62,7 @@ from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
 from kinesis_core.consumer.polling import PollingRead
 from kinesis_core.consumer.positions import InitialPosition
 from kinesis_core.consumer.reading import run_shard_read
+from kinesis_core.consumer.shard_consumer import Action, Event as ShardEvent, ShardConsumer
 from kinesis_core.consumer.status import ShardStatus
 from kinesis_core.consumer.subscription import SubscriptionRead
 from kinesis_core.consumer.transport import ShardRead
@@ -90,10 +91,6 @@ SHARD_END_RETRY = RetryPolicy(
 )
 """Writing SHARD_END, which the children wait for: tried again until it is written, whatever
 the store raised."""
-_DRAIN_POLL = 0.02
-"""Seconds between looks at a frontier while waiting for acks. Acks are plain synchronous
-calls that must stay cheap per record, so nothing wakes a waiter on each; waiting for acks
-happens only at a shard's end and on close, where a short poll costs nothing."""
 
 
 @functools.cache
@@ -117,6 +114,27 @@ class _ShardRun:
     task: asyncio.Task[None] | None = field(default=None, repr=False)
     children: tuple[str, ...] = ()
     """Known at the shard's end; written with SHARD_END."""
+    shard: ShardConsumer = field(init=False)
+    """The shard's life: what to do at its end, a hand-off, a loss, a close."""
+    drained: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    """Set by the frontier once every delivered record is acked (while someone waits)."""
+    measured_at: float = 0.0
+    """When the shard's throughput was last measured (or its run started)."""
+    read_bytes: int = 0
+    """Bytes read since then (throughput assignment only)."""
+
+    def __post_init__(self) -> None:
+        self.shard = ShardConsumer(self.node.shard_id)
+
+    async def acks(self, clock: Clock, timeout: float | None = None) -> bool:
+        """Wait for every delivered record to be acked (at most ``timeout`` seconds); True
+        if they were."""
+        self.drained.clear()
+        self.frontier.when_drained(self.drained.set)
+        if timeout is None:
+            await self.drained.wait()
+            return True
+        return await wait_event(clock, self.drained, timeout)
 
 
 class Consumer:
@@ -149,6 +167,13 @@ class Consumer:
 
     ``clock`` is the time every wait of the consumer, its readers and its leases runs on
     (:mod:`kinesis_core.clock`; tests give a fake one).
+
+    The KCL's shard hooks, each called with the shard id on the event loop (keep them
+    short): ``on_shard_ended`` once SHARD_END is checkpointed; with leases,
+    ``on_lease_handed_over`` once this worker's final checkpoint of a shard another worker
+    asked for is written, and ``on_lease_lost`` when a lease was taken without a hand-off
+    (the shard's undelivered records are dropped; what was delivered and not acked is read
+    again by the new owner).
     """
 
     def __init__(
@@ -160,6 +185,9 @@ class Consumer:
         client: Any = None,
         checkpoint_store: CheckpointStore | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        on_shard_ended: Callable[[str], None] | None = None,
+        on_lease_handed_over: Callable[[str], None] | None = None,
+        on_lease_lost: Callable[[str], None] | None = None,
         **options: Any,
     ) -> None:
         self._stream = StreamRef.of(stream)
@@ -212,11 +240,18 @@ class Consumer:
                 on_acquired=lambda _: self._start_ready(),
                 on_lost=self._revoke,
                 on_scan=self._on_lease_scan,
+                on_handoff=self._hand_off,
+                throughput=(self._throughput if lease_config.assignment == "throughput" else None),
                 clock=clock,
                 recorder=self._recorder,
             )
             self._checkpointer = self._leases
             self.worker_id = self._leases.worker_id
+        self._measures = (
+            self._measured
+            if lease_config is not None and lease_config.assignment == "throughput"
+            else None
+        )
         self._unknown_leases: set[str] = set()
         self._lineage = Lineage(config.initial_position)
         self._shards: dict[str, _ShardRun] = {}
@@ -230,6 +265,13 @@ class Consumer:
         self._reading = False
         """Readers may start (after the checks at start, and the fan-out's registration)."""
         self._handed_at: float | None = None
+        self._notify = {
+            Action.NOTIFY_ENDED: on_shard_ended,
+            Action.NOTIFY_HANDED_OVER: on_lease_handed_over,
+            Action.NOTIFY_LOST: on_lease_lost,
+        }
+        self._handoffs: set[asyncio.Task[None]] = set()
+        """Shards being handed over to other workers (their last acks, then the checkpoint)."""
 
     def _make_recorder(self, config: ConsumerConfig) -> ConsumerRecorder:
         """What this consumer reports its metrics to (nothing, with telemetry off)."""
@@ -342,14 +384,19 @@ class Consumer:
         config = self.config
         clock = self._clock
         deadline = clock.now() + (0.0 if config.auto_ack else config.close_timeout)
-        while clock.now() < deadline and not all(
-            run.frontier.drained for run in self._shards.values()
-        ):
-            await clock.sleep(_DRAIN_POLL)
+        runs = list(self._shards.values())
+        for run in runs:
+            self._feed(run, ShardEvent.CLOSE)  # its reader was stopped above
         try:
-            await self._flush()
+            for run in runs:
+                drained = await run.acks(clock, max(deadline - clock.now(), 0.0))
+                actions = self._feed(run, ShardEvent.DRAINED if drained else ShardEvent.ACK_TIMEOUT)
+                if {Action.WRITE_CHECKPOINT, Action.WRITE_SHARD_END} & set(actions):
+                    await self._write(run)
+                    self._feed(run, ShardEvent.CHECKPOINTED)
         finally:
             try:
+                await asyncio.gather(*self._handoffs, return_exceptions=True)
                 if self._leases is not None:
                     await self._leases.close()
             finally:
@@ -380,8 +427,64 @@ class Consumer:
         of it is written (the lease manager refuses). Synchronous, so nothing slips through."""
         run = self._shards.pop(shard_id, None)
         self._lineage.release(shard_id)
+        if run is not None:
+            self._feed(run, ShardEvent.LEASE_LOST)
+
+    def _hand_off(self, shard_id: str) -> None:
+        """Another worker asked for the shard's lease: stop delivering it now (as a lost
+        lease), give what was delivered ``handoff_timeout`` (less a renewal interval) to be
+        acked, write the final checkpoint and hand the lease over."""
+        leases = self._leases
+        assert leases is not None
+        run = self._shards.pop(shard_id, None)
+        self._lineage.release(shard_id)
         if run is None:
+            leases.hand_over_soon(shard_id)
             return
+        self._feed(run, ShardEvent.HANDOFF_ASKED)
+        task = asyncio.create_task(self._finish_hand_off(run), name=f"kinesis-hand-off-{shard_id}")
+        self._handoffs.add(task)
+        task.add_done_callback(self._handoffs.discard)
+
+    async def _finish_hand_off(self, run: _ShardRun) -> None:
+        leases = self._leases
+        assert leases is not None
+        config = leases.config
+        wait = max(config.handoff_every - config.renew_every, config.handoff_every / 2)
+        drained = await run.acks(self._clock, wait)
+        actions = self._feed(run, ShardEvent.DRAINED if drained else ShardEvent.ACK_TIMEOUT)
+        if Action.HAND_OVER not in actions:
+            return
+        shard_id = run.node.shard_id
+        try:
+            handed = await leases.hand_over(shard_id, run.frontier.checkpoint, run.node.parents)
+        except Exception:
+            logger.warning(
+                "handing the lease of %s over failed; the other worker takes it after the "
+                "hand-off timeout",
+                shard_id,
+                exc_info=True,
+            )
+            handed = False
+        self._feed(run, ShardEvent.CHECKPOINTED if handed else ShardEvent.LEASE_LOST)
+
+    def _feed(self, run: _ShardRun, event: ShardEvent) -> tuple[Action, ...]:
+        """One event to the shard's machine; the actions that are done at once (stopping the
+        reader, the user's hooks) are done here, the writes are returned to the caller."""
+        actions = run.shard.handle(event)
+        for action in actions:
+            if action is Action.STOP_READER:
+                self._stop_delivery(run)
+            elif action in self._notify:
+                hook = self._notify[action]
+                if hook is not None:
+                    hook(run.node.shard_id)
+        return actions
+
+    def _stop_delivery(self, run: _ShardRun) -> None:
+        """None of the shard's records reaches the user any more: its reader stops, its queued
+        batches and the rest of the batch being iterated are dropped."""
+        shard_id = run.node.shard_id
         if run.task is not None and run.task is not asyncio.current_task():
             run.task.cancel()
         kept = []
@@ -573,11 +676,12 @@ class Consumer:
                     node, start, efo.subscription, incarnation=incarnation, stream=self.stream
                 )
             )
-            run = _ShardRun(node, frontier, machine)
-            run.task = asyncio.create_task(
-                self._read_shard(run), name=f"kinesis-reader-{node.shard_id}"
-            )
+            run = _ShardRun(node, frontier, machine, measured_at=self._clock.now())
             self._shards[node.shard_id] = run
+            if Action.START_READER in self._feed(run, ShardEvent.PARENTS_FINISHED):
+                run.task = asyncio.create_task(
+                    self._read_shard(run), name=f"kinesis-reader-{node.shard_id}"
+                )
 
     async def _read_shard(self, run: _ShardRun) -> None:
         shard_id = run.node.shard_id
@@ -592,7 +696,7 @@ class Consumer:
                     run.machine,
                     link,
                     run.frontier,
-                    self._queue.put,
+                    self._queue.put if self._measures is None else self._measures(run),
                     clock=self._clock,
                     where=self.stream,
                 )
@@ -613,6 +717,7 @@ class Consumer:
                 self._lineage.reader_done(shard_id)
                 run.children = tuple(child.shard_id for child in ended.children)
                 run.frontier.end()
+                self._feed(run, ShardEvent.READ_TO_END)
                 await self._finish_shard(run)
             if self._leases is not None:
                 await self._leases.release(shard_id)
@@ -628,8 +733,9 @@ class Consumer:
         """SHARD_END goes to the store only after every record of the shard is acked; the
         children start only after it is stored. A lost lease ends this early: the shard is
         another worker's to finish."""
-        while not run.frontier.drained:
-            await self._clock.sleep(_DRAIN_POLL)
+        await run.acks(self._clock)
+        if Action.WRITE_SHARD_END not in self._feed(run, ShardEvent.DRAINED):
+            return
         executor = self._executor
         assert executor is not None
         written = await executor.attempt(
@@ -641,6 +747,7 @@ class Consumer:
         )
         if written:
             self._lineage.shard_ended(run.node.shard_id)
+            self._feed(run, ShardEvent.CHECKPOINTED)
 
     # -- leases -----------------------------------------------------------------------------
 
@@ -722,10 +829,13 @@ class Consumer:
 
     async def _flush(self) -> None:
         """Write every shard's contiguous acked prefix that moved since the last write."""
-        for shard_id, run in list(self._shards.items()):
-            value = run.frontier.checkpoint
-            if value is not None:
-                await self._checkpointer.write(shard_id, value, run.node.parents, run.children)
+        for run in list(self._shards.values()):
+            await self._write(run)
+
+    async def _write(self, run: _ShardRun) -> None:
+        value = run.frontier.checkpoint
+        if value is not None:
+            await self._checkpointer.write(run.node.shard_id, value, run.node.parents, run.children)
 
     async def checkpoint(self) -> None:
         """Write the checkpoints now instead of at the next ``checkpoint_interval``."""
@@ -765,6 +875,25 @@ class Consumer:
             for shard_id, run in list(self._shards.items())
             if run.task is not None and not run.task.done()
         }
+
+    def _measured(self, run: _ShardRun) -> Callable[[RecordBatch], Awaitable[None]]:
+        """The reader's emit, counting the bytes it reads (throughput assignment)."""
+
+        async def emit(batch: RecordBatch) -> None:
+            run.read_bytes += sum(len(record.data) for record in batch)
+            await self._queue.put(batch)
+
+        return emit
+
+    def _throughput(self, shard_id: str) -> float | None:
+        """KiB/s read from a shard since the last call (None: not being read)."""
+        run = self._shards.get(shard_id)
+        if run is None:
+            return None
+        now = self._clock.now()
+        elapsed, run.measured_at = now - run.measured_at, now
+        read, run.read_bytes = run.read_bytes, 0
+        return read / 1024 / elapsed if elapsed > 0 else None
 
     def _leases_held(self) -> int:
         return 0 if self._leases is None else len(self._leases.coordinator.held)

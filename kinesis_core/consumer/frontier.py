@@ -12,7 +12,7 @@ from __future__ import annotations
 import weakref
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from kinesis_core.checkpoint.base import SHARD_END, CheckpointValue
 from kinesis_core.records import KinesisRecord, Position
@@ -145,6 +145,13 @@ class ShardFrontier:
         self._batches: deque[RecordBatch] = deque()
         self._last: Position | None = None
         self._ended = False
+        self._on_drained: Callable[[], None] | None = None
+
+    def when_drained(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (once) as soon as every registered record is acked: now, if it
+        is already. Acks are events: nothing polls for this."""
+        self._on_drained = callback
+        self._release()
 
     def new_batch(self) -> RecordBatch:
         """An empty batch; its ``record_ack`` is the ack callback for the records to come."""
@@ -180,6 +187,7 @@ class ShardFrontier:
         batch._n = min(batch._n, delivered)
         if batch._prefix > batch._n:
             batch._prefix = batch._n
+        self._release()
 
     def _release(self) -> None:
         """Drop the fully acked batches at the head; the checkpoint moves to their end."""
@@ -188,6 +196,9 @@ class ShardFrontier:
             done = batches.popleft()
             if done._n:
                 self._base = _position(done.records[done._n - 1])
+        if self._on_drained is not None and self.drained:
+            callback, self._on_drained = self._on_drained, None
+            callback()
 
     @property
     def ended(self) -> bool:

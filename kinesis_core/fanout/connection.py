@@ -417,7 +417,5 @@ class ConnectionPool:
     async def _ssl_context(self) -> ssl.SSLContext:
         if self._ssl is None:
             alpn = {"auto": ["h2", "http/1.1"], "h2": ["h2"], "http/1.1": ["http/1.1"]}
-            self._ssl = await asyncio.to_thread(
-                ssl_context, self._config, alpn[self._http_version]
-            )
+            self._ssl = await asyncio.to_thread(ssl_context, self._config, alpn[self._http_version])
         return self._ssl

@@ -7,12 +7,18 @@ not moved for the failover time, as seen by this worker's own clock between its 
 if it has an owner, and as never renewed if it has none.
 
 Balancing (``computeLeasesToTake`` and ``chooseLeasesToSteal``): the target is
-``ceil(leases / workers)`` where workers are the owners of live leases plus this one. Leases
-not renewed for three failover times, and new unowned ones, are taken first whatever the target
-(the KCL's priority lease assignment); then expired or released leases up to the target; only
-when none is available, a lease is stolen from the most loaded worker, at most
-``max_leases_to_steal`` at a time. A steal is just a take conditional on the counter: the
-victim learns it when its next renewal fails.
+``ceil(leases / workers)`` where workers are the owners of live leases, the workers whose
+worker rows are alive (announced before they hold anything) and this one. Leases that had an
+owner and were not renewed for three failover times are taken first whatever the target (the
+KCL's priority lease assignment); then new, expired or released leases up to the target,
+leaving enough for every other live worker to reach ``leases // workers`` (so workers started
+together split the new leases instead of one taking them all, and the leases of a dead worker
+are spread over the others); only when
+none is available, leases are asked from the workers above the target (and one from a
+worker at ``leases // workers + 1``, when this one is two or more below it), at most
+``max_leases_to_steal`` per scan, spread over those workers. Such a steal is a hand-off
+request (:class:`Take` ``steal``): the owner finishes what it delivered, checkpoints and hands
+the lease over.
 
 Events in (a table scan, a take, a renewal, a loss), decisions out (the leases to take, the
 held leases whose renewals stopped working); the clock comes in as ``now`` (seconds, monotonic).
@@ -22,8 +28,9 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from kinesis_core.checkpoint.base import Checkpoint
 from kinesis_core.errors import ConfigurationError
@@ -32,6 +39,12 @@ EPSILON = 0.025
 """The KCL's ``epsilonMillis`` (25 ms), in seconds."""
 VERY_OLD_FACTOR = 3
 """The KCL's ``veryOldLeaseDurationNanosMultiplier``."""
+REBALANCE_THRESHOLD = 0.1
+"""Throughput assignment: a worker asks for a lease only from a worker more than 10% above
+the mean load (the KCL 3.x ``reBalanceThresholdPercentage``)."""
+MIN_WEIGHT = 0.01
+"""Throughput assignment: the least a lease weighs (KiB/s), so idle shards still spread."""
+Assignment = Literal["lease_count", "throughput"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +62,16 @@ class LeaseConfig:
     - ``parent_poll_interval``: how often a held child shard looks whether its parents have
       been finished by other workers (the KCL's ``parentShardPollIntervalMillis``, 10 s).
     - ``max_leases_for_worker``: cap on the leases this worker holds (None: no cap).
-    - ``max_leases_to_steal``: leases stolen from the most loaded worker per scan (1).
-    - ``priority_takes``: take new and long-dead leases first, whatever the target (True).
+    - ``max_leases_to_steal``: leases asked from busier workers per scan (1).
+    - ``priority_takes``: take long-dead leases first, whatever the target (True).
+    - ``handoff_timeout``: how long a worker that asked for a lease waits for its owner's
+      final checkpoint before it takes the lease anyway (the KCL 3.x
+      ``gracefulLeaseHandoffTimeoutMillis``); the owner waits for the acks of what it
+      delivered for at most this long too. Default ``failover_time / 2``.
+    - ``assignment``: ``"lease_count"`` (default: the same number of leases each, within one)
+      or ``"throughput"``: the same read throughput each, from the KiB/s every owner writes
+      into its leases (``throughputKBps``) at each renewal; a lease never measured counts as
+      the mean of those measured.
     """
 
     worker_id: str | None = None
@@ -61,6 +82,8 @@ class LeaseConfig:
     max_leases_for_worker: int | None = None
     max_leases_to_steal: int = 1
     priority_takes: bool = True
+    handoff_timeout: float | None = None
+    assignment: Assignment = "lease_count"
 
     def __post_init__(self) -> None:
         if self.worker_id is not None and (
@@ -90,6 +113,15 @@ class LeaseConfig:
             raise ConfigurationError(
                 "max_leases_to_steal", f"must be >= 1, got {self.max_leases_to_steal}"
             )
+        if self.assignment not in ("lease_count", "throughput"):
+            raise ConfigurationError(
+                "assignment",
+                f'must be "lease_count" or "throughput", got {self.assignment!r:.80}',
+            )
+        if not self.handoff_every > 0:
+            raise ConfigurationError(
+                "handoff_timeout", f"must be > 0 seconds, got {self.handoff_every!r}"
+            )
 
     @property
     def renew_every(self) -> float:
@@ -105,6 +137,13 @@ class LeaseConfig:
             return self.take_interval
         return (self.failover_time + EPSILON) * 2
 
+    @property
+    def handoff_every(self) -> float:
+        """The hand-off timeout in effect."""
+        if self.handoff_timeout is not None:
+            return self.handoff_timeout
+        return self.failover_time / 2
+
 
 @dataclass(frozen=True, slots=True)
 class Take:
@@ -112,7 +151,7 @@ class Take:
 
     row: Checkpoint
     steal: bool
-    """True when the lease is taken from a live owner (balancing)."""
+    """True when the lease is asked from a live owner (balancing): a hand-off request."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +159,12 @@ class _Seen:
     row: Checkpoint
     changed_at: float | None
     """When a scan last saw the counter move; None: never (new and unowned)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Beat:
+    counter: int
+    changed_at: float
 
 
 class LeaseCoordinator:
@@ -142,6 +187,8 @@ class LeaseCoordinator:
         self.worker_id = chosen
         self._rng = rng or random.Random()  # noqa: S311 (spreads contention, not a secret)
         self._view: dict[str, _Seen] = {}
+        self._beats: dict[str, _Beat] = {}
+        """Worker rows: their counters, and when a scan last saw each move."""
         self._held: dict[str, float] = {}
         """Held lease -> when its last successful write (take, renewal or checkpoint) was sent."""
 
@@ -178,8 +225,19 @@ class LeaseCoordinator:
 
     # -- the table view ---------------------------------------------------------------------
 
-    def scan(self, now: float, rows: Iterable[Checkpoint]) -> None:
-        """A full read of the lease table, finished at ``now``."""
+    def scan(
+        self, now: float, rows: Iterable[Checkpoint], workers: Mapping[str, int] | None = None
+    ) -> None:
+        """A full read of the lease table (and of its worker rows), finished at ``now``.
+        A worker row counts as alive while its counter moves, like a lease (seen for the first
+        time: just renewed)."""
+        if workers is not None:
+            beats = {}
+            for worker, counter in workers.items():
+                beat = self._beats.get(worker)
+                same = beat is not None and beat.counter == counter
+                beats[worker] = _Beat(counter, beat.changed_at if same and beat else now)
+            self._beats = beats
         view: dict[str, _Seen] = {}
         for row in rows:
             old = self._view.get(row.shard_id)
@@ -200,14 +258,34 @@ class LeaseCoordinator:
         )
 
     def _very_old(self, seen: _Seen, now: float) -> bool:
+        """Owned, and not renewed for three failover times: its worker is long dead."""
         return (
-            seen.changed_at is None
-            or now - seen.changed_at > VERY_OLD_FACTOR * self.config.failover_time
+            seen.row.owner is not None
+            and seen.changed_at is not None
+            and now - seen.changed_at > VERY_OLD_FACTOR * self.config.failover_time
         )
 
+    def live_workers(self, now: float) -> set[str]:
+        """The workers whose worker rows moved within the failover time (this one always)."""
+        limit = self.config.failover_time
+        alive = {w for w, beat in self._beats.items() if now - beat.changed_at <= limit}
+        return alive | {self.worker_id}
+
+    def dead_workers(self, now: float) -> dict[str, int]:
+        """Worker rows that stood still for the failover time (their workers died): worker ->
+        the counter they stood at."""
+        limit = self.config.failover_time
+        return {
+            w: beat.counter
+            for w, beat in self._beats.items()
+            if now - beat.changed_at > limit and w != self.worker_id
+        }
+
     def owners(self, now: float, eligible: Collection[str]) -> dict[str, int]:
-        """Live leases per worker (this one always included), as the last scan saw them."""
-        counts = {self.worker_id: sum(1 for s in self._held if s in eligible)}
+        """Live leases per worker, as the last scan saw them: every live worker (this one
+        always) counts, holding leases or not."""
+        counts = dict.fromkeys(self.live_workers(now), 0)
+        counts[self.worker_id] = sum(1 for s in self._held if s in eligible)
         for shard_id, seen in self._view.items():
             if shard_id in self._held or shard_id not in eligible:
                 continue
@@ -238,14 +316,22 @@ class LeaseCoordinator:
                 self._rng.shuffle(very_old)
                 room = max(0, min(cap - mine, len(very_old)))
                 return [Take(candidates[s].row, steal=False) for s in very_old[:room]]
+        if self.config.assignment == "throughput":
+            return self._plan_throughput(now, candidates, eligible, counts)
         needed = target - mine
         if needed <= 0:
             return []
         available = sorted(s for s, seen in candidates.items() if self._available(seen, now))
         if available:
+            # Up to the target, but leaving enough for every other worker to reach
+            # ``total // workers``: whoever scans last must not have to steal its share.
+            base = total // workers
+            me = self.worker_id
+            reserve = sum(max(0, base - load) for w, load in counts.items() if w != me)
+            room = min(needed, max(len(available) - reserve, base - mine))
             self._rng.shuffle(available)
-            return [Take(candidates[s].row, steal=False) for s in available[:needed]]
-        return self._steals(now, candidates, counts, needed, target)
+            return [Take(candidates[s].row, steal=False) for s in available[: max(room, 0)]]
+        return self._steals(now, candidates, counts, needed, target, total // workers)
 
     def _steals(
         self,
@@ -254,18 +340,117 @@ class LeaseCoordinator:
         counts: dict[str, int],
         needed: int,
         target: int,
+        base: int,
     ) -> list[Take]:
-        victim, load = max(counts.items(), key=lambda item: (item[1], item[0]))
-        if load < target:
+        """Hand-off requests, so that every worker ends with ``base`` (``leases // workers``)
+        or one more: from every worker above the target what it has above it, and if that is
+        not enough for this one to reach ``base``, one from each worker at ``base + 1`` that
+        holds two or more than this one (so that two workers never trade a lease back and
+        forth). Taken one at a time round those workers, busiest first, so that workers joining
+        together take from different workers."""
+        mine = counts[self.worker_id]
+        others = {w: load for w, load in counts.items() if w != self.worker_id}
+        excess = {w: max(0, load - target) for w, load in others.items()}
+        got = sum(excess.values())
+        for w in sorted(others, key=lambda w: -others[w]):
+            left = others[w] - excess[w]
+            if mine + got < base and left == base + 1 and left >= mine + got + 2:
+                excess[w] += 1
+                got += 1
+        excess = {w: n for w, n in excess.items() if n}
+        if not excess:
             return []
-        count = min(needed, load - target)
-        if needed > 1 and count == 0:
-            count = 1
-        count = min(count, self.config.max_leases_to_steal)
-        leases = sorted(
-            s
-            for s, seen in candidates.items()
-            if seen.row.owner == victim and not self._available(seen, now)
+        leases: dict[str, list[str]] = {w: [] for w in excess}
+        for shard_id in sorted(candidates):
+            seen = candidates[shard_id]
+            owner = seen.row.owner
+            # A lease being handed over already is nobody's to ask for.
+            if (
+                owner in leases
+                and seen.row.checkpoint_owner is None
+                and not self._available(seen, now)
+            ):
+                leases[owner].append(shard_id)
+        order = sorted(excess, key=lambda w: (-excess[w], self._rng.random()))
+        for shards in leases.values():
+            self._rng.shuffle(shards)
+        budget = min(needed, self.config.max_leases_to_steal)
+        chosen: list[Take] = []
+        while budget and any(excess[w] and leases[w] for w in order):
+            for victim in order:
+                if budget and excess[victim] and leases[victim]:
+                    chosen.append(Take(candidates[leases[victim].pop()].row, steal=True))
+                    excess[victim] -= 1
+                    budget -= 1
+        return chosen
+
+    def _plan_throughput(
+        self,
+        now: float,
+        candidates: dict[str, _Seen],
+        eligible: Collection[str],
+        counts: dict[str, int],
+    ) -> list[Take]:
+        """Throughput assignment: each live worker's load is the throughput of its leases,
+        and every worker aims at the mean. Available leases are taken heaviest first while
+        this worker stays at or under the mean (a worker with none takes one whatever its
+        weight); then, with none available, leases are asked from the busiest worker while
+        it is more than 10% above the mean, each one no heavier than half the gap between the
+        two (so that a move never makes this worker the busier one, and two workers never
+        trade a lease back and forth)."""
+        weights = self._weights(eligible)
+        me = self.worker_id
+        loads = dict.fromkeys(counts, 0.0)
+        leases: dict[str, list[str]] = {w: [] for w in counts}
+        for shard_id in eligible:
+            if shard_id in self._held:
+                loads[me] += weights[shard_id]
+                continue
+            seen = candidates.get(shard_id)
+            owner = None if seen is None else seen.row.owner
+            if seen is not None and owner in loads and not self._available(seen, now):
+                assert owner is not None
+                loads[owner] += weights[shard_id]
+                if seen.row.checkpoint_owner is None:
+                    leases[owner].append(shard_id)
+        mean = sum(weights.values()) / len(loads)
+        cap = (self.config.max_leases_for_worker or len(eligible)) - counts[me]
+        available = sorted(
+            (s for s, seen in candidates.items() if self._available(seen, now)),
+            key=lambda s: (-weights[s], s),
         )
-        self._rng.shuffle(leases)
-        return [Take(candidates[s].row, steal=True) for s in leases[:count]]
+        takes: list[Take] = []
+        for shard_id in available:
+            weight = weights[shard_id]
+            if len(takes) < cap and (loads[me] == 0 or loads[me] + weight <= mean):
+                takes.append(Take(candidates[shard_id].row, steal=False))
+                loads[me] += weight
+        if available:
+            return takes
+        budget = min(cap, self.config.max_leases_to_steal)
+        while budget > 0:
+            victim = max(loads, key=lambda w: (loads[w], w))
+            gap = loads[victim] - loads[me]
+            if victim == me or loads[victim] <= mean * (1 + REBALANCE_THRESHOLD):
+                break
+            fitting = [s for s in leases[victim] if weights[s] <= gap / 2]
+            if not fitting:
+                break
+            shard_id = max(fitting, key=lambda s: (weights[s], s))
+            leases[victim].remove(shard_id)
+            takes.append(Take(candidates[shard_id].row, steal=True))
+            loads[victim] -= weights[shard_id]
+            loads[me] += weights[shard_id]
+            budget -= 1
+        return takes
+
+    def _weights(self, eligible: Collection[str]) -> dict[str, float]:
+        """Each eligible lease's throughput as the last scan saw it; the mean of those
+        measured for the others (1.0 when none is)."""
+        measured = {
+            s: seen.row.throughput_kbps
+            for s, seen in self._view.items()
+            if s in eligible and seen.row.throughput_kbps is not None
+        }
+        default = sum(measured.values()) / len(measured) if measured else 1.0
+        return {s: max(measured.get(s, default), MIN_WEIGHT) for s in eligible}

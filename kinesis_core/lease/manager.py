@@ -17,7 +17,8 @@ import os
 import random
 import socket
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
+from typing import Any
 
 from kinesis_core.checkpoint.base import (
     Checkpoint,
@@ -48,6 +49,17 @@ class LeaseManager:
     ``on_lost(shard_id)`` are called (synchronously) when a lease is taken or lost;
     ``on_scan(rows)`` sees every table scan. ``config.worker_id`` None: the worker's name is
     :func:`default_worker_id`'s. Every wait is on ``clock``.
+
+    Hand-offs (the KCL 3.x graceful lease hand-off): a lease asked from a live owner is marked
+    (``leaseOwner`` this worker, ``checkpointOwner`` the owner) and counts as held, but is
+    not started (not in :meth:`held`) until the owner's final checkpoint cleared the marker,
+    or ``handoff_timeout`` passed (then it is taken as it is). An owner learns of the request
+    at its next renewal or checkpoint: ``on_handoff(shard_id)`` is called, the lease is no
+    longer held, its row is renewed as it is while the owner finishes, and
+    :meth:`hand_over` writes the final checkpoint (without ``on_handoff``, at once).
+
+    ``throughput(shard_id)``: the KiB/s read from a held shard since the last call, written
+    into the lease at each renewal (``throughputKBps``) for the throughput assignment.
     """
 
     def __init__(
@@ -61,6 +73,8 @@ class LeaseManager:
         on_acquired: Callable[[str], None],
         on_lost: Callable[[str], None],
         on_scan: Callable[[list[Checkpoint]], None] | None = None,
+        on_handoff: Callable[[str], None] | None = None,
+        throughput: Callable[[str], float | None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         recorder: ConsumerRecorder = NO_RECORDER,
@@ -76,6 +90,8 @@ class LeaseManager:
         self._on_acquired = on_acquired
         self._on_lost = on_lost
         self._on_scan = on_scan
+        self._on_handoff = on_handoff
+        self._throughput = throughput
         self._clock = clock
         self.recorder = recorder
         """Told of every checkpoint written and every lease taken, stolen, lost or released
@@ -99,13 +115,24 @@ class LeaseManager:
         self._renewing: dict[str, asyncio.Task[None]] = {}
         """Renewals in flight, at most one per lease."""
         self._background: set[asyncio.Task[None]] = set()
+        self._pending: dict[str, tuple[float, int]] = {}
+        """Leases asked from their owners, not handed over yet -> when the request was sent,
+        and the counter it left."""
+        self._handing: dict[str, Checkpoint] = {}
+        """Leases this worker is handing over -> their rows (``checkpoint_owner`` us)."""
+        self._beating: asyncio.Task[None] | None = None
 
     def _lock(self, shard_id: str) -> asyncio.Lock:
         return self._locks.setdefault(shard_id, asyncio.Lock())
 
     def held(self) -> dict[str, CheckpointValue]:
-        """The leases this worker holds, with their stored checkpoints."""
-        return {s: self._rows[s].value for s in self.coordinator.held}
+        """The leases this worker holds and may read, with their stored checkpoints (not
+        those still being handed over to it)."""
+        return {s: self._rows[s].value for s in self.coordinator.held if s not in self._pending}
+
+    def handing(self, shard_id: str) -> bool:
+        """Whether this worker is handing the lease over (asked for by another worker)."""
+        return shard_id in self._handing
 
     def row(self, shard_id: str) -> Checkpoint | None:
         """The row of a lease as this worker last wrote it (held or not any more)."""
@@ -137,13 +164,20 @@ class LeaseManager:
         await _finish(self._taker)
 
     async def close(self) -> None:
-        """Stop taking and renewing, then release every held lease: a graceful hand-off
-        (checkpoint first, then call this) lets other workers take them at once."""
+        """Stop taking and renewing, then release every held lease (and those being handed
+        over to this worker): a graceful stop (checkpoint first, then call this) lets other
+        workers take them at once. The worker row goes too."""
         await self.stop_taking()
         self._no_renewals.set()
         await _finish(self._renewer)
+        await _finish(self._beating)
         await asyncio.gather(*self._background, return_exceptions=True)
         await asyncio.gather(*(self.release(s) for s in self.coordinator.held))
+        self._handing.clear()
+        try:
+            await self.store.heartbeat(self.application, self.stream, self.worker_id, leaving=True)
+        except Exception:
+            logger.warning("removing the worker row of %s failed", self.worker_id, exc_info=True)
 
     # -- writes -------------------------------------------------------------------------------
 
@@ -180,11 +214,12 @@ class LeaseManager:
         parents: Sequence[str] = (),
         children: Sequence[str] = (),
     ) -> bool:
-        """Checkpoint a held lease; False (nothing written) if this worker does not hold it.
+        """Checkpoint a held lease; False (nothing written) if this worker does not hold it
+        (or waits for it to be handed over).
 
         ``children`` (at SHARD_END) go to ``childShardIds``."""
         async with self._lock(shard_id):
-            if not self.coordinator.holds(shard_id):
+            if not self.coordinator.holds(shard_id) or shard_id in self._pending:
                 return False
             current = self._rows[shard_id]
             created = self.stream_created_ms
@@ -214,10 +249,46 @@ class LeaseManager:
                     keep,
                 )
             except CheckpointConflictError as exc:
-                self._lose(shard_id, f"checkpoint refused: {exc}")
+                self._refused(shard_id, exc, "checkpoint")
                 return False
             self.recorder.checkpoint(shard_id)
             return True
+
+    async def hand_over(
+        self,
+        shard_id: str,
+        value: CheckpointValue | None,
+        parents: Sequence[str] = (),
+    ) -> bool:
+        """The final checkpoint of a lease being handed over (``value`` None: the stored one
+        stays); it clears the hand-off marker, and the lease is the taker's. False if the
+        lease is no longer being handed over by this worker (the taker gave up waiting)."""
+        async with self._lock(shard_id):
+            row = self._handing.get(shard_id)
+            if row is None:
+                return False
+            if value is None or checkpoint_order(value) < checkpoint_order(row.value):
+                value = row.value
+            try:
+                new = await self.store.put(
+                    self.application,
+                    self.stream,
+                    shard_id,
+                    value,
+                    expected=row,
+                    parent_shard_ids=parents,
+                    stream_created_ms=self.stream_created_ms,
+                )
+            except CheckpointConflictError as exc:
+                del self._handing[shard_id]
+                self._lose(shard_id, f"final checkpoint of the hand-off refused: {exc}")
+                return False
+            del self._handing[shard_id]
+            self._rows[shard_id] = new
+        self.recorder.checkpoint(shard_id)
+        self.recorder.lease(LeaseChange.HANDED_OVER)
+        logger.info("handed the lease of %s over to %s at %s", shard_id, new.owner, value)
+        return True
 
     async def release(self, shard_id: str) -> None:
         """Give a held lease up (owner removed, counter bumped): others may take it at once."""
@@ -225,6 +296,7 @@ class LeaseManager:
             if not self.coordinator.holds(shard_id):
                 return
             self.coordinator.dropped(shard_id)
+            self._pending.pop(shard_id, None)
             expected = self._rows[shard_id]
             for _ in range(3):
                 try:
@@ -246,11 +318,46 @@ class LeaseManager:
         self.recorder.lease(LeaseChange.RELEASED)
         logger.info("released the lease of %s", shard_id)
 
-    def release_soon(self, shard_id: str) -> None:
-        """:meth:`release` in the background (for synchronous callers)."""
-        task = asyncio.create_task(self.release(shard_id), name=f"kinesis-release-{shard_id}")
+    def _spawn(self, work: Coroutine[Any, Any, object], what: str) -> None:
+        """``work`` in the background; a failure is logged (it is tried again later)."""
+
+        async def run() -> None:
+            try:
+                await work
+            except Exception as exc:
+                logger.warning("%s failed: %r", what, exc)
+
+        task = asyncio.create_task(run())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    def release_soon(self, shard_id: str) -> None:
+        """:meth:`release` in the background (for synchronous callers)."""
+        self._spawn(self.release(shard_id), f"releasing the lease of {shard_id}")
+
+    def _refused(self, shard_id: str, exc: CheckpointConflictError, what: str) -> None:
+        """A write to a held lease lost its condition: another worker asked for the lease
+        (a hand-off: this worker finishes the shard, then :meth:`hand_over`), or took it."""
+        current = exc.current
+        if (
+            current is None
+            or current.checkpoint_owner != self.worker_id
+            or current.owner == self.worker_id
+        ):
+            self._lose(shard_id, f"{what} refused: {exc}")
+            return
+        self.coordinator.dropped(shard_id)
+        self._handing[shard_id] = self._rows[shard_id] = current
+        logger.info("%s asked for the lease of %s; handing it over", current.owner, shard_id)
+        if self._on_handoff is None:
+            self.hand_over_soon(shard_id)
+        else:
+            self._on_handoff(shard_id)
+
+    def hand_over_soon(self, shard_id: str) -> None:
+        """:meth:`hand_over` at the stored checkpoint, in the background (a lease whose shard
+        this worker does not read)."""
+        self._spawn(self.hand_over(shard_id, None), f"handing the lease of {shard_id} over")
 
     def _lose(self, shard_id: str, reason: str) -> None:
         self.coordinator.dropped(shard_id)
@@ -269,16 +376,26 @@ class LeaseManager:
         while True:
             if await wait_event(self._clock, self._no_renewals, every):
                 break
+            if self._beating is None or self._beating.done():
+                self._beating = asyncio.create_task(self._beat(), name="kinesis-worker-row")
             for shard_id in self.coordinator.expired_held(self._clock.now()):
                 logger.warning(
                     "lost the lease of %s: not renewed within the failover time", shard_id
                 )
+                self._pending.pop(shard_id, None)
                 self.recorder.lease(LeaseChange.LOST)
                 self._on_lost(shard_id)
-            for shard_id in self.coordinator.held:
+            for shard_id in [*self.coordinator.held, *self._handing]:
                 if shard_id not in self._renewing:
                     self._renewing[shard_id] = asyncio.create_task(self._renew(shard_id))
         await asyncio.gather(*self._renewing.values(), return_exceptions=True)
+
+    async def _beat(self) -> None:
+        """This worker's row: alive (other workers count it before it holds a lease)."""
+        try:
+            await self.store.heartbeat(self.application, self.stream, self.worker_id)
+        except Exception as exc:
+            logger.warning("writing the worker row of %s failed: %r", self.worker_id, exc)
 
     async def _renew(self, shard_id: str) -> None:
         try:
@@ -290,9 +407,16 @@ class LeaseManager:
 
     async def _renew_once(self, shard_id: str) -> None:
         async with self._lock(shard_id):
+            if shard_id in self._handing:
+                await self._renew_handing(shard_id)
+                return
             if not self.coordinator.holds(shard_id):
                 return
+            if shard_id in self._pending:
+                await self._await_hand_over(shard_id)
+                return
             sent_at = self._clock.now()
+            measured = None if self._throughput is None else self._throughput(shard_id)
             try:
                 row = await self.store.update_lease(
                     self.application,
@@ -300,16 +424,91 @@ class LeaseManager:
                     shard_id,
                     expected=self._rows[shard_id],
                     owner=self.worker_id,
+                    throughput_kbps=None if measured is None else round(measured, 3),
                 )
             except CheckpointConflictError as exc:
-                self._lose(shard_id, f"renewal refused: {exc}")
+                self._refused(shard_id, exc, "renewal")
                 return
             self._rows[shard_id] = row
             self.coordinator.renewed(shard_id, sent_at)
 
+    async def _renew_handing(self, shard_id: str) -> None:
+        """A lease being handed over stays alive, marker and all, until the final checkpoint;
+        once the taker gave up waiting and took it, it is lost."""
+        row = self._handing[shard_id]
+        try:
+            new = await self.store.update_lease(
+                self.application,
+                self.stream,
+                shard_id,
+                expected=row,
+                owner=row.owner,
+                checkpoint_owner=self.worker_id,
+            )
+        except CheckpointConflictError as exc:
+            del self._handing[shard_id]
+            self._lose(shard_id, f"taken before the hand-off finished: {exc}")
+            return
+        self._handing[shard_id] = self._rows[shard_id] = new
+
+    async def _await_hand_over(self, shard_id: str) -> None:
+        """A lease asked from its owner: started once the owner's final checkpoint cleared
+        the marker, or taken as it is after ``handoff_timeout`` (``failover_time`` if the owner
+        never renewed the marked row: it may not know, and deliver until then)."""
+        sent_at = self._clock.now()
+        row = await self.store.get(self.application, self.stream, shard_id)
+        if row is None or row.owner != self.worker_id:
+            del self._pending[shard_id]
+            self._lose(shard_id, "taken by another worker during the hand-off")
+            return
+        if row.checkpoint_owner is not None:
+            asked_at, counter = self._pending[shard_id]
+            # An owner that renewed the marked row knows of the request and has stopped
+            # delivering: it gets handoff_timeout. One that did not may not have seen it
+            # (cut off from the table, still delivering until its failover time runs out).
+            limit = (
+                self.config.handoff_every if row.counter != counter else self.config.failover_time
+            )
+            if sent_at - asked_at <= limit:
+                self.coordinator.renewed(shard_id, sent_at)
+                return
+            logger.warning(
+                "%s did not hand the lease of %s over within %s s; taking it",
+                row.checkpoint_owner,
+                shard_id,
+                limit,
+            )
+            for _ in range(3):
+                try:
+                    row = await self.store.update_lease(
+                        self.application, self.stream, shard_id, expected=row, owner=self.worker_id
+                    )
+                    break
+                except CheckpointConflictError as exc:
+                    # The owner renewed meanwhile: once more on its row, if still marked.
+                    current = exc.current
+                    if current is None or current.owner != self.worker_id:
+                        return
+                    row = current
+                    if row.checkpoint_owner is None:
+                        break  # handed over after all
+            else:
+                return  # look again at the next round
+        del self._pending[shard_id]
+        self._rows[shard_id] = row
+        self.coordinator.renewed(shard_id, sent_at)
+        logger.info("the lease of %s was handed over at %s", shard_id, row.value)
+        self._on_acquired(shard_id)
+        self.poke()  # more to ask for, maybe: no need to wait for the next interval
+
     # -- taker --------------------------------------------------------------------------------
 
     async def _take_loop(self) -> None:
+        # Announce this worker, then let one renewal interval pass: workers started together
+        # see each other in their first scans and split the new leases without stealing.
+        await self._beat()
+        if await wait_event(self._clock, self._no_takes, self.config.renew_every):
+            return
         while not self._no_takes.is_set():
             try:
                 await self.take_round()
@@ -320,9 +519,18 @@ class LeaseManager:
 
     async def take_round(self) -> list[str]:
         """Scan the table, take what the coordinator says; return the shards taken."""
-        rows = await self.store.list(self.application, self.stream)
+        rows, workers = await asyncio.gather(
+            self.store.list(self.application, self.stream),
+            self.store.workers(self.application, self.stream),
+        )
         now = self._clock.now()
-        self.coordinator.scan(now, rows)
+        self.coordinator.scan(now, rows, workers)
+        for worker, counter in self.coordinator.dead_workers(now).items():
+            # A worker that died keeps its row: a worker starting later would count it.
+            self._spawn(
+                self.store.forget_worker(self.application, self.stream, worker, counter),
+                f"forgetting the worker row of {worker}",
+            )
         self._known = {row.shard_id for row in rows}
         if self._on_scan is not None:
             self._on_scan(rows)
@@ -345,6 +553,8 @@ class LeaseManager:
                     shard_id,
                     expected=take.row,
                     owner=self.worker_id,
+                    # A live owner is asked to hand the lease over (it stays its reader).
+                    checkpoint_owner=take.row.owner if take.steal else None,
                 )
             except CheckpointConflictError:
                 logger.debug("another worker took %s first", shard_id)
@@ -354,14 +564,17 @@ class LeaseManager:
                 return False
             self._rows[shard_id] = row
             self.coordinator.acquired(shard_id, sent_at)
+            if take.steal:
+                self._pending[shard_id] = (sent_at, row.counter)
         self.recorder.lease(LeaseChange.STOLEN if take.steal else LeaseChange.TAKEN)
         logger.info(
             "%s the lease of %s%s",
-            "stole" if take.steal else "took",
+            "asked for" if take.steal else "took",
             shard_id,
             f" from {take.row.owner}" if take.row.owner else "",
         )
-        self._on_acquired(shard_id)
+        if not take.steal:
+            self._on_acquired(shard_id)
         return True
 
 

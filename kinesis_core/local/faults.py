@@ -569,8 +569,10 @@ class FaultPlan:
         cut = None
         if kind is FaultKind.STREAM_CUT:
             config = self.config
-            after_events = None if config.stream_cut_after_bytes is not None else (
-                config.stream_cut_after_events
+            after_events = (
+                None
+                if config.stream_cut_after_bytes is not None
+                else (config.stream_cut_after_events)
             )
             cut = (after_events, config.stream_cut_after_bytes)
         return Decision(

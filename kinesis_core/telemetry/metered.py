@@ -127,6 +127,15 @@ class MeteredStore:
     async def update_lease(self, *args: Any, **kwargs: Any) -> Any:
         return await self._timed("update_lease", self.inner.update_lease, *args, **kwargs)
 
+    async def heartbeat(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._timed("heartbeat", self.inner.heartbeat, *args, **kwargs)
+
+    async def workers(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._timed("workers", self.inner.workers, *args, **kwargs)
+
+    async def forget_worker(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._timed("forget_worker", self.inner.forget_worker, *args, **kwargs)
+
     async def close(self) -> None:
         await self.inner.close()
 

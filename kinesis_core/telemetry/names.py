@@ -330,8 +330,8 @@ METRICS: tuple[Metric, ...] = (
         STORE_DURATION,
         H,
         "s",
-        "Each call of the checkpoint store (get, list, put, update_lease); error.type "
-        "CheckpointConflictError when a compare-and-set lost",
+        "Each call of the checkpoint store (get, list, put, update_lease, heartbeat, workers); "
+        "error.type CheckpointConflictError when a compare-and-set lost",
         (STORE_OPERATION, STORE_KIND, ERROR_TYPE),
         "ListLeases.Time, UpdateLease.Time, RenewLease.Time, TakeLease.Time",
         "aws.kinesis.client.list_leases.duration, aws.kinesis.client.update_lease.duration",

@@ -111,9 +111,7 @@ def test_split_and_merge_during_the_read(
     assert not failure, failure
     assert len(resharded) == 3
     if transport == "fan-out":
-        counters = {
-            r.key.metric.name: r.committed for r in result.metrics().query()["counters"]
-        }
+        counters = {r.key.metric.name: r.committed for r in result.metrics().query()["counters"]}
         subscriptions = "aws.kinesis.fanout.subscriptions{aws.kinesis.subscription.outcome=%s}"
         assert counters.get(subscriptions % "opened", 0) >= 3, counters
         assert counters.get("messaging.client.consumed.messages", 0) > 0, counters

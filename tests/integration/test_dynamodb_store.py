@@ -143,6 +143,48 @@ def test_leases_renew_take_release_and_one_table_per_stream(moto_server: Any) ->
     asyncio.run(main())
 
 
+def test_hand_off_marker_throughput_and_worker_rows(moto_server: Any) -> None:
+    """checkpointOwner and throughputKBps as the KCL 3.x writes them; worker rows beside the
+    leases, invisible to lease reads."""
+    config = moto_server.client_config()
+    app = app_name()
+
+    async def main() -> None:
+        async with DynamoDBCheckpointStore(client_config=config) as store:
+            row = await store.put(app, "s", "shard-1", Sentinel.TRIM_HORIZON, expected=None)
+            held = await store.update_lease(
+                app, "s", "shard-1", expected=row, owner="a", throughput_kbps=12.5
+            )
+            asked = await store.update_lease(
+                app, "s", "shard-1", expected=held, owner="b", checkpoint_owner="a"
+            )
+            assert (asked.owner, asked.checkpoint_owner, asked.throughput_kbps) == (
+                "b",
+                "a",
+                12.5,
+            )
+            with pytest.raises(CheckpointConflictError):
+                await store.put(app, "s", "shard-1", (5, 0), expected=held)
+            final = await store.put(app, "s", "shard-1", (5, 0), expected=asked)
+            assert (final.owner, final.checkpoint_owner) == ("b", None)
+            assert await store.get(app, "s", "shard-1") == final
+            await store.heartbeat(app, "s", "w1")
+            await store.heartbeat(app, "s", "w1")
+            await store.heartbeat(app, "s", "w2")
+            assert await store.workers(app, "s") == {"w1": 2, "w2": 1}
+            assert [r.shard_id for r in await store.list(app, "s")] == ["shard-1"]
+            await store.forget_worker(app, "s", "w1", 1)  # moved since: kept
+            await store.heartbeat(app, "s", "w2", leaving=True)
+            assert await store.workers(app, "s") == {"w1": 2}
+            await store.forget_worker(app, "s", "w1", 2)
+            assert await store.workers(app, "s") == {}
+        item = items(config, app)["shard-1"]
+        assert item["throughputKBps"] == {"N": "12.5"}
+        assert "checkpointOwner" not in item
+
+    asyncio.run(main())
+
+
 def test_two_workers_taking_the_same_lease_at_once_one_wins(moto_server: Any) -> None:
     config = moto_server.client_config()
     app = app_name()

@@ -81,6 +81,7 @@ def test_concurrency_4_every_record_once_checkpoints_contiguous(
                 30,
                 "events after the held one",
             )
+
             # ... but its checkpoint stops right before the held event, and stays there.
             async def held_back() -> bool:
                 return (await checkpoints(store, app, stream)).get(held_shard) == before_held

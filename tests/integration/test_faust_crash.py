@@ -1,6 +1,8 @@
 """A Faust worker reading a KinesisChannel is killed with SIGKILL mid-stream and restarted
 (kinesis-mock, ``faust -A faust_apps.crash_worker worker`` subprocesses): nothing is lost, and
 the only duplicates are records after the last checkpoint that had reached the SQLite file.
+Several Faust workers share one stream through leases: a worker joining and a worker stopping
+move shards by hand-off, and no record is processed twice.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ COUNT = 1000
 Line = tuple[str, Position, str]
 
 
-def spawn(stream: Any, datadir: Path, log: Path) -> subprocess.Popen[bytes]:
+def spawn(stream: Any, datadir: Path, log: Path, **extra: str) -> subprocess.Popen[bytes]:
     config = stream.client_config
     env = {
+        **extra,
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path]),
         "KC_ENDPOINT": config.endpoint_url,
@@ -113,3 +116,57 @@ def test_sigkill_mid_stream_then_restart_loses_nothing(kinesis_stream: Any, tmp_
     for shard_id, pos in duplicates:
         value = at_kill.get(shard_id)
         assert not isinstance(value, tuple) or pos > value
+
+
+def test_faust_workers_share_a_stream_through_leases(kinesis_stream: Any, tmp_path: Path) -> None:
+    stream = kinesis_stream(shards=4)
+    shared = str(tmp_path / "leases.sqlite3")
+    workers: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(name: str) -> None:
+        workers[name] = spawn(
+            stream,
+            tmp_path / name,
+            tmp_path / f"{name}.log",
+            KC_WORKER=name,
+            KC_CHECKPOINTS=shared,
+        )
+
+    def processed() -> list[Line]:
+        return [line for name in workers for line in read_log(tmp_path / f"{name}.log")]
+
+    def wait_for(values: set[str], timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while {data for _, _, data in processed()} < values:
+            assert time.monotonic() < deadline, "timed out waiting for the records"
+            for name, proc in workers.items():
+                assert proc.poll() in (None, 0), f"{name} died with {proc.returncode}"
+            time.sleep(0.2)
+
+    items = numbered(300)
+    try:
+        start("w1")
+        start("w2")  # together: they split the shards
+        asyncio.run(produce(stream, items[:100]))
+        wait_for({data.decode() for data, _ in items[:100]})
+        start("w3")  # joins: shards handed over to it while records come
+        for i in range(100, 200, 10):
+            asyncio.run(produce(stream, items[i : i + 10]))
+            time.sleep(0.3)
+        wait_for({data.decode() for data, _ in items[:200]})
+        workers["w1"].send_signal(signal.SIGTERM)  # stops: hands its shards over
+        assert workers["w1"].wait(60) == 0
+        asyncio.run(produce(stream, items[200:]))
+        wait_for({data.decode() for data, _ in items})
+        for name in ("w2", "w3"):
+            workers[name].send_signal(signal.SIGTERM)
+            assert workers[name].wait(60) == 0
+    finally:
+        for proc in workers.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    by_worker = {name: read_log(tmp_path / f"{name}.log") for name in workers}
+    values = [data for lines in by_worker.values() for _, _, data in lines]
+    assert sorted(values) == sorted(data.decode() for data, _ in items)  # once each
+    assert all(by_worker.values())  # every worker processed some

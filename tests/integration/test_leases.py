@@ -8,6 +8,9 @@
   other carries on exactly where it stopped (no record twice).
 - A split while two workers read: a child is read only after its parent, whichever worker
   holds which lease.
+- Both stores: workers started together split the shards without asking each other for any;
+  a worker joining later gets its share by graceful hand-off, and a worker stopping hands its
+  shards over: no record is delivered twice by any of these moves.
 
 The workers are this file run as a script. Each logs every record it delivers, one JSON line
 (worker, shard, position, data) before it acks the record.
@@ -356,6 +359,49 @@ def test_two_workers_share_a_sqlite_file_and_hand_over(kinesis_stream: Any, tmp_
     data = [e["data"] for e in log]
     assert sorted(data) == sorted(produced)  # nothing lost, nothing twice
     assert all(row.owner is None for row in cluster.rows().values())
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "dynamodb"])
+def test_planned_moves_hand_over_without_a_record_twice(
+    kind: str, kinesis_stream: Any, moto_server: Any, tmp_path: Path
+) -> None:
+    stream = kinesis_stream(shards=6)
+    where = (
+        str(tmp_path / "leases.sqlite3")
+        if kind == "sqlite"
+        else moto_server.client_config().dynamodb_endpoint_url
+    )
+    producer = Producer(stream)
+    cluster = Cluster(kind, where, stream, tmp_path)
+    try:
+        cluster.spawn("w1")
+        cluster.spawn("w2")  # started together: they split the new leases
+        cluster.wait("3 leases each", cluster.settled({"w1": 3, "w2": 3}))
+        produced = producer.put("a")
+        cluster.wait("batch a delivered", lambda: cluster.delivered() >= produced)
+        cluster.spawn("w3")  # joins: two leases handed over to it, while records come
+        for batch in "bcde":
+            produced |= producer.put(batch, aggregates=1)
+            time.sleep(0.3)
+        cluster.wait("2 leases each", cluster.settled({"w1": 2, "w2": 2, "w3": 2}))
+        cluster.wait("batches b-e delivered", lambda: cluster.delivered() >= produced)
+        assert cluster.stop("w2") == 0  # stops: hands its leases over
+        produced |= producer.put("f")
+        cluster.wait("3 leases each", cluster.settled({"w1": 3, "w3": 3}))
+        cluster.wait("batch f delivered", lambda: cluster.delivered() >= produced)
+        assert cluster.stop("w1") == 0
+        assert cluster.stop("w3") == 0
+    finally:
+        cluster.kill_all()
+    data = [e["data"] for e in cluster.log()]
+    assert sorted(data) == sorted(produced)  # nothing lost, nothing twice
+    logs = {n: (tmp_path / f"{n}.log").read_text() for n in ("w1", "w2", "w3")}
+    # w1 and w2 never asked each other for a lease; w3 asked for its two.
+    assert "INFO asked for the lease" not in logs["w1"] + logs["w2"]
+    assert logs["w3"].count("INFO asked for the lease") >= 2
+    assert "handed the lease" in logs["w1"] + logs["w2"]
+    rows = cluster.rows()
+    assert all(row.owner is None and row.checkpoint_owner is None for row in rows.values())
 
 
 if __name__ == "__main__":

@@ -15,9 +15,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.mark.parametrize("fan_out", [False, True], ids=["polling", "fan-out"])
-def test_producer_and_consumer_resume_after_a_server_restart(
-    tmp_path: Path, fan_out: bool
-) -> None:
+def test_producer_and_consumer_resume_after_a_server_restart(tmp_path: Path, fan_out: bool) -> None:
     result = server_restart(tmp_path, outage=3.0, before=2.0, after=2.0, fan_out=fan_out)
     print(render([result]))
     assert result.attempted > 0

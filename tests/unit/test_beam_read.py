@@ -591,9 +591,7 @@ def test_a_consumer_config_is_shared_and_keywords_override_it() -> None:
     assert (spec.application_name, spec.initial_position) == ("app", TRIM_HORIZON)
     assert spec.max_records_per_call == 100
     start = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    assert ReadFromKinesis("s", initial_position=start)._spec.initial_position == AtTimestamp(
-        start
-    )
+    assert ReadFromKinesis("s", initial_position=start)._spec.initial_position == AtTimestamp(start)
 
 
 @pytest.mark.parametrize(

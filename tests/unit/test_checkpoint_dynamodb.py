@@ -84,6 +84,7 @@ def test_a_kcl_lease_item_reads_as_a_checkpoint() -> None:
         ("shardId-000000000000", "shardId-000000000001"),
         (),
         (0, MAX_HASH),
+        throughput_kbps=12.5,  # the KCL 3.x throughputKBps
     )
 
 
@@ -174,13 +175,16 @@ def test_the_stream_incarnation_is_an_attribute_the_kcl_reads_past() -> None:
     assert legacy.stream_created_ms is None
 
 
-def test_update_expressions_are_conditional_on_the_counter_and_the_owner() -> None:
+def test_update_expressions_are_conditional_on_the_counter_and_the_owners() -> None:
     held = Checkpoint("s", (5, 0), 8, "me")
     update = _Update(held)
     update.set("leaseCounter", {"N": "9"})
     update.remove("checkpointOwner")
     update.add("ownerSwitchesSinceCheckpoint", {"N": "1"})
-    assert update.condition == "#leaseCounter = :counter AND #leaseOwner = :expectedOwner"
+    assert update.condition == (
+        "#leaseCounter = :counter AND #leaseOwner = :expectedOwner AND "
+        "attribute_not_exists(#checkpointOwner)"
+    )
     assert update.values[":counter"] == {"N": "8"}
     assert update.values[":expectedOwner"] == {"S": "me"}
     assert update.expression == (
@@ -194,4 +198,13 @@ def test_update_expressions_are_conditional_on_the_counter_and_the_owner() -> No
         "ownerSwitchesSinceCheckpoint",
     }
     unowned = _Update(Checkpoint("s", Sentinel.LATEST, 1, None))
-    assert unowned.condition == "#leaseCounter = :counter AND attribute_not_exists(#leaseOwner)"
+    assert unowned.condition == (
+        "#leaseCounter = :counter AND attribute_not_exists(#leaseOwner) AND "
+        "attribute_not_exists(#checkpointOwner)"
+    )
+    handing = _Update(Checkpoint("s", (5, 0), 8, "taker", checkpoint_owner="me"))
+    assert handing.condition == (
+        "#leaseCounter = :counter AND #leaseOwner = :expectedOwner AND "
+        "#checkpointOwner = :expectedCheckpointOwner"
+    )
+    assert handing.values[":expectedCheckpointOwner"] == {"S": "me"}

@@ -107,6 +107,30 @@ def test_bad_values_are_refused(make_store: StoreFactory, tmp_path: Path) -> Non
     asyncio.run(main())
 
 
+def test_lease_writes_keep_the_hand_off_marker_and_the_throughput(
+    make_store: StoreFactory, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        store = make_store(tmp_path)
+        assert isinstance(store, (MemoryCheckpointStore, SQLiteCheckpointStore))
+        row = await store.put("app", "s", "shard-1", Sentinel.TRIM_HORIZON, expected=None)
+        held = await store.update_lease(
+            "app", "s", "shard-1", expected=row, owner="a", throughput_kbps=12.5
+        )
+        assert held.throughput_kbps == 12.5
+        asked = await store.update_lease(
+            "app", "s", "shard-1", expected=held, owner="b", checkpoint_owner="a"
+        )
+        assert (asked.owner, asked.checkpoint_owner, asked.throughput_kbps) == ("b", "a", 12.5)
+        with pytest.raises(CheckpointConflictError):  # the marker is part of the condition
+            await store.put("app", "s", "shard-1", (5, 0), expected=held)
+        final = await store.put("app", "s", "shard-1", (5, 0), expected=asked)
+        assert (final.owner, final.checkpoint_owner, final.value) == ("b", None, (5, 0))
+        assert await store.get("app", "s", "shard-1") == final
+
+    asyncio.run(main())
+
+
 def test_order_of_values() -> None:
     ordered = [Sentinel.LATEST, (1, 0), (1, 5), (2, 0), (BIG, 0), SHARD_END]
     keys = [checkpoint_order(v) for v in ordered]

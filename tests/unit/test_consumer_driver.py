@@ -48,7 +48,8 @@ def test_split_and_merge_while_reading_keep_per_key_order() -> None:
 
         produce(5)
         store = MemoryCheckpointStore()
-        async with consumer(fake, store) as c:
+        ended: list[str] = []
+        async with consumer(fake, store, on_shard_ended=ended.append) as c:
             got = await collect(c, 60)
             first, second = (s.shard_id for s in fake.open_shards())
             fake.split(first)
@@ -71,6 +72,7 @@ def test_split_and_merge_while_reading_keep_per_key_order() -> None:
         merged = next(s for s in fake.open_shards() if len(s.parents) == 2)
         assert rows[merged.shard_id].parent_shard_ids == (a, b)
         assert rows[second].position is not None
+        assert sorted(ended) == sorted([first, a, b])  # the hook: once per shard, at SHARD_END
 
     asyncio.run(main())
 
@@ -165,9 +167,7 @@ def test_a_missing_stream_fails_at_start() -> None:
     async def main() -> None:
         fake = FakeKinesis(1)
         fake.faults["ListShards"].append(client_error("ResourceNotFoundException"))
-        with pytest.raises(
-            KinesisServiceError, match="starting to read stream failed"
-        ) as info:
+        with pytest.raises(KinesisServiceError, match="starting to read stream failed") as info:
             async with consumer(fake, MemoryCheckpointStore()):
                 pass
         assert info.value.code == "ResourceNotFoundException"

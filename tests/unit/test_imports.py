@@ -50,6 +50,7 @@ PURE = [
     "kinesis_core.consumer.frontier",
     "kinesis_core.consumer.incarnation",
     "kinesis_core.consumer.lineage",
+    "kinesis_core.consumer.shard_consumer",
     "kinesis_core.consumer.polling",
     "kinesis_core.consumer.positions",
     "kinesis_core.consumer.subscription",

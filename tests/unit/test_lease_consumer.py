@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -132,6 +133,66 @@ def test_two_workers_split_the_shards_and_lose_nothing() -> None:
     asyncio.run(main())
 
 
+def test_a_worker_joining_gets_its_share_by_hand_off_and_no_record_twice() -> None:
+    """Balancing moves leases between live workers by hand-off: the owner stops, its acks
+    land, its final checkpoint is the taker's start. Records keep coming all along."""
+
+    async def main() -> None:
+        fake = FakeKinesis(4)
+        store = MemoryCheckpointStore()
+        handed: list[str] = []
+        lost: list[str] = []
+        a = worker(fake, store, "a", on_lease_handed_over=handed.append, on_lease_lost=lost.append)
+        async with a:
+            pumps_a = Pumps({"a": a})
+            produced = put_keys(fake, 100)
+            await pumps_a.until(lambda: set(pumps_a.data()) >= produced)
+            assert len(a.leased_shards()) == 4
+            b = worker(fake, store, "b")
+            async with b:
+                pumps_b = Pumps({"b": b})
+                for round_ in range(1, 40):
+                    produced |= put_keys(fake, 10, round_)
+                    await asyncio.sleep(0.02)
+                await pumps_b.until(balanced([a, b], 4))
+                delivered = lambda: pumps_a.data() + pumps_b.data()  # noqa: E731
+                await pumps_b.until(lambda: set(delivered()) >= produced)
+                assert len(b.leased_shards()) == 2
+                await pumps_b.stop()
+                # The hooks: the two shards handed over, none lost.
+                assert sorted(handed) == sorted(b.leased_shards())
+                assert lost == []
+            await pumps_a.stop()
+        everything = pumps_a.data() + pumps_b.data()
+        assert sorted(everything) == sorted(produced)  # none lost, none twice
+
+    asyncio.run(main())
+
+
+def test_with_throughput_assignment_each_lease_carries_what_its_owner_reads() -> None:
+    async def main() -> None:
+        fake = FakeKinesis(2)
+        produced = put_keys(fake, 200)
+        store = MemoryCheckpointStore()
+        config = dataclasses.replace(lease_config("a"), assignment="throughput")
+        a = worker(fake, store, "a", leases=config)
+        async with a:
+            pumps = Pumps({"a": a})
+            await pumps.until(lambda: set(pumps.data()) >= produced)
+
+            async def measured() -> bool:
+                rows = await store.list(APP, "stream")
+                return len(rows) == 2 and all(r.throughput_kbps is not None for r in rows)
+
+            while not await measured():  # noqa: ASYNC110 (polling the store)
+                await asyncio.sleep(0.02)
+            await pumps.stop()
+        rows = await store.list(APP, "stream")
+        assert all(r.throughput_kbps is not None and r.throughput_kbps >= 0 for r in rows)
+
+    asyncio.run(main())
+
+
 def test_a_lost_lease_stops_delivery_at_once_and_fences_checkpoints() -> None:
     clock = FakeClock()  # the renewals, the thief's and the waits pass at once
 
@@ -142,7 +203,16 @@ def test_a_lost_lease_stops_delivery_at_once_and_fences_checkpoints() -> None:
         (shard,) = fake.shards
         # Small batches, so that several wait in the consumer's queue, undelivered.
         config = lease_config("a", 30.0)
-        a = worker(fake, store, "a", max_records_per_call=10, leases=config, clock=clock)
+        lost: list[str] = []
+        a = worker(
+            fake,
+            store,
+            "a",
+            max_records_per_call=10,
+            leases=config,
+            clock=clock,
+            on_lease_lost=lost.append,
+        )
         async with a:
             first = await asyncio.wait_for(a.__anext__(), 5)
             while a._queue.qsize() < 3:  # noqa: ASYNC110 (batches read, not delivered)
@@ -181,6 +251,7 @@ def test_a_lost_lease_stops_delivery_at_once_and_fences_checkpoints() -> None:
                 await asyncio.wait_for(a.__anext__(), 0.5)
             assert a._queue.qsize() == 0
             assert shard not in a.shard_states()
+            assert lost == [shard]  # the hook
             # And no checkpoint of it is written any more.
             await a.checkpoint()
             stop.set()

@@ -47,6 +47,7 @@ def test_defaults_are_the_kcls() -> None:
     assert config.max_leases_for_worker is None
     assert config.max_leases_to_steal == 1
     assert config.priority_takes is True
+    assert config.assignment == "lease_count"
     short = LeaseConfig(worker_id="w", failover_time=3.0, renew_interval=0.5, take_interval=1.0)
     assert (short.renew_every, short.take_every) == (0.5, 1.0)
 
@@ -60,6 +61,8 @@ def test_defaults_are_the_kcls() -> None:
         ({"renew_interval": 0}, "renew_interval"),
         ({"take_interval": -1}, "take_interval"),
         ({"parent_poll_interval": 0}, "parent_poll_interval"),
+        ({"assignment": "random"}, "assignment"),
+        ({"handoff_timeout": 0}, "handoff_timeout"),
         ({"max_leases_for_worker": 0}, "max_leases_for_worker"),
         ({"max_leases_to_steal": 0}, "max_leases_to_steal"),
     ],
@@ -79,10 +82,33 @@ def test_default_worker_ids_are_unique_and_readable() -> None:
 # -- expiry ------------------------------------------------------------------------------------
 
 
-def test_new_unowned_leases_are_taken_at_once_whatever_the_target() -> None:
+def test_a_lone_worker_takes_every_new_lease_at_once() -> None:
     c = coordinator()
-    c.scan(0.0, [row(s) for s in shards(6)])
+    c.scan(0.0, [row(s) for s in shards(6)], {"me": 1})
     assert taken(c.plan(0.0, set(shards(6)))) == shards(6)
+
+
+def test_new_leases_are_taken_up_to_the_share_of_the_workers_announced() -> None:
+    """Two workers started together see each other's worker rows before either holds a
+    lease: each takes its share of the new leases, never all of them."""
+    c = coordinator()
+    c.scan(0.0, [row(s) for s in shards(6)], {"me": 1, "other": 1})
+    assert len(c.plan(0.0, set(shards(6)))) == 3
+    assert c.owners(0.0, set(shards(6))) == {"me": 0, "other": 0}
+
+
+def test_a_worker_row_counts_while_its_counter_moves() -> None:
+    c = coordinator()
+    ids = shards(4)
+    c.scan(0.0, [row(s) for s in ids], {"other": 5})
+    assert c.live_workers(0.0) == {"me", "other"}
+    c.scan(FAILOVER, [row(s) for s in ids], {"other": 5})
+    assert c.live_workers(FAILOVER) == {"me", "other"}
+    c.scan(FAILOVER + 1, [row(s) for s in ids], {"other": 5})  # stood still > failover
+    assert c.live_workers(FAILOVER + 1) == {"me"}
+    assert len(c.plan(FAILOVER + 1, set(ids))) == 4
+    c.scan(FAILOVER + 2, [row(s) for s in ids], {"other": 6})  # moved again
+    assert c.live_workers(FAILOVER + 2) == {"me", "other"}
 
 
 def test_an_owned_lease_expires_only_after_its_counter_stood_still_for_the_failover_time() -> None:
@@ -148,11 +174,24 @@ def test_very_old_leases_are_taken_first_regardless_of_the_target() -> None:
 def test_priority_takes_can_be_turned_off(priority: bool, expected: int) -> None:
     c = coordinator(priority_takes=priority)
     ids = shards(9)
+    later = 3 * FAILOVER + 1
+    for s in ids[:3]:
+        c.acquired(s, 0.0)
+        c.renewed(s, later)
+    c.scan(0.0, [row(s, "dead") for s in ids[3:6]] + [row(s, "other") for s in ids[6:]])
+    c.scan(later, [row(s, "dead") for s in ids[3:6]] + [row(s, "other", 2) for s in ids[6:]])
+    # 9 leases, 2 live workers: target 5, I hold 3. Long-dead leases go first, whatever the
+    # target.
+    assert len(c.plan(later, set(ids))) == expected
+
+
+def test_new_leases_are_no_priority() -> None:
+    c = coordinator()
+    ids = shards(9)
     for s in ids[:3]:
         c.acquired(s, 0.0)
     c.scan(0.0, [row(s) for s in ids[3:6]] + [row(s, "other") for s in ids[6:]])
-    # 9 leases, 2 workers: target 5, I hold 3. New leases go first, whatever the target.
-    assert len(c.plan(0.0, set(ids))) == expected
+    assert len(c.plan(0.0, set(ids))) == 2  # target 5, I hold 3
 
 
 # -- balancing ---------------------------------------------------------------------------------
@@ -188,6 +227,27 @@ def test_max_leases_to_steal_raises_the_pace() -> None:
     ids = shards(6)
     c.scan(0.0, [row(s, "busy") for s in ids])
     assert len(c.plan(0.0, set(ids))) == 3  # need 3, busy is 3 over the target
+
+
+def test_steals_are_spread_over_the_workers_above_the_target() -> None:
+    """Two workers joining two busy ones ask each of them, not both the same one."""
+    c = coordinator(max_leases_to_steal=4)
+    ids = shards(16)
+    c.scan(0.0, [row(s, "a") for s in ids[:8]] + [row(s, "b") for s in ids[8:]], {"late": 1})
+    plan = c.plan(0.0, set(ids))  # 4 workers: target 4; a and b are 4 over each
+    assert all(t.steal for t in plan)
+    assert sorted(t.row.owner or "" for t in plan) == ["a", "a", "b", "b"]
+
+
+def test_a_lease_being_handed_over_is_never_asked_for_again() -> None:
+    c = coordinator(max_leases_to_steal=4)
+    ids = shards(4)
+    handing = Checkpoint(ids[0], Sentinel.TRIM_HORIZON, 2, "taker", checkpoint_owner="busy")
+    c.scan(0.0, [handing] + [row(s, "busy") for s in ids[1:]])
+    # 3 workers: target 2; busy holds 3 (1 over), the lease in hand-off counts for the taker.
+    plan = c.plan(0.0, set(ids))
+    assert [t.steal for t in plan] == [True]
+    assert plan[0].row.shard_id != ids[0]
 
 
 def test_steal_from_a_worker_at_target_only_when_more_than_one_is_needed() -> None:
@@ -240,6 +300,50 @@ def test_a_lease_still_in_my_name_but_not_held_counts_for_nobody_until_it_expire
     assert taken(c.plan(FAILOVER + 1, set(ids))) == [ids[0]]
 
 
+# -- throughput assignment ---------------------------------------------------------------------
+
+
+def weighed(shard: str, owner: str | None, kbps: float | None, counter: int = 1) -> Checkpoint:
+    return Checkpoint(shard, Sentinel.TRIM_HORIZON, counter, owner, throughput_kbps=kbps)
+
+
+def test_throughput_assignment_balances_the_load_not_the_count() -> None:
+    """A busy worker holds one hot shard and three cold ones: a worker joining asks for the
+    cold ones, not the hot one, and ends with fewer KiB/s than the busy one, never more."""
+    c = coordinator(assignment="throughput", max_leases_to_steal=4)
+    ids = shards(4)
+    rows = [weighed(ids[0], "busy", 100.0)] + [weighed(s, "busy", 10.0) for s in ids[1:]]
+    c.scan(0.0, rows, {"busy": 1})
+    plan = c.plan(0.0, set(ids))
+    assert all(t.steal for t in plan)
+    # Mean 65 KiB/s: the three cold shards (30) go, the hot one stays.
+    assert taken(plan) == ids[1:]
+    # The lease count strategy would ask for two, the hot one among the candidates.
+    counted = coordinator(max_leases_to_steal=4)
+    counted.scan(0.0, rows, {"busy": 1})
+    assert len(counted.plan(0.0, set(ids))) == 2
+
+
+def test_throughput_assignment_leaves_a_balanced_pair_alone() -> None:
+    c = coordinator(assignment="throughput", max_leases_to_steal=4)
+    ids = shards(3)
+    c.acquired(ids[0], 0.0)
+    rows = [weighed(ids[0], "me", 50.0), weighed(ids[1], "other", 30.0)]
+    rows.append(weighed(ids[2], "other", 25.0))
+    c.scan(0.0, rows, {"other": 1})
+    # other 55, me 50, mean 52.5: within 10%; and no lease fits half the gap.
+    assert c.plan(0.0, set(ids)) == []
+
+
+def test_throughput_assignment_takes_new_leases_up_to_the_mean() -> None:
+    """Never measured: each counts as the mean of the measured ones (1.0 when none is), so
+    two workers started together split new leases as by count."""
+    c = coordinator(assignment="throughput")
+    ids = shards(6)
+    c.scan(0.0, [weighed(s, None, None) for s in ids], {"me": 1, "other": 1})
+    assert len(c.plan(0.0, set(ids))) == 3
+
+
 # -- held leases -------------------------------------------------------------------------------
 
 
@@ -264,43 +368,73 @@ def test_held_leases_not_renewed_within_the_failover_time_are_dropped() -> None:
 
 
 class Table:
-    """A lease table with the stores' compare-and-set rule."""
+    """A lease table with the stores' compare-and-set rule, and worker rows."""
 
     def __init__(self, ids: list[str]) -> None:
         self.rows = {s: row(s, None, 1) for s in ids}
+        self.workers: dict[str, int] = {}
 
-    def update(self, expected: Checkpoint, owner: str | None) -> Checkpoint:
-        new = apply_lease(self.rows.get(expected.shard_id), expected.shard_id, expected, owner)
+    def update(
+        self, expected: Checkpoint, owner: str | None, checkpoint_owner: str | None = None
+    ) -> Checkpoint:
+        new = apply_lease(
+            self.rows.get(expected.shard_id), expected.shard_id, expected, owner, checkpoint_owner
+        )
         self.rows[expected.shard_id] = new
         return new
 
 
 class Worker:
+    """The manager's moves, in steps: renewals (and the worker row), hand-offs, takes."""
+
     def __init__(self, name: str, table: Table, rng: random.Random) -> None:
         config = LeaseConfig(worker_id=name, failover_time=FAILOVER)
         self.c = LeaseCoordinator(config, rng=rng)
         self.table = table
         self.rows: dict[str, Checkpoint] = {}
+        self.pending: set[str] = set()
         self.alive = True
+        self.steals = 0
 
     def renew(self, now: float) -> None:
+        me = self.c.worker_id
+        self.table.workers[me] = self.table.workers.get(me, 0) + 1
         self.c.expired_held(now)
         for shard in self.c.held:
+            current = self.table.rows[shard]
+            if shard in self.pending:
+                # Waiting for the owner's final checkpoint (or taken by another).
+                if current.owner != me:
+                    self.c.dropped(shard)
+                    self.pending.discard(shard)
+                elif current.checkpoint_owner is None:
+                    self.pending.discard(shard)
+                    self.rows[shard] = current
+                    self.c.renewed(shard, now)
+                continue
             try:
-                self.rows[shard] = self.table.update(self.rows[shard], self.c.worker_id)
+                self.rows[shard] = self.table.update(self.rows[shard], me)
                 self.c.renewed(shard, now)
-            except CheckpointConflictError:
+            except CheckpointConflictError as exc:
                 self.c.dropped(shard)
+                handed = exc.current
+                if handed is not None and handed.checkpoint_owner == me:
+                    # The final checkpoint clears the marker: the taker's now.
+                    self.table.update(handed, handed.owner)
 
     def take(self, now: float) -> None:
-        self.c.scan(now, list(self.table.rows.values()))
+        self.c.scan(now, list(self.table.rows.values()), dict(self.table.workers))
         for decision in self.c.plan(now, set(self.table.rows)):
+            marker = decision.row.owner if decision.steal else None
             try:
-                new = self.table.update(decision.row, self.c.worker_id)
+                new = self.table.update(decision.row, self.c.worker_id, marker)
             except CheckpointConflictError:
                 continue
             self.rows[new.shard_id] = new
             self.c.acquired(new.shard_id, now)
+            if decision.steal:
+                self.pending.add(new.shard_id)
+                self.steals += 1
 
 
 def run(workers: list[Worker], start: float, seconds: float, step: float = 1.0) -> float:
@@ -357,6 +491,25 @@ def test_workers_converge_to_a_balanced_split_with_one_holder_per_lease(
         assert all(len(h) == 1 for h in held.values())
         assert lost <= set(held)
         assert all(r.owner != dead.c.worker_id for r in table.rows.values())
+
+
+@given(st.integers(2, 32), st.integers(2, 4), st.integers(0, 2**32 - 1))
+@settings(max_examples=40, deadline=None)
+def test_workers_started_together_never_steal(n_shards: int, n_workers: int, seed: int) -> None:
+    """Each announces itself (its worker row) and lets a renewal interval pass before its
+    first scan; then they split the new leases, and nobody asks anybody for one."""
+    rng = random.Random(seed)
+    table = Table(shards(n_shards))
+    workers = [Worker(f"w{i}", table, rng) for i in range(n_workers)]
+    for w in workers:
+        w.renew(0.0)
+    now = 3.0
+    for w in rng.sample(workers, len(workers)):
+        w.take(now)
+    run(workers, now, 300.0)
+    assert sum(w.steals for w in workers) == 0
+    assert max(len(w.c.held) for w in workers) == math.ceil(n_shards / n_workers)
+    assert sorted(holders(workers)) == sorted(table.rows)
 
 
 def test_two_workers_taking_the_same_lease_at_once_one_wins() -> None:

@@ -111,15 +111,16 @@ def test_closing_waits_for_a_take_in_flight_and_releases_it() -> None:
 
     async def main() -> None:
         store = SlowStore()
-        m = manager(store)
+        m = manager(store, renew_interval=0.1)
         await m.create("s1", Sentinel.TRIM_HORIZON, [], None)
         store.delay = 0.2
         m.start()
-        await asyncio.sleep(0.1)  # the first round is taking s1 now
+        await asyncio.sleep(0.2)  # announced, a renewal interval passed: taking s1 now
         await m.close()
         stored = await store.get(APP, STREAM, "s1")
         assert stored is not None
-        assert (stored.owner, stored.counter) == (None, 3)  # taken, then released
+        assert stored.owner is None
+        assert stored.counter >= 3  # taken, then released
 
     asyncio.run(main())
 
@@ -170,8 +171,16 @@ def test_the_recorder_hears_of_takes_steals_checkpoints_losses_and_releases() ->
             row = await store.get(APP, STREAM, shard_id)
             assert row is not None
             await store.update_lease(APP, STREAM, shard_id, expected=row, owner="other")
-        [stolen] = await m.take_round()  # "other" holds both: one is stolen
+        [stolen] = await m.take_round()  # "other" holds both: one is asked for
         left = ({"s1", "s2"} - {stolen}).pop()
+        marked = await store.get(APP, STREAM, stolen)
+        assert marked is not None
+        assert (marked.owner, marked.checkpoint_owner) == ("me", "other")
+        assert not await m.write(stolen, (5, 0))  # not ours to read before the hand-off
+        await store.put(APP, STREAM, stolen, (4, 0), expected=marked)  # other's last checkpoint
+        await m._renew_once(stolen)  # the next renewal round sees the hand-off done
+        assert m.events["acquired"] == [stolen]  # type: ignore[attr-defined]
+        assert m.held() == {stolen: (4, 0)}
         assert await m.write(stolen, (5, 0))
         assert await m.write(stolen, (5, 0))  # nothing new: nothing written
         row = await store.get(APP, STREAM, stolen)
@@ -187,3 +196,119 @@ def test_the_recorder_hears_of_takes_steals_checkpoints_losses_and_releases() ->
         return changes.seen
 
     assert asyncio.run(main()) == ["stolen", "checkpoint S", "lost", "taken", "released"]
+
+
+def test_a_lease_asked_for_is_handed_over_at_the_owners_final_checkpoint() -> None:
+    """The taker marks the lease; the owner hears of it at its next renewal, stops, writes its
+    final checkpoint (which clears the marker), and the taker starts from exactly there."""
+    clock = FakeClock()
+
+    async def main() -> None:
+        store = MemoryCheckpointStore()
+        owner_changes = Changes()
+        handoffs: list[str] = []
+        owner = manager(store, renew_interval=0.05, recorder=owner_changes, clock=clock)
+        owner.worker_id = owner.coordinator.worker_id = "owner"
+        owner._on_handoff = handoffs.append
+        taker = manager(store, renew_interval=0.05, clock=clock)
+        for shard_id in ("s1", "s2"):
+            await owner.create(shard_id, Sentinel.TRIM_HORIZON, [], None)
+        assert sorted(await owner.take_round()) == ["s1", "s2"]
+        await owner.write("s1", (3, 0))
+        await owner.write("s2", (3, 0))
+        owner.start()
+        taker.start()
+        await taker.take_round()  # target 1 each: one is asked for
+        [asked] = [s for s in ("s1", "s2") if taker.coordinator.holds(s)]
+        assert taker.held() == {}  # not started before the hand-off
+        while not handoffs:
+            await clock.sleep(0.01)
+        assert handoffs == [asked]
+        assert owner.handing(asked)
+        assert asked not in owner.held()
+        # The owner's application acked up to (7, 0) meanwhile: its final checkpoint.
+        assert await owner.hand_over(asked, (7, 0))
+        while asked not in taker.held():
+            await clock.sleep(0.01)
+        assert taker.held() == {asked: (7, 0)}
+        assert taker.events["acquired"] == [asked]  # type: ignore[attr-defined]
+        row = await store.get(APP, STREAM, asked)
+        assert row is not None
+        assert (row.owner, row.checkpoint_owner, row.value) == ("me", None, (7, 0))
+        assert "handed_over" in owner_changes.seen
+        assert owner.events["lost"] == []  # type: ignore[attr-defined]
+        await owner.close()
+        await taker.close()
+
+    clock.run(main())
+
+
+def test_a_lease_not_handed_over_in_time_is_taken_as_it_is() -> None:
+    """An owner that never hands over (it hangs, or died between renewals) delays the taker by
+    ``handoff_timeout`` at most; the owner's next write then fails: the lease is lost."""
+    clock = FakeClock()
+
+    async def main() -> None:
+        store = MemoryCheckpointStore()
+        owner = manager(store, renew_interval=0.05, clock=clock)
+        owner.worker_id = owner.coordinator.worker_id = "owner"
+        owner._on_handoff = lambda shard_id: None  # never calls hand_over
+        taker = manager(store, renew_interval=0.05, clock=clock)
+        for shard_id in ("s1", "s2"):
+            await owner.create(shard_id, Sentinel.TRIM_HORIZON, [], None)
+        await owner.take_round()
+        owner.start()
+        taker.start()
+        await taker.take_round()
+        [asked] = [s for s in ("s1", "s2") if taker.coordinator.holds(s)]
+        started = clock.now()
+        while asked not in taker.held():
+            await clock.sleep(0.01)
+        waited = clock.now() - started
+        assert taker.config.handoff_every <= waited <= taker.config.handoff_every + 0.2
+        while asked not in owner.events["lost"]:  # type: ignore[attr-defined]
+            await clock.sleep(0.01)
+        assert not owner.handing(asked)
+        await owner.close()
+        await taker.close()
+
+    clock.run(main())
+
+
+def test_an_owner_that_never_saw_the_request_gets_the_failover_time() -> None:
+    """An owner cut off from the table goes on delivering until its failover time ran out:
+    the taker does not start before that (no shard read by two workers at once)."""
+    clock = FakeClock()
+
+    async def main() -> None:
+        store = MemoryCheckpointStore()
+        owner = manager(store, renew_interval=0.05, clock=clock)
+        owner.worker_id = owner.coordinator.worker_id = "owner"
+        taker = manager(store, renew_interval=0.05, clock=clock)
+        for shard_id in ("s1", "s2"):
+            await owner.create(shard_id, Sentinel.TRIM_HORIZON, [], None)
+        await owner.take_round()  # the owner never renews from now on
+        taker.start()
+        await taker.take_round()
+        [asked] = [s for s in ("s1", "s2") if taker.coordinator.holds(s)]
+        started = clock.now()
+        while asked not in taker.held():
+            await clock.sleep(0.01)
+        assert clock.now() - started >= taker.config.failover_time
+        await taker.close()
+
+    clock.run(main())
+
+
+def test_workers_announce_themselves_and_leave() -> None:
+    async def main() -> None:
+        store = MemoryCheckpointStore()
+        m = manager(store, renew_interval=0.01)
+        m.start()
+        while not await store.workers(APP, STREAM):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        assert list(await store.workers(APP, STREAM)) == ["me"]
+        await m.close()
+        assert await store.workers(APP, STREAM) == {}
+
+    asyncio.run(main())

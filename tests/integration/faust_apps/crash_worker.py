@@ -2,7 +2,9 @@
 
 It reads one Kinesis stream (settings from ``KC_*`` environment variables) with checkpoints in
 the default SQLite file of its datadir, and logs every record it processes, before the
-record is acked, as ``shard sequence sub-sequence value`` lines.
+record is acked, as ``shard sequence sub-sequence value`` lines. With ``KC_WORKER`` (its
+worker id) it shares the stream with the other workers through leases in the SQLite file
+``KC_CHECKPOINTS``.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from typing import Any
 
 from faust_apps import kafka_free_app
 from faust_kinesis import KinesisChannel
+from kinesis_core.checkpoint import SQLiteCheckpointStore
 from kinesis_core.client import ClientConfig
 from kinesis_core.consumer import ConsumerConfig
+from kinesis_core.lease import LeaseConfig
 
 APPLICATION = "crash-test"
+WORKER = os.environ.get("KC_WORKER")
 
 app = kafka_free_app(APPLICATION, Path(os.environ["KC_DATADIR"]), value_serializer="raw")
 channel = KinesisChannel(
@@ -30,8 +35,18 @@ channel = KinesisChannel(
         aws_secret_access_key="testing",
     ),
     consumer_config=ConsumerConfig(
-        checkpoint_interval=0.1, idle_interval=0.2, max_records_per_call=10
+        checkpoint_interval=0.1,
+        idle_interval=0.2,
+        max_records_per_call=10,
+        leases=False
+        if WORKER is None
+        else LeaseConfig(
+            worker_id=WORKER, failover_time=3.0, renew_interval=0.5, take_interval=1.0
+        ),
     ),
+    checkpoint_store=None
+    if WORKER is None
+    else SQLiteCheckpointStore(os.environ["KC_CHECKPOINTS"]),
 )
 
 
