@@ -89,7 +89,7 @@ class Writer(Service):
 
     async def _start_producer(self) -> Producer:
         producer = Producer(
-            self.topic, client_config=self.client_config, config=self.producer_config
+            self.topic, client_config=self.client_config, producer_config=self.producer_config
         )
         try:
             await producer.start()

@@ -23,7 +23,7 @@ def run(main: Callable[[], Awaitable[T]], limit: float = 20.0) -> T:
 
 
 def producer(fake: FakeKinesis, **config: Any) -> Producer:
-    return Producer("stream", client=fake, config=ProducerConfig(**{**FAST, **config}))
+    return Producer("stream", client=fake, producer_config=ProducerConfig(**{**FAST, **config}))
 
 
 def records(n: int, size: int = 50, prefix: str = "k") -> list[tuple[bytes, str]]:

@@ -53,7 +53,9 @@ def _produce_during(
     sent: list[tuple[bytes, str]] = []
 
     async def main() -> list[BatchResult]:
-        async with Producer(stream.name, client_config=stream.client_config, config=CONFIG) as p:
+        async with Producer(
+            stream.name, client_config=stream.client_config, producer_config=CONFIG
+        ) as p:
             futures = []
 
             async def batch() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kinesis_core.backoff import Backoff
+from kinesis_core.backoff import Backoff, BackoffTracker
 from kinesis_core.hashing import MAX_HASH_KEY
 from kinesis_core.producer.config import ProducerConfig
 from kinesis_core.producer.items import PutBatch
@@ -44,9 +44,10 @@ class Setup:
             hash_range=self.ranges.get,
             metrics=ProducerMetrics("s"),
         )
-        self.pipeline.backoff = Backoff(
-            self.pipeline.config.retry_backoff_base,
-            self.pipeline.config.retry_backoff_max,
+        self.pipeline.backoff = BackoffTracker(
+            Backoff(
+                self.pipeline.config.retry_backoff_base, self.pipeline.config.retry_backoff_max
+            ),
             random=lambda: 1.0,
         )
         self.sink = RecordingSink()
