@@ -16,6 +16,7 @@ from kinesis_core.hashing import (
     MAX_PUT_RECORDS_COUNT,
 )
 from kinesis_core.telemetry.config import Telemetry
+from kinesis_core.tracing import require_opentelemetry
 
 RECORD_OVERHEAD_BYTES = 400
 PAYLOAD_COPIES = 5
@@ -113,12 +114,18 @@ class ProducerConfig:
     telemetry: Telemetry | None = None
     """OpenTelemetry metrics (:class:`~kinesis_core.telemetry.Telemetry`; docs/operations.md);
     None (the default): off, and nothing of OpenTelemetry is imported."""
+    trace_context: bool = False
+    """Carry the current OpenTelemetry span's context in each record put while one is current,
+    inside the record's data when that is a JSON object (:mod:`kinesis_core.tracing`;
+    docs/operations.md). Off by default; needs the ``otel`` extra."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.type == "bool" and not isinstance(value, bool):
                 raise ConfigurationError(f.name, f"{f.name}: must be a bool, got {value!r}")
+        if self.trace_context:
+            require_opentelemetry("trace_context")
         if self.telemetry is not None and not isinstance(self.telemetry, Telemetry):
             raise ConfigurationError(
                 "telemetry", f"must be a Telemetry or None, got {type(self.telemetry).__name__}"

@@ -43,6 +43,7 @@ from kinesis_core.producer.result import (
 from kinesis_core.producer.sender import error_of, send_batch
 from kinesis_core.shard_map_driver import ShardMapDriver, ShardMapTimeoutError
 from kinesis_core.stream import StreamRef
+from kinesis_core.tracing import TraceInjector
 
 if TYPE_CHECKING:
     from kinesis_core.client import ClientConfig
@@ -97,6 +98,7 @@ class Producer:
         self._clock = clock
         self._metrics = ProducerMetrics(self.stream_name)
         self._lifecycle = Lifecycle(f"Producer({str(self.stream)!r})")
+        self._trace = TraceInjector(self._lifecycle.owner) if self.config.trace_context else None
         self._error: BaseException | None = None
         self._landings_task: asyncio.Task[None] | None = None
         self._stack = contextlib.AsyncExitStack()
@@ -340,6 +342,8 @@ class Producer:
         if the producer is not running, and with ``single`` for bad input.
         """
         pipeline = self._require_open()
+        if self._trace is not None:
+            records = self._trace.records(records)
         sub = pipeline.submission(records, self._clock(), future, single=single)
         if not sub.sink.remaining:  # nothing to admit: an empty batch, or every record refused
             future.set_result(sub.sink.result())

@@ -1,0 +1,113 @@
+"""Trace context's price: the producer with ``trace_context`` off, on outside any span, and on
+inside a span (every record's JSON gets the span's context), in one run.
+
+End to end as the producer benchmark (``bench_producer``): 100-byte JSON objects with random
+16-hex-digit partition keys, aggregation on, ``submit_many`` in batches of 5,000, into a
+16-shard stream on a moto server; the three take turns on one stream (``best_rates``: the
+fastest of a few runs each). Off does strictly less than "on, no span" (which looks up the
+current context once per call and finds nothing to carry), so the second row bounds what off
+costs: target 0.95 of off, i.e. within noise. The third row is the price of carrying it (a
+JSON parse and a splice per record), shown, not targeted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sys
+from typing import Any
+
+from benchmarks._table import Row, best_rates
+from kinesis_core.local import LocalStream, MotoServer
+from kinesis_core.producer import Producer, ProducerConfig
+
+GROUP = "producer trace context (moto, 16 shards, 100 B JSON, aggregated)"
+OFF = "trace_context off (the default)"
+ON_NO_SPAN = "trace_context on, no current span"
+ON_SPAN = "trace_context on, inside a span"
+SHARDS = 16
+BATCH = 5_000
+
+Records = list[tuple[bytes, str]]
+
+
+def _records(count: int, seed: int = 5) -> Records:
+    rng = random.Random(seed)
+    return [
+        (
+            json.dumps({"id": i, "payload": rng.randbytes(35).hex()}).encode(),
+            f"{rng.getrandbits(64):016x}",
+        )
+        for i in range(count)
+    ]
+
+
+async def _put(stream: LocalStream, records: Records, trace_context: bool) -> None:
+    config = ProducerConfig(
+        rate_limit=10_000, max_outstanding_records=200_000, trace_context=trace_context
+    )
+    async with Producer(
+        stream.name, client_config=stream.client_config, producer_config=config
+    ) as producer:
+        futures = [
+            await producer.submit_many(records[i : i + BATCH])
+            for i in range(0, len(records), BATCH)
+        ]
+        for batch in await asyncio.gather(*futures):
+            batch.raise_for_failures()
+
+
+def run(quick: bool) -> list[Row]:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    count = 50_000 if quick else 300_000
+    records = _records(count)
+    tracer: Any = TracerProvider().get_tracer("bench")
+
+    def in_span() -> None:
+        with tracer.start_as_current_span("put"):
+            asyncio.run(_put(stream, records, True))
+
+    with MotoServer() as server:
+        stream = server.create_stream(f"bench-tracing-{random.getrandbits(32):08x}", SHARDS)
+        try:
+            rates = best_rates(
+                {
+                    OFF: lambda: asyncio.run(_put(stream, records, False)),
+                    ON_NO_SPAN: lambda: asyncio.run(_put(stream, records, True)),
+                    ON_SPAN: in_span,
+                },
+                count,
+                repeat=3 if quick else 5,
+                warmup=0,
+            )
+        finally:
+            stream.delete()
+            stream.close()
+    return [
+        Row(GROUP, OFF, rates[OFF], "records/s", note=f"{count:,} records"),
+        Row(
+            GROUP,
+            ON_NO_SPAN,
+            rates[ON_NO_SPAN],
+            "records/s",
+            baseline=OFF,
+            target=0.95,
+            note="off does less than this: the ratio bounds what off costs",
+        ),
+        Row(
+            GROUP,
+            ON_SPAN,
+            rates[ON_SPAN],
+            "records/s",
+            baseline=OFF,
+            note="every record carries the span's context",
+        ),
+    ]
+
+
+if __name__ == "__main__":
+    from benchmarks._table import render
+
+    print(render(run(quick="--quick" in sys.argv)))
