@@ -7,11 +7,13 @@ object, the way ddtrace's botocore instrumentation carries ``"_datadog"`` in Kin
 payloads. The consumer continues it: ``trace_context(record)`` gives the OpenTelemetry
 ``Context`` to start a span in (None when the record carries none).
 
-Only a JSON object can carry it: other data (bytes, text, a JSON array) is sent unchanged, and
-the producer logs that once. The object's text is kept as it was, the carrier appended before
-its closing brace. Kinesis records have no headers; the KPL aggregate's per-record tags would
-carry it for aggregated records only (a record that goes out alone is a plain record, with no
-tags), and the KCL and Lambda drop them, so the payload is the one carrier every reader sees.
+Only a JSON object can carry it (data whose text starts with ``{`` and ends with ``}``): other
+data (bytes, text, a JSON array) is sent unchanged, and the producer logs that once. The
+object's text is kept as it was, the carrier appended before its closing brace; nothing is
+parsed unless the object already has the key. Kinesis records have no headers; the KPL
+aggregate's per-record tags would carry it for aggregated records only (a record that goes out
+alone is a plain record, with no tags), and the KCL and Lambda drop them, so the payload is the
+one carrier every reader sees.
 
 Off, nothing here runs: the producer checks one attribute per ``put``/``put_many`` call, and
 OpenTelemetry is not imported.
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
 
     from kinesis_core.records import KinesisRecord
 
-__all__ = ["CARRIER_KEY", "TraceInjector", "inject_json", "trace_context"]
+__all__ = ["CARRIER_KEY", "TraceInjector", "carrier_member", "inject_json", "trace_context"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,23 +52,35 @@ def require_opentelemetry(field: str) -> None:
         )
 
 
-def inject_json(data: bytes, carrier: Mapping[str, str]) -> bytes | None:
-    """``data`` with ``carrier`` under :data:`CARRIER_KEY`, when ``data`` is a JSON object in
-    UTF-8; None otherwise. The object's text is kept, the member appended before its closing
-    brace (an object that already has the key is written again, with the new carrier)."""
-    try:
-        text = data.decode("utf-8")
-        value = json.loads(text)
-    except (UnicodeDecodeError, ValueError):
+def carrier_member(carrier: Mapping[str, str]) -> bytes:
+    """The JSON member ``"_otel":{...}`` that carries ``carrier`` (made once per call)."""
+    return json.dumps({CARRIER_KEY: dict(carrier)}, separators=(",", ":"))[1:-1].encode()
+
+
+def inject_json(
+    data: bytes, carrier: Mapping[str, str], member: bytes | None = None
+) -> bytes | None:
+    """``data`` with ``carrier`` under :data:`CARRIER_KEY` when its text is a JSON object's
+    (starts with ``{``, ends with ``}``); None otherwise. The text is kept, the member
+    (``member``: :func:`carrier_member` of ``carrier``, when the caller made it already)
+    appended before the closing brace. An object that already has the key is parsed and
+    written again with the new carrier."""
+    end = data.rstrip()
+    if not end.endswith(b"}") or not data.lstrip().startswith(b"{"):
         return None
-    if not isinstance(value, dict):
-        return None
-    if CARRIER_KEY in value:
+    if _MARK in data:
+        try:
+            value = json.loads(data)
+        except (UnicodeDecodeError, ValueError):
+            return None
+        if not isinstance(value, dict):
+            return None
         value[CARRIER_KEY] = dict(carrier)
         return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    body = text.rstrip()[:-1].rstrip()  # a JSON object's text ends with "}"
-    member = json.dumps({CARRIER_KEY: dict(carrier)}, separators=(",", ":"))[1:]
-    return f"{body}{',' if value else ''}{member}".encode()
+    body = end[:-1].rstrip()
+    if member is None:
+        member = carrier_member(carrier)
+    return b"".join((body, b"" if body.endswith(b"{") else b",", member, b"}"))
 
 
 class TraceInjector:
@@ -88,10 +102,11 @@ class TraceInjector:
         self._inject(carrier)
         if not carrier:
             return records
+        member = carrier_member(carrier)
         out = []
         for entry in records:
             if isinstance(entry, (tuple, list)) and entry and isinstance(entry[0], bytes):
-                data = inject_json(entry[0], carrier)
+                data = inject_json(entry[0], carrier, member)
                 if data is not None:
                     entry = (data, *entry[1:])
                 elif not self._warned:

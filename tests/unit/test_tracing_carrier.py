@@ -55,6 +55,14 @@ def test_anything_but_a_json_object_carries_nothing(data: bytes) -> None:
     assert inject_json(data, CARRIER) is None
 
 
+def test_an_object_is_recognised_by_its_braces_not_parsed() -> None:
+    """Text that only looks like an object gets the member too: it was not JSON before and is
+    not after (a consumer's ``trace_context`` finds nothing in it)."""
+    out = inject_json(b"{not json}", CARRIER)
+    assert out == b"{not json," + MEMBER.encode() + b"}"
+    assert trace_context(record(out)) is None
+
+
 def test_without_a_current_span_the_records_are_handed_over_as_they_are() -> None:
     records = [(b'{"a": 1}', "k")]
     assert TraceInjector("Producer('s')").records(records) is records
