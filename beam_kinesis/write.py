@@ -343,7 +343,7 @@ class _WriteToKinesisFn(beam.DoFn):
         self._refused: list[FailedRecord] = []
         self._written = 0
         self._bytes = 0
-        self._aggregates: Counter[tuple[str | None, int | None]] = Counter()
+        self._aggregates: Counter[tuple[str | None, str | None]] = Counter()
         self._latencies: list[float] = []
 
     def process(self, element: Any) -> tuple[Any, ...]:

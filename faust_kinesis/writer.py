@@ -144,7 +144,7 @@ class Writer(Service):
                     topic=tp.topic,
                     partition=tp.partition,
                     topic_partition=tp,
-                    offset=result.sequence_number,
+                    offset=int(result.sequence_number),  # Faust's offsets are ints
                     timestamp=time.time(),
                     timestamp_type=0,
                 )

@@ -73,7 +73,7 @@ def test_two_hundred_thousand_records_through_a_small_budget(moto_stream: Any) -
             batch.sub_sequence_numbers,
             strict=True,
         ):
-            assert written[(shard, seq, sub)] == (data, pk)  # type: ignore[index]
+            assert written[(shard, int(seq), sub)] == (data, pk)  # type: ignore[index]
 
 
 def test_blocking_producer_from_threads(moto_stream: Any) -> None:

@@ -343,7 +343,7 @@ def out_of_order(sent: list[tuple[bytes, str]], batches: list[Any]) -> int:
     behind = 0
     for (_, key), result in zip(sent, [r for b in batches for r in b], strict=True):
         assert result.success
-        where = (result.shard_id, result.sequence_number, result.sub_sequence_number)
+        where = (result.shard_id, *result.position)
         if key in last and where < last[key]:
             behind += 1
         last[key] = max(where, last.get(key, where))
