@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from benchmarks._table import Row
-from kinesis_core.local import LocalStream, MotoServer
-from kinesis_core.producer import Producer, ProducerConfig
+from benchmarks.bench_producer import _ours
+from kinesis_core.local import MotoServer
 
 GROUP = "producer trace context (moto, 16 shards, 100 B JSON, aggregated)"
 CPU_GROUP = "producer trace context, CPU (lower is better)"
@@ -32,7 +32,6 @@ OFF = "trace_context off (the default)"
 ON_NO_SPAN = "trace_context on, no current span"
 ON_SPAN = "trace_context on, inside a span"
 SHARDS = 16
-BATCH = 5_000
 
 Records = list[tuple[bytes, str]]
 
@@ -46,21 +45,6 @@ def _records(count: int, seed: int = 5) -> Records:
         )
         for i in range(count)
     ]
-
-
-async def _put(stream: LocalStream, records: Records, trace_context: bool) -> None:
-    config = ProducerConfig(
-        rate_limit=10_000, max_outstanding_records=200_000, trace_context=trace_context
-    )
-    async with Producer(
-        stream.name, client_config=stream.client_config, producer_config=config
-    ) as producer:
-        futures = [
-            await producer.submit_many(records[i : i + BATCH])
-            for i in range(0, len(records), BATCH)
-        ]
-        for batch in await asyncio.gather(*futures):
-            batch.raise_for_failures()
 
 
 def _best(
@@ -90,15 +74,15 @@ def run(quick: bool) -> list[Row]:
 
     def in_span() -> None:
         with tracer.start_as_current_span("put"):
-            asyncio.run(_put(stream, records, True))
+            asyncio.run(_ours(stream, records, trace_context=True))
 
     with MotoServer() as server:
         stream = server.create_stream(f"bench-tracing-{random.getrandbits(32):08x}", SHARDS)
         try:
             best = _best(
                 {
-                    OFF: lambda: asyncio.run(_put(stream, records, False)),
-                    ON_NO_SPAN: lambda: asyncio.run(_put(stream, records, True)),
+                    OFF: lambda: asyncio.run(_ours(stream, records)),
+                    ON_NO_SPAN: lambda: asyncio.run(_ours(stream, records, trace_context=True)),
                     ON_SPAN: in_span,
                 },
                 repeat=3 if quick else 6,
