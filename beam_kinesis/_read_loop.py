@@ -35,9 +35,9 @@ from beam_kinesis.restriction import (
     StopClaim,
     restriction_watermark,
 )
-from kinesis_core.calls import Call
+from kinesis_core.calls import Call, Wait
 from kinesis_core.consumer.lineage import ShardNode
-from kinesis_core.consumer.transport import Ended, Failed, Wait
+from kinesis_core.consumer.transport import Ended, Failed
 from kinesis_core.hashing import hash_key
 from kinesis_core.records import KinesisRecord as CoreRecord, Position
 
@@ -206,8 +206,8 @@ class ReadLoop:
         timestamp_fn = self.spec.timestamp_fn
         try_claim = self.tracker.try_claim
         left = self.records_left
-        last_seq = -1
-        seq_text = ""
+        last_seq = ""
+        number = -1
         arrival: Any = None
         ts = Timestamp(0)
         micros = 0
@@ -227,12 +227,12 @@ class ReadLoop:
                     ok = cached if cached is not None else lo <= hash_key(pk) <= hi
                     in_range[pk] = ok
                 if not ok:
-                    skipped = (record.sequence_number, record.sub_sequence_number)
+                    skipped = record.position
                     continue
             seq = record.sequence_number
             if seq != last_seq:
                 last_seq = seq
-                seq_text = str(seq)
+                number = record.position[0]
                 if record.approximate_arrival_timestamp is not arrival:
                     arrival = record.approximate_arrival_timestamp
                     micros = to_micros(arrival) if arrival is not None else now_micros()
@@ -245,7 +245,7 @@ class ReadLoop:
                     record.partition_key,
                     record.explicit_hash_key,
                     shard_id,
-                    seq_text,
+                    seq,
                     sub,
                     ts,
                 ),
@@ -254,7 +254,7 @@ class ReadLoop:
             if timestamp_fn is not None:
                 out_ts = to_timestamp(timestamp_fn(element))
                 out_micros = out_ts.micros
-            if not try_claim(new_tuple(RecordClaim, (shard_id, seq, sub, out_micros))):
+            if not try_claim(new_tuple(RecordClaim, (shard_id, number, sub, out_micros))):
                 self.clean.discard(shard_id)
                 self._count(shard_id, emitted, nbytes, micros)
                 return True

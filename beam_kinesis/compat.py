@@ -91,8 +91,9 @@ def _client_config(
 ) -> ClientConfig | None:
     if (aws_access_key is None) != (aws_secret_key is None):
         raise ConfigurationError(
+            "aws_access_key",
             "aws_access_key, aws_secret_key: give both or neither (neither: the workers' "
-            "default credential chain)"
+            "default credential chain)",
         )
     fields: dict[str, Any] = {
         "aws_access_key_id": aws_access_key,
@@ -110,7 +111,7 @@ def _millis(name: str, value: int | float | None) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ConfigurationError(f"{name}: must be a number of milliseconds, got {value!r}")
+        raise ConfigurationError(name, f"must be a number of milliseconds, got {value!r}")
     return value / 1000.0
 
 
@@ -128,11 +129,11 @@ def _initial_position(
         return TRIM_HORIZON
     if position == InitialPositionInStream.AT_TIMESTAMP:
         raise ConfigurationError(
-            "initial_timestamp_in_stream: AT_TIMESTAMP needs the timestamp (epoch millis)"
+            "initial_timestamp_in_stream", "AT_TIMESTAMP needs the timestamp (epoch millis)"
         )
     raise ConfigurationError(
-        f"initial_position_in_stream: must be LATEST, TRIM_HORIZON or AT_TIMESTAMP, "
-        f"got {position!r}"
+        "initial_position_in_stream",
+        f"must be LATEST, TRIM_HORIZON or AT_TIMESTAMP, got {position!r}",
     )
 
 
@@ -180,9 +181,10 @@ class ReadDataFromKinesis(beam.PTransform):  # type: ignore[type-arg]
             )
         if watermark_policy not in (None, WatermarkPolicy.ARRIVAL_TIME):
             raise ConfigurationError(
-                f"watermark_policy: only ARRIVAL_TIME (the default) is supported, got "
+                "watermark_policy",
+                f"only ARRIVAL_TIME (the default) is supported, got "
                 f"{watermark_policy!r}; for event times use beam_kinesis.ReadFromKinesis("
-                "timestamp_fn=...), for idle shards watermark_idle_duration_threshold"
+                "timestamp_fn=...), for idle shards watermark_idle_duration_threshold",
             )
         options: dict[str, Any] = {
             "client_config": _client_config(

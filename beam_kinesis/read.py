@@ -265,11 +265,12 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
                 )
             if not spec.bounded:
                 raise ConfigurationError(
+                    "direct_num_workers",
                     "ReadFromKinesis: an unbounded read cannot run on the FnApiRunner with "
                     "direct_num_workers != 1: that runner drops the residuals of splittable "
                     "DoFns (its ParallelBundleManager keeps only metrics and errors of the "
                     "parallel bundles), so the read would stop after the first checkpoint. Use "
-                    "--direct_num_workers=1, another runner, or a bounded read."
+                    "--direct_num_workers=1, another runner, or a bounded read.",
                 )
             spec = dataclasses.replace(spec, self_checkpoint_interval=None)
         output_type = KinesisRecord if spec.with_metadata else bytes

@@ -71,7 +71,7 @@ from kinesis_core.producer import (
     ProducerCrashedError,
 )
 from kinesis_core.producer.partitioning import random_partition_keys
-from kinesis_core.stream import stream_argument
+from kinesis_core.stream import StreamRef
 
 __all__ = [
     "FAILED_RECORDS",
@@ -197,12 +197,11 @@ class WriteToKinesis(beam.PTransform[Any, KinesisWriteResult]):
 
     Returns a :class:`KinesisWriteResult`; its ``failed_records`` holds a :class:`FailedRecord`
     per element that failed for good, unless ``on_failure="raise"``, which fails the bundle.
-    ``stream_name=`` is the deprecated spelling of ``stream``.
     """
 
     def __init__(
         self,
-        stream: str | None = None,
+        stream: str | StreamRef,
         *,
         partition_key: str | Callable[[Any], object] | None = None,
         explicit_hash_key: HashKeyFn | None = None,
@@ -212,29 +211,30 @@ class WriteToKinesis(beam.PTransform[Any, KinesisWriteResult]):
         on_failure: OnFailure = "output",
         client_config: ClientConfig | None = None,
         producer_config: ProducerConfig | None = None,
-        stream_name: str | None = None,
         **producer_options: Any,
     ) -> None:
         super().__init__()
-        ref = stream_argument(stream, stream_name, "WriteToKinesis")
+        ref = StreamRef.of(stream)
         if on_failure not in ("output", "raise"):
-            raise ConfigurationError(f"on_failure: must be 'output' or 'raise', got {on_failure!r}")
+            raise ConfigurationError(
+                "on_failure", f"must be 'output' or 'raise', got {on_failure!r}"
+            )
         if keyed and partition_key is not None:
             raise ConfigurationError(
-                "partition_key: keyed=True takes the key of each (key, value) element; "
-                "give one or the other"
+                "partition_key",
+                "keyed=True takes the key of each (key, value) element; give one or the other",
             )
         if partition_key is not None and not (
             isinstance(partition_key, str) or callable(partition_key)
         ):
             raise ConfigurationError(
-                f"partition_key: must be a field name or a function, got {partition_key!r}"
+                "partition_key", f"must be a field name or a function, got {partition_key!r}"
             )
         if data_field is not None and (not isinstance(data_field, str) or not data_field):
-            raise ConfigurationError(f"data_field: must be a field name, got {data_field!r}")
+            raise ConfigurationError("data_field", f"must be a field name, got {data_field!r}")
         for name, fn in (("serializer", serializer), ("explicit_hash_key", explicit_hash_key)):
             if fn is not None and not callable(fn):
-                raise ConfigurationError(f"{name}: must be a function, got {fn!r}")
+                raise ConfigurationError(name, f"must be a function, got {fn!r}")
         base = producer_config if producer_config is not None else ProducerConfig()
         config = with_overrides(base, producer_options, "WriteToKinesis")
         if client_config is not None:
@@ -325,7 +325,7 @@ class _WriteToKinesisFn(beam.DoFn):
 
         def make() -> BlockingProducer:
             return BlockingProducer(
-                spec.stream, client_config=spec.client_config, config=spec.producer_config
+                spec.stream, client_config=spec.client_config, producer_config=spec.producer_config
             )
 
         return _producer_cache.acquire(spec.producer_key, make)
@@ -343,7 +343,7 @@ class _WriteToKinesisFn(beam.DoFn):
         self._refused: list[FailedRecord] = []
         self._written = 0
         self._bytes = 0
-        self._aggregates: Counter[tuple[str | None, int | None]] = Counter()
+        self._aggregates: Counter[tuple[str | None, str | None]] = Counter()
         self._latencies: list[float] = []
 
     def process(self, element: Any) -> tuple[Any, ...]:

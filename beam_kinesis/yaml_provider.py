@@ -56,7 +56,7 @@ class WriteToKinesis(beam.PTransform):  # type: ignore[type-arg]
             output = error_handling.get("output") if isinstance(error_handling, Mapping) else None
             if not isinstance(output, str) or not output:
                 raise ConfigurationError(
-                    f"error_handling: must be {{output: NAME}}, got {error_handling!r}"
+                    "error_handling", f"must be {{output: NAME}}, got {error_handling!r}"
                 )
             self._errors = output
         on_failure: OnFailure = "output" if self._errors else "raise"

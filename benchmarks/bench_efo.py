@@ -93,7 +93,9 @@ async def _latencies(stream: LocalStream, count: int) -> dict[str, list[float]]:
 
 async def _fill(stream: LocalStream, count: int) -> None:
     config = ProducerConfig(aggregation_max_count=1000, record_max_buffered_time=0.5)
-    async with Producer(stream.name, client_config=stream.client_config, config=config) as p:
+    async with Producer(
+        stream.name, client_config=stream.client_config, producer_config=config
+    ) as p:
         result = await p.put_many([(b"x" * 100, f"user-{i}") for i in range(count)])
         result.raise_for_failures()
 

@@ -165,7 +165,7 @@ CONFIG = {"rate_limit": 10_000, "max_connections": 4}
 async def _ours(endpoint: str, records: list[tuple[bytes, str]]) -> float:
     config = ProducerConfig(**CONFIG)
     async with Producer(
-        STREAM, client_config=local_client_config(endpoint), config=config
+        STREAM, client_config=local_client_config(endpoint), producer_config=config
     ) as producer:
         start = time.perf_counter()
         (await producer.put_many(records)).raise_for_failures()
@@ -195,7 +195,7 @@ class LazyRecords(Sequence[tuple[bytes, str]]):
 async def _produce_for_memory(endpoint: str, count: int) -> None:
     config = ProducerConfig(**CONFIG, max_outstanding_bytes=MEMORY_BUDGET)
     async with Producer(
-        STREAM, client_config=local_client_config(endpoint), config=config
+        STREAM, client_config=local_client_config(endpoint), producer_config=config
     ) as producer:
         (await producer.put_many(LazyRecords(count, 5 * MIB))).raise_for_failures()
 

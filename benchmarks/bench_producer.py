@@ -78,7 +78,7 @@ def _our_config(**overrides: Any) -> ProducerConfig:
 
 async def _ours(stream: LocalStream, records: Records, **overrides: Any) -> None:
     async with Producer(
-        stream.name, client_config=stream.client_config, config=_our_config(**overrides)
+        stream.name, client_config=stream.client_config, producer_config=_our_config(**overrides)
     ) as producer:
         futures = [
             await producer.submit_many(records[i : i + BATCH])
@@ -203,7 +203,7 @@ async def _produce_for_memory(stream: str, client_config: ClientConfig, count: i
         nonlocal written
         written += future.result().succeeded_count
 
-    async with Producer(stream, client_config=client_config, config=config) as producer:
+    async with Producer(stream, client_config=client_config, producer_config=config) as producer:
         for batch in _generate(count):
             (await producer.submit_many(batch)).add_done_callback(tally)
         await producer.flush()

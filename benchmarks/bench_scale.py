@@ -84,7 +84,7 @@ async def produce(endpoint: str, stream: str, records: list[tuple[bytes, str]]) 
     """bench_producer's subject: ``submit_many`` in batches, every result checked."""
     async with (
         _moto_client(endpoint, stream) as client,
-        Producer(stream, client=client, config=_our_config()) as producer,
+        Producer(stream, client=client, producer_config=_our_config()) as producer,
     ):
         futures = [
             await producer.submit_many(records[i : i + BATCH])

@@ -27,7 +27,7 @@ from kinesis_core.producer import Producer, ProducerConfig
 
 async def write_orders(stream: str, config: ClientConfig, first: int, count: int) -> None:
     async with Producer(
-        stream, client_config=config, config=ProducerConfig(record_max_buffered_time=0.05)
+        stream, client_config=config, producer_config=ProducerConfig(record_max_buffered_time=0.05)
     ) as producer:
         orders = [{"order": i, "customer": f"c-{i % 9}"} for i in range(first, first + count)]
         result = await producer.put_many([(json.dumps(o).encode(), o["customer"]) for o in orders])

@@ -59,7 +59,9 @@ async def produce(
     failed = 0
     half = total // 2
     config = ProducerConfig(telemetry=telemetry)
-    async with Producer(stream.name, client_config=stream.client_config, config=config) as producer:
+    async with Producer(
+        stream.name, client_config=stream.client_config, producer_config=config
+    ) as producer:
         for start, count in ((0, half), (half, total - half)):
             if start:
                 busiest = per_shard.most_common(1)[0][0]

@@ -77,7 +77,7 @@ orders = KinesisChannel(
     client_config=client_config,
     consumer_config=consumer_config,
 )
-enriched_out = KinesisSink(app, ENRICHED, key="customer", client_config=client_config)
+enriched_out = KinesisSink(app, ENRICHED, partition_key="customer", client_config=client_config)
 enriched_in = KinesisChannel(
     app,
     ENRICHED,

@@ -28,7 +28,7 @@ from kinesis_core.producer import (
 
 async def produce(stream: str, client_config: ClientConfig) -> None:
     config = ProducerConfig(record_max_buffered_time=0.05)
-    async with Producer(stream, client_config=client_config, config=config) as producer:
+    async with Producer(stream, client_config=client_config, producer_config=config) as producer:
         one = await producer.put(b"hello", partition_key="greeting")
         print(f"put: {one.shard_id} sequence {one.sequence_number} after {len(one.attempts)} try")
 

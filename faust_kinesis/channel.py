@@ -7,7 +7,6 @@ module is the Faust channel that ties them to agents, clones and queues.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
@@ -20,7 +19,7 @@ from faust_kinesis.faust_internals import subscribers
 from faust_kinesis.queues import KinesisQueue
 from faust_kinesis.reader import Reader
 from faust_kinesis.sensor import kinesis_sensor
-from faust_kinesis.settings import ReadSettings, consumer_config_with_options
+from faust_kinesis.settings import ReadSettings
 from faust_kinesis.writer import Writer
 from kinesis_core.consumer import (
     ConsumerConfig,
@@ -30,7 +29,7 @@ from kinesis_core.consumer import (
 )
 from kinesis_core.producer import Producer, ProducerConfig
 from kinesis_core.producer.partitioning import KeyFn, key_from
-from kinesis_core.stream import StreamRef, stream_argument
+from kinesis_core.stream import StreamRef
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -76,23 +75,21 @@ class KinesisChannel(SerializedChannel[Any]):
     ``initial_position``, ``auto_ack`` and ``close_timeout`` itself. ``drain_timeout`` is how
     long shutdown and re-delivery wait for in-flight events. ``producer_config`` (a core
     :class:`~kinesis_core.producer.ProducerConfig`) configures the writes of ``send()``.
-    ``default_key`` (a field name or a callable) gives the key of a value sent without one;
+    ``partition_key`` (a field name or a callable) gives the key of a value sent without one
+    (``send(key=...)`` keeps Faust's own name for a message's key);
     with neither, the partition key is random.
-
-    Deprecated spellings, still accepted with a ``DeprecationWarning``: ``stream_name=`` for
-    ``stream``, and ``consumer_options={...}`` for ``consumer_config=ConsumerConfig(...)``.
     """
 
     reader: Reader
     """The service that reads the stream for the agents (started with the app)."""
     writer: Writer
     """The service that writes what ``send()`` is given (its producer starts on first use)."""
-    default_key: KeyFn | None
+    partition_key: KeyFn | None
 
     def __init__(
         self,
         app: AppT,
-        stream: str | StreamRef | None = None,
+        stream: str | StreamRef,
         *,
         client_config: ClientConfig | None = None,
         checkpoint_store: CheckpointStore | None = None,
@@ -102,7 +99,7 @@ class KinesisChannel(SerializedChannel[Any]):
         drain_timeout: float = 30.0,
         consumer_config: ConsumerConfig | None = None,
         producer_config: ProducerConfig | None = None,
-        default_key: str | Callable[[Any], object] | None = None,
+        partition_key: str | Callable[[Any], object] | None = None,
         schema: SchemaT[Any, Any] | None = None,
         key_type: ModelArg | None = None,
         value_type: ModelArg | None = None,
@@ -112,11 +109,9 @@ class KinesisChannel(SerializedChannel[Any]):
         maxsize: int | None = None,
         root: ChannelT[Any] | None = None,
         queue: ThrowableQueue[Any] | None = None,
-        stream_name: str | None = None,
-        consumer_options: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        ref = stream_argument(stream, stream_name, "KinesisChannel")
+        ref = StreamRef.of(stream)
         self.stream_name = str(ref)
         """The stream as given (name or ARN): the topic of this channel's messages."""
         if root is not None:
@@ -125,7 +120,7 @@ class KinesisChannel(SerializedChannel[Any]):
             origin = cast(KinesisChannel, root)
             self.reader = origin.reader
             self.writer = origin.writer
-            self.default_key = origin.default_key
+            self.partition_key = origin.partition_key
             if queue is None:
                 size = maxsize if maxsize is not None else app.conf.stream_buffer_maxsize
                 queue = KinesisQueue(self.reader.on_cleared, size, flow_control=app.flow_control)
@@ -144,14 +139,6 @@ class KinesisChannel(SerializedChannel[Any]):
         )
         if root is not None:
             return
-        if consumer_options is not None:
-            warnings.warn(
-                "KinesisChannel(consumer_options={...}) is deprecated; pass "
-                "consumer_config=ConsumerConfig(...) (kinesis_core.consumer)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            consumer_config = consumer_config_with_options(consumer_config, consumer_options)
         settings = ReadSettings(
             stream=ref,
             client_config=client_config,
@@ -164,7 +151,7 @@ class KinesisChannel(SerializedChannel[Any]):
             safe_acks=safe_acks,
             drain_timeout=drain_timeout,
         )
-        self.default_key = key_from(default_key) if default_key is not None else None
+        self.partition_key = key_from(partition_key) if partition_key is not None else None
         owner = f"KinesisChannel({self.stream_name})"
         # The writer is registered first so that it stops last: a reader's drain may send.
         self.writer = Writer(
@@ -231,8 +218,8 @@ class KinesisChannel(SerializedChannel[Any]):
         """Write one record; returns (once the producer accepted it) a future that resolves
         with its ``RecordMetadata`` (``offset`` = sequence number) when Kinesis has it, or
         raises :class:`~kinesis_core.producer.PutFailedError`."""
-        if key is None and self.default_key is not None:
-            key = self.default_key(value)
+        if key is None and self.partition_key is not None:
+            key = self.partition_key(value)
         fut = self.as_future_message(
             key,
             value,

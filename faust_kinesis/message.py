@@ -57,7 +57,7 @@ class KinesisMessage(Message):
         self.topic = tp.topic
         self.partition = tp.partition
         self.tp = tp
-        self.offset = record.sequence_number
+        self.offset = record.position[0]  # Faust's offsets are ints
         self.timestamp = timestamp
         self.timestamp_type = 1
         self.headers = None
@@ -131,7 +131,7 @@ class KinesisMessage(Message):
         return self.record.shard_id
 
     @property
-    def sequence_number(self) -> int:
+    def sequence_number(self) -> str:
         return self.record.sequence_number
 
     @property

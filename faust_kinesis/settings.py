@@ -11,9 +11,8 @@ shutdown waits ``drain_timeout`` for Faust's in-flight events, not the consumer)
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kinesis_core.consumer import (
     LATEST,
@@ -23,7 +22,6 @@ from kinesis_core.consumer import (
     parse_initial_position,
 )
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.overrides import with_overrides
 from kinesis_core.stream import StreamRef
 
 if TYPE_CHECKING:
@@ -52,21 +50,6 @@ def checked_consumer_config(config: object) -> ConsumerConfig:
             "consumer_config", f"must be a ConsumerConfig, got {type(config).__name__}"
         )
     return config
-
-
-def consumer_config_with_options(
-    config: ConsumerConfig | None, options: Mapping[str, Any]
-) -> ConsumerConfig:
-    """``config`` (or the defaults) with the deprecated ``consumer_options`` applied."""
-    base = ConsumerConfig() if config is None else checked_consumer_config(config)
-    reserved = sorted(CHANNEL_FIELDS.keys() & options.keys())
-    if reserved:
-        raise ConfigurationError(
-            "consumer_options",
-            f"{', '.join(reserved)} are set by KinesisChannel; use its own arguments "
-            "(drain_timeout instead of close_timeout)",
-        )
-    return with_overrides(base, options, "KinesisChannel consumer_options")
 
 
 @dataclass(frozen=True, kw_only=True)

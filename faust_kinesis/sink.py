@@ -31,7 +31,7 @@ from faust_kinesis.sensor import kinesis_sensor
 from faust_kinesis.writer import Writer
 from kinesis_core.producer import Producer
 from kinesis_core.producer.partitioning import key_from
-from kinesis_core.stream import stream_argument
+from kinesis_core.stream import StreamRef
 
 if TYPE_CHECKING:
     from faust.types import ChannelT, CodecArg, SchemaT
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
     from kinesis_core.client import ClientConfig
     from kinesis_core.producer import ProducerConfig
-    from kinesis_core.stream import StreamRef
 
 __all__ = ["KinesisSink"]
 
@@ -50,8 +49,9 @@ logger = logging.getLogger(__name__)
 class KinesisSink:
     """``@app.agent(source, sink=[KinesisSink(app, "out")])``: write what the agent yields.
 
-    ``stream`` is the stream's name or ARN. ``key`` (a field name or a callable of the value)
-    gives the record's key, hence its partition key; without it records spread at random.
+    ``stream`` is the stream's name or ARN. ``partition_key`` (a field name or a callable of
+    the value) gives the record's key, hence its partition key; without it records spread at
+    random.
     Values (and keys) are serialized as on a Faust topic: ``value_serializer``,
     ``key_serializer``, ``value_type``, ``key_type`` or a ``schema``, else the app's defaults.
     ``client_config`` and ``producer_config`` configure the core Producer.
@@ -59,16 +59,14 @@ class KinesisSink:
     ``wait=True`` returns only once the write is confirmed, instead of holding the source
     event: use it when the agent acks events itself in batches (``stream.take()`` acks the
     whole batch when the next one starts, not event by event).
-
-    ``stream_name=`` is the deprecated spelling of ``stream`` (a ``DeprecationWarning``).
     """
 
     def __init__(
         self,
         app: AppT,
-        stream: str | StreamRef | None = None,
+        stream: str | StreamRef,
         *,
-        key: str | Callable[[Any], object] | None = None,
+        partition_key: str | Callable[[Any], object] | None = None,
         wait: bool = False,
         client_config: ClientConfig | None = None,
         producer_config: ProducerConfig | None = None,
@@ -77,13 +75,12 @@ class KinesisSink:
         value_type: ModelArg | None = None,
         key_serializer: CodecArg = None,
         value_serializer: CodecArg = None,
-        stream_name: str | None = None,
     ) -> None:
-        ref = stream_argument(stream, stream_name, "KinesisSink")
+        ref = StreamRef.of(stream)
         self.app = app
         self.stream_name = str(ref)
         """The stream as given (name or ARN)."""
-        self.key = key_from(key) if key is not None else None
+        self.partition_key = key_from(partition_key) if partition_key is not None else None
         self.wait = wait
         self.failures = 0
         self._error: BaseException | None = None
@@ -131,8 +128,10 @@ class KinesisSink:
         the message's ``channel`` is None, its ``topic`` the stream."""
         headers: OpenHeadersArg = {}
         key: Any = None
-        if self.key is not None:
-            key, headers = self.schema.dumps_key(self.app, self.key(value), headers=headers)
+        if self.partition_key is not None:
+            key, headers = self.schema.dumps_key(
+                self.app, self.partition_key(value), headers=headers
+            )
         data, headers = self.schema.dumps_value(self.app, value, headers=headers)
         return FutureMessage(
             PendingMessage(

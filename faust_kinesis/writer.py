@@ -89,7 +89,7 @@ class Writer(Service):
 
     async def _start_producer(self) -> Producer:
         producer = Producer(
-            self.topic, client_config=self.client_config, config=self.producer_config
+            self.topic, client_config=self.client_config, producer_config=self.producer_config
         )
         try:
             await producer.start()
@@ -144,7 +144,7 @@ class Writer(Service):
                     topic=tp.topic,
                     partition=tp.partition,
                     topic_partition=tp,
-                    offset=result.sequence_number,
+                    offset=int(result.sequence_number),  # Faust's offsets are ints
                     timestamp=time.time(),
                     timestamp_type=0,
                 )

@@ -495,7 +495,8 @@ def deaggregate(
     hashed_ok: dict[str, bool] = {}
     for record in records:
         data: bytes = record["Data"]
-        sequence_number = int(record["SequenceNumber"])
+        sequence_number: str = record["SequenceNumber"]
+        sequence = int(sequence_number)
         arrival = record.get("ApproximateArrivalTimestamp")
         body = _body(data)
         columns = None if body is None else _columns(body)
@@ -511,6 +512,7 @@ def deaggregate(
                     arrival,
                     False,
                     ack,
+                    sequence,
                 )
             )
         elif hash_range is None or _in_range(columns, *hash_range, hashed_ok):
@@ -526,5 +528,6 @@ def deaggregate(
                 repeat(arrival),
                 repeat(True),
                 repeat(ack),
+                repeat(sequence),
             )
     return out

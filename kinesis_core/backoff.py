@@ -4,10 +4,11 @@ After the n-th failure in a row, the longest wait is ``min(cap, base * 2 ** (n -
 (:func:`ceiling`); the jitter draws the wait below it (:func:`jittered`): "full" anywhere in
 ``[0, ceiling]`` (the scheme the AWS SDKs use: clients that failed together do not come back
 together), "equal" in ``[ceiling / 2, ceiling]`` (a reader that failed never comes back at
-once). :class:`Backoff` keeps the schedule per key (the endpoint, a shard) with full jitter; a
-success resets the key. Nothing sleeps here: :meth:`Backoff.failed` returns the delay and
-remembers when the key may be tried again; the caller decides what waits (a request, a shard's
-queue). :mod:`kinesis_core.retry` builds the retry policy of every executed call on these.
+once). :class:`Backoff` is the schedule (base, cap, jitter), a value that configs carry;
+:class:`BackoffTracker` keeps one per key (the endpoint, a shard), where a success resets the
+key. Nothing sleeps here: :meth:`BackoffTracker.failed` returns the delay and remembers when the
+key may be tried again; the caller decides what waits (a request, a shard's queue).
+:mod:`kinesis_core.retry` builds the retry policy of every executed call on these.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import enum
 import random as _random
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 
 from kinesis_core.errors import ConfigurationError
 
@@ -45,16 +47,31 @@ def jittered(longest: float, draw: float, jitter: Jitter) -> float:
     return longest * draw
 
 
+@dataclass(frozen=True, slots=True)
 class Backoff:
-    """Failures in a row and the earliest next attempt, per key."""
+    """The wait after the n-th failure in a row: drawn by ``jitter`` below a ceiling that
+    doubles from ``base`` up to ``cap`` (seconds)."""
 
-    def __init__(
-        self, base: float, cap: float, *, random: Callable[[], float] = _random.random
-    ) -> None:
-        if not 0 < base <= cap:
-            raise ConfigurationError(f"backoff: need 0 < base <= cap, got base={base}, cap={cap}")
-        self.base = base
-        self.cap = cap
+    base: float
+    cap: float
+    jitter: Jitter = Jitter.FULL
+
+    def __post_init__(self) -> None:
+        if not 0 < self.base <= self.cap:
+            raise ConfigurationError(
+                "backoff", f"need 0 < base <= cap, got base={self.base}, cap={self.cap}"
+            )
+
+    def delay(self, failures: int, draw: float) -> float:
+        """Seconds to wait after the ``failures``-th failure in a row; ``draw`` in [0, 1)."""
+        return jittered(ceiling(self.base, self.cap, failures), draw, self.jitter)
+
+
+class BackoffTracker:
+    """Failures in a row and the earliest next attempt, per key, on one :class:`Backoff`."""
+
+    def __init__(self, backoff: Backoff, *, random: Callable[[], float] = _random.random) -> None:
+        self.backoff = backoff
         self._random = random
         self._failures: dict[Hashable, int] = {}
         self._until: dict[Hashable, float] = {}
@@ -63,7 +80,7 @@ class Backoff:
         """One more failure of ``key`` at ``now``; returns the delay before its next attempt."""
         failures = self._failures.get(key, 0) + 1
         self._failures[key] = failures
-        delay = jittered(ceiling(self.base, self.cap, failures), self._random(), Jitter.FULL)
+        delay = self.backoff.delay(failures, self._random())
         self._until[key] = now + delay
         return delay
 

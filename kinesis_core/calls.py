@@ -32,6 +32,14 @@ class Call:
     __slots__ = ()
 
 
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Nothing to do before ``until`` (the driver's clock): what a machine returns instead of
+    a call while it backs off or paces itself."""
+
+    until: float
+
+
 class ApiCall(Call):
     """One service operation (paginated or not)."""
 

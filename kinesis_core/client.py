@@ -112,12 +112,13 @@ class ClientConfig:
             if value is not None and not isinstance(value, str):
                 shown = "" if name in _SECRET_FIELDS else f" {value!r:.60}"
                 raise ConfigurationError(
-                    f"{name}: must be a str or None, got {type(value).__name__}{shown}"
+                    name, f"must be a str or None, got {type(value).__name__}{shown}"
                 )
         if not isinstance(self.verify, (bool, str)):
             raise ConfigurationError(
-                f"verify: must be True, False or the path of a CA bundle (str), got "
-                f"{type(self.verify).__name__} {self.verify!r:.60}"
+                "verify",
+                f"must be True, False or the path of a CA bundle (str), got "
+                f"{type(self.verify).__name__} {self.verify!r:.60}",
             )
         for name in ("endpoint_url", "dynamodb_endpoint_url"):
             url = getattr(self, name)
@@ -129,25 +130,25 @@ class ClientConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ConfigurationError(
-                    f"{name}: must be a number of seconds, got {type(value).__name__} {value!r:.60}"
+                    name, f"must be a number of seconds, got {type(value).__name__} {value!r:.60}"
                 )
             if not value > 0:
-                raise ConfigurationError(f"{name}: must be > 0 seconds, got {value!r}")
+                raise ConfigurationError(name, f"must be > 0 seconds, got {value!r}")
         pool = self.max_pool_connections
         if isinstance(pool, bool) or not isinstance(pool, int):
             raise ConfigurationError(
-                f"max_pool_connections: must be an int, got {type(pool).__name__} {pool!r:.60}"
+                "max_pool_connections", f"must be an int, got {type(pool).__name__} {pool!r:.60}"
             )
         if pool < 1:
-            raise ConfigurationError(f"max_pool_connections: must be >= 1, got {pool!r}")
+            raise ConfigurationError("max_pool_connections", f"must be >= 1, got {pool!r}")
         if (self.aws_access_key_id is None) != (self.aws_secret_access_key is None):
             raise ConfigurationError(
-                "aws_access_key_id: aws_access_key_id and aws_secret_access_key go together: "
-                "give both or neither"
+                "aws_access_key_id",
+                "aws_access_key_id and aws_secret_access_key go together: give both or neither",
             )
         if self.aws_session_token is not None and self.aws_access_key_id is None:
             raise ConfigurationError(
-                "aws_session_token: needs aws_access_key_id and aws_secret_access_key"
+                "aws_session_token", "needs aws_access_key_id and aws_secret_access_key"
             )
 
     def __repr__(self) -> str:
@@ -264,8 +265,9 @@ def _client_kwargs(
     )
     if not region:
         raise ConfigurationError(
-            "region_name: no AWS region configured; pass ClientConfig(region_name=...) or set "
-            "AWS_DEFAULT_REGION (or AWS_REGION), or a region in the AWS config profile"
+            "region_name",
+            "no AWS region configured; pass ClientConfig(region_name=...) or set "
+            "AWS_DEFAULT_REGION (or AWS_REGION), or a region in the AWS config profile",
         )
     if region != config.region_name:
         check_region(region, " (from the environment or the AWS config profile)")
@@ -295,7 +297,7 @@ def _http_config(
     config: ClientConfig, max_attempts: int | None, config_class: type[Config]
 ) -> Config:
     if max_attempts is not None and max_attempts < 1:
-        raise ConfigurationError(f"max_attempts: must be >= 1, got {max_attempts!r}")
+        raise ConfigurationError("max_attempts", f"must be >= 1, got {max_attempts!r}")
     options: dict[str, Any] = {
         "connect_timeout": config.connect_timeout,
         "read_timeout": config.read_timeout,

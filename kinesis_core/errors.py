@@ -41,18 +41,15 @@ class RecordTooLargeError(ValidationError):
 class ConfigurationError(KinesisConnectorError, ValueError):
     """An argument or configuration value is out of range or inconsistent with another one.
 
-    ``ConfigurationError(field, message)`` names the argument (``field`` is then set);
-    ``ConfigurationError(message)`` is for a mistake that involves several. Bad *data* (a
-    record, an element) raises :class:`ValidationError` instead.
+    ``field`` names the argument to change (of two that disagree, the one the message asks to
+    change); the message says the limit and what was given. Bad *data* (a record, an element)
+    raises :class:`ValidationError` instead.
     """
 
-    def __init__(self, field_or_message: str, message: str | None = None) -> None:
-        if message is None:
-            super().__init__(field_or_message)
-            self.field: str | None = None
-        else:
-            super().__init__(f"{field_or_message}: {message}")
-            self.field = field_or_message
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.reason = message
 
 
 def shape_problem(value: object, names: Sequence[str], required: int) -> str | None:
@@ -72,6 +69,12 @@ def shape_problem(value: object, names: Sequence[str], required: int) -> str | N
     if extra > 0:
         return f"got {elements}, {'one' if extra == 1 else extra} too many (at most {len(names)})"
     return None
+
+
+class NotAckableError(KinesisConnectorError, RuntimeError):
+    """``KinesisRecord.ack()`` on a record no consumer delivered (made by hand, or by
+    :func:`~kinesis_core.aggregation.deaggregate` without an ``ack``): no checkpoint waits for
+    it, so acking it would do nothing."""
 
 
 class EmulatorError(KinesisConnectorError, RuntimeError):

@@ -25,7 +25,8 @@ def with_overrides(config: C, overrides: Mapping[str, Any], owner: str) -> C:
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ConfigurationError(
+            ", ".join(unknown),
             f"{owner} got unknown option(s) {', '.join(unknown)}; "
-            f"the options of {type(config).__name__} are: {', '.join(sorted(known))}"
+            f"the options of {type(config).__name__} are: {', '.join(sorted(known))}",
         )
     return dataclasses.replace(config, **overrides)  # type: ignore[type-var]

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import NamedTuple
 
+from kinesis_core.errors import NotAckableError
+
 Position = tuple[int, int]
 """(sequence_number, sub_sequence_number): compared as integers, never as strings."""
 
@@ -24,10 +26,17 @@ class SubRecord(NamedTuple):
 
 
 class KinesisRecord:
-    """A user record read from a shard, after deaggregation."""
+    """A user record read from a shard, after deaggregation.
+
+    ``sequence_number`` is the decimal string the service sends (as in the KCL, and in
+    ``beam_kinesis.KinesisRecord``, Beam's schema'd form of this record: the same fields, the
+    same types); ``position`` gives (sequence number, sub-sequence number) as ints, the order
+    of records in a shard. ``sequence``, when the caller already has the sequence number as an
+    int, saves converting it again."""
 
     __slots__ = (
         "_ack",
+        "_sequence",
         "aggregated",
         "approximate_arrival_timestamp",
         "data",
@@ -43,17 +52,19 @@ class KinesisRecord:
         data: bytes,
         partition_key: str,
         explicit_hash_key: str | None,
-        sequence_number: int,
+        sequence_number: str,
         sub_sequence_number: int,
         shard_id: str,
         approximate_arrival_timestamp: datetime | None,
         aggregated: bool,
         ack: Callable[[KinesisRecord], None] | None = None,
+        sequence: int | None = None,
     ) -> None:
         self.data = data
         self.partition_key = partition_key
         self.explicit_hash_key = explicit_hash_key
         self.sequence_number = sequence_number
+        self._sequence = int(sequence_number) if sequence is None else sequence
         self.sub_sequence_number = sub_sequence_number
         self.shard_id = shard_id
         self.approximate_arrival_timestamp = approximate_arrival_timestamp
@@ -62,12 +73,18 @@ class KinesisRecord:
 
     @property
     def position(self) -> Position:
-        return (self.sequence_number, self.sub_sequence_number)
+        return (self._sequence, self.sub_sequence_number)
 
     def ack(self) -> None:
-        """Tell the consumer this record is processed; its checkpoint may move past it."""
+        """Tell the consumer this record is processed; its checkpoint may move past it.
+
+        Raises :class:`~kinesis_core.errors.NotAckableError` for a record no consumer
+        delivered."""
         if self._ack is None:
-            raise RuntimeError("this record was not delivered by a Consumer: nothing to ack")
+            raise NotAckableError(
+                f"{self!r} was not delivered by a Consumer (it was made by hand, or by "
+                "deaggregate() without an ack): no checkpoint waits for it, nothing to ack"
+            )
         self._ack(self)
 
     def __repr__(self) -> str:
@@ -89,4 +106,4 @@ class KinesisRecord:
         )
 
     def __hash__(self) -> int:
-        return hash((self.shard_id, self.sequence_number, self.sub_sequence_number))
+        return hash((self.shard_id, self._sequence, self.sub_sequence_number))

@@ -123,8 +123,9 @@ class ShardMap:
     ) -> None:
         if closed_shard_ttl < 0 or min_backoff <= 0 or max_backoff < min_backoff:
             raise ConfigurationError(
+                "min_backoff" if closed_shard_ttl >= 0 else "closed_shard_ttl",
                 "need closed_shard_ttl >= 0 and 0 < min_backoff <= max_backoff, got "
-                f"{closed_shard_ttl}, {min_backoff}, {max_backoff}"
+                f"{closed_shard_ttl}, {min_backoff}, {max_backoff}",
             )
         self._ttl = closed_shard_ttl
         self._min_backoff = min_backoff

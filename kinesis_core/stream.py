@@ -15,7 +15,6 @@ says, so a ``StreamRef`` with an id is for AWS only, never for a local emulator 
 from __future__ import annotations
 
 import re
-import warnings
 from dataclasses import dataclass
 
 from kinesis_core.errors import ConfigurationError
@@ -95,23 +94,3 @@ class StreamRef:
 
     def __str__(self) -> str:
         return self.arn or self.name
-
-
-def stream_argument(
-    stream: str | StreamRef | None, stream_name: str | None, owner: str, *, stacklevel: int = 3
-) -> StreamRef:
-    """The stream of ``owner(stream)``, also from the deprecated ``owner(stream_name=...)``
-    spelling (with a DeprecationWarning): the one rule every public constructor follows."""
-    if stream_name is not None:
-        if stream is not None:
-            raise ConfigurationError("stream", "given twice, as stream and as stream_name")
-        warnings.warn(
-            f"{owner}(stream_name=...) is deprecated: use {owner}(stream=...) (or pass the "
-            "stream first), which also takes a stream ARN",
-            DeprecationWarning,
-            stacklevel=stacklevel,
-        )
-        stream = stream_name
-    if stream is None:
-        raise ConfigurationError("stream", "missing: give the stream's name or ARN")
-    return StreamRef.of(stream)

@@ -65,7 +65,7 @@ def unchecked_key(key: str) -> Iterator[None]:
 
 
 def shard_position(record: KinesisRecord) -> ShardPosition:
-    return (record.shard_id, record.sequence_number, record.sub_sequence_number)
+    return (record.shard_id, *record.position)
 
 
 def positions_by_shard(records: list[KinesisRecord]) -> dict[str, list[Position]]:

@@ -235,7 +235,7 @@ async def _refused_by_the_service(env: Env) -> list[Check]:
     label = "a record the service refuses"
     config = ProducerConfig(aggregation_enabled=False, record_ttl=30.0)
     async with Producer(
-        env.healthy.name, client_config=env.healthy.client_config, config=config
+        env.healthy.name, client_config=env.healthy.client_config, producer_config=config
     ) as p:
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -627,7 +627,7 @@ async def _deleted_stream(env: Env) -> list[Check]:
     stream = await asyncio.to_thread(env.make_stream, 1)
     await asyncio.to_thread(stream.put, b"first", "k")
     async with (
-        Producer(stream.name, client_config=stream.client_config, config=SHORT_TTL) as p,
+        Producer(stream.name, client_config=stream.client_config, producer_config=SHORT_TTL) as p,
         Consumer(
             stream.name,
             client_config=stream.client_config,
@@ -711,7 +711,7 @@ async def _creating_stream(env: Env) -> list[Check]:
         try:
             for name in ("creating-p", "creating-c"):
                 client.create_stream(StreamName=name, ShardCount=1)
-            async with Producer("creating-p", client_config=config, config=SHORT_TTL) as p:
+            async with Producer("creating-p", client_config=config, producer_config=SHORT_TTL) as p:
                 seen_p = result_text(await p.put(b"early", "k"))
             reading = asyncio.create_task(_first_record("creating-c", config))
             await asyncio.to_thread(
@@ -800,7 +800,7 @@ async def _endpoint_down(env: Env) -> list[Check]:
     await proxy.start()
     try:
         config = via(env.healthy.client_config, proxy.endpoint_url, connect_timeout=1.0)
-        async with Producer(env.healthy.name, client_config=config, config=SHORT_TTL) as p:
+        async with Producer(env.healthy.name, client_config=config, producer_config=SHORT_TTL) as p:
             gone = proxy.endpoint_url
             await proxy.stop()
             seen = result_text(await p.put(b"into the void", "k"))

@@ -182,7 +182,9 @@ def make_records(first: int, count: int, rng: random.Random) -> list[tuple[bytes
 async def _produce(stream: LocalStream, records: list[tuple[bytes, str]]) -> set[int]:
     """Write ``records`` without faults; return the ids of those written."""
     config = ProducerConfig(aggregation_max_size=1_024)
-    async with Producer(stream.name, client_config=stream.client_config, config=config) as p:
+    async with Producer(
+        stream.name, client_config=stream.client_config, producer_config=config
+    ) as p:
         batch = await p.put_many(records)
     return {record_id(data) for (data, _), r in zip(records, batch, strict=True) if r.success}
 

@@ -116,7 +116,9 @@ def crash_loop(
     rounds_lines: list[list[Line]] = []
     at_kill: list[dict[str, CheckpointValue]] = []
     config = ProducerConfig(aggregation_max_size=4_096)
-    with BlockingProducer(stream.name, client_config=stream.client_config, config=config) as p:
+    with BlockingProducer(
+        stream.name, client_config=stream.client_config, producer_config=config
+    ) as p:
         for r in range(rounds + 1):
             first = r * per_round
             batch = [

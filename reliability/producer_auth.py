@@ -74,7 +74,9 @@ async def _refused_while_writing(
 ) -> tuple[list[BatchResult], _Refused, str]:
     config = ProducerConfig(record_ttl=TTL, record_max_buffered_time=0.05)
     batches: list[asyncio.Future[BatchResult]] = []
-    async with Producer(stream.name, client_config=server.client_config(), config=config) as p:
+    async with Producer(
+        stream.name, client_config=server.client_config(), producer_config=config
+    ) as p:
         n = 0
         refused_at = None
         while True:

@@ -90,7 +90,9 @@ async def _produce(
     """Submit the batches, at most ``WINDOW`` unfinished at a time (as an application paces
     itself: the TTL measures the producer, not a queue of our own); return (submit time,
     result) per batch and the producer's own count of records received and of outcomes."""
-    async with Producer(stream_name, client_config=client_config, config=producer_config) as p:
+    async with Producer(
+        stream_name, client_config=client_config, producer_config=producer_config
+    ) as p:
         submitted: list[tuple[float, asyncio.Future[BatchResult]]] = []
         for batch in batches:
             if len(submitted) >= WINDOW:

@@ -79,7 +79,9 @@ def _rate(times: list[float], start: float, end: float) -> float:
 
 async def _outage(run: _Run, result: SuiteResult, before: float, after: float) -> None:
     client_config = via(run.stream.client_config, run.proxy.endpoint_url, connect_timeout=1.0)
-    async with Producer(run.stream.name, client_config=client_config, config=run.config) as p:
+    async with Producer(
+        run.stream.name, client_config=client_config, producer_config=run.config
+    ) as p:
         tasks = [asyncio.create_task(run.produce(p)), asyncio.create_task(run.sample(p))]
         await asyncio.sleep(before)
         baseline = max(rss for _, rss in run.rss)

@@ -68,7 +68,7 @@ class _Run:
 
     async def produce(self) -> None:
         async with Producer(
-            self.stream.name, client_config=self.client_config, config=self.config
+            self.stream.name, client_config=self.client_config, producer_config=self.config
         ) as p:
             pending = []
             i = 0

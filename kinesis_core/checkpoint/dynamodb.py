@@ -288,7 +288,7 @@ class DynamoDBCheckpointStore:
         if table_name is not None:
             _check_table_name("table_name", table_name)
         if table_timeout <= 0:
-            raise ConfigurationError(f"table_timeout must be > 0 seconds, got {table_timeout}")
+            raise ConfigurationError("table_timeout", f"must be > 0 seconds, got {table_timeout}")
         self.table_name = table_name
         self.create_table = create_table
         self._table_timeout = table_timeout
@@ -342,7 +342,7 @@ class DynamoDBCheckpointStore:
         except client.exceptions.ResourceNotFoundException:
             if not self.create_table:
                 raise ConfigurationError(
-                    f"lease table {table!r} does not exist (create_table=False)"
+                    "create_table", f"lease table {table!r} does not exist (create_table=False)"
                 ) from None
             with contextlib.suppress(client.exceptions.ResourceInUseException):
                 await client.create_table(
@@ -359,7 +359,8 @@ class DynamoDBCheckpointStore:
             delay = looks.pause(time.monotonic())
             if delay is None:
                 raise ConfigurationError(
-                    f"lease table {table!r} is still {status} after {self._table_timeout:g} s"
+                    "table_timeout",
+                    f"lease table {table!r} is still {status} after {self._table_timeout:g} s",
                 )
             await asyncio.sleep(delay)
             status = (await client.describe_table(TableName=table))["Table"].get("TableStatus")

@@ -183,7 +183,7 @@ class SQLiteCheckpointStore:
         read_only: bool = False,
     ) -> None:
         if busy_timeout <= 0:
-            raise ConfigurationError(f"busy_timeout must be > 0 seconds, got {busy_timeout}")
+            raise ConfigurationError("busy_timeout", f"must be > 0 seconds, got {busy_timeout}")
         self.path = os.fspath(path)
         self.read_only = read_only
         self._busy_timeout = busy_timeout
@@ -220,11 +220,12 @@ class SQLiteCheckpointStore:
     def _open_read_only(self) -> sqlite3.Connection:
         if os.path.isdir(self.path):
             raise ConfigurationError(
+                "path",
                 f"checkpoint file {self.path!r} is a directory, not a checkpoint file "
-                "(give the SQLite file the consumers write)"
+                "(give the SQLite file the consumers write)",
             )
         if not os.path.isfile(self.path):
-            raise ConfigurationError(f"checkpoint file {self.path!r} does not exist")
+            raise ConfigurationError("path", f"checkpoint file {self.path!r} does not exist")
         uri = f"file:{urllib.parse.quote(os.path.abspath(self.path))}?mode=ro"
         conn = sqlite3.connect(
             uri,
@@ -240,9 +241,10 @@ class SQLiteCheckpointStore:
             if missing:
                 what = "no checkpoint table" if "checkpoint" in missing else "an older table"
                 raise ConfigurationError(
+                    "path",
                     f"checkpoint file {self.path!r} has {what} "
                     f"(missing {', '.join(sorted(missing))}); "
-                    "a consumer opening it read-write creates or upgrades it"
+                    "a consumer opening it read-write creates or upgrades it",
                 )
         except BaseException:
             conn.close()
@@ -393,7 +395,7 @@ class SQLiteCheckpointStore:
         write lock, so that the check holds across processes."""
 
         if self.read_only:
-            raise ConfigurationError(f"checkpoint file {self.path!r} is open read-only")
+            raise ConfigurationError("path", f"checkpoint file {self.path!r} is open read-only")
 
         def write(conn: sqlite3.Connection) -> Checkpoint:
             conn.execute("BEGIN IMMEDIATE")

@@ -190,15 +190,15 @@ class Consumer:
         on_lease_lost: Callable[[str], None] | None = None,
         **options: Any,
     ) -> None:
-        self._stream = StreamRef.of(stream)
+        self.stream = StreamRef.of(stream)
+        """The stream (a :class:`StreamRef`, as the producer's); checkpoints are kept under its
+        name."""
         config = with_overrides(consumer_config or ConsumerConfig(), options, "Consumer")
         self.config = config
-        self.stream = str(self._stream)
-        """The stream as given (name or ARN); checkpoints are kept under its name."""
-        self._life = Lifecycle(f"Consumer({self.stream!r})")
+        self._life = Lifecycle(f"Consumer({str(self.stream)!r})")
         self._polling_options = config.polling
         if client_config is not None:
-            self._stream.check_endpoint(client_config.endpoint_url)
+            self.stream.check_endpoint(client_config.endpoint_url)
         self._client_config = client_config
         self._client = client
         self._clock = clock
@@ -220,7 +220,7 @@ class Consumer:
             self._checkpointer = Checkpointer(
                 self._store,
                 config.application_name,
-                self._stream.name,
+                self.stream.name,
                 exclusive=True,
                 recorder=self._recorder,
             )
@@ -234,7 +234,7 @@ class Consumer:
             self._leases = LeaseManager(
                 cast(LeaseStore, self._store),
                 config.application_name,
-                self._stream.name,
+                self.stream.name,
                 lease_config,
                 eligible=self._leasable,
                 on_acquired=lambda _: self._start_ready(),
@@ -281,7 +281,7 @@ class Consumer:
 
         return ConsumerTelemetry(
             config.telemetry,
-            self._stream.name,
+            self.stream.name,
             config.application_name,
             "GetRecords" if config.fan_out is None else "SubscribeToShard",
             lag_source=self._lags,
@@ -356,7 +356,7 @@ class Consumer:
         executor.fanout, self.consumer_arn = await open_fan_out(
             self._exit,
             self._client_config or ClientConfig.from_env(),
-            self._stream,
+            self.stream,
             efo,
             executor,
         )
@@ -563,21 +563,21 @@ class Consumer:
 
     async def _discover(self, *, first: bool = False) -> None:
         config = self.config
-        app, name = config.application_name, self._stream.name
+        app, name = config.application_name, self.stream.name
         executor = self._executor
         assert executor is not None
-        summary = await executor.execute(DescribeStreamSummary(self._stream))
+        summary = await executor.execute(DescribeStreamSummary(self.stream))
         facts = StreamFacts.from_response(summary)
         known = self.stream_facts
         if known is not None and facts.created_ms != known.created_ms:
             # Deleted and created again since start (a server that still answers the old
             # iterators, as moto does, would let the readers skip its records).
             raise recreated_while_read(
-                f"discovery of {self.stream}", self.stream, known.created_ms, facts.created_ms
+                f"discovery of {self.stream}", str(self.stream), known.created_ms, facts.created_ms
             )
         rows = await self._store.list(app, name)
         shard_filter = config.initial_position.shard_filter() if first and not rows else None
-        shards = await executor.execute(ListShards(self._stream, shard_filter))
+        shards = await executor.execute(ListShards(self.stream, shard_filter))
         if first:
             rows = await settle_incarnation(
                 self._store,
@@ -669,11 +669,15 @@ class Consumer:
             incarnation = self._checkpointer.stream_created_ms
             machine: ShardRead = (
                 PollingRead(
-                    node, start, self._polling_options, incarnation=incarnation, stream=self.stream
+                    node,
+                    start,
+                    self._polling_options,
+                    incarnation=incarnation,
+                    stream=str(self.stream),
                 )
                 if efo is None
                 else SubscriptionRead(
-                    node, start, efo.subscription, incarnation=incarnation, stream=self.stream
+                    node, start, efo.subscription, incarnation=incarnation, stream=str(self.stream)
                 )
             )
             run = _ShardRun(node, frontier, machine, measured_at=self._clock.now())
@@ -688,7 +692,7 @@ class Consumer:
         executor = self._executor
         assert executor is not None
         link = self._recorder.transport(
-            executor.link(self._stream, shard_id, self.consumer_arn), shard_id
+            executor.link(self.stream, shard_id, self.consumer_arn), shard_id
         )
         try:
             try:
@@ -698,7 +702,7 @@ class Consumer:
                     run.frontier,
                     self._queue.put if self._measures is None else self._measures(run),
                     clock=self._clock,
-                    where=self.stream,
+                    where=str(self.stream),
                 )
             finally:
                 await link.aclose()
@@ -809,7 +813,7 @@ class Consumer:
                 if self._lineage.state(parent) is ShardState.WAITING_FOR_PARENT
             }
             try:
-                app, name = self.config.application_name, self._stream.name
+                app, name = self.config.application_name, self.stream.name
                 rows = await asyncio.gather(*(self._store.get(app, name, p) for p in parents))
             except Exception:
                 logger.warning("reading parent leases failed; retrying", exc_info=True)

@@ -19,7 +19,7 @@ from kinesis_core.records import KinesisRecord, Position
 
 
 def _position(record: KinesisRecord) -> Position:
-    return (record.sequence_number, record.sub_sequence_number)
+    return record.position
 
 
 class RecordBatch:

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from kinesis_core.calls import Call
+from kinesis_core.backoff import Backoff, Jitter
+from kinesis_core.calls import Call, Wait
 from kinesis_core.classify import ErrorKind
 from kinesis_core.consumer.lineage import ShardNode, StartPoint
 from kinesis_core.consumer.positions import InitialPosition, resume_params
@@ -30,13 +31,11 @@ from kinesis_core.consumer.transport import (
     NOTHING,
     Ack,
     Action,
-    Backoff,
     CheckStream,
     Outcome,
     ReadEvent,
     ReadState,
     ShardRead,
-    Wait,
 )
 from kinesis_core.errors import ConfigurationError
 
@@ -47,7 +46,7 @@ READ_BYTES_PER_SECOND = 2 * 1024 * 1024
 """Kinesis serves 2 MiB/s of GetRecords per shard (every polling reader of it together)."""
 
 
-POLLING_BACKOFF = Backoff(0.2, 10.0)
+POLLING_BACKOFF = Backoff(0.2, 10.0, Jitter.EQUAL)
 _data = itemgetter("Data")
 
 
@@ -74,20 +73,21 @@ class PollingOptions:
 
     def __post_init__(self) -> None:
         if not 1 <= self.limit <= MAX_GET_RECORDS_LIMIT:
-            raise ConfigurationError(f"limit must be in [1, 10000], got {self.limit}")
+            raise ConfigurationError("limit", f"must be in [1, 10000], got {self.limit}")
         if not self.max_bytes_per_second > 0:
             raise ConfigurationError(
-                f"max_bytes_per_second must be > 0, got {self.max_bytes_per_second}"
+                "max_bytes_per_second",
+                f"must be > 0, got {self.max_bytes_per_second}",
             )
         if self.min_interval < MIN_CALL_INTERVAL:
             raise ConfigurationError(
-                f"min_interval must be >= {MIN_CALL_INTERVAL} s (5 calls/s per shard), "
-                f"got {self.min_interval}"
+                "min_interval",
+                f"must be >= {MIN_CALL_INTERVAL} s (5 calls/s per shard), got {self.min_interval}",
             )
         if self.idle_interval < self.min_interval:
             raise ConfigurationError(
-                f"idle_interval ({self.idle_interval}) must be >= min_interval "
-                f"({self.min_interval})"
+                "idle_interval",
+                f"({self.idle_interval}) must be >= min_interval ({self.min_interval})",
             )
         longest = self.max_idle_interval
         if longest is not None and not self.idle_interval <= longest < math.inf:

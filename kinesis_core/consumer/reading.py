@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
-from kinesis_core.calls import Call
+from kinesis_core.calls import Call, Wait
 from kinesis_core.classify import ErrorKind, error_details, error_message
 from kinesis_core.client import error_kind
 from kinesis_core.clock import SYSTEM_CLOCK, Clock
@@ -31,7 +31,6 @@ from kinesis_core.consumer.transport import (
     Failed,
     Outcome,
     ShardRead,
-    Wait,
 )
 from kinesis_core.errors import KinesisConnectorError, KinesisServiceError
 from kinesis_core.executor import PENDING, AsyncLink, SyncLink

@@ -39,7 +39,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kinesis_core.calls import Call
+from kinesis_core.backoff import Backoff, Jitter
+from kinesis_core.calls import Call, Wait
 from kinesis_core.classify import ErrorKind
 from kinesis_core.consumer.lineage import ShardNode, StartPoint
 from kinesis_core.consumer.positions import InitialPosition
@@ -47,13 +48,11 @@ from kinesis_core.consumer.transport import (
     NOTHING,
     Ack,
     Action,
-    Backoff,
     CheckStream,
     Outcome,
     ReadEvent,
     ReadState,
     ShardRead,
-    Wait,
 )
 from kinesis_core.errors import ConfigurationError
 
@@ -102,7 +101,7 @@ def check_subscription_options(
         )
 
 
-SUBSCRIPTION_BACKOFF = Backoff(0.5, 10.0)
+SUBSCRIPTION_BACKOFF = Backoff(0.5, 10.0, Jitter.EQUAL)
 
 
 @dataclass(frozen=True, slots=True)

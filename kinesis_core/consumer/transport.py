@@ -44,13 +44,13 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from kinesis_core.aggregation import deaggregate
-from kinesis_core.backoff import Jitter, ceiling, jittered
-from kinesis_core.calls import Call
+from kinesis_core.backoff import Backoff
+from kinesis_core.calls import Call, Wait
 from kinesis_core.classify import ErrorKind
 from kinesis_core.consumer.incarnation import Refusal, StreamFacts, judge_refusal
 from kinesis_core.consumer.lineage import ShardNode, StartPoint
 from kinesis_core.consumer.positions import TRIM_HORIZON, InitialPosition
-from kinesis_core.errors import ConfigurationError, KinesisConnectorError
+from kinesis_core.errors import KinesisConnectorError
 from kinesis_core.records import KinesisRecord, Position
 from kinesis_core.shards import ShardInfo
 
@@ -70,13 +70,6 @@ class StreamView:
 
     shards: Sequence[ShardInfo]
     facts: StreamFacts
-
-
-@dataclass(frozen=True, slots=True)
-class Wait:
-    """Nothing to do before ``until`` (the driver's clock)."""
-
-    until: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,26 +213,6 @@ def transition(state: ReadState, event: ReadEvent) -> ReadState:
     if target is None:
         raise ReadProtocolError(f"{event.name} is not allowed while {state.name}")
     return target
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """A shard reader's backoff after failed calls, reset by the next success: the ceiling of
-    :mod:`kinesis_core.backoff`, with equal jitter (at least half of it, so a reader that
-    failed never comes back at once)."""
-
-    base: float = 0.2
-    maximum: float = 10.0
-
-    def __post_init__(self) -> None:
-        if not 0 < self.base <= self.maximum:
-            raise ConfigurationError(
-                f"backoff: need 0 < base <= maximum, got base={self.base}, maximum={self.maximum}"
-            )
-
-    def delay(self, failures: int, draw: float) -> float:
-        """Seconds to wait after the ``failures``-th failure in a row; ``draw`` in [0, 1)."""
-        return jittered(ceiling(self.base, self.maximum, failures), draw, Jitter.EQUAL)
 
 
 def handled_by_reader(kind: ErrorKind | None) -> bool:
@@ -438,7 +411,7 @@ class ShardRead:
         records = deaggregate(raw, self.shard_id, self.node.hash_range, ack)
         skip = self._skip_through
         if skip is not None:
-            records = [r for r in records if (r.sequence_number, r.sub_sequence_number) > skip]
+            records = [r for r in records if r.position > skip]
             if self._last_sequence > skip[0]:
                 self._skip_through = None
         return records

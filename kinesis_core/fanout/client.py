@@ -35,6 +35,7 @@ from kinesis_core.fanout.errors import FanOutTimeoutError, FanOutTransportError,
 from kinesis_core.fanout.eventstream import EventStreamDecoder, http_error
 from kinesis_core.fanout.registration import parse_consumer_arn
 from kinesis_core.fanout.signing import RequestSigner
+from kinesis_core.lifecycle import LifecycleError, State
 
 if TYPE_CHECKING:
     from kinesis_core.fanout.connection import ConnectionPool, HttpVersion, ResponseChannel
@@ -212,7 +213,7 @@ class FanOutClient:
         """Create the signing client (done by ``async with`` or the first ``subscribe``)."""
         async with self._start_lock:
             if self._closed:
-                raise ConfigurationError("the FanOutClient is closed")
+                raise LifecycleError("FanOutClient", State.CLOSED, "start")
             if self._signer is None:
                 client = await self._exit.enter_async_context(
                     create_kinesis_client(self.client_config, max_attempts=1)

@@ -24,6 +24,7 @@ from kinesis_core.calls import (
     DescribeStreamSummary,
     ListStreamConsumers,
     RegisterStreamConsumer,
+    Wait,
 )
 from kinesis_core.classify import ErrorKind
 from kinesis_core.client import ClientConfig, create_kinesis_client, error_kind
@@ -33,12 +34,11 @@ from kinesis_core.errors import ConfigurationError
 from kinesis_core.executor import AsyncExecutor, LoopFanOut
 from kinesis_core.fanout.registration import (
     Active,
-    Call,
     ConsumerActivation,
     ConsumerRegistrationError,
+    Operation,
     Send,
     StreamConsumer,
-    Wait,
     check_consumer_name,
     check_consumer_of_stream,
     check_consumer_tags,
@@ -319,11 +319,11 @@ async def _drive(
             continue
         assert isinstance(action, Send)
         try:
-            if action.call is Call.REGISTER:
+            if action.operation is Operation.REGISTER:
                 described = await executor.execute(
                     RegisterStreamConsumer(stream_arn, machine.consumer_name, tags)
                 )
-            elif action.call is Call.DESCRIBE:
+            elif action.operation is Operation.DESCRIBE:
                 if machine.consumer_arn is not None:
                     describe = DescribeStreamConsumer(consumer_arn=machine.consumer_arn)
                 else:
@@ -337,15 +337,15 @@ async def _drive(
                 continue
         except Exception as exc:
             kind = error_kind(exc)
-            if kind is ErrorKind.IN_USE and action.call is Call.REGISTER:
+            if kind is ErrorKind.IN_USE and action.operation is Operation.REGISTER:
                 machine.on_in_use(clock.now())
-            elif kind is ErrorKind.NOT_FOUND and action.call is Call.DESCRIBE:
+            elif kind is ErrorKind.NOT_FOUND and action.operation is Operation.DESCRIBE:
                 machine.on_not_found(clock.now())
             elif kind is ErrorKind.THROTTLED:
                 # The machine lists the consumers to tell the 20-consumer limit from a rate.
-                machine.on_limit_exceeded(action.call, clock.now())
+                machine.on_limit_exceeded(action.operation, clock.now())
             elif kind is ErrorKind.TRANSIENT:
-                machine.on_transient_error(action.call, clock.now())
+                machine.on_transient_error(action.operation, clock.now())
             else:
                 raise
             continue

@@ -29,5 +29,6 @@ class FanOutTimeoutError(FanOutTransportError, TimeoutError):
 def missing_dependency(exc: ImportError) -> ConfigurationError:
     """The error to raise when the optional HTTP/2 and HTTP/1.1 libraries are not installed."""
     return ConfigurationError(
-        f"enhanced fan-out needs the optional libraries h2 and h11 ({exc}): {INSTALL_HINT}"
+        "enhanced_fan_out",
+        f"enhanced fan-out needs the optional libraries h2 and h11 ({exc}): {INSTALL_HINT}",
     )

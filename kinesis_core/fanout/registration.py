@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from kinesis_core.backoff import ceiling
+from kinesis_core.calls import Wait
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError
 
 MAX_CONSUMERS_PER_STREAM = 20
@@ -150,7 +151,10 @@ class ConsumerRegistrationError(KinesisConnectorError, RuntimeError):
     """The consumer could not be registered or did not become ACTIVE; the message says why."""
 
 
-class Call(enum.Enum):
+class Operation(enum.Enum):
+    """What :class:`ConsumerActivation` asks its driver to call (the driver makes the
+    :class:`~kinesis_core.calls.ApiCall`)."""
+
     REGISTER = "RegisterStreamConsumer"
     DESCRIBE = "DescribeStreamConsumer"
     LIST = "ListStreamConsumers"
@@ -160,14 +164,7 @@ class Call(enum.Enum):
 class Send:
     """Make this call now."""
 
-    call: Call
-
-
-@dataclass(frozen=True)
-class Wait:
-    """Sleep until ``until`` (same clock as ``now``), then ask again."""
-
-    until: float
+    operation: Operation
 
 
 @dataclass(frozen=True)
@@ -213,7 +210,7 @@ class ConsumerActivation:
         self._rng = rng
         self._waits = 0
         self._limit_hits = 0
-        self._next: Action = Send(Call.DESCRIBE if self._by_arn else Call.REGISTER)
+        self._next: Action = Send(Operation.DESCRIBE if self._by_arn else Operation.REGISTER)
         self._after_wait = self._next
 
     def next_action(self, now: float) -> Action:
@@ -232,17 +229,17 @@ class ConsumerActivation:
         if status == "ACTIVE":
             self._next = Active(consumer_arn)
         elif status == "DELETING" and not self._by_arn:
-            self._wait(now, Send(Call.DESCRIBE))
+            self._wait(now, Send(Operation.DESCRIBE))
         elif status == "DELETING":
             raise ConsumerRegistrationError(
                 f"consumer {consumer_arn} of stream {self.stream} is being deregistered"
             )
         else:
-            self._wait(now, Send(Call.DESCRIBE))
+            self._wait(now, Send(Operation.DESCRIBE))
 
     def on_in_use(self, now: float) -> None:
         """Register said a consumer of this name exists: reuse it."""
-        self._next = Send(Call.DESCRIBE)
+        self._next = Send(Operation.DESCRIBE)
 
     def on_not_found(self, now: float) -> None:
         """Describe found no such consumer (deleted meanwhile, or a wrong ARN)."""
@@ -252,12 +249,12 @@ class ConsumerActivation:
                 "given directly must name a registered consumer"
             )
         self.status = None
-        self._wait(now, Send(Call.REGISTER))
+        self._wait(now, Send(Operation.REGISTER))
 
-    def on_limit_exceeded(self, call: Call, now: float) -> None:
+    def on_limit_exceeded(self, call: Operation, now: float) -> None:
         """The call got LimitExceededException: find out which limit, or back off."""
-        if call is Call.REGISTER:
-            self._next = Send(Call.LIST)
+        if call is Operation.REGISTER:
+            self._next = Send(Operation.LIST)
         else:
             self._wait(now, Send(call))
 
@@ -265,7 +262,7 @@ class ConsumerActivation:
         """The stream's consumers, after Register hit LimitExceededException."""
         count = len(consumer_names)
         if self.consumer_name in consumer_names:
-            self._next = Send(Call.DESCRIBE)
+            self._next = Send(Operation.DESCRIBE)
             return
         if count >= MAX_CONSUMERS_PER_STREAM:
             self._limit_hits += 1
@@ -276,9 +273,9 @@ class ConsumerActivation:
                     f"{MAX_CONSUMERS_ON_DEMAND_ADVANTAGE} (On-demand Advantage); deregister one "
                     f"of {sorted(consumer_names)} or reuse one by name"
                 )
-        self._wait(now, Send(Call.REGISTER))
+        self._wait(now, Send(Operation.REGISTER))
 
-    def on_transient_error(self, call: Call, now: float) -> None:
+    def on_transient_error(self, call: Operation, now: float) -> None:
         """Throttling or a server error: try the same call again after a backoff."""
         self._wait(now, Send(call))
 

@@ -42,7 +42,7 @@ class SignedRequest:
     def host(self) -> str:
         host = urlsplit(self.url).hostname
         if not host:
-            raise ConfigurationError(f"endpoint URL {self.url!r} has no host")
+            raise ConfigurationError("endpoint_url", f"endpoint URL {self.url!r} has no host")
         return host
 
     @property

@@ -27,6 +27,7 @@ import aiohttp
 from aiohttp import web
 
 from kinesis_core.errors import ConfigurationError
+from kinesis_core.lifecycle import LifecycleError, State
 from kinesis_core.local.faults import (
     STREAMING_OPERATIONS,
     Action,
@@ -95,7 +96,7 @@ class FaultProxy:
     def endpoint_url(self) -> str:
         """http://host:port of the running proxy: give it to clients as their endpoint_url."""
         if self._endpoint_url is None:
-            raise ConfigurationError("the fault proxy is not running")
+            raise LifecycleError("FaultProxy", State.NEW, "give its endpoint_url")
         return self._endpoint_url
 
     @property
@@ -130,7 +131,7 @@ class FaultProxy:
     async def start(self) -> None:
         """Bind the listening socket and start serving on the running event loop."""
         if self._runner is not None:
-            raise ConfigurationError("the fault proxy is already running")
+            raise LifecycleError("FaultProxy", State.RUNNING, "start again")
         self._listing = asyncio.Lock()
         self._session = aiohttp.ClientSession(
             auto_decompress=False,
@@ -183,7 +184,7 @@ class FaultProxy:
     def start_in_thread(self) -> None:
         """Start the proxy on its own event loop in a daemon thread (for synchronous code)."""
         if self._thread is not None:
-            raise ConfigurationError("the fault proxy is already running")
+            raise LifecycleError("FaultProxy", State.RUNNING, "start again")
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, name="fault-proxy", daemon=True)
         thread.start()

@@ -27,11 +27,10 @@ from kinesis_core.producer.config import ProducerConfig
 from kinesis_core.producer.metrics import MetricsHook, MetricsSnapshot
 from kinesis_core.producer.producer import Producer
 from kinesis_core.producer.result import BatchResult, RecordResult
-from kinesis_core.stream import stream_argument
+from kinesis_core.stream import StreamRef
 
 if TYPE_CHECKING:
     from kinesis_core.client import ClientConfig
-    from kinesis_core.stream import StreamRef
 
 logger = logging.getLogger(__name__)
 
@@ -55,22 +54,21 @@ class BlockingProducer:
 
     def __init__(
         self,
-        stream: str | StreamRef | None = None,
+        stream: str | StreamRef,
         *,
         client_config: ClientConfig | None = None,
-        config: ProducerConfig | None = None,
+        producer_config: ProducerConfig | None = None,
         client: Any = None,
         on_metrics: MetricsHook | None = None,
-        stream_name: str | None = None,
     ) -> None:
-        self.stream = stream_argument(stream, stream_name, "BlockingProducer")
+        self.stream = StreamRef.of(stream)
         self.stream_name = self.stream.name
-        self.config = config if config is not None else ProducerConfig()
+        self.config = producer_config if producer_config is not None else ProducerConfig()
         self._thread = LoopThread.get()
         self._producer = Producer(
             self.stream,
             client_config=client_config,
-            config=self.config,
+            producer_config=self.config,
             client=client,
             on_metrics=on_metrics,
         )

@@ -16,6 +16,7 @@ from kinesis_core.hashing import (
     MAX_PUT_RECORDS_COUNT,
 )
 from kinesis_core.telemetry.config import Telemetry
+from kinesis_core.tracing import require_opentelemetry
 
 RECORD_OVERHEAD_BYTES = 400
 PAYLOAD_COPIES = 5
@@ -113,12 +114,18 @@ class ProducerConfig:
     telemetry: Telemetry | None = None
     """OpenTelemetry metrics (:class:`~kinesis_core.telemetry.Telemetry`; docs/operations.md);
     None (the default): off, and nothing of OpenTelemetry is imported."""
+    trace_context: bool = False
+    """Carry the current OpenTelemetry span's context in each record put while one is current,
+    inside the record's data when that is a JSON object (:mod:`kinesis_core.tracing`;
+    docs/operations.md). Off by default; needs the ``otel`` extra."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.type == "bool" and not isinstance(value, bool):
-                raise ConfigurationError(f"{f.name}: must be a bool, got {value!r}")
+                raise ConfigurationError(f.name, f"{f.name}: must be a bool, got {value!r}")
+        if self.trace_context:
+            require_opentelemetry("trace_context")
         if self.telemetry is not None and not isinstance(self.telemetry, Telemetry):
             raise ConfigurationError(
                 "telemetry", f"must be a Telemetry or None, got {type(self.telemetry).__name__}"
@@ -133,9 +140,10 @@ class ProducerConfig:
         _int_range("max_record_bytes", self.max_record_bytes, 64, 2**63 - 1)
         if self.max_record_bytes > LARGEST_RECORD_BYTES:
             raise ConfigurationError(
-                f"max_record_bytes: {self.max_record_bytes} is over the Kinesis limit of "
+                "max_record_bytes",
+                f"{self.max_record_bytes} is over the Kinesis limit of "
                 f"{LARGEST_RECORD_BYTES} bytes (10 MiB, a stream's largest maximum record size) "
-                "for one record's data plus partition key"
+                "for one record's data plus partition key",
             )
         _int_range("max_connections", self.max_connections, 1, 256)
         _float_range("record_max_buffered_time", self.record_max_buffered_time, 0.0, 3600.0)
@@ -148,20 +156,23 @@ class ProducerConfig:
         _float_range("retry_backoff_max", self.retry_backoff_max, 0.001, 3600.0)
         if self.retry_backoff_max < self.retry_backoff_base:
             raise ConfigurationError(
+                "retry_backoff_max",
                 f"retry_backoff_max ({self.retry_backoff_max} s) must be at least "
-                f"retry_backoff_base ({self.retry_backoff_base} s)"
+                f"retry_backoff_base ({self.retry_backoff_base} s)",
             )
         if self.collection_max_size < self.aggregation_max_size:
             raise ConfigurationError(
+                "collection_max_size",
                 f"collection_max_size ({self.collection_max_size}) must be at least "
                 f"aggregation_max_size ({self.aggregation_max_size}): an aggregate must fit "
-                "in one PutRecords request"
+                "in one PutRecords request",
             )
         if self.record_ttl <= self.record_max_buffered_time:
             raise ConfigurationError(
+                "record_ttl",
                 f"record_ttl ({self.record_ttl} s) must be longer than "
                 f"record_max_buffered_time ({self.record_max_buffered_time} s), or every "
-                "record would expire before it is sent"
+                "record would expire before it is sent",
             )
 
     def request_timeout_for(self, request_bytes: int) -> float:
@@ -176,13 +187,13 @@ _MIB = 1024 * 1024
 
 def _int_range(name: str, value: object, low: int, high: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigurationError(f"{name}: must be an int, got {value!r}")
+        raise ConfigurationError(name, f"must be an int, got {value!r}")
     if not low <= value <= high:
-        raise ConfigurationError(f"{name}: must lie in [{low}, {high}], got {value}")
+        raise ConfigurationError(name, f"must lie in [{low}, {high}], got {value}")
 
 
 def _float_range(name: str, value: object, low: float, high: float) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigurationError(f"{name}: must be a number of seconds, got {value!r}")
+        raise ConfigurationError(name, f"must be a number of seconds, got {value!r}")
     if not low <= value <= high or value != value:
-        raise ConfigurationError(f"{name}: must lie in [{low}, {high}] seconds, got {value}")
+        raise ConfigurationError(name, f"must lie in [{low}, {high}] seconds, got {value}")

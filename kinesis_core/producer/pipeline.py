@@ -21,7 +21,7 @@ and the flushes done; they send what ``next_batch`` gives, pass ``on_outcome``'s
 invalidations on, and call ``poll`` when ``next_deadline`` comes. Nothing here calls back
 into a driver.
 
-Retries back off (:class:`~kinesis_core.backoff.Backoff`, full jitter): a shard whose records
+Retries back off (:class:`~kinesis_core.backoff.BackoffTracker`, full jitter): a shard whose records
 failed has its limiter queue held, and after a failed request (no answer, a 5xx) requests wait,
 then go one at a time until one gets through. Aggregates written to a shard the shard map does
 not know wait in ``landings`` until the driver has refreshed the map (``resolve_landings``).
@@ -36,7 +36,7 @@ from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 from kinesis_core.aggregation import AggregateBuilder
-from kinesis_core.backoff import Backoff
+from kinesis_core.backoff import Backoff, BackoffTracker
 from kinesis_core.errors import RecordTooLargeError, ValidationError, shape_problem
 from kinesis_core.hashing import LARGEST_RECORD_BYTES, validate_record
 from kinesis_core.producer.admission import Admission, Flush, Slice, Standing, Submission
@@ -151,7 +151,7 @@ class Pipeline:
         self.in_flight: set[PutBatch] = set()
         self.landings: list[Landing] = []
         """Aggregates written to a shard the shard map does not know yet: undecided."""
-        self.backoff = Backoff(config.retry_backoff_base, config.retry_backoff_max)
+        self.backoff = BackoffTracker(Backoff(config.retry_backoff_base, config.retry_backoff_max))
         """Per shard (its failed records) and for ``_REQUESTS`` (failed requests)."""
         self._last_failure: dict[str, float] = {}
         """When each backoff key last failed: a request sent before that adds no failure."""

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from kinesis_core.backoff import Backoff
+from kinesis_core.backoff import Backoff, BackoffTracker
 from kinesis_core.classify import ErrorKind, classify
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError
 from kinesis_core.hashing import MAX_PUT_RECORDS_BYTES, MAX_RECORD_BYTES
@@ -42,7 +42,8 @@ from kinesis_core.producer.result import (
 )
 from kinesis_core.producer.sender import error_of, send_batch
 from kinesis_core.shard_map_driver import ShardMapDriver, ShardMapTimeoutError
-from kinesis_core.stream import StreamRef, stream_argument
+from kinesis_core.stream import StreamRef
+from kinesis_core.tracing import TraceInjector
 
 if TYPE_CHECKING:
     from kinesis_core.client import ClientConfig
@@ -73,21 +74,21 @@ class Producer:
 
     def __init__(
         self,
-        stream: str | StreamRef | None = None,
+        stream: str | StreamRef,
         *,
         client_config: ClientConfig | None = None,
-        config: ProducerConfig | None = None,
+        producer_config: ProducerConfig | None = None,
         client: Any = None,
         on_metrics: MetricsHook | None = None,
         clock: Callable[[], float] = time.monotonic,
-        stream_name: str | None = None,
     ) -> None:
-        self.stream = stream_argument(stream, stream_name, "Producer")
+        self.stream = StreamRef.of(stream)
         self.stream_name = self.stream.name
-        self.config = config if config is not None else ProducerConfig()
+        self.config = producer_config if producer_config is not None else ProducerConfig()
         if not isinstance(self.config, ProducerConfig):
             raise ConfigurationError(
-                f"config: must be a ProducerConfig, got {type(self.config).__name__}"
+                "producer_config",
+                f"must be a ProducerConfig, got {type(self.config).__name__}",
             )
         if client_config is not None:
             self.stream.check_endpoint(client_config.endpoint_url)
@@ -97,6 +98,7 @@ class Producer:
         self._clock = clock
         self._metrics = ProducerMetrics(self.stream_name)
         self._lifecycle = Lifecycle(f"Producer({str(self.stream)!r})")
+        self._trace = TraceInjector(self._lifecycle.owner) if self.config.trace_context else None
         self._error: BaseException | None = None
         self._landings_task: asyncio.Task[None] | None = None
         self._stack = contextlib.AsyncExitStack()
@@ -340,6 +342,8 @@ class Producer:
         if the producer is not running, and with ``single`` for bad input.
         """
         pipeline = self._require_open()
+        if self._trace is not None:
+            records = self._trace.records(records)
         sub = pipeline.submission(records, self._clock(), future, single=single)
         if not sub.sink.remaining:  # nothing to admit: an empty batch, or every record refused
             future.set_result(sub.sink.result())
@@ -605,7 +609,7 @@ class Producer:
         pipeline = self._require_pipeline()
         driver = self._shard_map
         assert driver is not None
-        retry = Backoff(1.0, 10.0)
+        retry = BackoffTracker(Backoff(1.0, 10.0))
         try:
             while pipeline.landings:
                 await driver.wait_ready()

@@ -200,8 +200,9 @@ class RecordResult:
 
     success: bool
     shard_id: str | None
-    sequence_number: int | None
-    """Sequence number of the Kinesis record that carries this user record."""
+    sequence_number: str | None
+    """Sequence number of the Kinesis record that carries this user record: the decimal str
+    the service sends, as a consumed record's (compare ``position``, never the strings)."""
     sub_sequence_number: int | None
     """Index of this user record inside its aggregate (0 for a plain record)."""
     attempts: tuple[Attempt, ...]
@@ -216,7 +217,7 @@ class RecordResult:
         cls,
         success: bool,
         shard_id: str | None,
-        sequence_number: int | None,
+        sequence_number: str | None,
         sub_sequence_number: int | None,
         history: History,
         error_code: str | None = None,
@@ -245,7 +246,7 @@ class RecordResult:
         """(sequence, sub-sequence), the position a consumer checkpoints; None on failure."""
         if self.sequence_number is None or self.sub_sequence_number is None:
             return None
-        return (self.sequence_number, self.sub_sequence_number)
+        return (int(self.sequence_number), self.sub_sequence_number)
 
 
 class PutFailedError(KinesisConnectorError):
@@ -270,7 +271,7 @@ class BatchResult:
     def __init__(
         self,
         shard_ids: list[str | None],
-        sequence_numbers: list[int | None],
+        sequence_numbers: list[str | None],
         sub_sequence_numbers: list[int | None],
         attempts: list[History],
         failures: dict[int, RecordResult],
@@ -335,7 +336,7 @@ class RecordSink(Protocol):
         self,
         index: int,
         shard_id: str,
-        sequence_number: int,
+        sequence_number: str,
         sub_sequence_number: int,
         attempts: History,
     ) -> None: ...
@@ -345,7 +346,7 @@ class RecordSink(Protocol):
         indexes: list[int],
         first_sub: int,
         shard_id: str,
-        sequence_number: int,
+        sequence_number: str,
         attempts: History,
     ) -> None:
         """``succeeded`` for a run of records of one aggregate (sub-sequence numbers
@@ -392,7 +393,7 @@ class BatchSink:
         single: bool = False,
     ) -> None:
         self.shard_ids: list[str | None] = [None] * count
-        self.sequence_numbers: list[int | None] = [None] * count
+        self.sequence_numbers: list[str | None] = [None] * count
         self.sub_sequence_numbers: list[int | None] = [None] * count
         self.attempts: list[History] = [()] * count
         self.failures: dict[int, RecordResult] = {}
@@ -410,7 +411,7 @@ class BatchSink:
         self,
         index: int,
         shard_id: str,
-        sequence_number: int,
+        sequence_number: str,
         sub_sequence_number: int,
         attempts: History,
     ) -> None:
@@ -429,7 +430,7 @@ class BatchSink:
         indexes: list[int],
         first_sub: int,
         shard_id: str,
-        sequence_number: int,
+        sequence_number: str,
         attempts: History,
     ) -> None:
         shard_ids = self.shard_ids

@@ -140,7 +140,7 @@ class Landing:
 
     kr: KinesisRecordOut
     shard_id: str
-    sequence_number: int
+    sequence_number: str
     outcome: SendOutcome
 
 
@@ -238,11 +238,11 @@ class Retrier:
             if predicted is not None and predicted != actual:
                 decisions.invalidations.append((outcome.started_at, predicted))
                 if len(kr.records) > 1:
-                    landing = Landing(kr, actual, int(sequence_number), outcome)
+                    landing = Landing(kr, actual, sequence_number, outcome)
                     if not self.resolve(landing, now, decisions):
                         decisions.landings.append(landing)
                     continue
-            self._succeed(kr, actual, int(sequence_number), outcome)
+            self._succeed(kr, actual, sequence_number, outcome)
         return decisions
 
     def resolve(self, landing: Landing, now: float, decisions: RetryDecisions) -> bool:
@@ -395,7 +395,7 @@ class Retrier:
             self._fail(ur, code, message, add_attempt(ur[ATTEMPTS], attempt))
 
     def _succeed(
-        self, kr: KinesisRecordOut, shard_id: str, sequence_number: int, outcome: SendOutcome
+        self, kr: KinesisRecordOut, shard_id: str, sequence_number: str, outcome: SendOutcome
     ) -> None:
         success = Attempt(outcome.started_at, outcome.ended_at, True, shard_id=shard_id)
         first: History = (success,)
@@ -435,7 +435,7 @@ class Retrier:
         self,
         records: list[UserRecord],
         shard_id: str,
-        sequence_number: int,
+        sequence_number: str,
         success: Attempt,
     ) -> tuple[int, int, int]:
         """``_succeed`` record by record, for an aggregate holding retried records (each keeps

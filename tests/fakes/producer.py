@@ -9,12 +9,12 @@ class RecordingSink:
     """A RecordSink that keeps every outcome, and counts a second outcome for an index."""
 
     def __init__(self) -> None:
-        self.ok: dict[int, tuple[str, int, int, tuple[Attempt, ...]]] = {}
+        self.ok: dict[int, tuple[str, str, int, tuple[Attempt, ...]]] = {}
         self.bad: dict[int, tuple[str, str, tuple[Attempt, ...]]] = {}
         self.duplicates = 0
 
     def succeeded(
-        self, index: int, shard_id: str, seq: int, sub: int, attempts: tuple[Attempt, ...]
+        self, index: int, shard_id: str, seq: str, sub: int, attempts: tuple[Attempt, ...]
     ) -> None:
         self.duplicates += index in self.ok or index in self.bad
         self.ok[index] = (shard_id, seq, sub, attempts)
@@ -24,7 +24,7 @@ class RecordingSink:
         indexes: list[int],
         first_sub: int,
         shard_id: str,
-        seq: int,
+        seq: str,
         attempts: tuple[Attempt, ...],
     ) -> None:
         for sub, index in enumerate(indexes, first_sub):

@@ -23,7 +23,7 @@ def run(main: Callable[[], Awaitable[T]], limit: float = 20.0) -> T:
 
 
 def producer(fake: FakeKinesis, **config: Any) -> Producer:
-    return Producer("stream", client=fake, config=ProducerConfig(**{**FAST, **config}))
+    return Producer("stream", client=fake, producer_config=ProducerConfig(**{**FAST, **config}))
 
 
 def records(n: int, size: int = 50, prefix: str = "k") -> list[tuple[bytes, str]]:
@@ -35,6 +35,6 @@ def check_landed(fake: FakeKinesis, results: list[Any], sent: list[tuple[bytes, 
     by_position = {(r.shard_id, *r.position): r for r in fake.read_all()}
     for result, (data, pk) in zip(results, sent, strict=True):
         assert result.success, result
-        read = by_position[(result.shard_id, result.sequence_number, result.sub_sequence_number)]
+        read = by_position[(result.shard_id, *result.position)]
         assert (read.data, read.partition_key) == (data, pk)
         assert fake.shards[result.shard_id].contains(hash_key(pk))

@@ -391,7 +391,7 @@ def test_the_producer_writes_everything_through_the_shard_limits(moto_stream: St
             config = via(proxy, stream.client_config)
             small_aggregates = ProducerConfig(aggregation_max_size=5_000)
             async with Producer(
-                stream.name, client_config=config, config=small_aggregates
+                stream.name, client_config=config, producer_config=small_aggregates
             ) as producer:
                 (await producer.put_many(sent)).raise_for_failures()
             return proxy.stats().shard_use

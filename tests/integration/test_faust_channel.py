@@ -240,7 +240,7 @@ def test_send_and_read_faust_records(kinesis_stream: Any, tmp_path: Path) -> Non
             assert key == f"c-{i % 3}".encode()
             assert value == Order(order_id=i, customer=f"c-{i % 3}")
             assert meta.topic == stream.name
-            assert (meta.partition, meta.offset) == (message.partition, message.sequence_number)
+            assert (meta.partition, meta.offset) == (message.partition, message.offset)
             assert message.shard_id.endswith(f"{meta.partition:012d}")
         assert app.monitor.messages_sent == 20
         producer = channel.producer

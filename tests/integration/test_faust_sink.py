@@ -78,7 +78,7 @@ def test_read_transform_write_moves_every_record(kinesis_stream: Any, tmp_path: 
         sink = KinesisSink(
             app,
             target.name,
-            key="n",
+            partition_key="n",
             value_serializer="json",
             client_config=target.client_config,
             # Writes linger: the agent is done long before the first write is confirmed.
@@ -160,7 +160,7 @@ def test_large_records_go_through_the_sink_and_back_through_channels_by_polling_
         sink = KinesisSink(
             app,
             stream.name,
-            key=lambda value: value.split(b":", 1)[0].decode(),
+            partition_key=lambda value: value.split(b":", 1)[0].decode(),
             client_config=stream.client_config,
         )
         readers = {

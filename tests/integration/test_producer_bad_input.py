@@ -67,7 +67,9 @@ def test_fifty_good_records_are_written_and_the_one_the_server_refuses_fails_at_
     good = [(b"good-%d" % i, f"key-{i}") for i in range(50)]
 
     async def main() -> tuple[list[RecordResult], RecordResult, float]:
-        async with Producer(stream.name, client_config=stream.client_config, config=config) as p:
+        async with Producer(
+            stream.name, client_config=stream.client_config, producer_config=config
+        ) as p:
             loop = asyncio.get_running_loop()
             started = loop.time()
             futures = [await p.submit(data, key) for data, key in good[:25]]

@@ -53,7 +53,9 @@ def _produce_during(
     sent: list[tuple[bytes, str]] = []
 
     async def main() -> list[BatchResult]:
-        async with Producer(stream.name, client_config=stream.client_config, config=CONFIG) as p:
+        async with Producer(
+            stream.name, client_config=stream.client_config, producer_config=CONFIG
+        ) as p:
             futures = []
 
             async def batch() -> None:
@@ -88,7 +90,7 @@ def _check(stream: LocalStream, sent: list[tuple[bytes, str]], batches: list[Bat
         assert result.shard_id is not None
         start, end = ranges[result.shard_id]
         assert start <= hash_key(pk) <= end, (pk, result.shard_id)
-        found = read.get((result.shard_id, result.sequence_number, result.sub_sequence_number))
+        found = read.get((result.shard_id, *result.position))
         assert found is not None, f"{pk}: no record at {result.shard_id} {result.position}"
         assert (found.data, found.partition_key) == (data, pk)
     assert {(r.data, r.partition_key) for r in read.values()} >= set(sent)
@@ -190,6 +192,6 @@ def _check_each(stream: LocalStream, sent: list[tuple[bytes, str]], results: lis
         assert result.success, result
         start, end = ranges[result.shard_id]
         assert start <= hash_key(pk) <= end, (pk, result.shard_id)
-        found = read.get((result.shard_id, result.sequence_number, result.sub_sequence_number))
+        found = read.get((result.shard_id, *result.position))
         assert found is not None, f"{pk}: no record at {result.shard_id} {result.position}"
         assert (found.data, found.partition_key) == (data, pk)

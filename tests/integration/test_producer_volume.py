@@ -46,7 +46,9 @@ def test_two_hundred_thousand_records_through_a_small_budget(moto_stream: Any) -
 
     async def main() -> tuple[list[BatchResult], Any]:
         nonlocal peak
-        async with Producer(stream.name, client_config=stream.client_config, config=config) as p:
+        async with Producer(
+            stream.name, client_config=stream.client_config, producer_config=config
+        ) as p:
             futures = []
             for start in range(0, RECORDS, CHUNK):
                 futures.append(await p.submit_many(_records(start, CHUNK)))
@@ -71,7 +73,7 @@ def test_two_hundred_thousand_records_through_a_small_budget(moto_stream: Any) -
             batch.sub_sequence_numbers,
             strict=True,
         ):
-            assert written[(shard, seq, sub)] == (data, pk)  # type: ignore[index]
+            assert written[(shard, int(seq), sub)] == (data, pk)  # type: ignore[index]
 
 
 def test_blocking_producer_from_threads(moto_stream: Any) -> None:
@@ -93,7 +95,7 @@ def test_put_records_errors_are_not_retried_by_botocore(moto_stream: Any) -> Non
     async def main() -> Any:
         async with (
             create_kinesis_client(stream.client_config, max_attempts=1) as client,
-            Producer(stream.name, client=client, config=config) as p,
+            Producer(stream.name, client=client, producer_config=config) as p,
         ):
             calls = 0
             original = client.put_records

@@ -37,7 +37,7 @@ async def put_many(
     None if they are not all finished after 20 s (the producer is then closed with a timeout:
     a plain close would wait for them forever)."""
     producer = Producer(
-        stream.name, client_config=via(stream.client_config, endpoint), config=config
+        stream.name, client_config=via(stream.client_config, endpoint), producer_config=config
     )
     await producer.start()
     put_at = time.monotonic()

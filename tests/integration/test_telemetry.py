@@ -66,7 +66,9 @@ def test_producer_metrics_count_what_was_written(kinesis_stream: Any, reader: An
 
     async def main() -> None:
         config = ProducerConfig(telemetry=telemetry)
-        async with Producer(stream.name, client_config=stream.client_config, config=config) as p:
+        async with Producer(
+            stream.name, client_config=stream.client_config, producer_config=config
+        ) as p:
             batch = await p.put_many(records)
             assert batch.ok
 

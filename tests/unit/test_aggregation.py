@@ -22,7 +22,7 @@ from kinesis_core.aggregation import (
     encode_aggregate,
     is_aggregated,
 )
-from kinesis_core.errors import ValidationError
+from kinesis_core.errors import NotAckableError, ValidationError
 from kinesis_core.hashing import LARGEST_RECORD_BYTES, MAX_HASH_KEY, MAX_RECORD_BYTES, hash_key
 from kinesis_core.records import KinesisRecord, SubRecord
 
@@ -390,8 +390,17 @@ def test_deaggregate_positions_and_fields() -> None:
     assert {r.approximate_arrival_timestamp for r in out} == {
         datetime(2026, 1, 1, tzinfo=timezone.utc)
     }
+    assert [r.sequence_number for r in out] == ["100", SEQUENCE, SEQUENCE, SEQUENCE, "9" * 56]
     out[2].ack()
     assert acked == [out[2]]
+
+
+def test_a_record_no_consumer_delivered_cannot_be_acked() -> None:
+    [record] = deaggregate([get_records_entry(b"plain", "p", seq="100")], "shardId-000000000007")
+    with pytest.raises(NotAckableError, match="was not delivered by a Consumer") as raised:
+        record.ack()
+    assert "shardId-000000000007" in str(raised.value)
+    assert not isinstance(raised.value, ValidationError)
 
 
 def test_range_filter_drops_the_whole_aggregate() -> None:

@@ -7,7 +7,7 @@ import random
 import pytest
 from hypothesis import given, strategies as st
 
-from kinesis_core.backoff import Backoff, ceiling
+from kinesis_core.backoff import Backoff, BackoffTracker, ceiling
 from kinesis_core.errors import ConfigurationError
 
 
@@ -28,7 +28,7 @@ def test_the_ceiling_doubles_from_base_up_to_the_cap() -> None:
 
 def test_each_delay_is_the_random_fraction_of_its_ceiling() -> None:
     draws = iter([1.0, 0.5, 0.25, 0.0, 1.0])
-    backoff = Backoff(0.1, 1.0, random=lambda: next(draws))
+    backoff = BackoffTracker(Backoff(0.1, 1.0), random=lambda: next(draws))
     delays = [backoff.failed("shard", now=100.0) for _ in range(5)]
     assert delays == pytest.approx([0.1, 0.1, 0.1, 0.0, 1.0])  # 1x0.1, .5x0.2, .25x0.4, 0, 1x1
     assert backoff.failures("shard") == 5
@@ -36,7 +36,7 @@ def test_each_delay_is_the_random_fraction_of_its_ceiling() -> None:
 
 
 def test_until_and_waiting_follow_the_last_failure() -> None:
-    backoff = Backoff(1.0, 8.0, random=lambda: 0.5)
+    backoff = BackoffTracker(Backoff(1.0, 8.0), random=lambda: 0.5)
     assert backoff.until("k") == float("-inf")
     assert not backoff.waiting("k", 0.0)
     backoff.failed("k", now=10.0)  # 0.5 x 1
@@ -47,7 +47,7 @@ def test_until_and_waiting_follow_the_last_failure() -> None:
 
 
 def test_keys_back_off_independently_and_a_success_resets_one() -> None:
-    backoff = Backoff(1.0, 8.0, random=lambda: 1.0)
+    backoff = BackoffTracker(Backoff(1.0, 8.0), random=lambda: 1.0)
     for _ in range(3):
         backoff.failed("a", now=0.0)
     backoff.failed("b", now=0.0)
@@ -69,7 +69,7 @@ def test_full_jitter_stays_within_zero_and_the_ceiling(
     base: float, factor: float, failures: int, seed: int
 ) -> None:
     cap = base * factor
-    backoff = Backoff(base, cap, random=random.Random(seed).random)
+    backoff = BackoffTracker(Backoff(base, cap), random=random.Random(seed).random)
     for n in range(1, failures + 1):
         delay = backoff.failed("k", now=0.0)
         assert 0.0 <= delay <= ceiling(base, cap, n) <= cap
@@ -80,7 +80,7 @@ def test_the_mean_delay_is_half_the_ceiling() -> None:
     rng = random.Random(3)
     delays = []
     for _ in range(2000):
-        backoff = Backoff(0.05, 5.0, random=rng.random)
+        backoff = BackoffTracker(Backoff(0.05, 5.0), random=rng.random)
         for _ in range(7):
             delay = backoff.failed("k", now=0.0)
         delays.append(delay)

@@ -68,11 +68,11 @@ class FakeProducer:
     defer = False
 
     def __init__(
-        self, stream_name: str, *, client_config: ClientConfig, config: ProducerConfig
+        self, stream_name: str, *, client_config: ClientConfig, producer_config: ProducerConfig
     ) -> None:
         self.stream_name = stream_name
         self.client_config = client_config
-        self.config = config
+        self.config = producer_config
         self.chunks: list[list[tuple[Any, ...]]] = []
         self.pending: list[tuple[concurrent.futures.Future[BatchResult], BatchResult]] = []
         self.closed = False
@@ -455,14 +455,6 @@ def test_the_transform_picks_the_cheap_dofn_unless_windows_are_needed() -> None:
     assert type(fn_of(elements)) is write._WriteToKinesisFn
     assert type(fn_of(fixed)) is write._WindowedWriteToKinesisFn
     assert type(fn_of(fixed, on_failure="raise")) is write._WriteToKinesisFn
-
-
-def test_stream_name_is_the_deprecated_spelling_of_stream() -> None:
-    with pytest.warns(DeprecationWarning, match=r"use WriteToKinesis\(stream=\.\.\.\)"):
-        transform = WriteToKinesis(stream_name="orders")
-    assert transform._spec.stream == "orders"
-    with pytest.raises(ConfigurationError, match="given twice"):
-        WriteToKinesis("orders", stream_name="orders")
 
 
 def test_on_failure_raise_fails_the_bundle(fake: type[FakeProducer]) -> None:

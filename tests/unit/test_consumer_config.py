@@ -20,6 +20,7 @@ from kinesis_core.consumer import (
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.lease import LeaseConfig
 from kinesis_core.lifecycle import LifecycleError
+from kinesis_core.stream import StreamRef
 
 T = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -149,7 +150,9 @@ def test_the_stream_argument_is_checked() -> None:
     with pytest.raises(ConfigurationError, match=r"^stream: must be a stream name or ARN"):
         Consumer("", checkpoint_store=MemoryCheckpointStore())
     arn = "arn:aws:kinesis:us-east-1:123456789012:stream/orders"
-    assert Consumer(arn, checkpoint_store=MemoryCheckpointStore()).stream == arn
+    assert Consumer(arn, checkpoint_store=MemoryCheckpointStore()).stream == StreamRef(
+        "orders", arn
+    )
 
 
 def test_reading_before_start_and_starting_twice_say_what_to_do() -> None:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from kinesis_core.aggregation import encode_aggregate
+from kinesis_core.backoff import Backoff, Jitter
 from kinesis_core.classify import ErrorKind
 from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp
 from kinesis_core.consumer.incarnation import StreamFacts, StreamRecreatedError
@@ -15,7 +16,6 @@ from kinesis_core.consumer.polling import GetIterator, GetRecords, PollingOption
 from kinesis_core.consumer.positions import resume_params
 from kinesis_core.consumer.transport import (
     MAX_UNEXPLAINED,
-    Backoff,
     CheckStream,
     Ended,
     Failed,
@@ -119,7 +119,7 @@ def test_expired_iterator_resumes_after_the_last_record_read() -> None:
 
 
 def test_throttling_backs_off_exponentially_and_resets() -> None:
-    options = PollingOptions(backoff=Backoff(0.5, 2.0))
+    options = PollingOptions(backoff=Backoff(0.5, 2.0, Jitter.EQUAL))
     machine = PollingRead(NODE, TRIM_HORIZON, options, rng=lambda: 1.0)
     reading(machine)
     now = 1.0

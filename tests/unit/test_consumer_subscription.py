@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from kinesis_core.aggregation import encode_aggregate
+from kinesis_core.backoff import Backoff, Jitter
 from kinesis_core.classify import ErrorKind
 from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp
 from kinesis_core.consumer.incarnation import StreamFacts, StreamRecreatedError
@@ -27,7 +28,6 @@ from kinesis_core.consumer.subscription import (
     event_from_api,
 )
 from kinesis_core.consumer.transport import (
-    Backoff,
     CheckStream,
     Ended,
     Failed,
@@ -82,9 +82,9 @@ def test_events_are_read_one_at_a_time_and_deaggregated() -> None:
     agg = encode_aggregate([SubRecord("a", None, b"1"), SubRecord("b", None, b"2")])
     out = machine.on_response(0.1, NextEvent(), event(raw(5, agg), raw(6, b"3"), millis=9))
     assert [(r.data, r.sequence_number, r.sub_sequence_number) for r in out.records] == [
-        (b"1", 5, 0),
-        (b"2", 5, 1),
-        (b"3", 6, 0),
+        (b"1", "5", 0),
+        (b"2", "5", 1),
+        (b"3", "6", 0),
     ]
     assert machine.millis_behind_latest == 9
     assert out.millis_behind_latest == 9
@@ -212,7 +212,7 @@ def test_errors_back_off_and_resubscribe_from_where_the_events_left_off(kind: Er
 
 
 def test_backoff_grows_and_an_event_resets_it() -> None:
-    options = SubscriptionOptions(backoff=Backoff(0.5, 4.0))
+    options = SubscriptionOptions(backoff=Backoff(0.5, 4.0, Jitter.EQUAL))
     machine = SubscriptionRead(NODE, TRIM_HORIZON, options, rng=lambda: 0.999999)
     now = 0.0
     delays = []

@@ -137,7 +137,7 @@ def test_kpl_aggregated_records_deaggregate_as_they_come() -> None:
         ("k1", b"one", 0),
         ("k2", b"two", 1),
     ]
-    assert all(u.sequence_number == 42 for u in users)
+    assert all(u.sequence_number == "42" and u.position[0] == 42 for u in users)
 
 
 def test_internal_failure_exception_is_a_server_error_and_retryable() -> None:

@@ -20,9 +20,9 @@ from kinesis_core.fanout import (
 from kinesis_core.fanout.registration import (
     LIMIT_RETRIES,
     Active,
-    Call,
     ConsumerActivation,
     ConsumerRegistrationError,
+    Operation,
     Send,
     Wait,
 )
@@ -54,10 +54,10 @@ def wait_out(m: ConsumerActivation, now: float) -> tuple[float, Send | Active]:
 
 def test_register_creating_then_describe_until_active() -> None:
     m = machine()
-    assert m.next_action(0.0) == Send(Call.REGISTER)
+    assert m.next_action(0.0) == Send(Operation.REGISTER)
     m.on_consumer(CONSUMER_ARN, "CREATING", 0.0)
     now, action = wait_out(m, 0.0)
-    assert action == Send(Call.DESCRIBE)
+    assert action == Send(Operation.DESCRIBE)
     m.on_consumer(CONSUMER_ARN, "CREATING", now)
     later, action = wait_out(m, now)
     assert later - now > now  # backs off (doubling)
@@ -74,7 +74,7 @@ def test_register_active_at_once() -> None:
 def test_existing_name_is_reused() -> None:
     m = machine()
     m.on_in_use(0.0)
-    assert m.next_action(0.0) == Send(Call.DESCRIBE)
+    assert m.next_action(0.0) == Send(Operation.DESCRIBE)
     m.on_consumer(CONSUMER_ARN, "ACTIVE", 0.0)
     assert m.next_action(0.0) == Active(CONSUMER_ARN)
 
@@ -84,10 +84,10 @@ def test_deleting_consumer_of_the_name_is_waited_out_then_registered_again() -> 
     m.on_in_use(0.0)
     m.on_consumer(CONSUMER_ARN, "DELETING", 0.0)
     now, action = wait_out(m, 0.0)
-    assert action == Send(Call.DESCRIBE)
+    assert action == Send(Operation.DESCRIBE)
     m.on_not_found(now)
     _, action = wait_out(m, now)
-    assert action == Send(Call.REGISTER)
+    assert action == Send(Operation.REGISTER)
 
 
 def test_twenty_consumers_is_a_clear_error_once_retries_show_it_is_no_rate() -> None:
@@ -95,12 +95,12 @@ def test_twenty_consumers_is_a_clear_error_once_retries_show_it_is_no_rate() -> 
     now = 0.0
     names = [f"c{i}" for i in range(20)]
     for _ in range(LIMIT_RETRIES):  # an On-demand Advantage stream takes 50: a rate passes
-        m.on_limit_exceeded(Call.REGISTER, now)
-        assert m.next_action(now) == Send(Call.LIST)
+        m.on_limit_exceeded(Operation.REGISTER, now)
+        assert m.next_action(now) == Send(Operation.LIST)
         m.on_listed(names, now)
         now, action = wait_out(m, now)
-        assert action == Send(Call.REGISTER)
-    m.on_limit_exceeded(Call.REGISTER, now)
+        assert action == Send(Operation.REGISTER)
+    m.on_limit_exceeded(Operation.REGISTER, now)
     with pytest.raises(ConsumerRegistrationError) as info:
         m.on_listed(names, now)
     message = str(info.value)
@@ -111,35 +111,35 @@ def test_twenty_consumers_is_a_clear_error_once_retries_show_it_is_no_rate() -> 
 
 def test_fifty_consumers_is_the_limit_at_once() -> None:
     m = machine()
-    m.on_limit_exceeded(Call.REGISTER, 0.0)
+    m.on_limit_exceeded(Operation.REGISTER, 0.0)
     with pytest.raises(ConsumerRegistrationError, match="already has 50 registered consumers"):
         m.on_listed([f"c{i}" for i in range(50)], 0.0)
 
 
 def test_rate_limit_on_register_is_retried() -> None:
     m = machine()
-    m.on_limit_exceeded(Call.REGISTER, 0.0)
+    m.on_limit_exceeded(Operation.REGISTER, 0.0)
     m.on_listed(["other"], 0.0)
     _, action = wait_out(m, 0.0)
-    assert action == Send(Call.REGISTER)
+    assert action == Send(Operation.REGISTER)
 
 
 def test_limit_with_our_name_listed_describes_it() -> None:
     m = machine()
-    m.on_limit_exceeded(Call.REGISTER, 0.0)
+    m.on_limit_exceeded(Operation.REGISTER, 0.0)
     m.on_listed([f"c{i}" for i in range(19)] + ["reader"], 0.0)
-    assert m.next_action(0.0) == Send(Call.DESCRIBE)
+    assert m.next_action(0.0) == Send(Operation.DESCRIBE)
 
 
 def test_throttled_describe_backs_off() -> None:
     m = machine()
     m.on_in_use(0.0)
-    m.on_limit_exceeded(Call.DESCRIBE, 0.0)
+    m.on_limit_exceeded(Operation.DESCRIBE, 0.0)
     _, action = wait_out(m, 0.0)
-    assert action == Send(Call.DESCRIBE)
-    m.on_transient_error(Call.DESCRIBE, 1.0)
+    assert action == Send(Operation.DESCRIBE)
+    m.on_transient_error(Operation.DESCRIBE, 1.0)
     _, action = wait_out(m, 1.0)
-    assert action == Send(Call.DESCRIBE)
+    assert action == Send(Operation.DESCRIBE)
 
 
 def test_gives_up_at_the_deadline_with_the_last_status() -> None:
@@ -157,7 +157,7 @@ def test_gives_up_at_the_deadline_with_the_last_status() -> None:
 
 def test_by_arn_only_describes_and_a_missing_arn_fails() -> None:
     m = machine(consumer_arn=CONSUMER_ARN)
-    assert m.next_action(0.0) == Send(Call.DESCRIBE)
+    assert m.next_action(0.0) == Send(Operation.DESCRIBE)
     with pytest.raises(ConsumerRegistrationError, match="must name a registered consumer"):
         m.on_not_found(0.0)
 

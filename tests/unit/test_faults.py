@@ -13,6 +13,7 @@ from botocore.awsrequest import HeadersDict
 from botocore.parsers import create_parser
 
 from kinesis_core.errors import ConfigurationError
+from kinesis_core.lifecycle import LifecycleError
 from kinesis_core.local.fault_cli import build_parser, config_from_args
 from kinesis_core.local.fault_proxy import FaultProxy
 from kinesis_core.local.faults import (
@@ -394,5 +395,5 @@ def test_proxy_refuses_a_bad_upstream_and_has_no_endpoint_before_start() -> None
     with pytest.raises(ConfigurationError, match="upstream_url"):
         FaultProxy("127.0.0.1:4567")
     proxy = FaultProxy("http://127.0.0.1:4567")
-    with pytest.raises(ConfigurationError, match="not running"):
+    with pytest.raises(LifecycleError, match=r"FaultProxy is new: cannot give its endpoint_url"):
         _ = proxy.endpoint_url

@@ -63,8 +63,6 @@ def test_bad_arguments(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="stream"):
         KinesisChannel(app, "")
     with pytest.raises(ConfigurationError, match="stream"):
-        KinesisChannel(app)
-    with pytest.raises(ConfigurationError, match="stream"):
         KinesisSink(app, "not a stream name")
     with pytest.raises(ConfigurationError, match="drain_timeout"):
         KinesisChannel(app, "s", drain_timeout=-1)
@@ -114,41 +112,6 @@ def test_settings_follow_the_app_unless_given(tmp_path: Path) -> None:
     assert given.stream == StreamRef("orders", arn)
     resolved = given.consumer_config_for("app-id", "latest")
     assert (resolved.application_name, resolved.initial_position) == ("billing", TRIM_HORIZON)
-
-
-def test_old_spellings_still_work_and_warn(tmp_path: Path) -> None:
-    app = make_app(tmp_path)
-    with pytest.warns(DeprecationWarning, match=r"stream_name=.*stream="):
-        channel = KinesisChannel(app, stream_name="orders")
-    assert channel.stream_name == "orders"
-    assert channel.settings.stream == StreamRef("orders")
-    with pytest.warns(DeprecationWarning, match=r"consumer_options=.*consumer_config="):
-        channel = KinesisChannel(app, "orders", consumer_options={"checkpoint_interval": 0.5})
-    assert channel.settings.consumer_config == ConsumerConfig(checkpoint_interval=0.5)
-    with pytest.warns(DeprecationWarning, match="consumer_options"):
-        channel = KinesisChannel(
-            app,
-            "orders",
-            consumer_config=ConsumerConfig(idle_interval=0.5),
-            consumer_options={"checkpoint_interval": 0.5},
-        )
-    assert channel.settings.consumer_config == ConsumerConfig(
-        idle_interval=0.5, checkpoint_interval=0.5
-    )
-    with pytest.warns(DeprecationWarning, match=r"KinesisSink\(stream_name=...\)"):
-        sink = KinesisSink(app, stream_name="out")
-    assert sink.stream_name == "out"
-    assert sink.writer.stream == StreamRef("out")
-    # What the old spellings refused, they still refuse.
-    for arguments, refused in [
-        ({"consumer_options": {"close_timeout": 1.0}}, "close_timeout"),
-        ({"consumer_options": {"no_such_option": 1}}, "no_such_option"),
-    ]:
-        warned = pytest.warns(DeprecationWarning, match="deprecated")
-        with warned, pytest.raises(ConfigurationError, match=refused):
-            KinesisChannel(app, "s", **arguments)
-    with pytest.raises(ConfigurationError, match=r"^stream: given twice"):
-        KinesisChannel(app, "s", stream_name="s")
 
 
 def kinesis_services(app: faust.App) -> list[Any]:
@@ -297,11 +260,11 @@ def test_a_sink_is_a_writer_only_with_the_app(tmp_path: Path) -> None:
     """A sink makes one service, a Writer (no reader, no channel), which starts and stops
     with the app; after the app stopped, writes raise instead of starting a producer."""
     app = make_app(tmp_path)
-    sink = KinesisSink(app, "out", key="user")
+    sink = KinesisSink(app, "out", partition_key="user")
     assert repr(sink) == "KinesisSink('out')"
     assert kinesis_services(app) == [sink.writer]
-    assert sink.key is not None
-    assert sink.key({"user": "ann"}) == "ann"
+    assert sink.partition_key is not None
+    assert sink.partition_key({"user": "ann"}) == "ann"
 
     async def main() -> None:
         await app.start()
@@ -334,7 +297,7 @@ def test_sink_releases_the_source_on_success_and_holds_it_on_failure(tmp_path: P
 
     async def main() -> None:
         app = make_app(tmp_path)
-        sink = KinesisSink(app, "out", key="user", value_serializer="json")
+        sink = KinesisSink(app, "out", partition_key="user", value_serializer="json")
         sink.writer = writer  # type: ignore[assignment]
         source = app.channel()
 

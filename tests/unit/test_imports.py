@@ -75,6 +75,7 @@ PURE = [
     "kinesis_core.telemetry.figures",
     "kinesis_core.telemetry.names",
     "kinesis_core.telemetry.recorder",
+    "kinesis_core.tracing",
 ]
 """Sans-I/O modules and lazy packages, as they are today: neither they nor anything they import
 at run time imports a module of ``NO_IO``."""

@@ -23,7 +23,7 @@ CONFIG = ProducerConfig(record_max_buffered_time=0.01, rate_limit=100_000)
 
 def test_put_and_put_many_from_many_threads() -> None:
     fake = FakeKinesis(shards=4)
-    with BlockingProducer("stream", client=fake, config=CONFIG) as producer:
+    with BlockingProducer("stream", client=fake, producer_config=CONFIG) as producer:
 
         def work(t: int) -> list[bool]:
             single = producer.put(f"single-{t}".encode(), f"t{t}")
@@ -43,7 +43,7 @@ def test_put_and_put_many_from_many_threads() -> None:
 
 def test_results_are_the_async_producers() -> None:
     fake = FakeKinesis(shards=2)
-    with BlockingProducer("stream", client=fake, config=CONFIG) as producer:
+    with BlockingProducer("stream", client=fake, producer_config=CONFIG) as producer:
         result = producer.put(b"data", "key", timeout=5)
         batch = producer.submit_many([(b"a", "k"), ("not bytes", "k")]).result(5)
     assert result.success
@@ -55,7 +55,7 @@ def test_results_are_the_async_producers() -> None:
 
 
 def test_a_malformed_entry_of_put_many_says_what_is_wrong() -> None:
-    with BlockingProducer("stream", client=FakeKinesis(), config=CONFIG) as producer:
+    with BlockingProducer("stream", client=FakeKinesis(), producer_config=CONFIG) as producer:
         batch = producer.put_many([(b"a", "k"), (b"b",)], timeout=5)
     assert batch[0].success
     assert batch[1].error_code == VALIDATION_ERROR
@@ -67,14 +67,14 @@ def test_a_malformed_entry_of_put_many_says_what_is_wrong() -> None:
 
 def test_bad_input_raises_in_the_callers_thread() -> None:
     fake = FakeKinesis()
-    with BlockingProducer("stream", client=fake, config=CONFIG) as producer:
+    with BlockingProducer("stream", client=fake, producer_config=CONFIG) as producer:
         with pytest.raises(ValidationError, match="partition_key"):
             producer.submit(b"x", "")
         assert producer.put(b"x", "fine").success
 
 
 def test_put_after_close_is_refused() -> None:
-    producer = BlockingProducer("stream", client=FakeKinesis(), config=CONFIG)
+    producer = BlockingProducer("stream", client=FakeKinesis(), producer_config=CONFIG)
     producer.flush(timeout=5)
     producer.close()
     with pytest.raises(ProducerClosedError):
@@ -85,8 +85,8 @@ def test_put_after_close_is_refused() -> None:
 
 def test_one_event_loop_thread_serves_every_producer() -> None:
     with (
-        BlockingProducer("a", client=FakeKinesis(), config=CONFIG) as one,
-        BlockingProducer("b", client=FakeKinesis(), config=CONFIG) as two,
+        BlockingProducer("a", client=FakeKinesis(), producer_config=CONFIG) as one,
+        BlockingProducer("b", client=FakeKinesis(), producer_config=CONFIG) as two,
     ):
         assert one._thread is two._thread
         assert loop_thread_count() == 1
@@ -96,7 +96,7 @@ def test_calling_from_a_result_callback_is_refused_not_deadlocked() -> None:
     fake = FakeKinesis()
     errors: list[BaseException] = []
     done = threading.Event()
-    with BlockingProducer("stream", client=fake, config=CONFIG) as producer:
+    with BlockingProducer("stream", client=fake, producer_config=CONFIG) as producer:
 
         def callback(_: object) -> None:
             try:
@@ -117,7 +117,7 @@ def test_single_submits_from_threads_stay_within_the_budget() -> None:
         record_max_buffered_time=0.01, rate_limit=100_000, max_outstanding_records=200
     )
     seen: list[int] = []
-    with BlockingProducer("stream", client=fake, config=config) as producer:
+    with BlockingProducer("stream", client=fake, producer_config=config) as producer:
 
         def work(t: int) -> list[concurrent.futures.Future[RecordResult]]:
             futures = []
@@ -139,7 +139,7 @@ def test_threads_hand_records_over_without_waiting_for_the_loop() -> None:
     admits its records under a lock and the loop takes them when it comes round. (Every batch
     call used to wait for the loop to take it: most of a Beam DoFn's time, docs/performance.md.)"""
     fake = FakeKinesis(shards=2)
-    with BlockingProducer("stream", client=fake, config=CONFIG) as producer:
+    with BlockingProducer("stream", client=fake, producer_config=CONFIG) as producer:
         busy, release, done = threading.Event(), threading.Event(), threading.Event()
 
         def occupy_the_loop() -> None:

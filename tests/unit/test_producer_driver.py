@@ -274,7 +274,7 @@ def test_records_expire_while_the_limiter_holds_them() -> None:
         async with Producer(
             "stream",
             client=fake,
-            config=ProducerConfig(record_max_buffered_time=0.01, **config),
+            producer_config=ProducerConfig(record_max_buffered_time=0.01, **config),
         ) as p:
             return await p.put_many(records(40)), p.metrics()
 
@@ -504,7 +504,7 @@ def test_metrics_snapshot_and_hook() -> None:
         async with Producer(
             "stream",
             client=fake,
-            config=ProducerConfig(metrics_interval=0.1, **FAST),
+            producer_config=ProducerConfig(metrics_interval=0.1, **FAST),
             on_metrics=snapshots.append,
         ) as p:
             await p.put_many(records(500))
@@ -536,7 +536,10 @@ def test_a_failing_metrics_hook_does_not_hurt_the_producer() -> None:
 
     async def main() -> Any:
         async with Producer(
-            "stream", client=fake, config=ProducerConfig(metrics_interval=0.1), on_metrics=broken
+            "stream",
+            client=fake,
+            producer_config=ProducerConfig(metrics_interval=0.1),
+            on_metrics=broken,
         ) as p:
             await asyncio.sleep(0.15)
             return await p.put(b"x", "k")
@@ -590,7 +593,7 @@ def test_the_producer_makes_its_client_with_botocore_retries_off(
     config = ProducerConfig(max_connections=7, request_timeout=2.5, connect_timeout=1.5, **FAST)
 
     async def main() -> Any:
-        async with Producer("stream", client_config=base, config=config) as p:
+        async with Producer("stream", client_config=base, producer_config=config) as p:
             return await p.put(b"x", "k")
 
     assert run(main).success

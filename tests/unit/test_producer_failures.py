@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import warnings
 from typing import Any
 
 import pytest
@@ -231,7 +230,7 @@ def test_a_stream_arn_names_the_stream_by_its_arn_in_every_call() -> None:
     fake = FakeKinesis(shards=2)
 
     async def main() -> Any:
-        async with Producer(ARN, client=fake, config=ProducerConfig(**FAST)) as p:
+        async with Producer(ARN, client=fake, producer_config=ProducerConfig(**FAST)) as p:
             assert (p.stream_name, p.stream.arn) == ("orders", ARN)
             return await p.put_many(records(20))
 
@@ -247,7 +246,7 @@ def test_a_stream_id_goes_with_every_call_that_names_the_stream() -> None:
     stream = StreamRef("orders", stream_id="abcdefghij0123456789-abc")
 
     async def main() -> Any:
-        async with Producer(stream, client=fake, config=ProducerConfig(**FAST)) as p:
+        async with Producer(stream, client=fake, producer_config=ProducerConfig(**FAST)) as p:
             return await p.put_many(records(20))
 
     assert run(main).ok
@@ -258,27 +257,12 @@ def test_a_stream_id_goes_with_every_call_that_names_the_stream() -> None:
         assert call.params["StreamName"] == "orders"
 
 
-def test_stream_name_still_works_with_a_deprecation_warning() -> None:
+def test_producers_take_a_name_or_an_arn_and_nothing_else() -> None:
     fake = FakeKinesis(shards=1)
-    with pytest.warns(DeprecationWarning, match=r"use Producer\(stream=\.\.\.\)"):
-        p = Producer(stream_name="orders", client=fake)
-    assert p.stream_name == "orders"
-    with pytest.raises(ConfigurationError, match="given twice"):
-        Producer("a", stream_name="b", client=fake)
-    with pytest.raises(ConfigurationError, match="stream"):
-        Producer(client=fake)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        Producer("orders", client=fake)  # the new spelling warns about nothing
-
-
-def test_blocking_producer_takes_stream_too() -> None:
-    fake = FakeKinesis(shards=1)
-    with (
-        pytest.warns(DeprecationWarning, match="BlockingProducer"),
-        BlockingProducer(stream_name="orders", client=fake) as p,
-    ):
-        assert p.put(b"x", "k").success
+    with pytest.raises(ConfigurationError, match=r"^stream: must be a stream name or ARN"):
+        Producer(None, client=fake)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="stream_name"):
+        Producer("orders", stream_name="orders", client=fake)  # type: ignore[call-arg]
     with BlockingProducer(ARN, client=fake) as p:
         assert p.stream_name == "orders"
         assert p.put(b"x", "k").success
@@ -359,7 +343,7 @@ def out_of_order(sent: list[tuple[bytes, str]], batches: list[Any]) -> int:
     behind = 0
     for (_, key), result in zip(sent, [r for b in batches for r in b], strict=True):
         assert result.success
-        where = (result.shard_id, result.sequence_number, result.sub_sequence_number)
+        where = (result.shard_id, *result.position)
         if key in last and where < last[key]:
             behind += 1
         last[key] = max(where, last.get(key, where))

@@ -191,7 +191,7 @@ def test_a_hundred_9_mib_records_put_at_once_stay_within_the_budget() -> None:
 def test_blocking_producer_asks_the_stream_again_in_the_callers_call() -> None:
     fake = FakeKinesis(shards=2)
     config = ProducerConfig(**FAST)
-    with BlockingProducer("stream", client=fake, config=config) as blocking:
+    with BlockingProducer("stream", client=fake, producer_config=config) as blocking:
         with pytest.raises(RecordTooLargeError, match="1024 KiB"):
             blocking.put(b"x" * (2 * MIB), "k")
         fake.max_record_size_kib = 4096

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kinesis_core.backoff import Backoff
+from kinesis_core.backoff import Backoff, BackoffTracker
 from kinesis_core.hashing import MAX_HASH_KEY
 from kinesis_core.producer.config import ProducerConfig
 from kinesis_core.producer.items import PutBatch
@@ -44,9 +44,10 @@ class Setup:
             hash_range=self.ranges.get,
             metrics=ProducerMetrics("s"),
         )
-        self.pipeline.backoff = Backoff(
-            self.pipeline.config.retry_backoff_base,
-            self.pipeline.config.retry_backoff_max,
+        self.pipeline.backoff = BackoffTracker(
+            Backoff(
+                self.pipeline.config.retry_backoff_base, self.pipeline.config.retry_backoff_max
+            ),
             random=lambda: 1.0,
         )
         self.sink = RecordingSink()
@@ -455,9 +456,9 @@ def test_a_landing_on_an_unknown_shard_waits_then_counts_as_written_when_in_rang
     s.ranges["child"] = (0, HALF - 1)
     assert s.pipeline.resolve_landings(0.03) == set()
     assert {i: v[:3] for i, v in s.sink.ok.items()} == {
-        0: ("child", 9, 0),
-        1: ("child", 9, 1),
-        2: ("child", 9, 2),
+        0: ("child", "9", 0),
+        1: ("child", "9", 1),
+        2: ("child", "9", 2),
     }
     assert s.pipeline.outstanding_records == 0
 

@@ -137,10 +137,10 @@ def test_success_where_predicted_finishes_with_shard_sequence_and_sub_sequence()
     assert decisions.retries == []
     assert decisions.invalidations == []
     assert {i: v[:3] for i, v in sink.ok.items()} == {
-        0: ("low", 7, 0),
-        1: ("low", 7, 1),
-        2: ("low", 7, 2),
-        3: ("high", 8, 0),  # nothing predicted: any shard is right
+        0: ("low", "7", 0),
+        1: ("low", "7", 1),
+        2: ("low", "7", 2),
+        3: ("high", "8", 0),  # nothing predicted: any shard is right
     }
     assert sink.ok[0][3] == (Attempt(11.0, 11.5, True, shard_id="low"),)
     assert metrics.user_records_put == 4
@@ -184,7 +184,7 @@ def test_a_plain_record_on_an_unexpected_shard_is_written_never_put_again() -> N
     )
     assert decisions.retries == []
     assert decisions.landings == []
-    assert sink.ok[0][:3] == ("brand-new", 1, 0)
+    assert sink.ok[0][:3] == ("brand-new", "1", 0)
     assert decisions.invalidations == [(11.0, "low")]
     assert WRONG_SHARD not in metrics.errors_by_code
 
@@ -200,7 +200,7 @@ def test_an_aggregate_on_a_shard_of_unknown_range_waits_for_the_map_then_is_deci
     assert not sink.bad
     assert decisions.invalidations == [(11.0, "parent")]
     (landing,) = decisions.landings
-    assert (landing.shard_id, landing.sequence_number) == ("brand-new", 4)
+    assert (landing.shard_id, landing.sequence_number) == ("brand-new", "4")
     later = RetryDecisions(retry_deadline=NOW)
     assert not retrier.resolve(landing, NOW, later)  # still unknown: nothing done
     RANGES["brand-new"] = (0, 99)  # the refreshed map knows it now: both records in range
@@ -210,8 +210,8 @@ def test_an_aggregate_on_a_shard_of_unknown_range_waits_for_the_map_then_is_deci
         del RANGES["brand-new"]
     assert later.retries == []
     assert {i: v[:3] for i, v in sink.ok.items()} == {
-        0: ("brand-new", 4, 0),
-        1: ("brand-new", 4, 1),
+        0: ("brand-new", "4", 0),
+        1: ("brand-new", "4", 1),
     }
 
 
@@ -327,11 +327,11 @@ def test_an_aggregate_of_several_callers_and_retries_numbers_sub_records_in_orde
     )
     retrier.handle(batch(mixed), outcome(records=[ok("low", 7)]), NOW)
     assert {i: v[:3] for i, v in a.ok.items()} == {
-        0: ("low", 7, 0),
-        1: ("low", 7, 1),
-        2: ("low", 7, 4),
+        0: ("low", "7", 0),
+        1: ("low", "7", 1),
+        2: ("low", "7", 4),
     }
-    assert {i: v[:3] for i, v in b.ok.items()} == {0: ("low", 7, 2), 1: ("low", 7, 3)}
+    assert {i: v[:3] for i, v in b.ok.items()} == {0: ("low", "7", 2), 1: ("low", "7", 3)}
     costs = sum(record_cost(ur[1], ur[2]) for ur in mixed.records)
     assert (retrier.released_records, retrier.released_bytes) == (5, costs)
     assert (metrics.user_records_put, metrics.user_records_data_put) == (5, 20)

@@ -199,7 +199,7 @@ from tests.fakes.kinesis import FakeKinesis
 
 async def main():
     fake = FakeKinesis(shards=2)
-    async with Producer("stream", client=fake, config=ProducerConfig()) as producer:
+    async with Producer("stream", client=fake, producer_config=ProducerConfig()) as producer:
         assert (await producer.put_many([(b"x%d" % i, str(i)) for i in range(500)])).ok
     consumer = Consumer("stream", client=fake, checkpoint_store=MemoryCheckpointStore(),
                         initial_position="TRIM_HORIZON", auto_ack=True)

@@ -36,7 +36,7 @@ def kafka_free_app(name: str, datadir: Path, **conf: Any) -> faust.App:
 async def produce(stream: LocalStream, items: Sequence[tuple[bytes, str]]) -> None:
     """Write ``(data, partition_key)`` records through the core producer (KPL aggregates)."""
     async with Producer(
-        stream.name, client_config=stream.client_config, config=SMALL_AGGREGATES
+        stream.name, client_config=stream.client_config, producer_config=SMALL_AGGREGATES
     ) as producer:
         (await producer.put_many(items)).raise_for_failures()
 
