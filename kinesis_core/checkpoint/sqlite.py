@@ -335,7 +335,7 @@ class SQLiteCheckpointStore:
         self, application: str, stream: str, worker_id: str, *, leaving: bool = False
     ) -> None:
         if self.read_only:
-            raise ConfigurationError(f"checkpoint file {self.path!r} is open read-only")
+            raise ConfigurationError("path", f"checkpoint file {self.path!r} is open read-only")
         key = (application, stream, worker_id)
 
         def write(conn: sqlite3.Connection) -> None:
@@ -359,7 +359,7 @@ class SQLiteCheckpointStore:
         self, application: str, stream: str, worker_id: str, counter: int
     ) -> None:
         if self.read_only:
-            raise ConfigurationError(f"checkpoint file {self.path!r} is open read-only")
+            raise ConfigurationError("path", f"checkpoint file {self.path!r} is open read-only")
 
         def write(conn: sqlite3.Connection) -> None:
             conn.execute(
