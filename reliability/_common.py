@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import json
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -97,3 +99,24 @@ def payload(record: int, size: int) -> bytes:
     """``size`` bytes (at least 10) that start with the record's id."""
     head = b"%09d|" % record
     return head + b"x" * max(size - len(head), 0)
+
+
+async def log_each_record_until(
+    consumer: Any, out: str, entry: Callable[[KinesisRecord], dict[str, Any]], stop: Any
+) -> None:
+    """Append ``entry(record)`` as a JSON line to ``out`` for every record ``consumer``
+    delivers, flushed before the record is acked, until ``stop`` (an asyncio.Event) is set:
+    a worker process's log of what it delivered, true up to a SIGKILL."""
+
+    async def pump() -> None:
+        # Blocking writes on purpose: a record is logged before it is acked, nothing between.
+        with open(out, "a") as log:  # noqa: ASYNC230
+            async for record in consumer:
+                log.write(json.dumps(entry(record)) + "\n")
+                log.flush()
+                record.ack()
+
+    task = asyncio.create_task(pump())
+    await stop.wait()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)

@@ -10,7 +10,6 @@ log (``OUT`` with ``.log``) keeps the lease manager's INFO lines.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import signal
 import sys
@@ -27,6 +26,7 @@ async def run(kinesis: str, dynamodb: str, stream: str, app: str, name: str, out
     from kinesis_core.consumer import TRIM_HORIZON, Consumer
     from kinesis_core.lease import LeaseConfig
     from kinesis_core.local import local_client_config
+    from reliability._common import log_each_record_until
 
     config = local_client_config(kinesis, dynamodb_endpoint_url=dynamodb)
     stop = asyncio.Event()
@@ -51,26 +51,18 @@ async def run(kinesis: str, dynamodb: str, stream: str, app: str, name: str, out
             ),
         ) as consumer,
     ):
-
-        async def pump() -> None:
-            # Blocking writes on purpose: a record is logged before it is acked, nothing between.
-            with open(out, "a") as log:  # noqa: ASYNC230
-                async for record in consumer:
-                    entry = {
-                        "t": time.time(),
-                        "w": name,
-                        "s": record.shard_id,
-                        "q": str(record.sequence_number),
-                        "d": int(record.data),
-                    }
-                    log.write(json.dumps(entry) + "\n")
-                    log.flush()
-                    record.ack()
-
-        task = asyncio.create_task(pump())
-        await stop.wait()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await log_each_record_until(
+            consumer,
+            out,
+            lambda record: {
+                "t": time.time(),
+                "w": name,
+                "s": record.shard_id,
+                "q": str(record.sequence_number),
+                "d": int(record.data),
+            },
+            stop,
+        )
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from kinesis_core.consumer import TRIM_HORIZON, Consumer
 from kinesis_core.executor import list_all_shards
 from kinesis_core.hashing import hash_key
 from kinesis_core.lease import LeaseConfig
+from reliability._common import log_each_record_until
 
 pytestmark = pytest.mark.integration
 
@@ -96,26 +97,18 @@ async def worker(
             leases=leases,
         ) as consumer,
     ):
-
-        async def pump() -> None:
-            # Blocking writes on purpose: a record is logged before it is acked, nothing between.
-            with open(out, "a") as log:  # noqa: ASYNC230
-                async for record in consumer:
-                    entry = {
-                        "time": time.time(),
-                        "worker": name,
-                        "shard": record.shard_id,
-                        "position": list(record.position),
-                        "data": record.data.decode(),
-                    }
-                    log.write(json.dumps(entry) + "\n")
-                    log.flush()
-                    record.ack()
-
-        task = asyncio.create_task(pump())
-        await stop.wait()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await log_each_record_until(
+            consumer,
+            out,
+            lambda record: {
+                "time": time.time(),
+                "worker": name,
+                "shard": record.shard_id,
+                "position": list(record.position),
+                "data": record.data.decode(),
+            },
+            stop,
+        )
 
 
 # -- the test side -----------------------------------------------------------------------------
