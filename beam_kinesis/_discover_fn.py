@@ -38,7 +38,10 @@ from beam_kinesis.discovery import (
     shard_restrictions,
     started,
 )
-from beam_kinesis.restriction import KinesisRestriction, encode_restriction
+from beam_kinesis.plan import (
+    KinesisRestriction,
+    encode_restriction,
+)
 from kinesis_core.calls import ListShards
 from kinesis_core.client import create_botocore_client, error_kind
 from kinesis_core.consumer.lineage import ShardNode

@@ -27,18 +27,20 @@ from beam_kinesis._read_loop import ReadLoop
 from beam_kinesis._read_spec import ReadSpec, micros, now_micros
 from beam_kinesis._shard_readers import ShardReaders
 from beam_kinesis.discovery import parents_ended
-from beam_kinesis.restriction import (
-    DeadlineClaim,
+from beam_kinesis.plan import (
     KinesisRestriction,
-    KinesisRestrictionCoder,
-    KinesisRestrictionTracker,
-    ParentsEndedClaim,
-    StopClaim,
     commit_values,
     decode_restriction,
     initial_restriction,
     partition,
     restriction_backlog,
+)
+from beam_kinesis.restriction import (
+    DeadlineClaim,
+    KinesisRestrictionCoder,
+    KinesisRestrictionTracker,
+    ParentsEndedClaim,
+    StopClaim,
 )
 from kinesis_core.calls import DescribeStreamSummary, ListShards
 from kinesis_core.checkpoint import Checkpoint, CheckpointStore, CheckpointValue

@@ -22,18 +22,20 @@ from beam_kinesis._metrics import BeamMetrics
 from beam_kinesis._read_spec import ReadSpec, micros as to_micros, now_micros, to_timestamp
 from beam_kinesis._shard_readers import Reader, ShardReaders
 from beam_kinesis.backlog import backlog_bytes
+from beam_kinesis.plan import (
+    KinesisRestriction,
+    ShardCursor,
+    ShardRef,
+    restriction_watermark,
+)
 from beam_kinesis.record import KinesisRecord
 from beam_kinesis.restriction import (
     BacklogClaim,
     EndClaim,
     IdleClaim,
-    KinesisRestriction,
     RecordClaim,
-    ShardCursor,
-    ShardRef,
     SkipClaim,
     StopClaim,
-    restriction_watermark,
 )
 from kinesis_core.calls import Call, Wait
 from kinesis_core.consumer.lineage import ShardNode

@@ -27,7 +27,10 @@ from typing import Any
 
 from beam_kinesis._read_spec import ReadSpec
 from beam_kinesis.backlog import ByteRate
-from beam_kinesis.restriction import KinesisRestriction, ShardCursor
+from beam_kinesis.plan import (
+    KinesisRestriction,
+    ShardCursor,
+)
 from kinesis_core.calls import ListShards
 from kinesis_core.client import create_botocore_client
 from kinesis_core.consumer import fastparse

@@ -21,13 +21,13 @@ from typing import NamedTuple
 
 from apache_beam.io.iobase import RestrictionProgress, RestrictionTracker
 
-from beam_kinesis.restriction import (
-    DeterministicCoder,
+from beam_kinesis.plan import (
     KinesisRestriction,
     ShardCursor,
     ShardRef,
     stored_values,
 )
+from beam_kinesis.restriction import DeterministicCoder
 from kinesis_core.checkpoint.base import SHARD_END, CheckpointValue
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.records import Position

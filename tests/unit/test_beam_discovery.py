@@ -21,18 +21,20 @@ from beam_kinesis.discovery import (
     shard_restrictions,
     started,
 )
-from beam_kinesis.restriction import (
-    BacklogClaim,
-    EndClaim,
+from beam_kinesis.plan import (
     KinesisRestriction,
-    KinesisRestrictionTracker,
-    ParentsEndedClaim,
     ShardCursor,
     ShardRef,
     decode_restriction,
     encode_restriction,
     initial_restriction,
     restriction_backlog,
+)
+from beam_kinesis.restriction import (
+    BacklogClaim,
+    EndClaim,
+    KinesisRestrictionTracker,
+    ParentsEndedClaim,
 )
 from kinesis_core.checkpoint import SHARD_END
 from kinesis_core.consumer.lineage import ShardNode

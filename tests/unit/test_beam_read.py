@@ -34,15 +34,15 @@ from beam_kinesis._read_fn import (
 )
 from beam_kinesis._read_spec import to_timestamp
 from beam_kinesis.discovery import Discovery, new_shards, shard_restrictions, started
-from beam_kinesis.read import ReadFromKinesis
-from beam_kinesis.record import KinesisRecord
-from beam_kinesis.restriction import (
+from beam_kinesis.plan import (
     KinesisRestriction,
     ShardCursor,
     ShardRef,
     decode_restriction,
     encode_restriction,
 )
+from beam_kinesis.read import ReadFromKinesis
+from beam_kinesis.record import KinesisRecord
 from kinesis_core.aggregation import encode_aggregate
 from kinesis_core.checkpoint import SHARD_END, MemoryCheckpointStore
 from kinesis_core.classify import ErrorKind

@@ -8,18 +8,10 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from beam_kinesis.restriction import (
-    DeadlineClaim,
-    EndClaim,
-    IdleClaim,
+from beam_kinesis.plan import (
     KinesisRestriction,
-    KinesisRestrictionCoder,
-    KinesisRestrictionTracker,
-    RecordClaim,
     ShardCursor,
     ShardRef,
-    SkipClaim,
-    StopClaim,
     checkpoint_key,
     commit_values,
     decode_restriction,
@@ -31,6 +23,16 @@ from beam_kinesis.restriction import (
     partition,
     restriction_watermark,
     resume_value,
+)
+from beam_kinesis.restriction import (
+    DeadlineClaim,
+    EndClaim,
+    IdleClaim,
+    KinesisRestrictionCoder,
+    KinesisRestrictionTracker,
+    RecordClaim,
+    SkipClaim,
+    StopClaim,
 )
 from kinesis_core.checkpoint import SHARD_END, Sentinel
 from kinesis_core.consumer.lineage import ShardNode

@@ -167,6 +167,27 @@ def io_imports(module: str, graph: dict[str, tuple[set[str], set[str]]]) -> Iter
             paths.append([*path, target])
 
 
+BEAM_PURE = ["beam_kinesis.plan"]
+"""Modules of the Beam package that must stay sans-I/O and free of Beam itself: the read plan
+(restrictions as values, their planning, checkpoint keys, the wire form)."""
+
+
+@pytest.mark.parametrize("module", BEAM_PURE)
+def test_the_beam_read_plan_is_pure(
+    module: str, core_graph: dict[str, tuple[set[str], set[str]]]
+) -> None:
+    beam = runtime_dependencies("beam_kinesis")
+    assert list(io_imports(module, beam)) == []
+    path = package_modules("beam_kinesis")[module]
+    core = package_modules("kinesis_core")
+    used = set()
+    for base, names in imports(module, path, runtime=True):
+        if base.split(".")[0] == "kinesis_core":
+            used |= imported_modules(base, names, core.get)
+    assert used, f"{module} imports nothing of kinesis_core: is this test still looking?"
+    assert sorted(used - set(PURE)) == []
+
+
 @pytest.fixture(scope="module")
 def core_graph() -> dict[str, tuple[set[str], set[str]]]:
     return runtime_dependencies("kinesis_core")
