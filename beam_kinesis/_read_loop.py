@@ -2,9 +2,10 @@
 
 :class:`ReadLoop` round-robins over the restriction's readable shards, executes the call each
 reader asks for (a step of its :class:`kinesis_core.consumer.reading.SyncShardReader`), claims
-every record before it outputs it, filters the records of a shard that straddles the
-restriction's range, adopts a shard's children at its end, moves the watermark, and stops at
-the self-checkpoint time, a bounded stop or a refused claim. :mod:`beam_kinesis._shard_readers`
+each response's records (one claim of the last position they consume) before it outputs them,
+filters the records of a shard that straddles the restriction's range, adopts a shard's
+children at its end, moves the watermark, and stops at the self-checkpoint time, a bounded
+stop or a refused claim. :mod:`beam_kinesis._shard_readers`
 makes the readers.
 """
 
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
+from operator import attrgetter
 from typing import Any
 
 from apache_beam.transforms.window import TimestampedValue
@@ -41,9 +43,12 @@ from kinesis_core.calls import Call, Wait
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.transport import Ended, Failed
 from kinesis_core.hashing import hash_key
-from kinesis_core.records import KinesisRecord as CoreRecord, Position
+from kinesis_core.records import KinesisRecord as CoreRecord
 
 logger = logging.getLogger(__name__)
+
+_ARRIVAL = attrgetter("approximate_arrival_timestamp")
+_DATA = attrgetter("data")
 
 
 class ReadLoop:
@@ -188,7 +193,7 @@ class ReadLoop:
         """The data bytes of a response, learnt into the shard's write rate."""
         if not records:
             return 0
-        nbytes = sum(len(r.data) for r in records)
+        nbytes = sum(map(len, map(_DATA, records)))
         first = records[0].approximate_arrival_timestamp
         last = records[-1].approximate_arrival_timestamp
         if first is not None and last is not None:
@@ -197,29 +202,56 @@ class ReadLoop:
         return nbytes
 
     def _emit(self, shard_id: str, records: list[CoreRecord]) -> Generator[Any, None, bool]:
-        """Claim and output the records of one response that lie in this restriction's range.
-        Returns True when a claim was refused (checkpointed by the runner, or out of
-        ``max_records``)."""
+        """Output the records of one response that lie in this restriction's range, at most
+        what is left of ``max_records``, after one claim of the last position they consume.
+        Returns True when the claim was refused (checkpointed by the runner) or
+        ``max_records`` ran out."""
+        chosen, consumed = self._chosen(shard_id, records)
+        position = consumed.position
+        if not chosen:
+            if not self.tracker.try_claim(SkipClaim(shard_id, *position)):
+                self.clean.discard(shard_id)
+                return True
+            return False
+        arrivals = set(map(_ARRIVAL, chosen))
+        arrived = (
+            max(to_micros(a) for a in arrivals if a is not None)
+            if None not in arrivals
+            else now_micros()
+        )
+        outputs: Iterable[TimestampedValue[Any]] = self._outputs(shard_id, chosen)
+        newest = arrived
+        if self.spec.timestamp_fn is not None:
+            # The timestamps are known only once the elements are made: the claim needs them.
+            outputs = list(outputs)
+            newest = max(o.timestamp.micros for o in outputs)
+        claim = tuple.__new__(RecordClaim, (shard_id, *position, newest, len(chosen)))
+        if not self.tracker.try_claim(claim):
+            self.clean.discard(shard_id)
+            return True
+        yield from outputs
+        self._count(shard_id, len(chosen), sum(map(len, map(_DATA, chosen))), arrived)
+        left = self.records_left
+        if left is None:
+            return False
+        self.records_left = left - len(chosen)
+        if self.records_left == 0:
+            self.clean.discard(shard_id)
+            return True
+        return False
+
+    def _chosen(
+        self, shard_id: str, records: list[CoreRecord]
+    ) -> tuple[list[CoreRecord], CoreRecord]:
+        """The records of a response to output (those in this restriction's range, at most
+        what is left of ``max_records``) and the last record their output consumes."""
         cursor = self.cursors[shard_id]
         lo, hi = self.lo, self.hi
-        inside = lo <= cursor.lo and cursor.hi <= hi
-        in_range: dict[str, bool] = {}
-        with_metadata = self.spec.with_metadata
-        timestamp_fn = self.spec.timestamp_fn
-        try_claim = self.tracker.try_claim
-        left = self.records_left
-        last_seq = ""
-        number = -1
-        arrival: Any = None
-        ts = Timestamp(0)
-        micros = 0
-        emitted = 0
-        nbytes = 0
-        skipped: Position | None = None
-        # tuple.__new__ builds the NamedTuples in C, without their Python-level __new__.
-        new_tuple = tuple.__new__
-        for record in records:
-            if not inside:
+        chosen = records
+        if not (lo <= cursor.lo and cursor.hi <= hi):
+            in_range: dict[str, bool] = {}
+            chosen = []
+            for record in records:
                 ehk = record.explicit_hash_key
                 if ehk is not None:
                     ok = lo <= int(ehk) <= hi
@@ -228,18 +260,34 @@ class ReadLoop:
                     cached = in_range.get(pk)
                     ok = cached if cached is not None else lo <= hash_key(pk) <= hi
                     in_range[pk] = ok
-                if not ok:
-                    skipped = record.position
-                    continue
+                if ok:
+                    chosen.append(record)
+        left = self.records_left
+        if left is not None and len(chosen) >= left:
+            chosen = chosen[:left]  # a restriction with no records left reads nothing
+            return chosen, chosen[-1]
+        return chosen, records[-1]
+
+    def _outputs(
+        self, shard_id: str, records: list[CoreRecord]
+    ) -> Generator[TimestampedValue[Any], None, None]:
+        """The elements of ``records``, timestamped, made one by one as Beam takes them."""
+        with_metadata = self.spec.with_metadata
+        timestamp_fn = self.spec.timestamp_fn
+        last_seq = ""
+        arrival: Any = ...  # none seen yet (None: a record without one)
+        ts = Timestamp(0)
+        # tuple.__new__ builds the NamedTuples in C, without their Python-level __new__.
+        new_tuple = tuple.__new__
+        for record in records:
             seq = record.sequence_number
             if seq != last_seq:
                 last_seq = seq
-                number = record.position[0]
                 if record.approximate_arrival_timestamp is not arrival:
                     arrival = record.approximate_arrival_timestamp
-                    micros = to_micros(arrival) if arrival is not None else now_micros()
-                    ts = Timestamp(micros=micros)
-            sub = record.sub_sequence_number
+                    ts = Timestamp(
+                        micros=to_micros(arrival) if arrival is not None else now_micros()
+                    )
             element = new_tuple(
                 KinesisRecord,
                 (
@@ -248,35 +296,16 @@ class ReadLoop:
                     record.explicit_hash_key,
                     shard_id,
                     seq,
-                    sub,
+                    record.sub_sequence_number,
                     ts,
                 ),
             )
-            out_ts, out_micros = ts, micros
             if timestamp_fn is not None:
-                out_ts = to_timestamp(timestamp_fn(element))
-                out_micros = out_ts.micros
-            if not try_claim(new_tuple(RecordClaim, (shard_id, number, sub, out_micros))):
-                self.clean.discard(shard_id)
-                self._count(shard_id, emitted, nbytes, micros)
-                return True
-            skipped = None
-            yield TimestampedValue(element if with_metadata else record.data, out_ts)
-            emitted += 1
-            nbytes += len(record.data)
-            if left is not None:
-                left -= 1
-                if left == 0:
-                    self._count(shard_id, emitted, nbytes, micros)
-                    self.records_left = 0
-                    self.clean.discard(shard_id)
-                    return True
-        self.records_left = left
-        self._count(shard_id, emitted, nbytes, micros)
-        if skipped is not None and not try_claim(SkipClaim(shard_id, *skipped)):
-            self.clean.discard(shard_id)
-            return True
-        return False
+                yield TimestampedValue(
+                    element if with_metadata else record.data, to_timestamp(timestamp_fn(element))
+                )
+            else:
+                yield TimestampedValue(element if with_metadata else record.data, ts)
 
     def _count(self, shard_id: str, emitted: int, nbytes: int, arrival_micros: int) -> None:
         """Records output; ``arrival_micros``: when the newest of them arrived in the stream."""

@@ -9,9 +9,10 @@ open at the start position, each adopting the children of the shards it finishes
 This module is the transform: its arguments, their checks and its expansion. The DoFn is in
 :mod:`beam_kinesis._read_fn`, its per-call read loop in :mod:`beam_kinesis._read_loop`, and the
 shard readers (the transport: the core's sans-I/O readers and a synchronous botocore client) in
-:mod:`beam_kinesis._shard_readers`. A ``process`` call claims every record before it outputs
-it, and self-checkpoints (``defer_remainder``) every ``self_checkpoint_interval`` seconds. With
-a checkpoint store, the positions of a bundle are written from its bundle finalizer, i.e. only
+:mod:`beam_kinesis._shard_readers`. A ``process`` call claims each GetRecords answer's
+records (one claim of the last position they consume) before it outputs them, and
+self-checkpoints (``defer_remainder``) every ``self_checkpoint_interval`` seconds. With a
+checkpoint store, the positions of a bundle are written from its bundle finalizer, i.e. only
 after the runner committed the bundle.
 """
 

@@ -28,12 +28,16 @@ from kinesis_core.records import Position
 
 
 class RecordClaim(NamedTuple):
-    """One record about to be output."""
+    """Records about to be output: ``records`` of them (one response's, at most what is left of
+    ``max_records``), consuming the shard up to and including this position (records outside
+    the range up to there are consumed without output); ``timestamp_micros`` is the newest of
+    their timestamps."""
 
     shard_id: str
     sequence_number: int
     sub_sequence_number: int
     timestamp_micros: int
+    records: int = 1
 
 
 class SkipClaim(NamedTuple):
@@ -183,11 +187,16 @@ class KinesisRestrictionTracker(RestrictionTracker):
 
     def try_claim(self, position: Claim) -> bool:
         """Record claims return False once the restriction is checkpointed, stopped or out of
-        ``max_records``; then the caller must not output and should return."""
-        if type(position) is RecordClaim:  # the per-record path: kept short
+        ``max_records``; then the caller must not output and should return. A record claim
+        for more records than are left of ``max_records`` is an error."""
+        if type(position) is RecordClaim:  # once per response: kept short
             if self._done or self._left == 0:
                 return False
-            shard_id, seq, sub, ts = position
+            shard_id, seq, sub, ts, records = position
+            if self._left is not None and records > self._left:
+                raise ValueError(
+                    f"{shard_id}: claimed {records} records with {self._left} left of max_records"
+                )
             cursor = self._cursors.get(shard_id)
             last = None if cursor is None else cursor.position
             if cursor is None or cursor.waiting_for or (last is not None and (seq, sub) <= last):
@@ -196,7 +205,7 @@ class KinesisRestrictionTracker(RestrictionTracker):
             if cursor.watermark is None or ts > cursor.watermark:
                 cursor.watermark = ts
             if self._left is not None:
-                self._left -= 1
+                self._left -= records
             return True
         if self._done:
             return False

@@ -178,6 +178,21 @@ def test_bytes_and_a_timestamp_fn(fake: FakeKinesis) -> None:
     assert bundle.outputs[0].timestamp == Timestamp.of(42.5)
 
 
+def test_max_records_ends_inside_an_aggregate(fake: FakeKinesis) -> None:
+    subs = [SubRecord(LOW_KEY, None, bytes([65 + i])) for i in range(5)]
+    seq = fake.put(LOW_KEY, encode_aggregate(subs), shard="s0")
+    fn = make_fn(max_records=3)
+    (only,) = parts(fn)
+    bundle = Bundle(fn, only)
+    assert [(e.data, e.sub_sequence_number) for e in bundle.elements] == [
+        (b"A", 0),
+        (b"B", 1),
+        (b"C", 2),
+    ]
+    assert bundle.restriction.cursors[0].position == (seq, 2)
+    assert bundle.restriction.records_left == 0
+
+
 def test_to_timestamp_accepts_timestamps_datetimes_and_seconds() -> None:
     assert to_timestamp(Timestamp.of(3)) == Timestamp.of(3)
     assert to_timestamp(T0) == Timestamp.of(T0.timestamp())
@@ -233,6 +248,33 @@ def test_self_checkpoint_defers_the_rest_and_reuses_the_iterator(fake: FakeKines
             break
     assert got == [b"b"]
     assert fake.count("GetShardIterator", "s0") == iterators
+
+
+def test_a_checkpoint_while_a_response_is_output_keeps_the_response_in_the_primary(
+    fake: FakeKinesis,
+) -> None:
+    """A response's records are claimed together: a runner's checkpoint in the middle of their
+    output leaves them all to the primary, and the residual goes on after the last of them."""
+    seqs = [fake.put(LOW_KEY, f"r{i}".encode(), shard="s0") for i in range(3)]
+    fn = make_fn(unbounded=True)
+    tracker = ThreadsafeRestrictionTracker(fn.create_tracker(parts(fn)[0]))
+    outputs = fn.process(
+        "stream",
+        _BundleFinalizerParam(),
+        RestrictionTrackerView(tracker),
+        ManualWatermarkEstimator(None),
+    )  # type: ignore[attr-defined]
+    first = next(outputs)
+    split = tracker.try_split(0)  # what a runner's checkpoint calls, from another thread
+    assert split is not None
+    primary, residual = split
+    got = [first.value.data] + [o.value.data for o in outputs]
+    assert got == [b"r0", b"r1", b"r2"]
+    assert primary.done
+    assert residual.cursors[0].position == (seqs[2], 0)
+    fake.put(LOW_KEY, b"r3", shard="s0")
+    again = Bundle(make_fn(), residual)
+    assert [e.data for e in again.elements] == [b"r3"]
 
 
 def test_a_residual_read_on_another_worker_resumes_after_the_last_record(fake: FakeKinesis) -> None:

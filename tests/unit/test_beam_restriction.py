@@ -144,6 +144,19 @@ def test_record_claims_move_the_position_and_the_watermark() -> None:
     assert c.watermark == 500
 
 
+def test_a_record_claim_covers_a_response_of_several_records() -> None:
+    tracker = KinesisRestrictionTracker(restriction(cursor("s"), records_left=5))
+    assert tracker.try_claim(RecordClaim("s", 10, 2, 700, records=3))
+    (c,) = tracker.current_restriction().cursors
+    assert (c.position, c.watermark) == ((10, 2), 700)
+    assert tracker.current_restriction().records_left == 2
+    with pytest.raises(ValueError, match="claimed 3 records with 2 left of max_records"):
+        tracker.try_claim(RecordClaim("s", 11, 0, 800, records=3))
+    assert tracker.try_claim(RecordClaim("s", 11, 0, 800, records=2))
+    assert not tracker.try_claim(RecordClaim("s", 12, 0, 900))
+    tracker.check_done()
+
+
 def test_claims_must_move_forward() -> None:
     tracker = KinesisRestrictionTracker(restriction(cursor("s", position=(10, 3))))
     with pytest.raises(ValueError, match="at or before"):
