@@ -243,7 +243,8 @@ class ReadFn(beam.DoFn, RestrictionProvider):
         assert readers is not None, "setup() was not called"
         self._metrics.restriction_shards(len(restriction.cursors))
         run = ReadLoop(spec, readers, self._metrics, restriction, tracker, watermark)
-        yield from run.poll()
+        for outputs in run.poll():
+            yield from outputs
         final: KinesisRestriction = tracker.current_restriction()
         if run.defer is not None:
             tracker.defer_remainder(Duration(micros=int(run.defer * 1e6)))

@@ -47,6 +47,10 @@ from kinesis_core.records import KinesisRecord as CoreRecord
 
 logger = logging.getLogger(__name__)
 
+Outputs = Iterable[TimestampedValue[Any]]
+"""The outputs of one response: :meth:`ReadLoop.poll` yields one per response, and the caller
+outputs all of it before it resumes the loop (one generator level per element, not five)."""
+
 _ARRIVAL = attrgetter("approximate_arrival_timestamp")
 _DATA = attrgetter("data")
 
@@ -99,8 +103,9 @@ class ReadLoop:
             and all(c.readable for c in self.cursors.values())
         )
 
-    def poll(self) -> Generator[Any, None, None]:
+    def poll(self) -> Generator[Outputs, None, None]:
         """Round-robin over the shards whose next call is due; sleep only while nothing is.
+        Yields the outputs of each response (:data:`Outputs`).
 
         Returns (setting ``defer``) at the self-checkpoint time, or early once this call did
         some work and nothing is due before that time. A call that finds nothing due at all
@@ -152,7 +157,7 @@ class ReadLoop:
 
     def _call(
         self, shard_id: str, reader: Reader, action: Call
-    ) -> Generator[Any, None, str | None]:
+    ) -> Generator[Outputs, None, str | None]:
         """One call of the shard's reader and what follows from it. Returns (as the
         generator's value) None to go on, or "stop" after a refused claim or a bounded stop."""
         sent = time.time()
@@ -201,7 +206,7 @@ class ReadLoop:
             rate.observe(nbytes, to_micros(first) // 1000, to_micros(last) // 1000)
         return nbytes
 
-    def _emit(self, shard_id: str, records: list[CoreRecord]) -> Generator[Any, None, bool]:
+    def _emit(self, shard_id: str, records: list[CoreRecord]) -> Generator[Outputs, None, bool]:
         """Output the records of one response that lie in this restriction's range, at most
         what is left of ``max_records``, after one claim of the last position they consume.
         Returns True when the claim was refused (checkpointed by the runner) or
@@ -219,7 +224,7 @@ class ReadLoop:
             if None not in arrivals
             else now_micros()
         )
-        outputs: Iterable[TimestampedValue[Any]] = self._outputs(shard_id, chosen)
+        outputs: Outputs = self._outputs(shard_id, chosen)
         newest = arrived
         if self.spec.timestamp_fn is not None:
             # The timestamps are known only once the elements are made: the claim needs them.
@@ -229,7 +234,7 @@ class ReadLoop:
         if not self.tracker.try_claim(claim):
             self.clean.discard(shard_id)
             return True
-        yield from outputs
+        yield outputs  # output whole before this generator goes on
         self._count(shard_id, len(chosen), sum(map(len, map(_DATA, chosen))), arrived)
         left = self.records_left
         if left is None:
