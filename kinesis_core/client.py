@@ -413,18 +413,22 @@ class SecretsFilter(logging.Filter):
     def __init__(self) -> None:
         super().__init__()
         self._secrets: set[str] = set()
+        self._ordered: list[str] = []
         self._lock = threading.Lock()
 
     def add_secret(self, value: str) -> None:
         """Mask this exact value wherever it appears."""
         with self._lock:
             self._secrets.add(value)
+            # Longest first: a secret that begins with another one ("secret" and
+            # "secret/abc") must be masked whole, not left with its tail showing.
+            self._ordered = sorted(self._secrets, key=len, reverse=True)
 
     def mask(self, text: str) -> str:
         """``text`` with every credential in it replaced by ``***``."""
         for pattern in self._PATTERNS:
             text = pattern.sub(r"\1***", text)
-        for secret in self._secrets:
+        for secret in self._ordered:
             if secret in text:
                 text = text.replace(secret, "***")
         return text
