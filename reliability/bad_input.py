@@ -501,6 +501,9 @@ async def _refused_position(env: Env) -> list[Check]:
     handler = _Collect(logged)
     logger = logging.getLogger("kinesis_core")
     logger.addHandler(handler)
+    # The runner without -v sets the root logger to CRITICAL: the warning must still come here.
+    level = logger.level
+    logger.setLevel(logging.WARNING)
     try:
         with tempfile.TemporaryDirectory() as folder:
             async with SQLiteCheckpointStore(Path(folder) / "c.sqlite3") as store:
@@ -512,6 +515,7 @@ async def _refused_position(env: Env) -> list[Check]:
                 except Exception as exc:
                     seen = error_text(exc)
     finally:
+        logger.setLevel(level)
         logger.removeHandler(handler)
     warned = [line for line in logged if "trim horizon" in line]
     seen = f"{seen}; warned: {warned[0] if warned else 'nothing'}"
