@@ -106,7 +106,9 @@ class LeanGetRecords:
     :meth:`of`)."""
 
     def __init__(self, client: Any, signer: Any, http_session: Any) -> None:
-        self._client = client
+        # Weakly: the map of senders by client holds this sender as long as the client lives,
+        # and a strong reference back would keep every client (and its service model) forever.
+        self._client = weakref.proxy(client)
         self._signer = signer
         self._http = http_session
         self._routes: dict[str | None, Route] = {}

@@ -4,7 +4,9 @@ session in place of the network; the real servers are in tests/integration)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import weakref
 from typing import Any
 
 from botocore.awsrequest import AWSRequest
@@ -133,3 +135,19 @@ def test_a_wrapped_client_keeps_its_own_get_records() -> None:
     wrapped, plain = asyncio.run(main())
     assert wrapped is None
     assert plain is not None
+
+
+def test_a_client_with_a_lean_sender_is_freed_when_its_user_drops_it() -> None:
+    """The senders are kept per client in a weak map; a sender holding its client strongly kept
+    every client a process ever made alive (with its service model: about 30,000 objects that
+    each full garbage collection then walked)."""
+
+    async def main() -> weakref.ref[Any]:
+        config = ClientConfig(region_name="us-east-1", endpoint_url="http://127.0.0.1:9")
+        async with create_kinesis_client(config, max_attempts=1) as client:
+            assert LeanGetRecords.of(client) is LeanGetRecords.of(client)
+            return weakref.ref(client)
+
+    client = asyncio.run(main())
+    gc.collect()
+    assert client() is None
