@@ -250,6 +250,24 @@ class LeaseCoordinator:
             view[row.shard_id] = _Seen(row, changed_at)
         self._view = view
 
+    def retake(self, take: Take, current: Checkpoint | None) -> Take | None:
+        """A take lost its condition and the row is now ``current``: the same take on that row
+        if the decision still stands, else None (another worker won it, or the owner is alive).
+
+        A request to a live owner still stands when only the owner's own writes moved the
+        counter (a renewal or a checkpoint between the scan and the request: at a renewal
+        every half second and a checkpoint a second, a scan that takes a while under load
+        would see nearly every request lose). A free lease is still free when it has no owner.
+        A lease taken because it looked expired is not taken again: its counter moved, so its
+        owner is alive. A lease in a hand-off is nobody's to take."""
+        if current is None or current.checkpoint_owner is not None:
+            return None
+        if take.steal:
+            still = current.owner == take.row.owner and current.owner != self.worker_id
+        else:
+            still = current.owner is None
+        return Take(current, take.steal) if still else None
+
     def _available(self, seen: _Seen, now: float) -> bool:
         return (
             seen.row.owner is None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import random
 from typing import Any
 
 from kinesis_core.checkpoint import Checkpoint, MemoryCheckpointStore, Sentinel
@@ -312,3 +314,65 @@ def test_workers_announce_themselves_and_leave() -> None:
         assert await store.workers(APP, STREAM) == {}
 
     asyncio.run(main())
+
+
+class SlowScanStore(MemoryCheckpointStore):
+    """A table scan that takes ``delay`` and answers with the table as it was when it began."""
+
+    delay = 0.0
+    scans = 0
+
+    async def list(self, application: str, stream: str) -> list[Checkpoint]:
+        rows = await super().list(application, stream)
+        self.scans += 1
+        await asyncio.sleep(self.delay)
+        return rows
+
+
+def test_a_slow_scan_does_not_stretch_the_take_interval() -> None:
+    """Rounds start every take interval, however long each takes: balance is bounded in take
+    intervals (a scan of 0.8 s made them 1.8 s apart)."""
+    clock = FakeClock()
+
+    async def main() -> int:
+        store = SlowScanStore()
+        store.delay = 0.8
+        m = manager(store, renew_interval=0.1, clock=clock)
+        m.config = dataclasses.replace(m.config, take_interval=1.0)
+        m.start()
+        await clock.sleep(10.05)
+        await m.close()
+        return store.scans
+
+    assert clock.run(main()) >= 10
+
+
+def test_a_take_lost_to_another_worker_scans_again_at_once() -> None:
+    """Two workers started together took the same new leases (the same choice, on the same
+    stale view): the loser scans again at once and takes its share, not a take interval
+    later."""
+    clock = FakeClock()
+
+    async def main() -> tuple[list[str], list[str]]:
+        store = SlowScanStore()
+        store.delay = 0.05
+        workers = []
+        for name in ("a", "b"):
+            m = manager(store, renew_interval=0.1, clock=clock, rng=random.Random(7))
+            m.worker_id = m.coordinator.worker_id = name
+            m.config = m.coordinator.config = dataclasses.replace(m.config, take_interval=60.0)
+            m._eligible = lambda: {"s1", "s2", "s3", "s4"}
+            workers.append(m)
+        for shard_id in ("s1", "s2", "s3", "s4"):
+            await workers[0].create(shard_id, Sentinel.TRIM_HORIZON, [], None)
+        for m in workers:
+            m.start()
+        await clock.sleep(5.0)
+        held = [sorted(m.held()) for m in workers]
+        for m in workers:
+            await m.close()
+        return held[0], held[1]
+
+    a, b = clock.run(main())
+    assert len(a) == len(b) == 2
+    assert not set(a) & set(b)
