@@ -392,6 +392,37 @@ def test_a_free_lease_is_taken_again_only_while_it_has_no_owner() -> None:
     assert c.retake(expired, row("s", None, 3)) == Take(row("s", None, 3), steal=False)
 
 
+@pytest.mark.parametrize(
+    ("n", "owned", "workers", "each"),
+    [
+        (16, {}, ["a", "b"], 8),  # started together
+        (16, {"a": 5, "b": 5}, ["a", "b"], 3),  # a third worker stopped and released its 6
+        (15, {}, ["a", "b", "c"], 5),
+    ],
+)
+def test_workers_taking_from_the_same_scan_take_different_leases(
+    n: int, owned: dict[str, int], workers: list[str], each: int
+) -> None:
+    """Each deals the available leases among the workers below the target as the others do,
+    and takes its own deal first: before, each took a random choice (the same one here, from
+    the same seed), and the losers had to take their share in a later round."""
+    ids = shards(n)
+    rows, owners = [], iter(w for w, n in owned.items() for _ in range(n))
+    for shard in ids:
+        rows.append(row(shard, next(owners, None)))
+    plans = []
+    for name in workers:
+        c = coordinator(name)
+        for held in rows:
+            if held.owner == name:
+                c.acquired(held.shard_id, 0.0)
+        c.scan(0.0, rows, dict.fromkeys(workers, 1))
+        plans.append(taken(c.plan(1.0, set(ids))))
+    assert [len(p) for p in plans] == [each] * len(workers)
+    everything = [s for p in plans for s in p]
+    assert len(everything) == len(set(everything))
+
+
 # -- several workers on one simulated table ------------------------------------------------------
 
 
