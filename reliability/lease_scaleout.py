@@ -256,7 +256,11 @@ def lease_scale_out(
     """(what, when, the workers alive after it, the leases to hold after it)"""
 
     def at(fraction: float) -> None:
-        time.sleep(max(0.0, t0 + fraction * seconds - time.monotonic()))
+        """At ``fraction`` of the run, but never before the last change had its two take
+        intervals to balance (workers slow to start on a loaded machine made a change
+        follow the previous one too closely to measure it)."""
+        last = events[-1][1] + 2 * TAKE if events else 0.0
+        time.sleep(max(0.0, t0 + fraction * seconds - time.monotonic(), last - time.monotonic()))
 
     try:
         t0 = time.monotonic()
@@ -304,6 +308,8 @@ def lease_scale_out(
             lambda: {e["d"] for e in cluster.deliveries()} >= written,
             90,
         )
+        # The last change gets its two take intervals (and a sample) before the workers stop.
+        time.sleep(max(0.0, events[-1][1] + 2 * TAKE + 2 * SAMPLE - time.monotonic()))
         for name in ("w1", "w2", "w5"):
             if cluster.signal(name, signal.SIGTERM) != 0:
                 result.problem(f"{name} did not stop cleanly on SIGTERM")

@@ -593,11 +593,16 @@ class Consumer:
             self._checkpointer.stream_created_ms = facts.created_ms
         for row in rows:
             self._checkpointer.observe(row)
+        leasable = self._leasable()
         self._lineage.update(
             [ShardNode.from_shard_info(info) for info in shards],
             {row.shard_id: row.value for row in rows},
         )
         await self._create_leases()
+        if self._leases is not None and self._leasable() - leasable:
+            # New shards (a reshard another worker saw first, whose leases its scan showed):
+            # take them now, not a take interval later.
+            self._leases.poke()
         self._start_ready()
 
     async def _first_discovery(self) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import deque
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -250,6 +251,24 @@ class LeaseCoordinator:
             view[row.shard_id] = _Seen(row, changed_at)
         self._view = view
 
+    def retake(self, take: Take, current: Checkpoint | None) -> Take | None:
+        """A take lost its condition and the row is now ``current``: the same take on that row
+        if the decision still stands, else None (another worker won it, or the owner is alive).
+
+        A request to a live owner still stands when only the owner's own writes moved the
+        counter (a renewal or a checkpoint between the scan and the request: at a renewal
+        every half second and a checkpoint a second, a scan that takes a while under load
+        would see nearly every request lose). A free lease is still free when it has no owner.
+        A lease taken because it looked expired is not taken again: its counter moved, so its
+        owner is alive. A lease in a hand-off is nobody's to take."""
+        if current is None or current.checkpoint_owner is not None:
+            return None
+        if take.steal:
+            still = current.owner == take.row.owner and current.owner != self.worker_id
+        else:
+            still = current.owner is None
+        return Take(current, take.steal) if still else None
+
     def _available(self, seen: _Seen, now: float) -> bool:
         return (
             seen.row.owner is None
@@ -329,9 +348,31 @@ class LeaseCoordinator:
             me = self.worker_id
             reserve = sum(max(0, base - load) for w, load in counts.items() if w != me)
             room = min(needed, max(len(available) - reserve, base - mine))
-            self._rng.shuffle(available)
-            return [Take(candidates[s].row, steal=False) for s in available[: max(room, 0)]]
+            chosen = self._deal(available, counts, target)[: max(room, 0)]
+            return [Take(candidates[s].row, steal=False) for s in chosen]
         return self._steals(now, candidates, counts, needed, target, total // workers)
+
+    def _deal(self, available: list[str], counts: Mapping[str, int], target: int) -> list[str]:
+        """``available`` (sorted) in the order this worker takes them: first the leases dealt
+        to it when they are dealt one at a time, in turn, to the workers below the target (in
+        the order of their ids), then those dealt to nobody, then the others' (both shuffled).
+        Every worker that saw the same scan deals alike, so workers taking at the same moment
+        (started together, or the survivors of a stop) take different leases, not the same
+        ones with one winner."""
+        need = {w: target - load for w, load in sorted(counts.items()) if load < target}
+        dealt: dict[str, list[str]] = {w: [] for w in need}
+        leases = deque(available)
+        while leases and any(need.values()):
+            for worker in need:
+                if need[worker] > 0 and leases:
+                    dealt[worker].append(leases.popleft())
+                    need[worker] -= 1
+        mine = dealt.get(self.worker_id, [])
+        others = [s for w, shards in dealt.items() if w != self.worker_id for s in shards]
+        undealt = list(leases)
+        self._rng.shuffle(undealt)
+        self._rng.shuffle(others)
+        return [*mine, *undealt, *others]
 
     def _steals(
         self,

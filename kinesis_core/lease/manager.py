@@ -510,11 +510,15 @@ class LeaseManager:
         if await wait_event(self._clock, self._no_takes, self.config.renew_every):
             return
         while not self._no_takes.is_set():
+            # Rounds start every take interval, however long a round takes (a slow scan must
+            # not stretch the time to see a change: balance is bounded in take intervals).
+            started = self._clock.now()
             try:
                 await self.take_round()
             except Exception:
                 logger.warning("scanning the lease table failed; retrying", exc_info=True)
-            await wait_event(self._clock, self._poke, self.config.take_every)
+            left = started + self.config.take_every - self._clock.now()
+            await wait_event(self._clock, self._poke, max(left, 0.0))
             self._poke.clear()
 
     async def take_round(self) -> list[str]:
@@ -545,22 +549,31 @@ class LeaseManager:
         async with self._lock(shard_id):
             if self.coordinator.holds(shard_id):
                 return False
-            sent_at = self._clock.now()
-            try:
-                row = await self.store.update_lease(
-                    self.application,
-                    self.stream,
-                    shard_id,
-                    expected=take.row,
-                    owner=self.worker_id,
-                    # A live owner is asked to hand the lease over (it stays its reader).
-                    checkpoint_owner=take.row.owner if take.steal else None,
-                )
-            except CheckpointConflictError:
-                logger.debug("another worker took %s first", shard_id)
-                return False
-            except Exception as exc:
-                logger.warning("taking the lease of %s failed: %r", shard_id, exc)
+            asked = take
+            for _ in range(3):
+                sent_at = self._clock.now()
+                try:
+                    row = await self.store.update_lease(
+                        self.application,
+                        self.stream,
+                        shard_id,
+                        expected=take.row,
+                        owner=self.worker_id,
+                        # A live owner is asked to hand the lease over (it stays its reader).
+                        checkpoint_owner=take.row.owner if take.steal else None,
+                    )
+                    break
+                except CheckpointConflictError as exc:
+                    retry = self.coordinator.retake(take, exc.current)
+                    if retry is None:
+                        self._lost_take(asked, exc.current)
+                        return False
+                    take = retry
+                except Exception as exc:
+                    logger.warning("taking the lease of %s failed: %r", shard_id, exc)
+                    return False
+            else:
+                # The owner wrote three times during three requests: look again next round.
                 return False
             self._rows[shard_id] = row
             self.coordinator.acquired(shard_id, sent_at)
@@ -576,6 +589,20 @@ class LeaseManager:
         if not take.steal:
             self._on_acquired(shard_id)
         return True
+
+    def _lost_take(self, take: Take, current: Checkpoint | None) -> None:
+        """Another worker took the lease first, or its owner turned out alive: this worker's
+        view of the table is stale, so it scans again at once rather than a take interval
+        later (two workers that took the same new leases at once both reach their share in
+        the next round)."""
+        logger.info(
+            "did not %s the lease of %s: it is now %s's%s",
+            "ask for" if take.steal else "take",
+            take.row.shard_id,
+            None if current is None else current.owner,
+            "" if current is None or current.checkpoint_owner is None else " (in a hand-off)",
+        )
+        self.poke()
 
 
 async def _finish(task: asyncio.Task[None] | None) -> None:

@@ -461,3 +461,38 @@ def test_leases_of_an_earlier_stream_are_refused_or_reset_before_anyone_reads() 
         assert set(pumps.data()) == written
 
     asyncio.run(main())
+
+
+def test_children_a_scan_shows_are_taken_once_listed_not_a_take_interval_later() -> None:
+    """A worker whose scan shows leases of shards it does not know (a split another worker's
+    reader saw) lists the stream, and takes them as soon as they are listed: before the
+    fix, at its next round, a take interval later (issue 21: a split balanced in 4.2 s)."""
+    clock = FakeClock()
+
+    async def main() -> tuple[float, float]:
+        fake = FakeKinesis(2)
+        store = MemoryCheckpointStore()
+        capped = dataclasses.replace(lease_config("a"), max_leases_for_worker=1)
+        slow = dataclasses.replace(lease_config("b"), take_interval=10.0)
+        a = worker(fake, store, "a", leases=capped, clock=clock)
+        b = worker(fake, store, "b", leases=slow, clock=clock, shard_refresh_interval=1000.0)
+        async with a, b:
+            pumps = Pumps({"a": a, "b": b})
+            await pumps.until(balanced([a, b], 2))
+            [parent] = a.leased_shards()
+            fake.split(parent)
+            children = {c.shard_id for c in fake.shards[parent].children}
+
+            async def rows() -> set[str]:
+                return {row.shard_id for row in await store.list(APP, "stream")}
+
+            while not children <= await rows():
+                await clock.sleep(0.01)
+            created = clock.now()
+            await pumps.until(lambda: bool(children & set(b.leased_shards())), timeout=30)
+            taken = clock.now()
+            await pumps.stop()
+        return created, taken
+
+    created, taken = clock.run(main())
+    assert taken - created < 10.0  # b's take interval

@@ -364,6 +364,65 @@ def test_held_leases_not_renewed_within_the_failover_time_are_dropped() -> None:
     assert c.held == []
 
 
+def test_a_request_that_lost_only_to_the_owners_renewal_is_made_again_on_the_new_row() -> None:
+    """The 12 s stall of issue 21: a worker that joined asked for leases from owners that renew
+    every half second and checkpoint every second; a scan slow enough saw every request lose
+    to those writes, and the worker took nothing, round after round."""
+    c = coordinator()
+    asked = Take(row("s", "owner", 4), steal=True)
+    renewed = row("s", "owner", 6)
+    assert c.retake(asked, renewed) == Take(renewed, steal=True)
+    # Another worker asked first (the marker is set), or took it: the request is dropped.
+    marked = Checkpoint("s", Sentinel.TRIM_HORIZON, 5, "other", checkpoint_owner="owner")
+    assert c.retake(asked, marked) is None
+    assert c.retake(asked, row("s", "other", 5)) is None
+    assert c.retake(asked, row("s", None, 5)) is None  # released: the next scan sees it free
+    assert c.retake(asked, row("s", "me", 5)) is None
+    assert c.retake(asked, None) is None
+
+
+def test_a_free_lease_is_taken_again_only_while_it_has_no_owner() -> None:
+    c = coordinator()
+    free = Take(row("s", None, 2), steal=False)
+    assert c.retake(free, row("s", None, 3)) == Take(row("s", None, 3), steal=False)
+    assert c.retake(free, row("s", "other", 3)) is None  # another worker won it
+    # A lease that looked expired whose counter moved: its owner is alive.
+    expired = Take(row("s", "dead", 2), steal=False)
+    assert c.retake(expired, row("s", "dead", 3)) is None
+    assert c.retake(expired, row("s", None, 3)) == Take(row("s", None, 3), steal=False)
+
+
+@pytest.mark.parametrize(
+    ("n", "owned", "workers", "each"),
+    [
+        (16, {}, ["a", "b"], 8),  # started together
+        (16, {"a": 5, "b": 5}, ["a", "b"], 3),  # a third worker stopped and released its 6
+        (15, {}, ["a", "b", "c"], 5),
+    ],
+)
+def test_workers_taking_from_the_same_scan_take_different_leases(
+    n: int, owned: dict[str, int], workers: list[str], each: int
+) -> None:
+    """Each deals the available leases among the workers below the target as the others do,
+    and takes its own deal first: before, each took a random choice (the same one here, from
+    the same seed), and the losers had to take their share in a later round."""
+    ids = shards(n)
+    rows, owners = [], iter(w for w, n in owned.items() for _ in range(n))
+    for shard in ids:
+        rows.append(row(shard, next(owners, None)))
+    plans = []
+    for name in workers:
+        c = coordinator(name)
+        for held in rows:
+            if held.owner == name:
+                c.acquired(held.shard_id, 0.0)
+        c.scan(0.0, rows, dict.fromkeys(workers, 1))
+        plans.append(taken(c.plan(1.0, set(ids))))
+    assert [len(p) for p in plans] == [each] * len(workers)
+    everything = [s for p in plans for s in p]
+    assert len(everything) == len(set(everything))
+
+
 # -- several workers on one simulated table ------------------------------------------------------
 
 

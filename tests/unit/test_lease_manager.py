@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from kinesis_core.checkpoint import Checkpoint, MemoryCheckpointStore, Sentinel
@@ -312,3 +313,63 @@ def test_workers_announce_themselves_and_leave() -> None:
         assert await store.workers(APP, STREAM) == {}
 
     asyncio.run(main())
+
+
+class SlowScanStore(MemoryCheckpointStore):
+    """A table scan that takes ``delay`` and answers with the table as it was when it began."""
+
+    delay = 0.0
+    scans = 0
+
+    async def list(self, application: str, stream: str) -> list[Checkpoint]:
+        rows = await super().list(application, stream)
+        self.scans += 1
+        await asyncio.sleep(self.delay)
+        return rows
+
+
+def test_a_slow_scan_does_not_stretch_the_take_interval() -> None:
+    """Rounds start every take interval, however long each takes: balance is bounded in take
+    intervals (a scan of 0.8 s made them 1.8 s apart)."""
+    clock = FakeClock()
+
+    async def main() -> int:
+        store = SlowScanStore()
+        store.delay = 0.8
+        m = manager(store, renew_interval=0.1, clock=clock)
+        m.config = dataclasses.replace(m.config, take_interval=1.0)
+        m.start()
+        await clock.sleep(10.05)
+        await m.close()
+        return store.scans
+
+    assert clock.run(main()) >= 10
+
+
+def test_a_take_lost_to_another_worker_scans_again_at_once() -> None:
+    """Another worker took two of the leases this one chose between its scan and its takes:
+    its view is stale, so it scans again at once, not a take interval (60 s) later."""
+    clock = FakeClock()
+
+    class ThiefMeanwhile(SlowScanStore):
+        async def list(self, application: str, stream: str) -> list[Checkpoint]:
+            rows = await super().list(application, stream)
+            if self.scans == 1:
+                for row in rows[:2]:
+                    await self.update_lease(APP, STREAM, row.shard_id, expected=row, owner="thief")
+            return rows
+
+    async def main() -> int:
+        store = ThiefMeanwhile()
+        m = manager(store, renew_interval=0.1, clock=clock)
+        m.config = dataclasses.replace(m.config, take_interval=60.0)
+        m._eligible = lambda: {"s1", "s2", "s3", "s4"}
+        for shard_id in ("s1", "s2", "s3", "s4"):
+            await m.create(shard_id, Sentinel.TRIM_HORIZON, [], None)
+        m.start()
+        await clock.sleep(5.0)
+        assert sorted(m.held()) == ["s3", "s4"]
+        await m.close()
+        return store.scans
+
+    assert clock.run(main()) >= 2
