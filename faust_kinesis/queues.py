@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +41,13 @@ class KinesisQueue(ThrowableQueue[Any]):
         super().clear()
         self._wake()
         self._on_cleared(items)
+
+    @property
+    def room(self) -> int:
+        """How many items ``put_nowait`` takes now (any number when the queue is unbounded)."""
+        if self.maxsize <= 0:
+            return sys.maxsize
+        return self.maxsize - self.qsize()
 
     async def wait_for_room(self) -> None:
         """Wait until the queue is down to half full: refilling in bulk costs one task
