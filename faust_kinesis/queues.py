@@ -33,7 +33,8 @@ class KinesisQueue(ThrowableQueue[Any]):
 
     def get_nowait(self) -> Any:
         item = super().get_nowait()
-        self._wake()
+        if self._room is not None:
+            self._wake()
         return item
 
     def clear(self) -> None:
