@@ -10,15 +10,17 @@ sets ``acked`` is the final one, and :func:`~faust_kinesis.acks.decide` says wha
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from faust.types import TP, Message
 
 from faust_kinesis.acks import Outcome
 from faust_kinesis.faust_internals import ACKED, REFCOUNT
+from kinesis_core.records import KinesisRecord
 
 if TYPE_CHECKING:
-    from kinesis_core.records import KinesisRecord, Position
+    from kinesis_core.records import Position
 
 
 class Run(Protocol):
@@ -38,7 +40,7 @@ class KinesisMessage(Message):
     number, ``offset`` the sequence number; ``record``, ``shard_id`` and ``position`` say
     exactly where it came from (aggregated records share a sequence number)."""
 
-    __slots__ = ("_failed", "_run", "_settled", "record")
+    __slots__ = ("_failed", "_run", "_settled", "record", "record_ack")
 
     def __init__(
         self,
@@ -47,10 +49,14 @@ class KinesisMessage(Message):
         key: bytes,
         timestamp: float,
         run: Run,
+        record_ack: Callable[[KinesisRecord], None] = KinesisRecord.ack,
     ) -> None:
         # The base __init__ is skipped on purpose: it would go through the properties below,
         # and this runs once per record.
         self.record = record
+        self.record_ack = record_ack
+        """Acks ``record``: the ``ack_record`` of its batch when the reader knows it (one
+        call instead of the record's ``ack`` and its batch's weak reference)."""
         self._run = run
         self._failed = False
         self._settled = False

@@ -33,7 +33,7 @@ class KinesisQueue(ThrowableQueue[Any]):
 
     def get_nowait(self) -> Any:
         item = super().get_nowait()
-        if self._room is not None:
+        if self._room is not None and 2 * self.qsize() <= self.maxsize:
             self._wake()
         return item
 
@@ -59,7 +59,7 @@ class KinesisQueue(ThrowableQueue[Any]):
 
     def _wake(self) -> None:
         room = self._room
-        if room is not None and 2 * self.qsize() <= self.maxsize:
+        if room is not None:
             self._room = None
             if not room.done():
                 room.set_result(None)

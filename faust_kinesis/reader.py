@@ -87,7 +87,7 @@ class ConsumerRun:
         if not self.ledger.in_flight:
             self.idle.set()
         if outcome is Outcome.ACKED:
-            message.record.ack()
+            message.record_ack(message.record)
             self.reader.on_message_out(message.tp, message.offset, message)
         elif outcome is Outcome.FAILED:
             logger.warning(
@@ -315,6 +315,7 @@ class Reader(Service):
         tps = self._tps
         async for batch in run.consumer.batches():
             records = batch.records
+            ack = batch.ack_record
             tp = tps.get(batch.shard_id) or self._tp(batch.shard_id)
             arrival: object = _UNSET
             timestamp = 0.0
@@ -333,10 +334,14 @@ class Reader(Service):
                         stamp = arrival = record.approximate_arrival_timestamp
                         timestamp = stamp.timestamp() if stamp else time.time()
                     key = record.partition_key.encode()
-                    message = KinesisMessage(record, tp, key, timestamp, run)
+                    message = KinesisMessage(record, tp, key, timestamp, run, ack)
+                    data = record.data
                     try:
-                        k = loads_key(key)
-                        v = None if allow_empty and not record.data else loads_value(record.data)
+                        k = key if loads_key is None else loads_key(key)
+                        if allow_empty and not data:
+                            v = None
+                        else:
+                            v = data if loads_value is None else loads_value(data)
                     except DecodeError as exc:
                         failure = (message, exc)
                         break
@@ -440,18 +445,13 @@ class Reader(Service):
 
 def decoder(
     loads: Callable[..., Any], typ: Any, serializer: CodecArg, default: CodecArg
-) -> Callable[[bytes], Any]:
-    """One decode function for keys or values; raw bytes without a type are passed as they
-    are (what Faust's raw codec would return, minus its dispatch per record)."""
+) -> Callable[[bytes], Any] | None:
+    """One decode function for keys or values; None for raw bytes without a type, which pass
+    as they are (what Faust's raw codec would return, without a call per record)."""
     codec = serializer or default
     if codec == "raw" and typ in (None, bytes):
-        return same
+        return None
     return lambda data: loads(typ, data, serializer=codec)
-
-
-def same(data: bytes) -> bytes:
-    """The raw decoder: the bytes as they are."""
-    return data
 
 
 def position_text(value: object) -> str | None:
