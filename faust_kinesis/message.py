@@ -22,6 +22,13 @@ from kinesis_core.records import KinesisRecord
 if TYPE_CHECKING:
     from kinesis_core.records import Position
 
+# The slots' accessors, bound once: ``ACKED.__set__`` looks the method up and makes a
+# method-wrapper object on every call, several times per event.
+_get_acked = ACKED.__get__
+_set_acked = ACKED.__set__
+_get_refcount = REFCOUNT.__get__
+_set_refcount = REFCOUNT.__set__
+
 
 class Run(Protocol):
     """What a message needs from the consumer run that delivered it."""
@@ -72,8 +79,8 @@ class KinesisMessage(Message):
         self.checksum = None
         self.serialized_key_size = len(key)
         self.serialized_value_size = len(record.data)
-        ACKED.__set__(self, False)
-        REFCOUNT.__set__(self, 0)
+        _set_acked(self, False)
+        _set_refcount(self, 0)
         self.tracked = True
         self.time_in = None
         self.time_out = None
@@ -82,32 +89,32 @@ class KinesisMessage(Message):
 
     @property
     def acked(self) -> bool:
-        value: bool = ACKED.__get__(self)
+        value: bool = _get_acked(self)
         return value
 
     @acked.setter
     def acked(self, value: bool) -> None:
-        if value and not self._settled and not ACKED.__get__(self):
-            ACKED.__set__(self, True)
+        if value and not self._settled and not _get_acked(self):
+            _set_acked(self, True)
             self._settled = True
             self._run.finish(self, sys.exc_info()[0] is not None)
             return
-        ACKED.__set__(self, value)
+        _set_acked(self, value)
 
     @property
     def refcount(self) -> int:
-        value: int = REFCOUNT.__get__(self)
+        value: int = _get_refcount(self)
         return value
 
     @refcount.setter
     def refcount(self, value: int) -> None:
-        if value < REFCOUNT.__get__(self) and sys.exc_info()[0] is not None:
+        if value < _get_refcount(self) and sys.exc_info()[0] is not None:
             self._failed = True
-        REFCOUNT.__set__(self, value)
+        _set_refcount(self, value)
 
     def deliver_to(self, subscribers: int, generation_id: int | None) -> None:
         """Expect one release per subscriber; stamp the consumer generation Faust checks."""
-        REFCOUNT.__set__(self, subscribers)
+        _set_refcount(self, subscribers)
         self.generation_id = generation_id
 
     def drop(self) -> None:
