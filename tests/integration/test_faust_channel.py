@@ -1,4 +1,4 @@
-"""KinesisChannel with real Faust agents in-process (Kafka disabled) on kinesis-mock.
+"""KinesisChannel with real Faust agents in-process (Kafka disabled) on kinesis-mock (and moto).
 
 - concurrency=4 over 2,000 records: everything processed once, and while one event is held
   the shard's checkpoint stops exactly before it (acks arrive out of order);
