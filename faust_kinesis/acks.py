@@ -70,8 +70,8 @@ class Ledger:
         self.dropped = 0
         self.closed = False
 
-    def deliver(self) -> None:
-        self.delivered += 1
+    def deliver(self, count: int = 1) -> None:
+        self.delivered += count
 
     def settle(self, outcome: Outcome) -> bool:
         """Count one event's outcome; False once the run is closed (ignore the outcome)."""

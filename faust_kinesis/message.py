@@ -10,15 +10,24 @@ sets ``acked`` is the final one, and :func:`~faust_kinesis.acks.decide` says wha
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from faust.types import TP, Message
 
 from faust_kinesis.acks import Outcome
 from faust_kinesis.faust_internals import ACKED, REFCOUNT
+from kinesis_core.records import KinesisRecord
 
 if TYPE_CHECKING:
-    from kinesis_core.records import KinesisRecord, Position
+    from kinesis_core.records import Position
+
+# The slots' accessors, bound once: ``ACKED.__set__`` looks the method up and makes a
+# method-wrapper object on every call, several times per event.
+_get_acked = ACKED.__get__
+_set_acked = ACKED.__set__
+_get_refcount = REFCOUNT.__get__
+_set_refcount = REFCOUNT.__set__
 
 
 class Run(Protocol):
@@ -38,7 +47,7 @@ class KinesisMessage(Message):
     number, ``offset`` the sequence number; ``record``, ``shard_id`` and ``position`` say
     exactly where it came from (aggregated records share a sequence number)."""
 
-    __slots__ = ("_failed", "_run", "_settled", "record")
+    __slots__ = ("_failed", "_run", "_settled", "record", "record_ack")
 
     def __init__(
         self,
@@ -47,10 +56,14 @@ class KinesisMessage(Message):
         key: bytes,
         timestamp: float,
         run: Run,
+        record_ack: Callable[[KinesisRecord], None] = KinesisRecord.ack,
     ) -> None:
         # The base __init__ is skipped on purpose: it would go through the properties below,
         # and this runs once per record.
         self.record = record
+        self.record_ack = record_ack
+        """Acks ``record``: the ``ack_record`` of its batch when the reader knows it (one
+        call instead of the record's ``ack`` and its batch's weak reference)."""
         self._run = run
         self._failed = False
         self._settled = False
@@ -66,8 +79,8 @@ class KinesisMessage(Message):
         self.checksum = None
         self.serialized_key_size = len(key)
         self.serialized_value_size = len(record.data)
-        ACKED.__set__(self, False)
-        REFCOUNT.__set__(self, 0)
+        _set_acked(self, False)
+        _set_refcount(self, 0)
         self.tracked = True
         self.time_in = None
         self.time_out = None
@@ -76,32 +89,32 @@ class KinesisMessage(Message):
 
     @property
     def acked(self) -> bool:
-        value: bool = ACKED.__get__(self)
+        value: bool = _get_acked(self)
         return value
 
     @acked.setter
     def acked(self, value: bool) -> None:
-        if value and not self._settled and not ACKED.__get__(self):
-            ACKED.__set__(self, True)
+        if value and not self._settled and not _get_acked(self):
+            _set_acked(self, True)
             self._settled = True
             self._run.finish(self, sys.exc_info()[0] is not None)
             return
-        ACKED.__set__(self, value)
+        _set_acked(self, value)
 
     @property
     def refcount(self) -> int:
-        value: int = REFCOUNT.__get__(self)
+        value: int = _get_refcount(self)
         return value
 
     @refcount.setter
     def refcount(self, value: int) -> None:
-        if value < REFCOUNT.__get__(self) and sys.exc_info()[0] is not None:
+        if value < _get_refcount(self) and sys.exc_info()[0] is not None:
             self._failed = True
-        REFCOUNT.__set__(self, value)
+        _set_refcount(self, value)
 
     def deliver_to(self, subscribers: int, generation_id: int | None) -> None:
         """Expect one release per subscriber; stamp the consumer generation Faust checks."""
-        REFCOUNT.__set__(self, subscribers)
+        _set_refcount(self, subscribers)
         self.generation_id = generation_id
 
     def drop(self) -> None:

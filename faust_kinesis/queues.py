@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +33,8 @@ class KinesisQueue(ThrowableQueue[Any]):
 
     def get_nowait(self) -> Any:
         item = super().get_nowait()
-        self._wake()
+        if self._room is not None and 2 * self.qsize() <= self.maxsize:
+            self._wake()
         return item
 
     def clear(self) -> None:
@@ -40,6 +42,13 @@ class KinesisQueue(ThrowableQueue[Any]):
         super().clear()
         self._wake()
         self._on_cleared(items)
+
+    @property
+    def room(self) -> int:
+        """How many items ``put_nowait`` takes now (any number when the queue is unbounded)."""
+        if self.maxsize <= 0:
+            return sys.maxsize
+        return self.maxsize - self.qsize()
 
     async def wait_for_room(self) -> None:
         """Wait until the queue is down to half full: refilling in bulk costs one task
@@ -50,7 +59,7 @@ class KinesisQueue(ThrowableQueue[Any]):
 
     def _wake(self) -> None:
         room = self._room
-        if room is not None and 2 * self.qsize() <= self.maxsize:
+        if room is not None:
             self._room = None
             if not room.done():
                 room.set_result(None)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from faust.exceptions import DecodeError
-from faust.types import TP, AppT, ChannelT, CodecArg, EventT, Message
+from faust.types import TP, AppT, ChannelT, CodecArg, Message
 from mode import Service
 from mode.utils.queues import FlowControlEvent
 
@@ -53,6 +53,7 @@ CHECKPOINT_FILE = DEFAULT_CHECKPOINT_PATH
 """The default checkpoint store of a channel: this SQLite file (the core consumer's default
 name) in the app's ``datadir``."""
 _MONITOR_INTERVAL = 1.0
+_UNSET = object()
 
 
 class ConsumerRun:
@@ -86,7 +87,7 @@ class ConsumerRun:
         if not self.ledger.in_flight:
             self.idle.set()
         if outcome is Outcome.ACKED:
-            message.record.ack()
+            message.record_ack(message.record)
             self.reader.on_message_out(message.tp, message.offset, message)
         elif outcome is Outcome.FAILED:
             logger.warning(
@@ -290,6 +291,8 @@ class Reader(Service):
     # -- delivery ---------------------------------------------------------------------------
 
     async def _pump(self, run: ConsumerRun) -> None:
+        """Turn each batch of records into events and put them into the subscribers' queues,
+        as many at a time as every queue has room for; no coroutine per event."""
         app = self.app
         schema = self.schema
         make_event = cast(Any, app.conf.Event)
@@ -307,22 +310,51 @@ class Reader(Service):
             serializers.value_serializer,
         )
         allow_empty = schema.allow_empty
+        on_message_in = self._on_message_in
+        ledger = run.ledger
         tps = self._tps
         async for batch in run.consumer.batches():
-            for record in batch:
-                tp = tps.get(record.shard_id) or self._tp(record.shard_id)
-                key = record.partition_key.encode()
-                arrival = record.approximate_arrival_timestamp
-                message = KinesisMessage(
-                    record, tp, key, arrival.timestamp() if arrival else time.time(), run
-                )
-                try:
-                    k = loads_key(key)
-                    v = None if allow_empty and not record.data else loads_value(record.data)
-                except DecodeError as exc:
-                    await self._skip(record, message, exc)
-                    continue
-                await self._put(make_event(app, k, v, None, message), message, run)
+            records = batch.records
+            ack = batch.ack_record
+            tp = tps.get(batch.shard_id) or self._tp(batch.shard_id)
+            arrival: object = _UNSET
+            timestamp = 0.0
+            i, n = 0, len(batch)
+            while i < n:
+                queues, room = await self._room()
+                # No await from here to the end of the chunk: every put sees the generation
+                # stamped on its message.
+                subscribers = len(queues)
+                generation = app.consumer_generation_id
+                failure: tuple[KinesisMessage, DecodeError] | None = None
+                start = i
+                for record in records[i : min(n, i + room)]:
+                    if record.approximate_arrival_timestamp is not arrival:
+                        # The sub-records of an aggregate share one arrival time.
+                        stamp = arrival = record.approximate_arrival_timestamp
+                        timestamp = stamp.timestamp() if stamp else time.time()
+                    key = record.partition_key.encode()
+                    message = KinesisMessage(record, tp, key, timestamp, run, ack)
+                    data = record.data
+                    try:
+                        k = key if loads_key is None else loads_key(key)
+                        if allow_empty and not data:
+                            v = None
+                        else:
+                            v = data if loads_value is None else loads_value(data)
+                    except DecodeError as exc:
+                        failure = (message, exc)
+                        break
+                    event = make_event(app, k, v, None, message)
+                    message.deliver_to(subscribers, generation)
+                    for queue in queues:
+                        queue.put_nowait(event)
+                    on_message_in(tp, message.offset, message)
+                    i += 1
+                ledger.deliver(i - start)
+                if failure is not None:
+                    await self._skip(records[i], *failure)
+                    i += 1
             await asyncio.sleep(0)
 
     async def _skip(self, record: KinesisRecord, message: KinesisMessage, exc: Exception) -> None:
@@ -332,9 +364,9 @@ class Reader(Service):
         await self.on_decode_error(exc, message)
         record.ack()
 
-    async def _put(self, event: EventT[Any], message: KinesisMessage, run: ConsumerRun) -> None:
-        """Put one event into every subscriber's queue, waiting for flow control, for a
-        subscriber and for room first: no await between stamping the generation and the put."""
+    async def _room(self) -> tuple[list[KinesisQueue], int]:
+        """The subscribers' queues once there is one, flow control is active and every queue
+        has room; with how many events each of them can take now."""
         flow = self.flow
         while True:
             queues = self._subscriber_queues()
@@ -349,12 +381,7 @@ class Reader(Service):
                         await queue.wait_for_room()
                         break
                 else:
-                    break
-        message.deliver_to(len(queues), self.app.consumer_generation_id)
-        for queue in queues:
-            queue.put_nowait(event)
-        run.ledger.deliver()
-        self._on_message_in(message.tp, message.offset, message)
+                    return queues, min(queue.room for queue in queues)
 
     def _subscriber_queues(self) -> list[KinesisQueue]:
         subscribers = self.subscribers
@@ -418,18 +445,13 @@ class Reader(Service):
 
 def decoder(
     loads: Callable[..., Any], typ: Any, serializer: CodecArg, default: CodecArg
-) -> Callable[[bytes], Any]:
-    """One decode function for keys or values; raw bytes without a type are passed as they
-    are (what Faust's raw codec would return, minus its dispatch per record)."""
+) -> Callable[[bytes], Any] | None:
+    """One decode function for keys or values; None for raw bytes without a type, which pass
+    as they are (what Faust's raw codec would return, without a call per record)."""
     codec = serializer or default
     if codec == "raw" and typ in (None, bytes):
-        return same
+        return None
     return lambda data: loads(typ, data, serializer=codec)
-
-
-def same(data: bytes) -> bytes:
-    """The raw decoder: the bytes as they are."""
-    return data
 
 
 def position_text(value: object) -> str | None:

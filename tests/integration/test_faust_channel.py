@@ -1,4 +1,4 @@
-"""KinesisChannel with real Faust agents in-process (Kafka disabled) on kinesis-mock.
+"""KinesisChannel with real Faust agents in-process (Kafka disabled) on kinesis-mock (and moto).
 
 - concurrency=4 over 2,000 records: everything processed once, and while one event is held
   the shard's checkpoint stops exactly before it (acks arrive out of order);
@@ -7,7 +7,8 @@
   from the checkpoints;
 - an app that also declares Kafka topics, and the flow-control wait of an app whose Kafka
   consumer would run;
-- send(): Faust serializers both ways, RecordMetadata from the write.
+- send(): Faust serializers both ways, RecordMetadata from the write;
+- records that do not decode, in the middle of a batch: skipped in their place and acked.
 """
 
 from __future__ import annotations
@@ -246,6 +247,66 @@ def test_send_and_read_faust_records(kinesis_stream: Any, tmp_path: Path) -> Non
         producer = channel.producer
         assert producer is not None
         assert producer.closed
+
+    asyncio.run(main())
+
+
+def test_records_that_do_not_decode_are_skipped_in_their_place(
+    moto_stream: Any, tmp_path: Path
+) -> None:
+    """Three records the value serializer cannot read, in the middle of one GetRecords batch
+    delivered through a queue of four: each goes to the decode-error hook and is acked, the
+    others arrive in shard order, and the checkpoint reaches the last record."""
+    stream = moto_stream(shards=1)
+    good = [i for i in range(30) if i % 10 != 5]
+    items = [
+        (Order(order_id=i, customer="c").dumps() if i in good else b"not json", f"key-{i}")
+        for i in range(30)
+    ]
+
+    async def main() -> None:
+        await produce(stream, items)
+        app = kafka_free_app("decode-errors", tmp_path / "data")
+        store = MemoryCheckpointStore()
+        one_batch = dataclasses.replace(FAST_CONSUMER, max_records_per_call=10_000)
+        channel = channel_for(
+            app,
+            stream,
+            checkpoint_store=store,
+            value_type=Order,
+            consumer_config=one_batch,
+            maxsize=4,
+        )
+        failed: list[Position] = []
+
+        async def on_decode_error(exc: Exception, message: Any) -> None:
+            assert isinstance(exc, faust.exceptions.DecodeError)
+            failed.append(message.position)
+
+        channel.reader.on_decode_error = on_decode_error
+        received: list[int] = []
+
+        @app.agent(channel)
+        async def agent(orders: Any) -> None:
+            async for order in orders:
+                received.append(order.order_id)
+
+        (shard,) = stream_contents(stream).items()
+        shard_id, records = shard
+        await app.start()
+        try:
+            await wait_until(lambda: len(received) == len(good), 20, "the decodable records")
+            last = records[-1][0]
+
+            async def at_the_end() -> bool:
+                return (await checkpoints(store, app, stream)).get(shard_id) == last
+
+            await wait_until(at_the_end, 20, "the checkpoint at the last record")
+        finally:
+            await app.stop()
+        assert received == good
+        assert failed == [records[i][0] for i in (5, 15, 25)]
+        assert channel.reader.decode_errors == 3
 
     asyncio.run(main())
 

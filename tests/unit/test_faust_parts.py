@@ -17,7 +17,7 @@ from faust_kinesis.faust_internals import kafka_consumer_enabled
 from faust_kinesis.message import KinesisMessage
 from faust_kinesis.partitions import shard_number, shard_tp
 from faust_kinesis.queues import KinesisQueue
-from faust_kinesis.reader import Reader, decoder, position_text, same
+from faust_kinesis.reader import Reader, decoder, position_text
 from faust_kinesis.settings import start_position
 from faust_kinesis.writer import Writer
 from kinesis_core.consumer import LATEST, TRIM_HORIZON, ConsumerConfig
@@ -225,10 +225,11 @@ def test_send_refuses_what_kinesis_cannot_carry(tmp_path: Path) -> None:
 
 
 def test_decoders() -> None:
-    assert decoder(lambda *a, **k: None, None, None, "raw") is same
-    assert decoder(lambda *a, **k: None, bytes, "raw", "json") is same
+    assert decoder(lambda *a, **k: None, None, None, "raw") is None  # raw bytes pass as they are
+    assert decoder(lambda *a, **k: None, bytes, "raw", "json") is None
     calls: list[Any] = []
     decode = decoder(lambda *a, **k: calls.append((a, k)) or "x", str, None, "json")
+    assert decode is not None
     assert decode(b"d") == "x"
     assert calls == [((str, b"d"), {"serializer": "json"})]
     assert position_text(None) is None
