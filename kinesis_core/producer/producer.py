@@ -40,7 +40,7 @@ from kinesis_core.producer.result import (
     ProducerFailedError,
     RecordResult,
 )
-from kinesis_core.producer.sender import error_of, send_batch
+from kinesis_core.producer.sender import LeanPutRecords, error_of, send_batch
 from kinesis_core.shard_map_driver import ShardMapDriver, ShardMapTimeoutError
 from kinesis_core.stream import StreamRef
 from kinesis_core.tracing import TraceInjector
@@ -112,6 +112,7 @@ class Producer:
         self._sending: set[asyncio.Task[None]] = set()
         self._metrics_task: asyncio.Task[None] | None = None
         self._telemetry: Any = None
+        self._lean: LeanPutRecords | None = None
         self._closed = asyncio.Event()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -146,6 +147,8 @@ class Producer:
                 raise KinesisConnectorError(self._start_failure(exc)) from exc.__cause__
             self._stack.push_async_callback(driver.close)
             self._shard_map = driver
+            if self.config.lean_put_records:
+                self._lean = LeanPutRecords.of(client)
             self._pipeline = Pipeline(
                 self.config,
                 predict=driver.map.predict,
@@ -569,6 +572,7 @@ class Producer:
                 batch,
                 self.config.request_timeout_for(batch.size),
                 self._clock,
+                self._lean,
             )
             invalidations = pipeline.on_outcome(batch, outcome, self._clock())
             shard_map = self._shard_map

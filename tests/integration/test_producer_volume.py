@@ -88,7 +88,9 @@ def test_blocking_producer_from_threads(moto_stream: Any) -> None:
 
 
 def test_put_records_errors_are_not_retried_by_botocore(moto_stream: Any) -> None:
-    """A PutRecords call to a missing stream fails once per producer attempt, not 3-5 times."""
+    """A PutRecords call to a missing stream fails once per producer attempt, not 3-5 times:
+    counted where both paths send, the client's HTTP session (botocore sends a stream's first
+    request, the lean path the others)."""
     stream = moto_stream(shards=1)
     config = ProducerConfig(record_ttl=0.5, record_max_buffered_time=0.05)
 
@@ -98,14 +100,17 @@ def test_put_records_errors_are_not_retried_by_botocore(moto_stream: Any) -> Non
             Producer(stream.name, client=client, producer_config=config) as p,
         ):
             calls = 0
-            original = client.put_records
+            session = client._endpoint.http_session
+            original = session.send
 
-            async def counting(**kwargs: Any) -> Any:
+            async def counting(request: Any) -> Any:
                 nonlocal calls
-                calls += 1
-                return await original(**kwargs)
+                target = request.headers.get("X-Amz-Target")
+                if target in (b"Kinesis_20131202.PutRecords", "Kinesis_20131202.PutRecords"):
+                    calls += 1
+                return await original(request)
 
-            client.put_records = counting
+            session.send = counting
             await asyncio.to_thread(stream.delete)
             result = await p.put(b"x", "k")
             return result, calls
@@ -117,3 +122,5 @@ def test_put_records_errors_are_not_retried_by_botocore(moto_stream: Any) -> Non
     attempts = len(result.attempts) + (result.elided.count if result.elided else 0)
     assert attempts - 1 == calls
     assert result.attempts[0].error_code == "ResourceNotFoundException"
+    # botocore sent the first request, the lean path the others: the same error code
+    assert {a.error_code for a in result.attempts[:-1]} == {"ResourceNotFoundException"}
