@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from itertools import repeat
-from operator import add, itemgetter
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from kinesis_core.aggregation import AggregateBuilder
@@ -474,8 +474,8 @@ class Pipeline:
         except UnicodeEncodeError:
             return False
         data_bytes = list(map(len, datas))
-        if max(map(add, data_bytes, map(len, encoded))) > max_record_bytes:
-            return False
+        if max(data_bytes) + max(map(len, encoded)) > max_record_bytes:
+            return False  # one record may be too large: the loop says which
         cost = records_cost(sum(data_bytes) + sum(key_chars), n)
         if cost > room_bytes:
             return False
