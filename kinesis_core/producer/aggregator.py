@@ -27,6 +27,7 @@ from kinesis_core.producer.items import (
     PARTITION_KEY,
     KinesisRecordOut,
     UserRecord,
+    tally,
 )
 
 _INF = float("inf")
@@ -269,6 +270,7 @@ class Aggregator:
             buf.deadline,
             buf.expiration,
             buf.since_sum / len(records),
+            tally(records),
         )
         builder.clear()
         if builder.max_size != self.max_size:
