@@ -25,6 +25,7 @@ from kinesis_core.backoff import Backoff, BackoffTracker
 from kinesis_core.classify import ErrorKind, classify
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError
 from kinesis_core.hashing import MAX_PUT_RECORDS_BYTES, MAX_RECORD_BYTES
+from kinesis_core.heap import freeze_start_up_heap
 from kinesis_core.lifecycle import Event, Lifecycle, State
 from kinesis_core.producer.admission import Standing, Submission
 from kinesis_core.producer.config import ProducerConfig
@@ -163,6 +164,7 @@ class Producer:
             self._closed.set()
             await self._stack.aclose()
             raise
+        freeze_start_up_heap()
         if self._on_metrics is not None:
             self._metrics_task = self._loop.create_task(self._report_metrics())
         if self.config.telemetry is not None:

@@ -4,6 +4,7 @@ where its result says; the blocking facade; and botocore's own retries off for r
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections import defaultdict
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from kinesis_core.aggregation import deaggregate
 from kinesis_core.client import create_kinesis_client
+from kinesis_core.heap import freeze_start_up_heap
 from kinesis_core.local.streams import LocalStream
 from kinesis_core.producer import BatchResult, BlockingProducer, Producer, ProducerConfig
 
@@ -124,3 +126,18 @@ def test_put_records_errors_are_not_retried_by_botocore(moto_stream: Any) -> Non
     assert result.attempts[0].error_code == "ResourceNotFoundException"
     # botocore sent the first request, the lean path the others: the same error code
     assert {a.error_code for a in result.attempts[:-1]} == {"ResourceNotFoundException"}
+
+
+def test_a_started_producer_freezes_the_start_up_heap(moto_stream: Any) -> None:
+    """What was alive when the first producer started (the SDK's models, the client, the
+    application's start-up objects) is out of the collector's reach, as for the consumer."""
+    stream = moto_stream(shards=1)
+    freeze_start_up_heap.cache_clear()
+    gc.unfreeze()
+
+    async def main() -> int:
+        async with Producer(stream.name, client_config=stream.client_config) as p:
+            assert (await p.put(b"x", "k")).success
+            return gc.get_freeze_count()
+
+    assert asyncio.run(main()) > 0
