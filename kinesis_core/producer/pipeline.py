@@ -73,6 +73,7 @@ from kinesis_core.record_size import RecordSizeLimit
 PredictFn = Callable[[int], "str | None"]
 
 _first = itemgetter(0)
+_hash_of = itemgetter(HASH)
 _second = itemgetter(1)
 _third = itemgetter(2)
 
@@ -340,10 +341,11 @@ class Pipeline:
         for sub, records in inbox:
             sink = sub.sink
             sinks[sink.key] = sink
-            if sub.waited:  # accepted only now: its TTL starts now
+            if sub.waited and records and records[0][ARRIVAL] != now:
+                # Accepted only now: its TTL starts now. (Records are validated in order, so
+                # when the first was validated now, every one was.)
                 records = [(*ur[:ARRIVAL], now) for ur in records]
-            for ur in records:
-                shard_id = predict(ur[HASH])
+            for shard_id, ur in zip(map(predict, map(_hash_of, records)), records, strict=True):
                 group = group_of(shard_id)
                 if group is None:
                     groups[shard_id] = [ur]

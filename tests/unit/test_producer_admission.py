@@ -388,6 +388,21 @@ def test_one_record_off_the_plain_shape_sends_the_batch_through_the_loop(
         assert sub.sink.failures[1].error_message.startswith(f"{field}:")
 
 
+def test_the_ttl_of_records_that_waited_for_room_starts_when_they_are_accepted() -> None:
+    p = pipeline(max_outstanding_records=100)
+    first = p.submission([(b"x", f"a{i}") for i in range(150)], 0.0)
+    assert p.offer(first)[0] is Standing.WAITING
+    p.admit(0.0)
+    p.admission.release(5, 0)  # room for 5, but above the low-water mark: nothing let in
+    second = p.submission([(b"y", "b0"), (b"y", "b1")], 2.0)  # validated, behind the first
+    assert len(second.records) == 2
+    assert p.offer(second)[0] is Standing.WAITING
+    p.admission.release(90, 0)
+    p.admit(3.0)
+    arrivals = {(ur[4], ur[7]) for ur in p.aggregator.take_all()}
+    assert arrivals == {(first.sink.key, 0.0), (first.sink.key, 3.0), (second.sink.key, 3.0)}
+
+
 def test_a_plain_batch_takes_only_what_the_budget_has_room_for() -> None:
     p = pipeline(max_outstanding_records=3)
     sub = p.submission([(b"x", f"k{i}") for i in range(10)], 0.0)
