@@ -27,7 +27,6 @@ from kinesis_core.producer.items import (
     PARTITION_KEY,
     KinesisRecordOut,
     UserRecord,
-    tally,
 )
 
 _INF = float("inf")
@@ -270,7 +269,6 @@ class Aggregator:
             buf.deadline,
             buf.expiration,
             buf.since_sum / len(records),
-            tally(records),
         )
         builder.clear()
         if builder.max_size != self.max_size:

@@ -7,8 +7,6 @@ a few hundred times less often, so they can be slotted classes.
 
 from __future__ import annotations
 
-from itertools import groupby
-from operator import itemgetter
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
@@ -34,29 +32,6 @@ ATTEMPTS: Final = 6
 ARRIVAL: Final = 7
 
 
-_data_of = itemgetter(DATA)
-_partition_key_of = itemgetter(PARTITION_KEY)
-_sink_of = itemgetter(SINK)
-_index_of = itemgetter(INDEX)
-_attempts_of = itemgetter(ATTEMPTS)
-
-Tally = tuple[int, int, list[tuple[int, list[int]]]]
-"""What finishing the user records of a Kinesis record on their first trip takes: their data
-bytes, their data plus partition key lengths (what the budget charged) and their runs of
-``(sink key, indexes)``, in order."""
-
-
-def tally(records: list[UserRecord]) -> Tally | None:
-    """The :data:`Tally` of ``records``, the loops in C; None when one of them was retried
-    (each then keeps its own attempt history)."""
-    if any(map(_attempts_of, records)):
-        return None
-    data_bytes = sum(map(len, map(_data_of, records)))
-    payload = data_bytes + sum(map(len, map(_partition_key_of, records)))
-    runs = [(key, list(map(_index_of, run))) for key, run in groupby(records, _sink_of)]
-    return data_bytes, payload, runs
-
-
 class KinesisRecordOut:
     """One entry of a PutRecords request: an aggregate of user records, or a single one."""
 
@@ -70,7 +45,6 @@ class KinesisRecordOut:
         "records",
         "shard_id",
         "size",
-        "tally",
     )
 
     def __init__(
@@ -84,7 +58,6 @@ class KinesisRecordOut:
         deadline: float,
         expiration: float,
         buffered_since: float,
-        tally: Tally | None = None,
     ) -> None:
         self.data = data
         self.partition_key = partition_key
@@ -100,9 +73,6 @@ class KinesisRecordOut:
         """When its oldest record's TTL runs out."""
         self.buffered_since = buffered_since
         """Mean time its records entered the aggregator (for the BufferingTime metric)."""
-        self.tally = tally
-        """Its records' :func:`tally`, taken when the aggregate was built (the records are in
-        the CPU's caches then, and no longer when the answer comes); None: take it then."""
 
     def entry(self) -> dict[str, object]:
         """The PutRecords request entry."""

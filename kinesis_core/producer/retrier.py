@@ -40,7 +40,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from operator import attrgetter
+from itertools import groupby
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from kinesis_core.classify import ERROR_CODES, RECORD_COUNT_MISMATCH, ErrorKind, classify
@@ -57,7 +58,6 @@ from kinesis_core.producer.items import (
     KinesisRecordOut,
     PutBatch,
     UserRecord,
-    tally,
 )
 from kinesis_core.producer.metrics import ProducerMetrics
 from kinesis_core.producer.result import (
@@ -71,6 +71,11 @@ from kinesis_core.producer.result import (
     last_failure,
 )
 
+_attempts_of = itemgetter(ATTEMPTS)
+_sink_of = itemgetter(SINK)
+_index_of = itemgetter(INDEX)
+_data_of = itemgetter(DATA)
+_partition_key_of = itemgetter(PARTITION_KEY)
 _ended_at = attrgetter("ended_at")
 
 _BACK_OFF = frozenset(
@@ -331,7 +336,6 @@ class Retrier:
             if len(batch.records) > 1:
                 for kr in batch.records:
                     kr.records = [_with_attempt(ur, attempt) for ur in kr.records]
-                    kr.tally = None
                 decisions.resend.extend(batch.split())
                 self.metrics.retried(code, batch.user_record_count)
             else:
@@ -398,13 +402,14 @@ class Retrier:
         records = kr.records
         sinks = self.sinks
         retried = 0
-        counted = kr.tally if kr.tally is not None else tally(records)
-        if counted is not None:
+        if not any(map(_attempts_of, records)):
             # The usual case (every record on its first trip): one sink call per run of one
-            # caller's records instead of one per record, the sums taken when it was built.
-            data_bytes, budget_bytes, runs = counted
+            # caller's records instead of one per record, and the sums in C.
+            data_bytes = sum(map(len, map(_data_of, records)))
+            budget_bytes = data_bytes + sum(map(len, map(_partition_key_of, records)))
             sub = 0
-            for sink_key, indexes in runs:
+            for sink_key, run in groupby(records, _sink_of):
+                indexes = list(map(_index_of, run))
                 sinks[sink_key].succeeded_run(indexes, sub, shard_id, sequence_number, first)
                 sub += len(indexes)
         else:

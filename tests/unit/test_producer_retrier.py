@@ -10,7 +10,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from kinesis_core.producer.config import record_cost
-from kinesis_core.producer.items import KinesisRecordOut, PutBatch, UserRecord, tally
+from kinesis_core.producer.items import KinesisRecordOut, PutBatch, UserRecord
 from kinesis_core.producer.metrics import ProducerMetrics
 from kinesis_core.producer.result import (
     EXPIRED,
@@ -295,25 +295,6 @@ def test_attempt_history_carries_over_to_the_final_result() -> None:
     assert [a.success for a in attempts] == [False, True]
     assert attempts[0].error_code == "InternalFailure"
     assert metrics.retries_per_record.max == 1
-
-
-def test_the_halves_of_a_refused_request_keep_the_refusal_in_their_history() -> None:
-    """The aggregates' tallies (taken when they were built, for records on their first trip)
-    must not outlive the attempt the split adds: a half written later reports both."""
-    retrier, _ = make()
-    sink = RecordingSink()
-    krs = [aggregate(sink, [1, 2], "low", first=0), aggregate(sink, [3], "low", first=2)]
-    for kr in krs:
-        kr.tally = tally(kr.records)
-    refused = retrier.handle(batch(*krs), outcome(error=("InvalidArgumentException", "m")), NOW)
-    for half in refused.resend:
-        retrier.handle(half, outcome(records=[ok("low", 9)]), NOW)
-    assert sorted(sink.ok) == [0, 1, 2]
-    for *_, attempts in sink.ok.values():
-        assert [(a.success, a.error_code) for a in attempts] == [
-            (False, "InvalidArgumentException"),
-            (True, None),
-        ]
 
 
 def test_fail_records_and_expire_release_the_budget() -> None:
