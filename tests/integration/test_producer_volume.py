@@ -141,3 +141,49 @@ def test_a_started_producer_freezes_the_start_up_heap(moto_stream: Any) -> None:
             return gc.get_freeze_count()
 
     assert asyncio.run(main()) > 0
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_after_a_streams_first_request_botocore_sends_none(moto_stream: Any, lean: bool) -> None:
+    """The lean PutRecords path: botocore sends the stream's first request (learning where and
+    how to sign), the producer the others on the client's HTTP session; every record lands
+    where its result says. ``lean_put_records=False`` sends them all through botocore."""
+    stream = moto_stream(shards=2)
+    config = ProducerConfig(lean_put_records=lean)
+
+    async def main() -> tuple[list[BatchResult], int, int]:
+        async with create_kinesis_client(stream.client_config, max_attempts=1) as client:
+            through_botocore = 0
+            sent = 0
+            session = client._endpoint.http_session
+            original = session.send
+
+            def botocore_sends(**_: Any) -> None:
+                nonlocal through_botocore
+                through_botocore += 1
+
+            async def counting(request: Any) -> Any:
+                nonlocal sent
+                sent += 1
+                return await original(request)
+
+            client.meta.events.register("before-send.kinesis.PutRecords", botocore_sends)
+            async with Producer(stream.name, client=client, producer_config=config) as p:
+                session.send = counting
+                results = []
+                for i in range(3):
+                    results.append(await p.put_many(_records(i * 100, 100)))
+                    await p.flush()
+            return results, through_botocore, sent
+
+    results, through_botocore, sent = asyncio.run(main())
+    assert all(result.ok for result in results)
+    assert sent >= 3
+    assert through_botocore == (1 if lean else sent)
+    positions = _positions(stream)
+    for i, result in enumerate(results):
+        for j, record in enumerate(result):
+            assert record.position is not None
+            assert record.shard_id is not None
+            key = (record.shard_id, *record.position)
+            assert positions[key] == _records(i * 100, 100)[j]
