@@ -22,8 +22,13 @@ with them off, on one stream, taking turns (``best_rates``: the fastest of a few
 that load from elsewhere on the machine hits both; target: on keeps 95% of the rate of off.
 
 The peers are much slower per record, so they run on fewer records (rates, not totals, are
-compared). Memory: a fresh Python process produces 2,000,000 records (generated on the fly, in
-batches of 10,000) through a 64 MiB budget (``max_outstanding_bytes``); its peak RSS (``VmHWM``)
+compared). Ours and async-kinesis take turns (``TURNS`` rounds, each on a fresh stream) and each
+keeps its best rate and its lowest CPU: a burst of load from elsewhere on a shared machine then
+hits both rather than one (a single run of each once gave 1.05x, and 1.83x before it); aiokpl,
+at about a thousand records a second, runs once.
+
+Memory: a fresh Python process produces 2,000,000 records (generated on the fly, in batches of
+10,000) through a 64 MiB budget (``max_outstanding_bytes``); its peak RSS (``VmHWM``)
 is compared with the budget plus 100 MB.
 """
 
@@ -60,6 +65,9 @@ BATCH = 5_000
 MEMORY_BUDGET = 64 * 1024 * 1024
 MEMORY_SLACK_MB = 100
 MEMORY_BATCH = 10_000
+TURNS = 3
+TURNS_QUICK = 2
+"""Rounds in which ours and async-kinesis take turns (see the module's docstring)."""
 
 Records = list[tuple[bytes, str]]
 Subject = Callable[[LocalStream, Records], Awaitable[None]]
@@ -148,6 +156,20 @@ def _measure(server: MotoServer, subject: Subject, records: Records) -> tuple[fl
         stream.delete()
         stream.close()
     return len(records) / wall, cpu / len(records) * 1e6
+
+
+def _measure_in_turns(
+    server: MotoServer, subjects: dict[str, tuple[Subject, Records]], turns: int
+) -> dict[str, tuple[float, float]]:
+    """(best records/s, lowest CPU s per million) of each subject over ``turns`` rounds in
+    which the subjects take turns, each run on a fresh stream."""
+    best: dict[str, tuple[float, float]] = {}
+    for _ in range(turns):
+        for name, (subject, records) in subjects.items():
+            rate, cpu = _measure(server, subject, records)
+            best_rate, best_cpu = best.get(name, (0.0, float("inf")))
+            best[name] = (max(best_rate, rate), min(best_cpu, cpu))
+    return best
 
 
 def _measure_telemetry(server: MotoServer, records: Records, repeat: int) -> dict[str, float]:
@@ -279,11 +301,17 @@ def run(quick: bool) -> list[Row]:
     rows: list[Row] = []
     with MotoServer() as server:
         data = _records(ours_n)
-        measured = {
-            subject: _measure(server, fn, data[: counts[subject]])
-            for subject, fn in subjects.items()
-            if subject not in absent
-        }
+        measured = _measure_in_turns(
+            server,
+            {
+                subject: (fn, data[: counts[subject]])
+                for subject, fn in subjects.items()
+                if subject in (OURS, ASYNC_KINESIS) and subject not in absent
+            },
+            TURNS_QUICK if quick else TURNS,
+        )
+        if AIOKPL not in absent:
+            measured[AIOKPL] = _measure(server, _aiokpl, data[:aiokpl_n])
         ordered = _measure(server, _ours_ordered, data[:ordered_n])
         telemetry = _measure_telemetry(server, data[:telemetry_n], 3 if quick else 5)
         memory = _measure_memory(server, memory_n)

@@ -8,7 +8,10 @@ here too, so every entry point refuses bad input with the same messages.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from hashlib import md5
+from itertools import repeat
+from typing import Any
 
 from kinesis_core.errors import RecordTooLargeError, ValidationError
 
@@ -19,6 +22,10 @@ try:
 except ImportError:  # a Python built without it
     _md5 = md5
 _from_bytes = int.from_bytes
+_digest = type(_md5(b"")).digest
+_BIG_ENDIAN: Iterable[Any] = repeat("big")
+"""``int.from_bytes``'s byte order for ``map`` (a keyword through ``partial`` costs a third
+more)."""
 
 MAX_HASH_KEY = 2**128 - 1
 MAX_RECORD_BYTES = 1024 * 1024
@@ -40,6 +47,11 @@ _EHK_PATTERN = re.compile(r"0|[1-9][0-9]{0,38}")
 def hash_key(partition_key: str) -> int:
     """The 128-bit hash key Kinesis derives from a partition key."""
     return _from_bytes(_md5(partition_key.encode("utf-8")).digest(), "big")
+
+
+def hash_keys(encoded_keys: Iterable[bytes]) -> list[int]:
+    """The hash keys of many UTF-8 encoded partition keys, the loop in C (``map``)."""
+    return list(map(_from_bytes, map(_digest, map(_md5, encoded_keys)), _BIG_ENDIAN))
 
 
 def parse_explicit_hash_key(value: str | int, field: str = "explicit_hash_key") -> int:

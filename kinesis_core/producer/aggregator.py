@@ -17,6 +17,7 @@ time and bounds it): a shard's builder takes the new size once its aggregate is 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 
 from kinesis_core.aggregation import AggregateBuilder
 from kinesis_core.producer.items import (
@@ -29,6 +30,9 @@ from kinesis_core.producer.items import (
 )
 
 _INF = float("inf")
+_partition_key_of = itemgetter(PARTITION_KEY)
+_data_of = itemgetter(DATA)
+_explicit_hash_key_of = itemgetter(EXPLICIT_HASH_KEY)
 
 
 class _ShardBuffer:
@@ -73,8 +77,9 @@ class Aggregator:
     ) -> None:
         """Buffer a run of records predicted for ``shard_id`` that share their arrival time.
 
-        One call per shard and batch keeps the per-record work to the builder's ``try_add``
-        and an append.
+        One call per shard and batch; records without explicit hash keys (the usual case) go
+        into the shard's aggregate by runs (``AggregateBuilder.add_run``), one call per
+        aggregate filled rather than one per record.
         """
         if shard_id is None or not self.enabled:
             for ur in urs:
@@ -87,13 +92,48 @@ class Aggregator:
         elif not buf.records and buf.builder.max_size != max_size:
             buf.builder = self._builder_factory(max_size)
         expiration = urs[0][ARRIVAL] + self.record_ttl
+        if any(map(_explicit_hash_key_of, urs)):
+            self._extend_each(buf, shard_id, urs, now, deadline, expiration)
+            return
         max_count = self.max_count
-        try_add = buf.builder.try_add
-        records = buf.records
+        keys = list(map(_partition_key_of, urs))
+        datas = list(map(_data_of, urs))
+        total = len(urs)
+        pos = 0
+        added = 0
+        while pos < total:
+            records = buf.records
+            if not records:
+                added = self._start(buf, urs[pos], shard_id, now, deadline)
+                pos += 1
+                continue
+            end = buf.builder.add_run(keys, datas, pos, min(total, pos + max_count - len(records)))
+            records += urs[pos:end]
+            added += end - pos
+            pos = end
+            if pos < total:  # the next record does not fit, or the aggregate is full
+                self._settle(buf, added, now, deadline, expiration)
+                self._seal(shard_id, buf)
+                added = 0
+        if added:
+            self._settle(buf, added, now, deadline, expiration)
+
+    def _extend_each(
+        self,
+        buf: _ShardBuffer,
+        shard_id: str,
+        urs: Sequence[UserRecord],
+        now: float,
+        deadline: float,
+        expiration: float,
+    ) -> None:
+        """``extend`` record by record, for a run holding explicit hash keys."""
+        max_count = self.max_count
         added = 0
         for ur in urs:
+            records = buf.records
             if records:
-                if len(records) < max_count and try_add(
+                if len(records) < max_count and buf.builder.try_add(
                     ur[PARTITION_KEY], ur[EXPLICIT_HASH_KEY], ur[DATA]
                 ):
                     records.append(ur)
@@ -101,20 +141,23 @@ class Aggregator:
                     continue
                 self._settle(buf, added, now, deadline, expiration)
                 self._seal(shard_id, buf)
-                records = buf.records
-                try_add = buf.builder.try_add
-                added = 0
-            pk = ur[PARTITION_KEY]
-            if len(ur[DATA]) + len(pk.encode()) <= max_size and try_add(
-                pk, ur[EXPLICIT_HASH_KEY], ur[DATA]
-            ):
-                records.append(ur)
-                added = 1
-                continue
-            # Bigger than an aggregate may weigh: never aggregated, sent alone at once.
-            self._single(ur, shard_id, now, deadline)
+            added = self._start(buf, ur, shard_id, now, deadline)
         if added:
             self._settle(buf, added, now, deadline, expiration)
+
+    def _start(
+        self, buf: _ShardBuffer, ur: UserRecord, shard_id: str, now: float, deadline: float
+    ) -> int:
+        """Start ``buf``'s empty aggregate with ``ur``; returns 1, or 0 when ``ur`` is bigger
+        than an aggregate may weigh: then it is never aggregated and goes alone at once."""
+        pk = ur[PARTITION_KEY]
+        if len(ur[DATA]) + len(pk.encode()) <= self.max_size and buf.builder.try_add(
+            pk, ur[EXPLICIT_HASH_KEY], ur[DATA]
+        ):
+            buf.records.append(ur)
+            return 1
+        self._single(ur, shard_id, now, deadline)
+        return 0
 
     def _settle(
         self, buf: _ShardBuffer, added: int, now: float, deadline: float, expiration: float

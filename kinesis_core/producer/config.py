@@ -118,6 +118,11 @@ class ProducerConfig:
     """Carry the current OpenTelemetry span's context in each record put while one is current,
     inside the record's data when that is a JSON object (:mod:`kinesis_core.tracing`;
     docs/operations.md). Off by default; needs the ``otel`` extra."""
+    lean_put_records: bool = True
+    """Send a stream's PutRecords after its first on the client's signer and HTTP session,
+    with the JSON body written by the producer, without botocore's per-call machinery
+    (:mod:`kinesis_core.lean_requests`; docs/performance.md). False sends every request
+    through botocore, for a client whose events the application hooks itself."""
 
     def __post_init__(self) -> None:
         for f in fields(self):

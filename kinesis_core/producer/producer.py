@@ -25,6 +25,7 @@ from kinesis_core.backoff import Backoff, BackoffTracker
 from kinesis_core.classify import ErrorKind, classify
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError
 from kinesis_core.hashing import MAX_PUT_RECORDS_BYTES, MAX_RECORD_BYTES
+from kinesis_core.heap import freeze_start_up_heap
 from kinesis_core.lifecycle import Event, Lifecycle, State
 from kinesis_core.producer.admission import Standing, Submission
 from kinesis_core.producer.config import ProducerConfig
@@ -40,7 +41,7 @@ from kinesis_core.producer.result import (
     ProducerFailedError,
     RecordResult,
 )
-from kinesis_core.producer.sender import error_of, send_batch
+from kinesis_core.producer.sender import LeanPutRecords, error_of, send_batch
 from kinesis_core.shard_map_driver import ShardMapDriver, ShardMapTimeoutError
 from kinesis_core.stream import StreamRef
 from kinesis_core.tracing import TraceInjector
@@ -112,6 +113,7 @@ class Producer:
         self._sending: set[asyncio.Task[None]] = set()
         self._metrics_task: asyncio.Task[None] | None = None
         self._telemetry: Any = None
+        self._lean: LeanPutRecords | None = None
         self._closed = asyncio.Event()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -146,6 +148,8 @@ class Producer:
                 raise KinesisConnectorError(self._start_failure(exc)) from exc.__cause__
             self._stack.push_async_callback(driver.close)
             self._shard_map = driver
+            if self.config.lean_put_records:
+                self._lean = LeanPutRecords.of(client)
             self._pipeline = Pipeline(
                 self.config,
                 predict=driver.map.predict,
@@ -160,6 +164,7 @@ class Producer:
             self._closed.set()
             await self._stack.aclose()
             raise
+        freeze_start_up_heap()
         if self._on_metrics is not None:
             self._metrics_task = self._loop.create_task(self._report_metrics())
         if self.config.telemetry is not None:
@@ -569,6 +574,7 @@ class Producer:
                 batch,
                 self.config.request_timeout_for(batch.size),
                 self._clock,
+                self._lean,
             )
             invalidations = pipeline.on_outcome(batch, outcome, self._clock())
             shard_map = self._shard_map

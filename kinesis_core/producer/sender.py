@@ -9,17 +9,27 @@ not an outcome: it propagates, and whoever cancelled fails the batch's records. 
 retries must be off for this client (``max_attempts=1``): the Retrier does every retry, so
 they cannot stack. The stream is named the way its :class:`~kinesis_core.stream.StreamRef`
 says (``StreamARN`` when the user gave an ARN).
+
+With :class:`LeanPutRecords` (``ProducerConfig(lean_put_records=True)``, the default) a
+stream's requests after its first skip botocore's per-call machinery
+(:mod:`kinesis_core.lean_requests`): the JSON body is written here, once per Kinesis record
+rather than through botocore's serializer, which turned each aggregate's bytes into base64
+text, validated the parameters and encoded the whole document again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
-from collections.abc import Callable
+from base64 import b64encode
+from collections.abc import Callable, Hashable, Mapping
+from contextvars import ContextVar
 from typing import Any, Protocol
 
 from kinesis_core.classify import INTERNAL, error_details, error_message
-from kinesis_core.producer.items import PutBatch
+from kinesis_core.lean_requests import LeanRequests
+from kinesis_core.producer.items import KinesisRecordOut, PutBatch
 from kinesis_core.producer.retrier import SendOutcome
 from kinesis_core.stream import StreamRef
 
@@ -50,20 +60,84 @@ def error_of(exc: BaseException) -> tuple[str, str, int | None]:
     return INTERNAL, f"{type(exc).__name__}: {exc}", None
 
 
+_STREAM: ContextVar[Hashable] = ContextVar("kinesis_core.producer.sender._STREAM")
+"""The route key of the PutRecords botocore is sending in this task (for ``route_key``)."""
+
+
+class LeanPutRecords(LeanRequests):
+    """Sends one aiobotocore Kinesis client's PutRecords calls the lean way (one per client:
+    :meth:`of`)."""
+
+    OPERATION = "PutRecords"
+
+    def route_key(self, request: Any) -> Hashable:
+        try:
+            return _STREAM.get()
+        except LookupError:  # a PutRecords of the application's own on this client
+            raise ValueError("not a producer's request") from None
+
+    async def put_records(
+        self, params: Mapping[str, str], records: list[KinesisRecordOut]
+    ) -> list[dict[str, Any]]:
+        """PutRecords of ``records``: the response's ``Records``; raises what botocore would
+        raise."""
+        key = tuple(params.items())
+        route = self.route(key)
+        if route is None:
+            token = _STREAM.set(key)
+            try:
+                response = await self._client.put_records(
+                    **params, Records=[kr.entry() for kr in records]
+                )
+            finally:
+                _STREAM.reset(token)
+            entries: list[dict[str, Any]] = response["Records"]
+            return entries
+        raw, _ = await self.post(route, put_records_body(params, records))
+        entries = json.loads(raw)["Records"]
+        return entries
+
+
+def put_records_body(params: Mapping[str, str], records: list[KinesisRecordOut]) -> bytes:
+    """The JSON body of a PutRecords request: ``params`` (how the stream is named) and one
+    entry per Kinesis record, its data in base64."""
+    dumps = json.dumps
+    entries = []
+    for kr in records:
+        ehk = kr.explicit_hash_key
+        entries.append(
+            b'{"Data":"%s","PartitionKey":%s%s}'
+            % (
+                b64encode(kr.data),
+                dumps(kr.partition_key).encode(),
+                b"" if ehk is None else b',"ExplicitHashKey":"%s"' % ehk.encode(),
+            )
+        )
+    stream = dumps(dict(params), separators=(",", ":")).encode()
+    return b'{"Records":[%s],%s' % (b",".join(entries), stream[1:])
+
+
 async def send_batch(
     client: PutRecordsClient,
     stream: StreamRef | str,
     batch: PutBatch,
     timeout: float,
     clock: Callable[[], float],
+    lean: LeanPutRecords | None = None,
 ) -> SendOutcome:
-    """PutRecords for ``batch`` with ``timeout`` seconds for the whole call."""
-    entries = [kr.entry() for kr in batch.records]
+    """PutRecords for ``batch`` with ``timeout`` seconds for the whole call (the lean way
+    with ``lean``)."""
     params = StreamRef.of(stream).params()
     started = clock()
     try:
-        response = await asyncio.wait_for(client.put_records(**params, Records=entries), timeout)
-        records = response["Records"]
+        if lean is not None:
+            records = await asyncio.wait_for(lean.put_records(params, batch.records), timeout)
+        else:
+            entries = [kr.entry() for kr in batch.records]
+            response = await asyncio.wait_for(
+                client.put_records(**params, Records=entries), timeout
+            )
+            records = response["Records"]
     except Exception as exc:
         code, message, status = error_of(exc)
         return SendOutcome(started, clock(), error=(code, message), status=status)

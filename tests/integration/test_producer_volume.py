@@ -4,6 +4,7 @@ where its result says; the blocking facade; and botocore's own retries off for r
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections import defaultdict
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from kinesis_core.aggregation import deaggregate
 from kinesis_core.client import create_kinesis_client
+from kinesis_core.heap import freeze_start_up_heap
 from kinesis_core.local.streams import LocalStream
 from kinesis_core.producer import BatchResult, BlockingProducer, Producer, ProducerConfig
 
@@ -88,7 +90,9 @@ def test_blocking_producer_from_threads(moto_stream: Any) -> None:
 
 
 def test_put_records_errors_are_not_retried_by_botocore(moto_stream: Any) -> None:
-    """A PutRecords call to a missing stream fails once per producer attempt, not 3-5 times."""
+    """A PutRecords call to a missing stream fails once per producer attempt, not 3-5 times:
+    counted where both paths send, the client's HTTP session (botocore sends a stream's first
+    request, the lean path the others)."""
     stream = moto_stream(shards=1)
     config = ProducerConfig(record_ttl=0.5, record_max_buffered_time=0.05)
 
@@ -98,14 +102,17 @@ def test_put_records_errors_are_not_retried_by_botocore(moto_stream: Any) -> Non
             Producer(stream.name, client=client, producer_config=config) as p,
         ):
             calls = 0
-            original = client.put_records
+            session = client._endpoint.http_session
+            original = session.send
 
-            async def counting(**kwargs: Any) -> Any:
+            async def counting(request: Any) -> Any:
                 nonlocal calls
-                calls += 1
-                return await original(**kwargs)
+                target = request.headers.get("X-Amz-Target")
+                if target in (b"Kinesis_20131202.PutRecords", "Kinesis_20131202.PutRecords"):
+                    calls += 1
+                return await original(request)
 
-            client.put_records = counting
+            session.send = counting
             await asyncio.to_thread(stream.delete)
             result = await p.put(b"x", "k")
             return result, calls
@@ -117,3 +124,66 @@ def test_put_records_errors_are_not_retried_by_botocore(moto_stream: Any) -> Non
     attempts = len(result.attempts) + (result.elided.count if result.elided else 0)
     assert attempts - 1 == calls
     assert result.attempts[0].error_code == "ResourceNotFoundException"
+    # botocore sent the first request, the lean path the others: the same error code
+    assert {a.error_code for a in result.attempts[:-1]} == {"ResourceNotFoundException"}
+
+
+def test_a_started_producer_freezes_the_start_up_heap(moto_stream: Any) -> None:
+    """What was alive when the first producer started (the SDK's models, the client, the
+    application's start-up objects) is out of the collector's reach, as for the consumer."""
+    stream = moto_stream(shards=1)
+    freeze_start_up_heap.cache_clear()
+    gc.unfreeze()
+
+    async def main() -> int:
+        async with Producer(stream.name, client_config=stream.client_config) as p:
+            assert (await p.put(b"x", "k")).success
+            return gc.get_freeze_count()
+
+    assert asyncio.run(main()) > 0
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_after_a_streams_first_request_botocore_sends_none(moto_stream: Any, lean: bool) -> None:
+    """The lean PutRecords path: botocore sends the stream's first request (learning where and
+    how to sign), the producer the others on the client's HTTP session; every record lands
+    where its result says. ``lean_put_records=False`` sends them all through botocore."""
+    stream = moto_stream(shards=2)
+    config = ProducerConfig(lean_put_records=lean)
+
+    async def main() -> tuple[list[BatchResult], int, int]:
+        async with create_kinesis_client(stream.client_config, max_attempts=1) as client:
+            through_botocore = 0
+            sent = 0
+            session = client._endpoint.http_session
+            original = session.send
+
+            def botocore_sends(**_: Any) -> None:
+                nonlocal through_botocore
+                through_botocore += 1
+
+            async def counting(request: Any) -> Any:
+                nonlocal sent
+                sent += 1
+                return await original(request)
+
+            client.meta.events.register("before-send.kinesis.PutRecords", botocore_sends)
+            async with Producer(stream.name, client=client, producer_config=config) as p:
+                session.send = counting
+                results = []
+                for i in range(3):
+                    results.append(await p.put_many(_records(i * 100, 100)))
+                    await p.flush()
+            return results, through_botocore, sent
+
+    results, through_botocore, sent = asyncio.run(main())
+    assert all(result.ok for result in results)
+    assert sent >= 3
+    assert through_botocore == (1 if lean else sent)
+    positions = _positions(stream)
+    for i, result in enumerate(results):
+        for j, record in enumerate(result):
+            assert record.position is not None
+            assert record.shard_id is not None
+            key = (record.shard_id, *record.position)
+            assert positions[key] == _records(i * 100, 100)[j]

@@ -235,6 +235,28 @@ def test_builder_encodes_every_varint_width_of_index_and_length() -> None:
     assert builder.size == reference_size(records)
 
 
+def test_a_run_of_records_is_added_while_it_fits_as_try_add_adds_them() -> None:
+    keys = [f"k{i % 7}" if i % 3 else f"new{i}" for i in range(40)]
+    datas = [bytes(i * 37 % 130) for i in range(40)]
+    one_by_one = AggregateBuilder(2_000)
+    by_run = AggregateBuilder(2_000)
+    for builder in (one_by_one, by_run):
+        assert builder.try_add("first", None, b"x")
+    added = 0
+    while one_by_one.try_add(keys[added], None, datas[added]):
+        added += 1
+    assert 5 < added < 40
+    assert by_run.add_run(keys, datas, 0, 5) == 5  # stop bounds the run
+    assert by_run.add_run(keys, datas, 5, 40) == added  # the first that does not fit
+    assert (by_run.count, by_run.size, by_run.build()) == (
+        one_by_one.count,
+        one_by_one.size,
+        one_by_one.build(),
+    )
+    with pytest.raises(ValueError, match="empty"):
+        AggregateBuilder().add_run(keys, datas, 0, 1)
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(sub_records, st.none() | tags), min_size=1, max_size=20))
 def test_column_views_agree_with_the_official_schema(

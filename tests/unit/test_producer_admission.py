@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kinesis_core.errors import RecordTooLargeError, ValidationError
-from kinesis_core.hashing import MAX_HASH_KEY
+from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.producer.admission import (
     LOW_WATER,
     Admission,
@@ -25,7 +25,13 @@ from kinesis_core.producer.config import ProducerConfig, record_cost, records_co
 from kinesis_core.producer.items import UserRecord
 from kinesis_core.producer.metrics import ProducerMetrics
 from kinesis_core.producer.pipeline import NOTHING, Pipeline
-from kinesis_core.producer.result import PRODUCER_CLOSED, VALIDATION_ERROR, BatchResult, BatchSink
+from kinesis_core.producer.result import (
+    PRODUCER_CLOSED,
+    VALIDATION_ERROR,
+    BatchResult,
+    BatchSink,
+    Record,
+)
 from kinesis_core.producer.retrier import SendOutcome
 
 MAX_RECORDS = 100
@@ -318,6 +324,89 @@ def test_a_single_record_raises_what_refused_it_and_a_large_one_is_set_aside() -
     assert isinstance(rest.error, RecordTooLargeError)
     assert "1024 KiB" in str(rest.error)
     assert sub.sink.failures[0].error_code == VALIDATION_ERROR
+
+
+def _one_by_one(p: Pipeline, records: list[Any]) -> Submission:
+    """The submission of ``records`` validated by the loop, one record at a time (a lazy
+    sequence never takes the column-wise path)."""
+
+    class Lazy(list[Any]):
+        pass
+
+    return p.submission(Lazy(records), 0.0)
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        [(b"a" * 10, "k1"), (b"", "\u00e9" * 128), (b"c", "k1")],  # pairs; 128 code points
+        [Record(b"a", "k"), Record(b"b", "\U0001f600" * 128)],  # Records without an EHK
+        [[b"a", "k"], [b"b", "j"]],  # lists
+    ],
+)
+def test_a_plain_batch_is_validated_at_once_into_the_same_records(
+    records: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def one_by_one(*_: Any) -> int:
+        raise AssertionError("validated one record at a time")
+
+    p = pipeline()
+    with monkeypatch.context() as patched:
+        patched.setattr("kinesis_core.producer.pipeline.validate_record", one_by_one)
+        sub = p.submission(records, 0.0)
+    assert sub.records == _one_by_one(pipeline(), records).records
+    assert [ur[0] for ur in sub.records] == [hash_key(r[1]) for r in records]
+    assert (sub.next, sub.sink.failures) == (len(records), {})
+    assert sub.cost == records_cost(sum(len(r[0]) + len(r[1]) for r in records), len(records))
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        ((b"x", "k" * 129), None),  # more than 128 code points: counted in UTF-16, taken
+        ((b"x", "\U0001f600" * 129), "partition_key"),  # 258 UTF-16 code units
+        ((b"x", "\ud800"), "partition_key"),  # a lone surrogate
+        ((b"x", ""), "partition_key"),
+        ((bytearray(b"x"), "k"), None),  # bytes-like: taken, as bytes
+        ((b"x", "k", "12"), None),  # an explicit hash key
+        ((b"x" * 600, "k"), "data"),  # over max_record_bytes
+        (("x", "k"), "data"),
+        ((b"x",), "record"),
+    ],
+)
+def test_one_record_off_the_plain_shape_sends_the_batch_through_the_loop(
+    bad: Any, field: str | None
+) -> None:
+    p = pipeline(max_record_bytes=600)
+    records = [(b"a", "k"), bad, (b"b", "k")]
+    sub = p.submission(records, 0.0)
+    assert sub.records == _one_by_one(pipeline(max_record_bytes=600), records).records
+    if field is None:
+        assert [ur[5] for ur in sub.records] == [0, 1, 2]
+    else:
+        assert [ur[5] for ur in sub.records] == [0, 2]
+        assert sub.sink.failures[1].error_message.startswith(f"{field}:")
+
+
+def test_the_ttl_of_records_that_waited_for_room_starts_when_they_are_accepted() -> None:
+    p = pipeline(max_outstanding_records=100)
+    first = p.submission([(b"x", f"a{i}") for i in range(150)], 0.0)
+    assert p.offer(first)[0] is Standing.WAITING
+    p.admit(0.0)
+    p.admission.release(5, 0)  # room for 5, but above the low-water mark: nothing let in
+    second = p.submission([(b"y", "b0"), (b"y", "b1")], 2.0)  # validated, behind the first
+    assert len(second.records) == 2
+    assert p.offer(second)[0] is Standing.WAITING
+    p.admission.release(90, 0)
+    p.admit(3.0)
+    arrivals = {(ur[4], ur[7]) for ur in p.aggregator.take_all()}
+    assert arrivals == {(first.sink.key, 0.0), (first.sink.key, 3.0), (second.sink.key, 3.0)}
+
+
+def test_a_plain_batch_takes_only_what_the_budget_has_room_for() -> None:
+    p = pipeline(max_outstanding_records=3)
+    sub = p.submission([(b"x", f"k{i}") for i in range(10)], 0.0)
+    assert (len(sub.records), sub.next) == (3, 3)
 
 
 class Counted(list[tuple[bytes, str]]):

@@ -1,0 +1,192 @@
+"""Kinesis calls without botocore's per-call machinery, on the client's own signer and HTTP session.
+
+A call through an aiobotocore client costs CPU before anything reaches the network: a dozen
+events through botocore's emitter, the endpoint rules, parameter validation, the user-agent
+string rebuilt, the retry context, the serializer and the response parser
+(docs/performance.md). The calls one reader or one producer makes differ only in their
+arguments, so the first call of an operation to each endpoint goes through botocore, which
+resolves the URL (AWS's endpoint rules), signs, and sends; a ``before-send`` hook notes the URL,
+the User-Agent and the signing scope (a :class:`Route`). The calls after it send a JSON body
+written by the caller, signed by the client's own signer (its credential chain, refreshed as
+botocore refreshes it), on the client's own HTTP session (its connection pool, TLS settings,
+proxies, timeouts, and the transport errors botocore raises). An error answer is raised as the
+client's modeled exception with botocore's error shape, so the error table classifies it as
+before. A client that is not an aiobotocore client itself (a wrapper that counts or changes
+calls), or lacks the pieces this needs (another SDK version), is used as it is:
+:meth:`LeanRequests.of` returns None for it, and an unsigned client's calls stay botocore's.
+
+Each operation is a subclass (:class:`~kinesis_core.lean_get_records.LeanGetRecords`,
+:class:`~kinesis_core.producer.sender.LeanPutRecords`) naming its ``OPERATION`` and how a request
+tells which stream it is for (``route_key``): routes are learned per stream, as AWS may send
+the calls of different streams to different endpoints.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import weakref
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from aiobotocore.client import AioBaseClient
+from botocore.awsrequest import AWSRequest
+
+logger = logging.getLogger(__name__)
+
+CONTENT_TYPE = "application/x-amz-json-1.1"
+_SIGV4 = "AWS4-HMAC-SHA256 "
+
+_L = TypeVar("_L", bound="LeanRequests")
+
+_BY_CLIENT: weakref.WeakKeyDictionary[Any, dict[type[LeanRequests], LeanRequests]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where botocore sent a call, and how it signed it: the ``url``, the ``user_agent``
+    header and the SigV4 scope (``region``, ``service``) from its Authorization header."""
+
+    url: str
+    user_agent: str | None
+    region: str
+    service: str
+
+
+def route_of(url: str, headers: Mapping[str, Any]) -> Route | None:
+    """The route of a request botocore prepared, or None when it was not signed with SigV4."""
+    values = {str(k).lower(): _text(v) for k, v in headers.items()}
+    authorization = values.get("authorization", "")
+    if not authorization.startswith(_SIGV4):
+        return None
+    # Credential=AKID/20261125/us-east-1/kinesis/aws4_request, SignedHeaders=..., Signature=...
+    credential = authorization[len(_SIGV4) :].split(",", 1)[0].strip()
+    scope = credential.partition("=")[2].split("/")
+    if len(scope) != 5 or scope[4] != "aws4_request":
+        return None
+    return Route(url, values.get("user-agent"), region=scope[2], service=scope[3])
+
+
+def error_response(status: int, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
+    """botocore's error shape for a JSON 1.1 error answer, parsed as botocore's JSON parser does:
+    an empty or HTML 5xx answer has the status as its code and the reason phrase as its
+    message; otherwise the code is ``__type`` (after any ``#``), else the status, and the
+    message is the body's ``message`` (or ``Message``), or the body itself when it is not
+    JSON."""
+    stripped = body.strip()
+    if status >= 500 and (not stripped or stripped.startswith(b"<html>")):
+        code, message = str(status), http.client.responses.get(status, "")
+    else:
+        document: Any = {}
+        if body:
+            text = body.decode("utf-8")
+            try:
+                document = json.loads(text)
+            except ValueError:
+                document = {"message": text}
+        if not isinstance(document, dict):
+            document = {}
+        message = document.get("message", document.get("Message", ""))
+        code = str(document.get("__type", str(status))).split(":", 1)[0].rsplit("#", 1)[-1]
+    return {
+        "Error": {"Code": code, "Message": message},
+        "ResponseMetadata": {
+            "RequestId": headers.get("x-amzn-requestid", ""),
+            "HTTPStatusCode": status,
+            "HTTPHeaders": dict(headers),
+            "RetryAttempts": 0,
+        },
+    }
+
+
+def response_metadata(headers: Mapping[str, str]) -> dict[str, Any]:
+    """The ``ResponseMetadata`` botocore gives a successful answer."""
+    return {
+        "RequestId": headers.get("x-amzn-requestid", ""),
+        "HTTPStatusCode": 200,
+        "HTTPHeaders": headers,
+        "RetryAttempts": 0,
+    }
+
+
+class LeanRequests:
+    """Sends one aiobotocore Kinesis client's calls of ``OPERATION`` the lean way (one per
+    client and operation: :meth:`of`)."""
+
+    OPERATION: ClassVar[str]
+
+    def __init__(self, client: Any, signer: Any, http_session: Any) -> None:
+        # Weakly: the map of senders by client holds this sender as long as the client lives,
+        # and a strong reference back would keep every client (and its service model) forever.
+        self._client = weakref.proxy(client)
+        self._signer = signer
+        self._http = http_session
+        self._routes: dict[Hashable, Route] = {}
+        self._target = f"Kinesis_20131202.{self.OPERATION}"
+        client.meta.events.register(f"before-send.kinesis.{self.OPERATION}", self._learn)
+
+    @classmethod
+    def of(cls: type[_L], client: Any) -> _L | None:
+        """The lean sender of ``client``, or None when the client lacks what it needs."""
+        if not isinstance(client, AioBaseClient):
+            return None
+        senders = _BY_CLIENT.setdefault(client, {})
+        lean = senders.get(cls)
+        if lean is None:
+            signer = getattr(client, "_request_signer", None)
+            endpoint = getattr(client, "_endpoint", None)
+            http_session = getattr(endpoint, "http_session", None)
+            events = getattr(getattr(client, "meta", None), "events", None)
+            if (
+                getattr(signer, "get_auth_instance", None) is None
+                or getattr(http_session, "send", None) is None
+                or events is None
+            ):
+                logger.debug("%s goes through botocore: the client lacks %s", cls.OPERATION, client)
+                return None
+            lean = senders[cls] = cls(client, signer, http_session)
+        assert isinstance(lean, cls)
+        return lean
+
+    def route_key(self, request: Any) -> Hashable:
+        """Which stream a request botocore prepared is for (its routes are kept apart)."""
+        raise NotImplementedError
+
+    def route(self, key: Hashable) -> Route | None:
+        """The route learned for ``key``'s stream, or None: its next call goes through
+        botocore."""
+        return self._routes.get(key)
+
+    def _learn(self, request: Any, **_: Any) -> None:
+        route = route_of(str(request.url), request.headers)
+        if route is None:
+            return
+        try:
+            key = self.route_key(request)
+        except ValueError:
+            return
+        self._routes.setdefault(key, route)
+
+    async def post(self, route: Route, body: bytes) -> tuple[bytes, Mapping[str, str]]:
+        """Send ``body`` on ``route``; the answer's body and headers, or raise what botocore
+        would raise."""
+        headers = {"Content-Type": CONTENT_TYPE, "X-Amz-Target": self._target}
+        if route.user_agent is not None:
+            headers["User-Agent"] = route.user_agent
+        request = AWSRequest(method="POST", url=route.url, data=body, headers=headers)
+        auth = await self._signer.get_auth_instance(route.service, route.region, "v4")
+        auth.add_auth(request)
+        answer = await self._http.send(request.prepare())
+        raw: bytes = await answer.content
+        if answer.status_code != 200:
+            error = error_response(answer.status_code, answer.headers, raw)
+            raise self._client.exceptions.from_code(error["Error"]["Code"])(error, self.OPERATION)
+        return raw, answer.headers
+
+
+def _text(value: Any) -> str:
+    return value.decode("latin-1") if isinstance(value, bytes) else str(value)
