@@ -3,23 +3,23 @@
 Each benchmark measures this project against the peers it replaces, in the same run on the
 same machine, and the table shows the ratios. A line on stderr says when each benchmark
 starts and ends, with its key ratio (plain lines: one per benchmark is all the progress there
-is to show, and they read well in a CI log, where a progress bar does not).
+is to show, and they read well in a CI log, where a progress bar does not). Each benchmark
+runs in a process of its own, so that none measures the heap another one left.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import pkgutil
 import platform
 import sys
 import time
-import traceback
 from collections.abc import Sequence
 
 import benchmarks
+from benchmarks._isolated import BenchmarkFailed, measure
 from benchmarks._table import LEGEND, Row, headline, misses, render
 from kinesis_core.noise import silence_third_party_noise
 
@@ -74,10 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress(f"{step} ...")
         started = time.monotonic()
         try:
-            module = importlib.import_module(f"benchmarks.bench_{name}")
-            measured: list[Row] = module.run(args.quick)
-        except Exception:
-            traceback.print_exc()
+            measured = measure(name, args.quick)
+        except BenchmarkFailed as exc:
+            print(exc, file=sys.stderr)
             failed.append(name)
             progress(f"{step}: FAILED after {time.monotonic() - started:.0f} s (traceback above)")
             continue

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import benchmarks.__main__ as bench_main
+from benchmarks._isolated import BenchmarkFailed, measure, measure_here
 from benchmarks._table import LEGEND, WIDTH, Row, headline, misses, render, verdicts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -166,11 +167,17 @@ def test_strict_fails_on_a_missed_target(
     fake.run = lambda quick: rows_with_a_miss()  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "benchmarks.bench_fake", fake)
     monkeypatch.setattr(bench_main, "discover", lambda: ["fake"])
+    monkeypatch.setattr(bench_main, "measure", measure_here)  # the fake is here only
     assert bench_main.main([]) == 0
     assert bench_main.main(["--strict"]) == 1
     err = capsys.readouterr().err
     assert "missed targets: group a: ours >= 2x MISS" in err
     assert "[1/1] fake: " in err
+
+
+def test_a_benchmark_runs_in_a_process_of_its_own_and_its_failure_says_why() -> None:
+    with pytest.raises(BenchmarkFailed, match=r"No module named 'benchmarks\.bench_x'"):
+        measure("x", quick=True)
 
 
 @pytest.mark.slow
