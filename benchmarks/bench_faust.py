@@ -8,7 +8,8 @@ Both apps run in-process without Kafka (``enable_kafka = False``) and with raw v
 agent gets the same bytes either way. The channel's pacing to the shard's 2 MiB/s of reads is off
 (moto does not limit reads). Measured: events per second from the first event the
 agent sees to the last (app and consumer start-up excluded), the channel's acks and
-checkpoint bookkeeping included. Target: the Kinesis channel at >= 0.5x the in-memory one.
+checkpoint bookkeeping included. Target: the Kinesis channel at >= 0.9x the in-memory one
+(issue 27).
 The same window is also measured in the process's CPU time (events per CPU-second, a group of
 its own): on a machine shared with other work the wall-clock ratio moves with the load of the
 moment, the CPU-time one much less. The in-memory channel's events are made before its clock
@@ -153,7 +154,7 @@ def run(quick: bool) -> list[Row]:
             max(r.wall for r in ours),
             "events/s",
             "app.channel()",
-            0.5,
+            0.9,
             note,
             quote_baseline=True,
         ),
