@@ -16,15 +16,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 from kinesis_core.consumer.fastparse import parse_get_records
-from kinesis_core.lean_requests import (
-    LeanRequests,
-    Route,
-    error_response,
-    response_metadata,
-    route_of,
-)
-
-__all__ = ["EVENT", "LeanGetRecords", "Route", "error_response", "route_of"]
+from kinesis_core.lean_requests import LeanRequests, response_metadata
 
 EVENT = "before-send.kinesis.GetRecords"
 

@@ -12,7 +12,8 @@ from typing import Any
 from botocore.awsrequest import AWSRequest
 
 from kinesis_core.client import ClientConfig, create_kinesis_client
-from kinesis_core.lean_get_records import EVENT, LeanGetRecords, error_response, route_of
+from kinesis_core.lean_get_records import EVENT, LeanGetRecords
+from kinesis_core.lean_requests import error_response, route_of
 
 AUTH = (
     "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261125/eu-west-1/kinesis/aws4_request, "
