@@ -23,7 +23,7 @@ from google.protobuf.message import DecodeError
 from kinesis_core._kpl_messages import AggregatedRecord, AggregatedRecordView, RecordColumns
 from kinesis_core.errors import ValidationError
 from kinesis_core.hashing import LARGEST_RECORD_BYTES, hash_key, parse_explicit_hash_key
-from kinesis_core.records import KinesisRecord, SubRecord
+from kinesis_core.records import ArrivalTimes, KinesisRecord, SubRecord, WireRecord, wire_records
 
 MAGIC = b"\xf3\x89\x9a\xc2"
 DIGEST_SIZE = 16
@@ -507,12 +507,13 @@ def _in_range(columns: _Columns, start: int, end: int, hashed_ok: dict[str, bool
 
 
 def deaggregate(
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[WireRecord | Mapping[str, Any]],
     shard_id: str,
     hash_range: tuple[int, int] | None = None,
     ack: Callable[[KinesisRecord], None] | None = None,
 ) -> list[KinesisRecord]:
-    """Turn GetRecords ``Records`` entries into user records, as the KCL does.
+    """Turn GetRecords ``Records`` entries (botocore's dicts or the fast parser's
+    :class:`WireRecord` s) into user records, as the KCL does.
 
     Sub-records get sub-sequence numbers 0, 1, 2, ...; a plain (or corrupt) record comes out
     as it is, with sub-sequence 0 and ``aggregated=False``. With ``hash_range`` (the shard's
@@ -522,18 +523,19 @@ def deaggregate(
     """
     out: list[KinesisRecord] = []
     hashed_ok: dict[str, bool] = {}
-    for record in records:
-        data: bytes = record["Data"]
-        sequence_number: str = record["SequenceNumber"]
+    stamps = ArrivalTimes()
+    for record in wire_records(records):
+        data = record.data
+        sequence_number = record.sequence_number
         sequence = int(sequence_number)
-        arrival = record.get("ApproximateArrivalTimestamp")
+        arrival = stamps.of(record.approximate_arrival_timestamp)
         body = _body(data)
         columns = None if body is None else _columns(body)
         if columns is None:
             out.append(
                 KinesisRecord(
                     data,
-                    record["PartitionKey"],
+                    record.partition_key,
                     None,
                     sequence_number,
                     0,

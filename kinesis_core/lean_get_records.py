@@ -34,7 +34,9 @@ class LeanGetRecords(LeanRequests):
     async def get_records(
         self, iterator: str, limit: int, params: Mapping[str, str]
     ) -> dict[str, Any]:
-        """GetRecords' answer in botocore's shape; raises what botocore would raise."""
+        """GetRecords' answer in botocore's shape, its ``Records`` as the fast parser's
+        ``WireRecord`` s (botocore's dicts on a call botocore sends); raises what botocore
+        would raise."""
         route = self.route(params.get("StreamId"))
         if route is None:
             response: dict[str, Any] = await self._client.get_records(

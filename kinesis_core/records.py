@@ -1,15 +1,19 @@
 """The record types that cross module boundaries.
 
-A consumed record is a plain slotted class rather than a dataclass: the consumer makes hundreds
-of thousands of them per second, and a slotted ``__init__`` is the cheapest object Python has
-that can still carry a method (``ack``).
+Records are ``msgspec`` structs made without the cyclic garbage collector's tracking
+(``gc=False``): a consumer makes hundreds of thousands of them per second and the application
+holds them until it acks them, so every collection would walk them all. Neither kind can be in
+a reference cycle: their fields are bytes, strings, numbers, datetimes and the consumer's ack
+callback, which holds its batch weakly (``RecordAck``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime
-from typing import NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any, NamedTuple
+
+import msgspec
 
 from kinesis_core.errors import NotAckableError
 
@@ -25,55 +29,74 @@ class SubRecord(NamedTuple):
     data: bytes
 
 
-class KinesisRecord:
+class WireRecord(msgspec.Struct, gc=False, rename="pascal"):
+    """A record as GetRecords and SubscribeToShard send it, before deaggregation: what the
+    fast parser decodes a response's ``Records`` into (``Data`` from base64 to bytes, the
+    arrival time as epoch seconds or, from botocore's parser, a datetime)."""
+
+    sequence_number: str
+    data: bytes
+    partition_key: str
+    approximate_arrival_timestamp: float | datetime | None = None
+    encryption_type: str | None = None
+
+
+class ArrivalTimes(dict[float, datetime]):
+    """Epoch arrival times as aware UTC datetimes, each distinct value made once: records
+    written by one PutRecords call share theirs, and so do an aggregate's user records."""
+
+    def __missing__(self, seconds: float) -> datetime:
+        stamp = self[seconds] = datetime.fromtimestamp(seconds, timezone.utc)
+        return stamp
+
+    def of(self, arrival: float | datetime | None) -> datetime | None:
+        if arrival is None or isinstance(arrival, datetime):
+            return arrival
+        return self[arrival]
+
+
+def wire_records(records: Sequence[WireRecord | Mapping[str, Any]]) -> Sequence[WireRecord]:
+    """``records`` as :class:`WireRecord` s: a botocore-shaped list of dicts (``Data`` bytes,
+    ``SequenceNumber``, ``PartitionKey``) is converted, a parsed one is returned as it is."""
+    if not records or isinstance(records[0], WireRecord):
+        return records  # type: ignore[return-value]
+    return [
+        r
+        if isinstance(r, WireRecord)
+        else WireRecord(
+            r["SequenceNumber"], r["Data"], r["PartitionKey"], r.get("ApproximateArrivalTimestamp")
+        )
+        for r in records
+    ]
+
+
+class KinesisRecord(msgspec.Struct, gc=False, eq=False):
     """A user record read from a shard, after deaggregation.
 
     ``sequence_number`` is the decimal string the service sends (as in the KCL, and in
     ``beam_kinesis.KinesisRecord``, Beam's schema'd form of this record: the same fields, the
     same types); ``position`` gives (sequence number, sub-sequence number) as ints, the order
-    of records in a shard. ``sequence``, when the caller already has the sequence number as an
-    int, saves converting it again."""
+    of records in a shard. The last two arguments are the consumer's: the ack callback, and
+    the sequence number as an int when the caller already has it (it saves converting it
+    again)."""
 
-    __slots__ = (
-        "_ack",
-        "_sequence",
-        "aggregated",
-        "approximate_arrival_timestamp",
-        "data",
-        "explicit_hash_key",
-        "partition_key",
-        "sequence_number",
-        "shard_id",
-        "sub_sequence_number",
-    )
-
-    def __init__(
-        self,
-        data: bytes,
-        partition_key: str,
-        explicit_hash_key: str | None,
-        sequence_number: str,
-        sub_sequence_number: int,
-        shard_id: str,
-        approximate_arrival_timestamp: datetime | None,
-        aggregated: bool,
-        ack: Callable[[KinesisRecord], None] | None = None,
-        sequence: int | None = None,
-    ) -> None:
-        self.data = data
-        self.partition_key = partition_key
-        self.explicit_hash_key = explicit_hash_key
-        self.sequence_number = sequence_number
-        self._sequence = int(sequence_number) if sequence is None else sequence
-        self.sub_sequence_number = sub_sequence_number
-        self.shard_id = shard_id
-        self.approximate_arrival_timestamp = approximate_arrival_timestamp
-        self.aggregated = aggregated
-        self._ack = ack
+    data: bytes
+    partition_key: str
+    explicit_hash_key: str | None
+    sequence_number: str
+    sub_sequence_number: int
+    shard_id: str
+    approximate_arrival_timestamp: datetime | None
+    aggregated: bool
+    _ack: Callable[[KinesisRecord], None] | None = None
+    _sequence: int | None = None
 
     @property
     def position(self) -> Position:
-        return (self._sequence, self.sub_sequence_number)
+        sequence = self._sequence
+        if sequence is None:
+            sequence = self._sequence = int(self.sequence_number)
+        return (sequence, self.sub_sequence_number)
 
     def ack(self) -> None:
         """Tell the consumer this record is processed; its checkpoint may move past it.
@@ -106,4 +129,4 @@ class KinesisRecord:
         )
 
     def __hash__(self) -> int:
-        return hash((self.shard_id, self._sequence, self.sub_sequence_number))
+        return hash((self.shard_id, *self.position))

@@ -1,55 +1,85 @@
-"""A fast GetRecords response parser, hooked into a botocore client's ``before-parse`` event.
+"""A fast parser of GetRecords answers and SubscribeToShard events.
 
 botocore's generic parser walks the service model field by field and builds every arrival
 timestamp through dateutil's local time zone: about 20 microseconds per record, more than all
 the rest of the consumer. A GetRecords body is plain JSON with base64 data and epoch-second
-timestamps, so this hook decodes it directly (about 2.5 microseconds per record) and hands the
-result to botocore as the "customized" response, leaving botocore an empty body to parse. The
-output has botocore's shape (``Data`` bytes, ``SequenceNumber`` str, timestamps as aware
-datetimes, in UTC rather than local time). Error responses, and any body this parser does not
-recognize, are left to botocore untouched.
+timestamps, so ``msgspec`` decodes it in C straight into :class:`WireRecord` s, base64 to bytes
+included (about 0.3 microseconds per record, a quarter of ``json`` plus ``binascii``).
+
+The lean GetRecords path and fan-out use the records as they are. Hooked into a botocore
+client's ``before-parse`` event (:func:`install`), the parser hands botocore its own shape
+instead (``Data`` bytes, ``SequenceNumber`` str, timestamps as aware datetimes, in UTC rather
+than local time), so other callers of that client see what botocore gives. Error responses,
+and any body this parser does not recognize, are left to botocore untouched.
 """
 
 from __future__ import annotations
 
-import binascii
-import json
-from collections.abc import Callable, Iterable
-from datetime import datetime, timezone
+from collections.abc import Callable
 from typing import Any
+
+import msgspec
+
+from kinesis_core.records import ArrivalTimes, WireRecord
 
 EVENT = "before-parse.kinesis.GetRecords"
 _UNIQUE_ID = "kinesis-connectors-fast-get-records"
 
 
+class _GetRecordsOutput(msgspec.Struct, rename="pascal"):
+    records: list[WireRecord] = []
+    next_shard_iterator: str | None = None
+    millis_behind_latest: int | None = None
+    child_shards: list[dict[str, Any]] | None = None
+
+
+class _SubscribeToShardEvent(msgspec.Struct, rename="pascal"):
+    records: list[WireRecord] = []
+    continuation_sequence_number: str | None = None
+    millis_behind_latest: int | None = None
+    child_shards: list[dict[str, Any]] | None = None
+
+
+_GET_RECORDS = msgspec.json.Decoder(_GetRecordsOutput)
+_SUBSCRIBE_EVENT = msgspec.json.Decoder(_SubscribeToShardEvent)
+
+
 def parse_get_records(body: bytes) -> dict[str, Any]:
-    """The parsed GetRecords response; raises ValueError/TypeError/KeyError on a surprise."""
-    parsed = json.loads(body)
-    if not isinstance(parsed, dict):
-        raise TypeError("GetRecords response is not a JSON object")
-    decode_records(parsed.get("Records") or ())
+    """The GetRecords answer: ``Records`` as :class:`WireRecord` s, the other keys as botocore
+    names them (absent when the body has none). Raises ValueError on a body that is not one."""
+    page = _GET_RECORDS.decode(body)
+    parsed: dict[str, Any] = {"Records": page.records}
+    if page.next_shard_iterator is not None:
+        parsed["NextShardIterator"] = page.next_shard_iterator
+    if page.millis_behind_latest is not None:
+        parsed["MillisBehindLatest"] = page.millis_behind_latest
+    if page.child_shards is not None:
+        parsed["ChildShards"] = page.child_shards
     return parsed
 
 
-def decode_records(records: Iterable[dict[str, Any]]) -> None:
-    """Turn JSON records into botocore's shape, in place: ``Data`` base64 -> bytes, the epoch
-    ``ApproximateArrivalTimestamp`` -> an aware UTC datetime. GetRecords bodies and the
-    SubscribeToShard events of enhanced fan-out carry records in the same JSON form.
-    Raises ValueError/TypeError/KeyError (binascii.Error is a ValueError) on a surprise."""
-    utc = timezone.utc
-    b64decode = binascii.a2b_base64  # what base64.b64decode calls, without its wrapper
-    # Records written by one PutRecords call share their arrival time: one datetime each.
-    stamps: dict[float, datetime] = {}
+def parse_subscribe_event(payload: bytes) -> _SubscribeToShardEvent:
+    """A SubscribeToShardEvent's JSON payload; raises ValueError on one that is not."""
+    return _SUBSCRIBE_EVENT.decode(payload)
+
+
+def botocore_records(records: list[WireRecord]) -> list[dict[str, Any]]:
+    """``records`` in botocore's shape, the arrival time as an aware UTC datetime."""
+    stamps = ArrivalTimes()
+    shaped: list[dict[str, Any]] = []
     for record in records:
-        record["Data"] = b64decode(record["Data"])
-        arrival = record.get("ApproximateArrivalTimestamp")
+        entry: dict[str, Any] = {
+            "SequenceNumber": record.sequence_number,
+            "Data": record.data,
+            "PartitionKey": record.partition_key,
+        }
+        arrival = stamps.of(record.approximate_arrival_timestamp)
         if arrival is not None:
-            stamp = stamps.get(arrival)
-            if stamp is None:
-                if not isinstance(arrival, (int, float)):
-                    raise TypeError(f"ApproximateArrivalTimestamp is {type(arrival).__name__}")
-                stamp = stamps[arrival] = datetime.fromtimestamp(arrival, utc)
-            record["ApproximateArrivalTimestamp"] = stamp
+            entry["ApproximateArrivalTimestamp"] = arrival
+        if record.encryption_type is not None:
+            entry["EncryptionType"] = record.encryption_type
+        shaped.append(entry)
+    return shaped
 
 
 def _before_parse(
@@ -60,8 +90,9 @@ def _before_parse(
         return
     try:
         parsed = parse_get_records(body)
-    except (ValueError, TypeError, KeyError, binascii.Error):
+    except ValueError:
         return
+    parsed["Records"] = botocore_records(parsed["Records"])
     customized_response_dict.update(parsed)
     response_dict["body"] = b"{}"
 

@@ -19,7 +19,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from operator import itemgetter
+from operator import attrgetter
 from typing import Any
 
 from kinesis_core.backoff import Backoff, Jitter
@@ -38,6 +38,7 @@ from kinesis_core.consumer.transport import (
     ShardRead,
 )
 from kinesis_core.errors import ConfigurationError
+from kinesis_core.records import wire_records
 
 MAX_GET_RECORDS_LIMIT = 10_000
 MIN_CALL_INTERVAL = 0.2
@@ -47,7 +48,7 @@ READ_BYTES_PER_SECOND = 2 * 1024 * 1024
 
 
 POLLING_BACKOFF = Backoff(0.2, 10.0, Jitter.EQUAL)
-_data = itemgetter("Data")
+_data = attrgetter("data")
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +189,7 @@ class PollingRead(ShardRead):
         """A GetRecords response: the user records to deliver, in shard order."""
         self._expect(ReadEvent.DATA)
         self._progress()
-        raw = response.get("Records") or ()
+        raw = wire_records(response.get("Records") or ())
         millis = response.get("MillisBehindLatest")
         self._millis_behind_latest = millis
         rate = self.options.max_bytes_per_second

@@ -55,6 +55,7 @@ from kinesis_core.consumer.transport import (
     ShardRead,
 )
 from kinesis_core.errors import ConfigurationError
+from kinesis_core.records import WireRecord
 
 
 def renewal_position(continuation_sequence_number: str) -> dict[str, str]:
@@ -197,16 +198,15 @@ class ConsumerCheck:
 class SubscribeEvent:
     """One SubscribeToShardEvent.
 
-    ``records`` are shaped like GetRecords records (``Data`` bytes, ``PartitionKey``,
-    ``SequenceNumber`` str, ``ApproximateArrivalTimestamp`` aware datetime, ...), so
-    :func:`~kinesis_core.aggregation.deaggregate` takes them as they are.
+    ``records`` are GetRecords' records, as the fast parser decodes them (``WireRecord``) or
+    as botocore does.
     ``continuation_sequence_number`` is where the next subscription starts
     (:func:`renewal_position`); AWS leaves it out at the end of a shard, where
     ``child_shards`` (GetRecords' ChildShards shape) lists the children. ``size`` is the
     event's length on the wire, for memory accounting.
     """
 
-    records: Sequence[Mapping[str, Any]]
+    records: Sequence[WireRecord | Mapping[str, Any]]
     continuation_sequence_number: str | None
     millis_behind_latest: int | None
     child_shards: Sequence[Mapping[str, Any]] = ()

@@ -51,7 +51,7 @@ from kinesis_core.consumer.incarnation import Refusal, StreamFacts, judge_refusa
 from kinesis_core.consumer.lineage import ShardNode, StartPoint
 from kinesis_core.consumer.positions import TRIM_HORIZON, InitialPosition
 from kinesis_core.errors import KinesisConnectorError
-from kinesis_core.records import KinesisRecord, Position
+from kinesis_core.records import KinesisRecord, Position, WireRecord, wire_records
 from kinesis_core.shards import ShardInfo
 
 Ack = Callable[[KinesisRecord], None]
@@ -402,19 +402,22 @@ class ShardRead:
             return Failed(self._failed_reason, self._failed_error)
         return None
 
-    def _deliver(self, raw: Sequence[Mapping[str, Any]], ack: Ack | None) -> list[KinesisRecord]:
-        """Deaggregate ``raw`` with the shard's hash-range filter and drop what the start
+    def _deliver(
+        self, records: Sequence[WireRecord | Mapping[str, Any]], ack: Ack | None
+    ) -> list[KinesisRecord]:
+        """Deaggregate ``records`` with the shard's hash-range filter and drop what the start
         checkpoint covers (a resume inside an aggregate)."""
-        if not raw:
+        if not records:
             return []
-        self._last_sequence = int(raw[-1]["SequenceNumber"])
-        records = deaggregate(raw, self.shard_id, self.node.hash_range, ack)
+        raw = wire_records(records)
+        self._last_sequence = int(raw[-1].sequence_number)
+        out = deaggregate(raw, self.shard_id, self.node.hash_range, ack)
         skip = self._skip_through
         if skip is not None:
-            records = [r for r in records if r.position > skip]
+            out = [r for r in out if r.position > skip]
             if self._last_sequence > skip[0]:
                 self._skip_through = None
-        return records
+        return out
 
     def _end(self, children: Sequence[Mapping[str, Any]] | None) -> None:
         """The shard reached its end; ``children`` are the ChildShards of the last response."""

@@ -15,13 +15,11 @@ than the message it is assembling, and interprets the headers:
   ResourceNotFoundException, KMS*, InternalFailureException...) and ``:message-type error``
   (``:error-code``/``:error-message``): raised as botocore ``ClientError``.
 
-Records get the shape GetRecords records have after botocore's parser (``Data`` bytes,
-``ApproximateArrivalTimestamp`` an aware datetime), decoded by the consumer's fast parser.
+Records are decoded by the consumer's fast parser into the ``WireRecord`` s GetRecords gives.
 """
 
 from __future__ import annotations
 
-import binascii
 import json
 import logging
 import struct
@@ -31,7 +29,7 @@ from botocore.eventstream import EventStreamBuffer, ParserError
 from botocore.exceptions import ClientError
 
 from kinesis_core.classify import ErrorKind, classify
-from kinesis_core.consumer.fastparse import decode_records
+from kinesis_core.consumer.fastparse import parse_subscribe_event
 from kinesis_core.consumer.subscription import SubscribeEvent
 from kinesis_core.fanout.errors import FanOutTransportError
 
@@ -147,16 +145,14 @@ class EventStreamDecoder:
                 LOG.debug("skipping event-stream message %s/%s", message_type, event_type)
             return None
         try:
-            parsed = json.loads(payload)
-            records = parsed.get("Records") or []
-            decode_records(records)
-        except (ValueError, TypeError, KeyError, AttributeError, binascii.Error) as exc:
+            event = parse_subscribe_event(payload)
+        except ValueError as exc:
             raise FanOutTransportError(f"malformed SubscribeToShardEvent payload: {exc}") from exc
         return SubscribeEvent(
-            records=records,
-            continuation_sequence_number=parsed.get("ContinuationSequenceNumber"),
-            millis_behind_latest=parsed.get("MillisBehindLatest"),
-            child_shards=parsed.get("ChildShards") or [],
+            records=event.records,
+            continuation_sequence_number=event.continuation_sequence_number,
+            millis_behind_latest=event.millis_behind_latest,
+            child_shards=event.child_shards or [],
             size=size,
         )
 

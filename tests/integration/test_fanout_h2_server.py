@@ -132,7 +132,7 @@ def test_tls_alpn_h2_with_a_verified_certificate_and_flow_control(
     assert request[b"authorization"].startswith(b"AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
     # While nobody read, the server could send the consumed bytes plus one window, no more.
     assert window <= sent_while_slow <= len(initial_response()) + first_size + window
-    assert [e.records[0]["Data"] for e in events] == [bytes([n]) * 16_000 for n in range(1, 41)]
+    assert [e.records[0].data for e in events] == [bytes([n]) * 16_000 for n in range(1, 41)]
     assert server.sent[1] == len(body)
 
 

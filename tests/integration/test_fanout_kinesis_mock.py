@@ -160,15 +160,15 @@ def test_plain_and_aggregated_records_arrive_in_order(kinesis_stream: Any) -> No
     events = asyncio.run(main())
     records = [r for e in events for r in e.records]
     polled = stream.records()
-    assert [r["SequenceNumber"] for r in records] == [r["SequenceNumber"] for r in polled]
-    assert [r["Data"] for r in records] == [r["Data"] for r in polled]
-    assert records[0]["SequenceNumber"] == plain[0]
+    assert [r.sequence_number for r in records] == [r["SequenceNumber"] for r in polled]
+    assert [r.data for r in records] == [r["Data"] for r in polled]
+    assert records[0].sequence_number == plain[0]
     users = deaggregate(records, shard_of(stream))
     assert [u.data for u in users] == [f"plain-{i}".encode() for i in range(5)] + [
         f"agg-{i}".encode() for i in range(60)
     ]
     assert any(u.aggregated for u in users)
-    assert events[-1].continuation_sequence_number == records[-1]["SequenceNumber"]
+    assert events[-1].continuation_sequence_number == records[-1].sequence_number
 
 
 def test_renewal_every_two_seconds_loses_and_repeats_nothing(kinesis_stream: Any) -> None:
@@ -194,7 +194,7 @@ def test_renewal_every_two_seconds_loses_and_repeats_nothing(kinesis_stream: Any
                 subscription = await fanout.subscribe(arn, shard, position)
                 try:
                     while (event := await subscription.next_event()) is not None:
-                        received += [r["Data"] for r in event.records]
+                        received += [r.data for r in event.records]
                     subscriptions += 1
                 except ClientError as exc:
                     # kinesis-mock holds a closed subscription's lease for 1-3 s (AWS: 5 s).
@@ -218,7 +218,7 @@ def test_a_second_subscription_gets_resource_in_use(kinesis_stream: Any) -> None
         arn = await consumer_arn(stream)
         async with FanOutClient(stream.client_config) as fanout:
             first = await fanout.subscribe(arn, shard_of(stream), TRIM_HORIZON)
-            assert (await read_until(first, 1))[0].records[0]["Data"] == b"x"
+            assert (await read_until(first, 1))[0].records[0].data == b"x"
             second = await fanout.subscribe(arn, shard_of(stream), TRIM_HORIZON)
             with pytest.raises(ClientError) as raised:
                 await second.next_event()
@@ -268,7 +268,7 @@ def test_split_while_subscribed_kinesis_mock_sends_no_child_shards(kinesis_strea
             return events
 
     events = asyncio.run(main())
-    assert [r["Data"] for e in events for r in e.records] == [b"before"]
+    assert [r.data for e in events for r in e.records] == [b"before"]
     assert all(e.child_shards == [] and not e.shard_ended for e in events)
     assert all(e.continuation_sequence_number == last for e in events)
     assert {s.get("ParentShardId") for s in stream.shards()} == {None, parent}
@@ -288,7 +288,7 @@ def test_a_stream_cut_by_the_fault_proxy_is_a_transport_error(
             subscription = await fanout.subscribe(arn, shard_of(stream), TRIM_HORIZON)
             first = await subscription.next_event()  # the one event let through
             assert first is not None
-            assert first.records[0]["Data"] == b"x"
+            assert first.records[0].data == b"x"
             with pytest.raises(FanOutTransportError, match="broke off the response body") as cut:
                 await subscription.next_event()
             assert isinstance(cut.value, OSError)
@@ -319,7 +319,7 @@ def test_stream_delays_from_the_fault_proxy_slow_but_keep_every_event(
 
     started = time.monotonic()
     events = asyncio.run(main())
-    assert [r["Data"] for e in events for r in e.records] == [b"slow"]
+    assert [r.data for e in events for r in e.records] == [b"slow"]
     assert len(events) == 2
     assert time.monotonic() - started >= 0.8
 
@@ -334,7 +334,7 @@ def test_plain_port_http_versions(kinesis_stream: Any, http_version: HttpVersion
         async with FanOutClient(stream.client_config, http_version=http_version) as fanout:
             subscription = await fanout.subscribe(arn, shard_of(stream), TRIM_HORIZON)
             [event] = await read_until(subscription, 1)
-            return event.records[0]["Data"], fanout.connections
+            return event.records[0].data, fanout.connections
 
     data, http2_connections = asyncio.run(main())
     assert data == b"over the plain port"
@@ -367,7 +367,7 @@ def test_tls_port_speaks_h2_and_multiplexes_subscriptions(
                 for shard in stream.shards()
             ]
             batches = await asyncio.gather(*(read_until(s, 1) for s in subscriptions))
-            data = [b[0].records[0]["Data"] for b in batches]
+            data = [b[0].records[0].data for b in batches]
             return data, fanout.connections
 
     data, connections = asyncio.run(main(100))

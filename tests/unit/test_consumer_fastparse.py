@@ -67,7 +67,7 @@ def test_same_output_as_botocore() -> None:
     [
         b'{"Records": [{"SequenceNumber": "1", "PartitionKey": "k"}]}',
         b'{"Records": [{"SequenceNumber": "1", "Data": "", "PartitionKey": "k",'
-        b' "ApproximateArrivalTimestamp": "2026-01-01T00:00:00Z"}]}',
+        b' "ApproximateArrivalTimestamp": "yesterday"}]}',
         b"[]",
     ],
 )

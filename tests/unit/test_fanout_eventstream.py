@@ -49,14 +49,14 @@ def decode_all(body: bytes, decoder: EventStreamDecoder | None = None) -> list[S
 def test_kinesis_mock_stream_without_initial_response() -> None:
     _, body = body_of("kinesis_mock_h11_events.bin")
     first, second = decode_all(body)
-    assert [r["Data"] for r in first.records] == [b"first", b"\x00\xffbinary", b"third"]
-    assert [r["PartitionKey"] for r in first.records] == ["a", "b", "c"]
-    sequences = [r["SequenceNumber"] for r in first.records]
+    assert [r.data for r in first.records] == [b"first", b"\x00\xffbinary", b"third"]
+    assert [r.partition_key for r in first.records] == ["a", "b", "c"]
+    sequences = [r.sequence_number for r in first.records]
     assert all(isinstance(s, str) and s.isdigit() for s in sequences)
     assert sorted(sequences, key=int) == sequences
-    stamp = first.records[0]["ApproximateArrivalTimestamp"]
-    assert isinstance(stamp, datetime)
-    assert stamp.tzinfo is not None
+    stamp = first.records[0].approximate_arrival_timestamp
+    assert isinstance(stamp, float)
+    assert abs(datetime.now(timezone.utc).timestamp() - stamp) < 10 * 365 * 86_400
     assert first.continuation_sequence_number == sequences[-1]
     assert first.millis_behind_latest == 0
     assert first.child_shards == []  # kinesis-mock sends "ChildShards": null
@@ -98,9 +98,9 @@ def test_aws_stream_with_initial_response_and_child_shards_at_the_end() -> None:
         + subscribe_event([], None, child_shards=children)
     )
     first, last = decode_all(body)
-    assert first.records[0]["ApproximateArrivalTimestamp"] == datetime(
+    assert first.records[0].approximate_arrival_timestamp == datetime(
         2023, 11, 14, 22, 13, 20, tzinfo=timezone.utc
-    )
+    ).timestamp()
     assert first.millis_behind_latest == 1500
     assert not first.shard_ended
     assert last.shard_ended
@@ -119,7 +119,7 @@ def test_fed_byte_by_byte() -> None:
         if decoded is not None:
             events.append(decoded)
         assert decoder.idle == (i + 1 in (len(initial_response()), len(body)))
-    assert [e.records[0]["Data"] for e in events] == [b"x" * 300]
+    assert [e.records[0].data for e in events] == [b"x" * 300]
 
 
 def test_the_decoder_holds_at_most_one_message() -> None:

@@ -63,7 +63,7 @@ def test_recorded_headers_data_split_across_frames_trailers_and_end() -> None:
     assert state.ended
     assert state.error is None
     events = decode(drain(client, stream_id))
-    assert [[r["Data"] for r in e.records] for e in events] == [[b"one", b"two"], [], [b"last"]]
+    assert [[r.data for r in e.records] for e in events] == [[b"one", b"two"], [], [b"last"]]
     assert [e.continuation_sequence_number for e in events] == ["102", "102", None]
     assert events[-1].shard_ended
     assert events[-1].child_shards[0]["ShardId"] == "shardId-000000000001"

@@ -115,7 +115,7 @@ def test_a_learned_route_is_signed_with_the_clients_credentials_and_token() -> N
     authorization = sent.headers["Authorization"]
     assert authorization.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
     assert "/eu-west-1/kinesis/aws4_request" in authorization
-    assert answer["Records"][0]["Data"] == b"hi"
+    assert answer["Records"][0].data == b"hi"
     assert answer["NextShardIterator"] == "it-2"
     assert answer["ResponseMetadata"]["RequestId"] == "r-2"
 
