@@ -98,9 +98,10 @@ def test_aws_stream_with_initial_response_and_child_shards_at_the_end() -> None:
         + subscribe_event([], None, child_shards=children)
     )
     first, last = decode_all(body)
-    assert first.records[0].approximate_arrival_timestamp == datetime(
-        2023, 11, 14, 22, 13, 20, tzinfo=timezone.utc
-    ).timestamp()
+    assert (
+        first.records[0].approximate_arrival_timestamp
+        == datetime(2023, 11, 14, 22, 13, 20, tzinfo=timezone.utc).timestamp()
+    )
     assert first.millis_behind_latest == 1500
     assert not first.shard_ended
     assert last.shard_ended
