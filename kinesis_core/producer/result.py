@@ -15,6 +15,7 @@ resolving the caller's future is the driver's job.
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -262,9 +263,11 @@ class PutFailedError(KinesisConnectorError):
         self.failures = failures
 
 
-Run = tuple[list[int], int, str, str, History]
+Run = tuple["array[int]", int, str, str, History]
 """Records that succeeded together: (their indexes in the batch, the sub-sequence number of
-the first, shard, sequence number, attempts); the others' sub-sequence numbers follow on."""
+the first, shard, sequence number, attempts); the others' sub-sequence numbers follow on. The
+indexes are an array of machine ints, which the garbage collector does not walk (a list of
+them would be walked, item by item, by every full collection while the result lives)."""
 
 
 class BatchResult:
@@ -484,7 +487,7 @@ class BatchSink:
                         self.succeeded_run([index], sub, shard_id, sequence_number, attempts)
                 return
             any(map(marks.__setitem__, indexes, repeat(1)))
-        self.runs.append((indexes, first_sub, shard_id, sequence_number, attempts))
+        self.runs.append((array("q", indexes), first_sub, shard_id, sequence_number, attempts))
         self.remaining -= len(indexes)
         if not self.remaining:
             self._finish()

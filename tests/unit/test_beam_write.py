@@ -9,6 +9,7 @@ import itertools
 import pickle
 import uuid
 import warnings
+from array import array
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -98,7 +99,7 @@ class FakeProducer:
             except ValidationError as exc:
                 code = (VALIDATION_ERROR, str(exc))
             if code is None:
-                runs.append(([i], i, "shardId-000000000000", seq, written))
+                runs.append((array("q", [i]), i, "shardId-000000000000", seq, written))
             else:
                 attempt = Attempt(0.0, 0.001, False, code[0], code[1])
                 failures[i] = RecordResult(False, None, None, None, (attempt,), *code)
