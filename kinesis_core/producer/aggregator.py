@@ -36,15 +36,7 @@ _explicit_hash_key_of = itemgetter(EXPLICIT_HASH_KEY)
 
 
 class _ShardBuffer:
-    __slots__ = (
-        "builder",
-        "data_bytes",
-        "deadline",
-        "expiration",
-        "payload",
-        "records",
-        "since_sum",
-    )
+    __slots__ = ("builder", "deadline", "expiration", "records", "since_sum")
 
     def __init__(self, builder: AggregateBuilder) -> None:
         self.builder = builder
@@ -52,16 +44,6 @@ class _ShardBuffer:
         self.deadline = _INF
         self.expiration = _INF
         self.since_sum = 0.0
-        self.data_bytes = 0
-        """Data bytes of ``records`` (``KinesisRecordOut.data_bytes``)."""
-        self.payload = 0
-        """Their data bytes and partition key code points (``KinesisRecordOut.payload``)."""
-
-    def count(self, ur: UserRecord) -> None:
-        """Add ``ur``, just put in ``records``, to the byte counts."""
-        n = len(ur[DATA])
-        self.data_bytes += n
-        self.payload += n + len(ur[PARTITION_KEY])
 
 
 class Aggregator:
@@ -116,8 +98,6 @@ class Aggregator:
         max_count = self.max_count
         keys = list(map(_partition_key_of, urs))
         datas = list(map(_data_of, urs))
-        data_lens = list(map(len, datas))
-        key_lens = list(map(len, keys))
         total = len(urs)
         pos = 0
         added = 0
@@ -129,9 +109,6 @@ class Aggregator:
                 continue
             end = buf.builder.add_run(keys, datas, pos, min(total, pos + max_count - len(records)))
             records += urs[pos:end]
-            data_bytes = sum(data_lens[pos:end])
-            buf.data_bytes += data_bytes
-            buf.payload += data_bytes + sum(key_lens[pos:end])
             added += end - pos
             pos = end
             if pos < total:  # the next record does not fit, or the aggregate is full
@@ -160,7 +137,6 @@ class Aggregator:
                     ur[PARTITION_KEY], ur[EXPLICIT_HASH_KEY], ur[DATA]
                 ):
                     records.append(ur)
-                    buf.count(ur)
                     added += 1
                     continue
                 self._settle(buf, added, now, deadline, expiration)
@@ -179,7 +155,6 @@ class Aggregator:
             pk, ur[EXPLICIT_HASH_KEY], ur[DATA]
         ):
             buf.records.append(ur)
-            buf.count(ur)
             return 1
         self._single(ur, shard_id, now, deadline)
         return 0
@@ -270,7 +245,6 @@ class Aggregator:
                     out.append(self._plain(ur, shard_id, now, deadline))
                     continue
             buf.records.append(ur)
-            buf.count(ur)
             buf.since_sum += now
             buf.deadline = min(buf.deadline, deadline)
             buf.expiration = min(buf.expiration, ur[ARRIVAL] + self.record_ttl)
@@ -295,8 +269,8 @@ class Aggregator:
             buf.deadline,
             buf.expiration,
             buf.since_sum / len(records),
-            buf.data_bytes,
-            buf.payload,
+            builder.data_size,
+            builder.payload,
         )
         builder.clear()
         if builder.max_size != self.max_size:
@@ -305,8 +279,6 @@ class Aggregator:
         buf.deadline = _INF
         buf.expiration = _INF
         buf.since_sum = 0.0
-        buf.data_bytes = 0
-        buf.payload = 0
         return kr
 
     def _single(self, ur: UserRecord, shard_id: str | None, now: float, deadline: float) -> None:

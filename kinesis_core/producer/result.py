@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import count as counting, repeat
 from typing import Any, NamedTuple, Protocol, cast
@@ -263,11 +263,57 @@ class PutFailedError(KinesisConnectorError):
         self.failures = failures
 
 
-Run = tuple["array[int]", int, str, str, History]
-"""Records that succeeded together: (their indexes in the batch, the sub-sequence number of
-the first, shard, sequence number, attempts); the others' sub-sequence numbers follow on. The
-indexes are an array of machine ints, which the garbage collector does not walk (a list of
-them would be walked, item by item, by every full collection while the result lives)."""
+class Runs:
+    """Records that succeeded together, run after run: each run's indexes in the batch, the
+    sub-sequence number of its first record (the others' follow on), its shard, sequence
+    number and attempts.
+
+    Kept in columns: the indexes of every run in one array of machine ints, the rest one
+    entry per run in arrays and lists, so that a run adds no object (a tuple or a list per
+    run would be tracked by the garbage collector and walked by every full collection while
+    the result lives: at 1,024 shards, a batch's records come back in runs of a few).
+    """
+
+    __slots__ = ("ends", "firsts", "histories", "indexes", "sequence_numbers", "shard_ids")
+
+    def __init__(self) -> None:
+        self.indexes: array[int] = array("q")
+        self.ends: array[int] = array("q")
+        """Where each run's indexes end in ``indexes``."""
+        self.firsts: array[int] = array("q")
+        self.shard_ids: list[str] = []
+        self.sequence_numbers: list[str] = []
+        self.histories: list[History] = []
+
+    def add(
+        self,
+        indexes: Iterable[int],
+        first_sub: int,
+        shard_id: str,
+        sequence_number: str,
+        attempts: History,
+    ) -> None:
+        self.indexes.extend(indexes)
+        self.ends.append(len(self.indexes))
+        self.firsts.append(first_sub)
+        self.shard_ids.append(shard_id)
+        self.sequence_numbers.append(sequence_number)
+        self.histories.append(attempts)
+
+    def __iter__(self) -> Iterator[tuple[array[int], int, str, str, History]]:
+        """(indexes, first sub-sequence number, shard, sequence number, attempts) of each run."""
+        indexes = self.indexes
+        start = 0
+        for end, first, shard_id, sequence_number, history in zip(
+            self.ends,
+            self.firsts,
+            self.shard_ids,
+            self.sequence_numbers,
+            self.histories,
+            strict=True,
+        ):
+            yield indexes[start:end], first, shard_id, sequence_number, history
+            start = end
 
 
 class BatchResult:
@@ -282,7 +328,7 @@ class BatchResult:
 
     __slots__ = ("_count", "_failures", "_numbered", "_runs")
 
-    def __init__(self, count: int, runs: list[Run], failures: dict[int, RecordResult]) -> None:
+    def __init__(self, count: int, runs: Runs, failures: dict[int, RecordResult]) -> None:
         self._count = count
         self._runs = runs
         """Every index at most once, over the runs and ``failures`` together."""
@@ -436,7 +482,7 @@ class BatchSink:
         single: bool = False,
     ) -> None:
         self.count = count
-        self.runs: list[Run] = []
+        self.runs = Runs()
         self.failures: dict[int, RecordResult] = {}
         self.remaining = count
         """Records without an outcome."""
@@ -487,7 +533,7 @@ class BatchSink:
                         self.succeeded_run([index], sub, shard_id, sequence_number, attempts)
                 return
             any(map(marks.__setitem__, indexes, repeat(1)))
-        self.runs.append((array("q", indexes), first_sub, shard_id, sequence_number, attempts))
+        self.runs.add(indexes, first_sub, shard_id, sequence_number, attempts)
         self.remaining -= len(indexes)
         if not self.remaining:
             self._finish()
@@ -496,8 +542,7 @@ class BatchSink:
         marks = self._marks
         if marks is None:
             marks = self._marks = bytearray(self.count)
-            for run in self.runs:
-                any(map(marks.__setitem__, run[0], repeat(1)))
+            any(map(marks.__setitem__, self.runs.indexes, repeat(1)))
         if marks[index]:
             return  # it has its outcome already: the first stands
         marks[index] = 1

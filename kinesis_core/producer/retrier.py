@@ -398,23 +398,23 @@ class Retrier:
         success = Attempt(outcome.started_at, outcome.ended_at, True, shard_id=shard_id)
         records = kr.records
         retried = 0
-        # The usual case (every record on its first trip): one sink call per run of one
-        # caller's records instead of one per record; the loops in C, the first over the
-        # records (the indexes) brings them into the cache for the others.
-        indexes = list(map(_index_of, records))
         if any(map(_attempts_of, records)):
             retried = self._succeed_each(records, shard_id, sequence_number, success)
         else:
+            # The usual case (every record on its first trip): one sink call per run of one
+            # caller's records instead of one per record, the loops in C.
             first: History = (success,)
             sinks = self.sinks
-            if len(set(map(_sink_of, records))) == 1:
-                sinks[records[0][SINK]].succeeded_run(indexes, 0, shard_id, sequence_number, first)
+            sink_key = records[0][SINK]
+            if records[-1][SINK] == sink_key and len(set(map(_sink_of, records))) == 1:
+                indexes = list(map(_index_of, records))
+                sinks[sink_key].succeeded_run(indexes, 0, shard_id, sequence_number, first)
             else:
                 sub = 0
                 for sink_key, run in groupby(records, _sink_of):
-                    part = list(map(_index_of, run))
-                    sinks[sink_key].succeeded_run(part, sub, shard_id, sequence_number, first)
-                    sub += len(part)
+                    indexes = list(map(_index_of, run))
+                    sinks[sink_key].succeeded_run(indexes, sub, shard_id, sequence_number, first)
+                    sub += len(indexes)
         n = len(records)
         self.released_records += n
         self.released_bytes += records_cost(kr.payload, n)

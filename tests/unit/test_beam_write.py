@@ -9,7 +9,6 @@ import itertools
 import pickle
 import uuid
 import warnings
-from array import array
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -54,7 +53,7 @@ from kinesis_core.producer import (
     RecordResult,
 )
 from kinesis_core.producer.metrics import Distribution
-from kinesis_core.producer.result import THROTTLED, Run
+from kinesis_core.producer.result import THROTTLED, Runs
 from kinesis_core.shards import uniform_shards
 
 Outcome = Callable[[tuple[Any, ...]], "tuple[str, str] | None"]
@@ -87,7 +86,7 @@ class FakeProducer:
             raise RuntimeError("closed")
         self.chunks.append(list(records))
         n = len(records)
-        runs: list[Run] = []
+        runs = Runs()
         failures: dict[int, RecordResult] = {}
         seq = str(next(self.seq))  # one "aggregate" per chunk
         written = (Attempt(0.0, 0.001, True, shard_id="shardId-000000000000"),)
@@ -99,7 +98,7 @@ class FakeProducer:
             except ValidationError as exc:
                 code = (VALIDATION_ERROR, str(exc))
             if code is None:
-                runs.append((array("q", [i]), i, "shardId-000000000000", seq, written))
+                runs.add([i], i, "shardId-000000000000", seq, written)
             else:
                 attempt = Attempt(0.0, 0.001, False, code[0], code[1])
                 failures[i] = RecordResult(False, None, None, None, (attempt,), *code)
