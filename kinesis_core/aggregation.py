@@ -96,12 +96,14 @@ class AggregateBuilder:
 
     __slots__ = (
         "_body_size",
+        "_data_size",
         "_ehk_entries",
         "_ehk_index",
         "_first",
         "_limit",
         "_max_size",
         "_parts",
+        "_payload",
         "_pk_entries",
         "_pk_index",
     )
@@ -122,6 +124,8 @@ class AggregateBuilder:
         self._ehk_entries: list[bytes] = []
         self._parts: list[bytes] = []
         self._body_size = 0
+        self._data_size = 0
+        self._payload = 0
         self._limit = 0
         self._first: SubRecord | None = None
 
@@ -132,6 +136,17 @@ class AggregateBuilder:
     @property
     def count(self) -> int:
         return len(self._parts) >> 1
+
+    @property
+    def data_size(self) -> int:
+        """The data bytes of its records."""
+        return self._data_size
+
+    @property
+    def payload(self) -> int:
+        """Its records' data bytes and partition key code points (what a producer's memory
+        budget counts for them), kept here because the records pass here one by one."""
+        return self._payload
 
     @property
     def size(self) -> int:
@@ -223,6 +238,8 @@ class AggregateBuilder:
             self._ehk_entries.append(ehk_entry)
         self._parts += (header, data)
         self._body_size = body_size
+        self._data_size += len(data)
+        self._payload += len(data) + len(partition_key)
         return True
 
     def add_run(
@@ -241,6 +258,8 @@ class AggregateBuilder:
         pk_entries = self._pk_entries
         parts = self._parts
         body_size = self._body_size
+        data_size = self._data_size
+        payload = self._payload
         limit = self._limit
         prefixes = _PK_FIELD_PREFIXES
         pack1 = _pack_header1
@@ -278,8 +297,12 @@ class AggregateBuilder:
             parts.append(header)
             parts.append(data)
             body_size = grown
+            data_size += n
+            payload += n + len(partition_key)
             pos += 1
         self._body_size = body_size
+        self._data_size = data_size
+        self._payload = payload
         return pos
 
     def add(self, partition_key: str, explicit_hash_key: str | None, data: bytes) -> None:
@@ -304,6 +327,8 @@ class AggregateBuilder:
         self._ehk_entries = []
         self._parts = []
         self._body_size = 0
+        self._data_size = 0
+        self._payload = 0
         self._limit = 0
         self._first = None
 

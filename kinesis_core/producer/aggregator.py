@@ -269,6 +269,8 @@ class Aggregator:
             buf.deadline,
             buf.expiration,
             buf.since_sum / len(records),
+            builder.data_size,
+            builder.payload,
         )
         builder.clear()
         if builder.max_size != self.max_size:
@@ -286,14 +288,17 @@ class Aggregator:
         self, ur: UserRecord, shard_id: str | None, now: float, deadline: float
     ) -> KinesisRecordOut:
         pk = ur[PARTITION_KEY]
+        data = ur[DATA]
         return KinesisRecordOut(
-            ur[DATA],
+            data,
             pk,
             ur[EXPLICIT_HASH_KEY],
             [ur],
             shard_id,
-            len(ur[DATA]) + len(pk.encode("utf-8")),
+            len(data) + len(pk.encode("utf-8")),
             deadline,
             ur[ARRIVAL] + self.record_ttl,
             now,
+            len(data),
+            len(data) + len(pk),
         )

@@ -38,10 +38,12 @@ class KinesisRecordOut:
     __slots__ = (
         "buffered_since",
         "data",
+        "data_bytes",
         "deadline",
         "expiration",
         "explicit_hash_key",
         "partition_key",
+        "payload",
         "records",
         "shard_id",
         "size",
@@ -58,6 +60,8 @@ class KinesisRecordOut:
         deadline: float,
         expiration: float,
         buffered_since: float,
+        data_bytes: int | None = None,
+        payload: int | None = None,
     ) -> None:
         self.data = data
         self.partition_key = partition_key
@@ -73,6 +77,16 @@ class KinesisRecordOut:
         """When its oldest record's TTL runs out."""
         self.buffered_since = buffered_since
         """Mean time its records entered the aggregator (for the BufferingTime metric)."""
+        if data_bytes is None:
+            data_bytes = sum(len(ur[DATA]) for ur in records)
+        if payload is None:
+            payload = data_bytes + sum(len(ur[PARTITION_KEY]) for ur in records)
+        self.data_bytes = data_bytes
+        """The data bytes of its user records (counted when it was built, with ``payload``,
+        where its records were at hand, rather than when its answer comes)."""
+        self.payload = payload
+        """The data bytes and partition key code points of its user records: what the
+        budget (``records_cost``) counts for them."""
 
     def entry(self) -> dict[str, object]:
         """The PutRecords request entry."""

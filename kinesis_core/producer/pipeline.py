@@ -469,14 +469,20 @@ class Pipeline:
         if set(map(type, datas)) != {bytes} or set(map(type, keys)) != {str}:
             return False
         key_chars = list(map(len, keys))
-        if min(key_chars) < 1 or max(key_chars) > MAX_PARTITION_KEY_CHARS // 2:
+        longest_key = max(key_chars)
+        if min(key_chars) < 1 or longest_key > MAX_PARTITION_KEY_CHARS // 2:
             return False
         try:
             encoded = list(map(str.encode, keys))
         except UnicodeEncodeError:
             return False
         data_bytes = list(map(len, datas))
-        if max(data_bytes) + max(map(len, encoded)) > max_record_bytes:
+        largest = max(data_bytes)
+        # A code point takes at most 4 bytes in UTF-8: look at the encoded keys only when
+        # that bound does not settle it.
+        if largest + 4 * longest_key > max_record_bytes and (
+            largest + max(map(len, encoded)) > max_record_bytes
+        ):
             return False  # one record may be too large: the loop says which
         cost = records_cost(sum(data_bytes) + sum(key_chars), n)
         if cost > room_bytes:

@@ -1,21 +1,25 @@
 """What a caller gets back: one terminal result per record, with every attempt it took.
 
 ``put`` resolves to a :class:`RecordResult`. ``put_many`` resolves to one :class:`BatchResult`
-for the whole batch: it keeps its outcomes in a few flat lists (no object per record) and makes
-a :class:`RecordResult` only when one is asked for.
+for the whole batch: it keeps one entry per run of records written together (an aggregate's
+share of the batch) and the failures, numbers the records only when one is asked for, and
+makes a :class:`RecordResult` only then.
 
-The sinks at the bottom are how the pipeline reports outcomes: it calls ``succeeded`` or
-``failed`` once per record index, and a :class:`BatchSink` says when its last record is done.
-A second outcome for the same index is ignored, so the clean-up after a crash can fail
+The sinks at the bottom are how the pipeline reports outcomes: it calls ``succeeded_run`` once
+per run of a batch's records in a Kinesis record (``succeeded`` for one record) and ``failed``
+once per record index, and a :class:`BatchSink` says when its last record is done. An outcome
+for a record that has one already is ignored, so the clean-up after a crash can fail
 "everything unfinished" without ever giving a record two results. Everything here is a value:
 resolving the caller's future is the driver's job.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import count as counting, repeat
 from typing import Any, NamedTuple, Protocol, cast
 
 from kinesis_core.classify import INTERNAL, RECORD_COUNT_MISMATCH
@@ -259,48 +263,133 @@ class PutFailedError(KinesisConnectorError):
         self.failures = failures
 
 
+class Runs:
+    """Records that succeeded together, run after run: each run's indexes in the batch, the
+    sub-sequence number of its first record (the others' follow on), its shard, sequence
+    number and attempts.
+
+    Kept in columns: the indexes of every run in one array of machine ints, the rest one
+    entry per run in arrays and lists, so that a run adds no object (a tuple or a list per
+    run would be tracked by the garbage collector and walked by every full collection while
+    the result lives: at 1,024 shards, a batch's records come back in runs of a few).
+    """
+
+    __slots__ = ("ends", "firsts", "histories", "indexes", "sequence_numbers", "shard_ids")
+
+    def __init__(self) -> None:
+        self.indexes: array[int] = array("q")
+        self.ends: array[int] = array("q")
+        """Where each run's indexes end in ``indexes``."""
+        self.firsts: array[int] = array("q")
+        self.shard_ids: list[str] = []
+        self.sequence_numbers: list[str] = []
+        self.histories: list[History] = []
+
+    def add(
+        self,
+        indexes: Iterable[int],
+        first_sub: int,
+        shard_id: str,
+        sequence_number: str,
+        attempts: History,
+    ) -> None:
+        self.indexes.extend(indexes)
+        self.ends.append(len(self.indexes))
+        self.firsts.append(first_sub)
+        self.shard_ids.append(shard_id)
+        self.sequence_numbers.append(sequence_number)
+        self.histories.append(attempts)
+
+    def __iter__(self) -> Iterator[tuple[array[int], int, str, str, History]]:
+        """(indexes, first sub-sequence number, shard, sequence number, attempts) of each run."""
+        indexes = self.indexes
+        start = 0
+        for end, first, shard_id, sequence_number, history in zip(
+            self.ends,
+            self.firsts,
+            self.shard_ids,
+            self.sequence_numbers,
+            self.histories,
+            strict=True,
+        ):
+            yield indexes[start:end], first, shard_id, sequence_number, history
+            start = end
+
+
 class BatchResult:
     """Outcome of every record of one ``put_many`` call, by index.
 
     ``failures`` says which records failed and why; ``shard_ids``, ``sequence_numbers`` and
-    ``sub_sequence_numbers`` say where each record that succeeded was written.
+    ``sub_sequence_numbers`` say where each record that succeeded was written. It keeps one
+    entry per run of records written together (an aggregate's share of the batch) and numbers
+    the records only when one of these, or a record's result, is first asked for: the counts,
+    ``ok`` and ``failures`` need no numbering.
     """
 
-    __slots__ = ("_attempts", "_failures", "sequence_numbers", "shard_ids", "sub_sequence_numbers")
+    __slots__ = ("_count", "_failures", "_numbered", "_runs")
 
-    def __init__(
-        self,
-        shard_ids: list[str | None],
-        sequence_numbers: list[str | None],
-        sub_sequence_numbers: list[int | None],
-        attempts: list[History],
-        failures: dict[int, RecordResult],
-    ) -> None:
-        self.shard_ids = shard_ids
-        self.sequence_numbers = sequence_numbers
-        self.sub_sequence_numbers = sub_sequence_numbers
-        self._attempts = attempts
+    def __init__(self, count: int, runs: Runs, failures: dict[int, RecordResult]) -> None:
+        self._count = count
+        self._runs = runs
+        """Every index at most once, over the runs and ``failures`` together."""
         self._failures = failures
+        self._numbered: (
+            tuple[list[str | None], list[str | None], list[int | None], list[History]] | None
+        ) = None
+
+    def _columns(
+        self,
+    ) -> tuple[list[str | None], list[str | None], list[int | None], list[History]]:
+        """Shard, sequence number, sub-sequence number and attempts by index (None and ()
+        for a failed record), made on first use."""
+        if self._numbered is None:
+            n = self._count
+            shard_ids: list[str | None] = [None] * n
+            sequence_numbers: list[str | None] = [None] * n
+            subs: list[int | None] = [None] * n
+            attempts: list[History] = [()] * n
+            for indexes, first_sub, shard_id, sequence_number, history in self._runs:
+                # ``any`` drives the ``map``s in C; ``__setitem__`` returns None throughout.
+                any(map(shard_ids.__setitem__, indexes, repeat(shard_id)))
+                any(map(sequence_numbers.__setitem__, indexes, repeat(sequence_number)))
+                any(map(subs.__setitem__, indexes, counting(first_sub)))
+                any(map(attempts.__setitem__, indexes, repeat(history)))
+            self._numbered = (shard_ids, sequence_numbers, subs, attempts)
+        return self._numbered
+
+    @property
+    def shard_ids(self) -> list[str | None]:
+        """The shard of each record by index (None for a failed record)."""
+        return self._columns()[0]
+
+    @property
+    def sequence_numbers(self) -> list[str | None]:
+        """The sequence number of the Kinesis record that carries each record, by index."""
+        return self._columns()[1]
+
+    @property
+    def sub_sequence_numbers(self) -> list[int | None]:
+        """Each record's index inside its aggregate (0 for a plain record), by index."""
+        return self._columns()[2]
 
     def __len__(self) -> int:
-        return len(self.shard_ids)
+        return self._count
 
     def __getitem__(self, index: int) -> RecordResult:
         if index < 0:
-            index += len(self.shard_ids)
+            index += self._count
+        if not 0 <= index < self._count:
+            raise IndexError(f"record index {index} out of range for {self._count} records")
         failed = self._failures.get(index)
         if failed is not None:
             return failed
+        shard_ids, sequence_numbers, subs, attempts = self._columns()
         return RecordResult.of(
-            True,
-            self.shard_ids[index],
-            self.sequence_numbers[index],
-            self.sub_sequence_numbers[index],
-            self._attempts[index],
+            True, shard_ids[index], sequence_numbers[index], subs[index], attempts[index]
         )
 
     def __iter__(self) -> Iterator[RecordResult]:
-        return (self[i] for i in range(len(self.shard_ids)))
+        return (self[i] for i in range(self._count))
 
     @property
     def ok(self) -> bool:
@@ -313,7 +402,7 @@ class BatchResult:
 
     @property
     def succeeded_count(self) -> int:
-        return len(self.shard_ids) - len(self._failures)
+        return self._count - len(self._failures)
 
     @property
     def failures(self) -> list[tuple[int, RecordResult]]:
@@ -357,9 +446,10 @@ class RecordSink(Protocol):
 
 
 class BatchSink:
-    """Sink of ``count`` >= 1 records: fills flat lists and, once its last record is finished,
-    puts itself on ``done`` (the pipeline's list of finished sinks) for ``result``. The first
-    outcome of a record stands.
+    """Sink of ``count`` records: keeps one entry per run of records that succeeded together
+    and a dict of the failed ones (the :class:`BatchResult` numbers them when asked) and, once
+    its last record is finished, puts itself on ``done`` (the pipeline's list of finished
+    sinks) for ``result``. The first outcome of a record stands.
 
     It holds no callback: the driver resolves ``future``, which the pipeline never touches
     (an asyncio future for :class:`Producer` callers, a ``concurrent.futures`` one for
@@ -370,17 +460,16 @@ class BatchSink:
     """
 
     __slots__ = (
-        "attempts",
+        "_marks",
+        "count",
         "done",
         "epoch",
         "failures",
         "future",
         "key",
         "remaining",
-        "sequence_numbers",
-        "shard_ids",
+        "runs",
         "single",
-        "sub_sequence_numbers",
     )
 
     def __init__(
@@ -392,12 +481,14 @@ class BatchSink:
         future: Any = None,
         single: bool = False,
     ) -> None:
-        self.shard_ids: list[str | None] = [None] * count
-        self.sequence_numbers: list[str | None] = [None] * count
-        self.sub_sequence_numbers: list[int | None] = [None] * count
-        self.attempts: list[History] = [()] * count
+        self.count = count
+        self.runs = Runs()
         self.failures: dict[int, RecordResult] = {}
         self.remaining = count
+        """Records without an outcome."""
+        self._marks: bytearray | None = None
+        """1 at the index of every record with an outcome, from the first failure on (see
+        ``succeeded_run``)."""
         self.done = done
         """Where it goes when its last record is finished; None until the pipeline took it
         (outcomes known before, at validation, are the caller's to see)."""
@@ -415,15 +506,7 @@ class BatchSink:
         sub_sequence_number: int,
         attempts: History,
     ) -> None:
-        if self.shard_ids[index] is not None or index in self.failures:
-            return  # already finished: the first outcome stands
-        self.shard_ids[index] = shard_id
-        self.sequence_numbers[index] = sequence_number
-        self.sub_sequence_numbers[index] = sub_sequence_number
-        self.attempts[index] = attempts
-        self.remaining -= 1
-        if not self.remaining:
-            self._finish()
+        self.succeeded_run([index], sub_sequence_number, shard_id, sequence_number, attempts)
 
     def succeeded_run(
         self,
@@ -433,43 +516,44 @@ class BatchSink:
         sequence_number: str,
         attempts: History,
     ) -> None:
-        shard_ids = self.shard_ids
-        sequence_numbers = self.sequence_numbers
-        sub_sequence_numbers = self.sub_sequence_numbers
-        all_attempts = self.attempts
-        failures = self.failures
-        done = 0
-        for sub, index in enumerate(indexes, first_sub):
-            if shard_ids[index] is not None or index in failures:
-                continue  # already finished: the first outcome stands
-            shard_ids[index] = shard_id
-            sequence_numbers[index] = sequence_number
-            sub_sequence_numbers[index] = sub
-            all_attempts[index] = attempts
-            done += 1
-        if done:
-            self.remaining -= done
-            if not self.remaining:
-                self._finish()
+        """One entry for the run, whatever its length. A record succeeds once (the pipeline
+        answers each Kinesis record once, and a record is in one Kinesis record at a time), so
+        only a failure can come before a success for the same record: the clean-up after a
+        crash fails every record of the requests in flight, some of which may have succeeded.
+        Until a record fails, a run is taken as it is; from then on (``_marks``), the records
+        of a run that have an outcome already are left out of it."""
+        if not self.remaining:
+            return  # every record has its outcome: the first stands
+        marks = self._marks
+        if marks is not None:
+            # ``any`` drives the ``map``s in C (``__setitem__`` returns None throughout).
+            if any(map(marks.__getitem__, indexes)):
+                for sub, index in enumerate(indexes, first_sub):
+                    if not marks[index]:
+                        self.succeeded_run([index], sub, shard_id, sequence_number, attempts)
+                return
+            any(map(marks.__setitem__, indexes, repeat(1)))
+        self.runs.add(indexes, first_sub, shard_id, sequence_number, attempts)
+        self.remaining -= len(indexes)
+        if not self.remaining:
+            self._finish()
 
     def failed(self, index: int, code: str, message: str, attempts: History) -> None:
-        if self.shard_ids[index] is not None or index in self.failures:
-            return
+        marks = self._marks
+        if marks is None:
+            marks = self._marks = bytearray(self.count)
+            any(map(marks.__setitem__, self.runs.indexes, repeat(1)))
+        if marks[index]:
+            return  # it has its outcome already: the first stands
+        marks[index] = 1
         self.failures[index] = RecordResult.of(False, None, None, None, attempts, code, message)
-        self.attempts[index] = attempts
         self.remaining -= 1
         if not self.remaining:
             self._finish()
 
     def result(self) -> BatchResult | RecordResult:
         """The outcome of every record (``single``: of the one record), by index."""
-        result = BatchResult(
-            self.shard_ids,
-            self.sequence_numbers,
-            self.sub_sequence_numbers,
-            self.attempts,
-            self.failures,
-        )
+        result = BatchResult(self.count, self.runs, self.failures)
         return result[0] if self.single else result
 
     def _finish(self) -> None:

@@ -74,8 +74,6 @@ from kinesis_core.producer.result import (
 _attempts_of = itemgetter(ATTEMPTS)
 _sink_of = itemgetter(SINK)
 _index_of = itemgetter(INDEX)
-_data_of = itemgetter(DATA)
-_partition_key_of = itemgetter(PARTITION_KEY)
 _ended_at = attrgetter("ended_at")
 
 _BACK_OFF = frozenset(
@@ -398,32 +396,33 @@ class Retrier:
         self, kr: KinesisRecordOut, shard_id: str, sequence_number: str, outcome: SendOutcome
     ) -> None:
         success = Attempt(outcome.started_at, outcome.ended_at, True, shard_id=shard_id)
-        first: History = (success,)
         records = kr.records
-        sinks = self.sinks
         retried = 0
-        if not any(map(_attempts_of, records)):
-            # The usual case (every record on its first trip): one sink call per run of one
-            # caller's records instead of one per record, and the sums in C.
-            data_bytes = sum(map(len, map(_data_of, records)))
-            budget_bytes = data_bytes + sum(map(len, map(_partition_key_of, records)))
-            sub = 0
-            for sink_key, run in groupby(records, _sink_of):
-                indexes = list(map(_index_of, run))
-                sinks[sink_key].succeeded_run(indexes, sub, shard_id, sequence_number, first)
-                sub += len(indexes)
+        if any(map(_attempts_of, records)):
+            retried = self._succeed_each(records, shard_id, sequence_number, success)
         else:
-            data_bytes, budget_bytes, retried = self._succeed_each(
-                records, shard_id, sequence_number, success
-            )
+            # The usual case (every record on its first trip): one sink call per run of one
+            # caller's records instead of one per record, the loops in C.
+            first: History = (success,)
+            sinks = self.sinks
+            sink_key = records[0][SINK]
+            if records[-1][SINK] == sink_key and len(set(map(_sink_of, records))) == 1:
+                indexes = list(map(_index_of, records))
+                sinks[sink_key].succeeded_run(indexes, 0, shard_id, sequence_number, first)
+            else:
+                sub = 0
+                for sink_key, run in groupby(records, _sink_of):
+                    indexes = list(map(_index_of, run))
+                    sinks[sink_key].succeeded_run(indexes, sub, shard_id, sequence_number, first)
+                    sub += len(indexes)
         n = len(records)
         self.released_records += n
-        self.released_bytes += records_cost(budget_bytes, n)
+        self.released_bytes += records_cost(kr.payload, n)
         metrics = self.metrics
         if n > retried:
             metrics.retries_per_record.add(0, n - retried)
         metrics.user_records_put += n
-        metrics.user_records_data_put += data_bytes
+        metrics.user_records_data_put += kr.data_bytes
         metrics.kinesis_records_put += 1
         metrics.kinesis_records_data_put += kr.size
         metrics.user_records_per_kinesis_record.add(n)
@@ -437,12 +436,10 @@ class Retrier:
         shard_id: str,
         sequence_number: str,
         success: Attempt,
-    ) -> tuple[int, int, int]:
+    ) -> int:
         """``_succeed`` record by record, for an aggregate holding retried records (each keeps
-        its own attempt history); returns the data bytes, the budget bytes and the retries."""
+        its own attempt history); returns how many were retried."""
         sinks = self.sinks
-        data_bytes = 0
-        budget_bytes = 0
         retried = 0
         first: History = (success,)
         sink_key = records[0][SINK]
@@ -452,16 +449,13 @@ class Retrier:
                 sink_key = ur[SINK]
                 succeeded = sinks[sink_key].succeeded
             prior = ur[ATTEMPTS]
-            data = ur[DATA]
-            data_bytes += len(data)
-            budget_bytes += len(data) + len(ur[PARTITION_KEY])
             if prior:
                 retried += 1
                 self.metrics.retries_per_record.add(attempt_count(prior))
                 succeeded(ur[INDEX], shard_id, sequence_number, sub, add_attempt(prior, success))
             else:
                 succeeded(ur[INDEX], shard_id, sequence_number, sub, first)
-        return data_bytes, budget_bytes, retried
+        return retried
 
     def _retry(
         self,

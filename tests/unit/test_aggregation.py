@@ -253,6 +253,12 @@ def test_a_run_of_records_is_added_while_it_fits_as_try_add_adds_them() -> None:
         one_by_one.size,
         one_by_one.build(),
     )
+    data_size = 1 + sum(map(len, datas[:added]))
+    payload = data_size + len("first") + sum(map(len, keys[:added]))
+    for builder in (one_by_one, by_run):
+        assert (builder.data_size, builder.payload) == (data_size, payload)
+        builder.clear()
+        assert (builder.data_size, builder.payload) == (0, 0)
     with pytest.raises(ValueError, match="empty"):
         AggregateBuilder().add_run(keys, datas, 0, 1)
 

@@ -53,7 +53,7 @@ from kinesis_core.producer import (
     RecordResult,
 )
 from kinesis_core.producer.metrics import Distribution
-from kinesis_core.producer.result import THROTTLED
+from kinesis_core.producer.result import THROTTLED, Runs
 from kinesis_core.shards import uniform_shards
 
 Outcome = Callable[[tuple[Any, ...]], "tuple[str, str] | None"]
@@ -86,12 +86,10 @@ class FakeProducer:
             raise RuntimeError("closed")
         self.chunks.append(list(records))
         n = len(records)
-        shards: list[str | None] = [None] * n
-        seqs: list[int | None] = [None] * n
-        subs: list[int | None] = [None] * n
-        attempts: list[tuple[Attempt, ...]] = [()] * n
+        runs = Runs()
         failures: dict[int, RecordResult] = {}
-        seq = next(self.seq)  # one "aggregate" per chunk
+        seq = str(next(self.seq))  # one "aggregate" per chunk
+        written = (Attempt(0.0, 0.001, True, shard_id="shardId-000000000000"),)
         for i, rec in enumerate(records):
             code: tuple[str, str] | None
             try:
@@ -100,14 +98,12 @@ class FakeProducer:
             except ValidationError as exc:
                 code = (VALIDATION_ERROR, str(exc))
             if code is None:
-                shards[i], seqs[i], subs[i] = "shardId-000000000000", seq, i
-                attempts[i] = (Attempt(0.0, 0.001, True, shard_id="shardId-000000000000"),)
+                runs.add([i], i, "shardId-000000000000", seq, written)
             else:
                 attempt = Attempt(0.0, 0.001, False, code[0], code[1])
                 failures[i] = RecordResult(False, None, None, None, (attempt,), *code)
-                attempts[i] = (attempt,)
         future: concurrent.futures.Future[BatchResult] = concurrent.futures.Future()
-        result = BatchResult(shards, seqs, subs, attempts, failures)
+        result = BatchResult(n, runs, failures)
         if FakeProducer.defer:
             self.pending.append((future, result))
         else:

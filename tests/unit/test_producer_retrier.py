@@ -367,6 +367,33 @@ def test_batch_sink_runs_keep_the_first_outcome_and_resolve_once() -> None:
     assert done == [sink]
 
 
+def test_batch_sink_ignores_a_failure_after_a_success_and_numbers_its_runs_when_asked() -> None:
+    # The clean-up after a crash fails every record of the requests in flight, some of which
+    # succeeded already: their success stands, and the sink finishes once, when the last
+    # record that had no outcome fails.
+    done: list[BatchSink] = []
+    sink = BatchSink(5, done)
+    sink.succeeded_run([4, 0, 2], 0, "low", "7", ())
+    sink.failed(0, INTERNAL, "crashed", ())
+    sink.failed(2, INTERNAL, "crashed", ())
+    assert (sink.remaining, done) == (2, [])
+    sink.succeeded_run([1], 3, "high", "8", ())
+    sink.failed(3, INTERNAL, "crashed", ())
+    sink.failed(4, INTERNAL, "crashed", ())
+    assert (sink.remaining, done) == (0, [sink])
+    result = sink.result()
+    assert isinstance(result, BatchResult)
+    assert (len(result), result.succeeded_count, result.failed_count) == (5, 4, 1)
+    assert [i for i, _ in result.failures] == [3]
+    assert result.shard_ids == ["low", "high", "low", None, "low"]
+    assert result.sequence_numbers == ["7", "8", "7", None, "7"]
+    assert result.sub_sequence_numbers == [1, 3, 2, None, 0]
+    assert [r.position for r in result] == [(7, 1), (8, 3), (7, 2), None, (7, 0)]
+    assert result[-1].shard_id == "low"
+    with pytest.raises(IndexError):
+        result[5]
+
+
 # -- the sender's error mapping ------------------------------------------------------------
 
 
