@@ -160,8 +160,10 @@ class ReadLoop:
     ) -> Generator[Outputs, None, str | None]:
         """One call of the shard's reader and what follows from it. Returns (as the
         generator's value) None to go on, or "stop" after a refused claim or a bounded stop."""
-        sent = time.time()
+        self._read_ahead(shard_id, own=False)
         outcome = reader.step(action)
+        sent = reader.sent
+        self.metrics.settle()
         if outcome.error is not None:
             self.caught_up.discard(shard_id)
             return None
@@ -193,6 +195,22 @@ class ReadLoop:
             self.caught_up.discard(shard_id)
         self._advance_watermark()
         return None
+
+    def _read_ahead(self, shard_id: str, *, own: bool) -> None:
+        """Send the next call of the round ahead, unless one is in flight already: the first
+        due one of the readers after ``shard_id`` (and then, with ``own``, ``shard_id``'s), so
+        that its answer comes while this one is processed. Nothing is claimed until the loop
+        takes the answer in its turn; until then the reader stays where it was."""
+        readers = self.readers
+        order = list(readers)
+        at = order.index(shard_id)
+        others = order[at + 1 :] + order[:at]
+        if any(readers[s].reading_ahead for s in others):
+            return
+        now = time.monotonic()
+        for other in [*others, shard_id] if own else others:
+            if readers[other].read_ahead(now):
+                return
 
     def _measure(self, shard_id: str, records: list[CoreRecord]) -> int:
         """The data bytes of a response, learnt into the shard's write rate."""
@@ -234,6 +252,7 @@ class ReadLoop:
         if not self.tracker.try_claim(claim):
             self.clean.discard(shard_id)
             return True
+        self._read_ahead(shard_id, own=True)
         yield outputs  # output whole before this generator goes on
         self._count(shard_id, len(chosen), sum(map(len, map(_DATA, chosen))), arrived)
         left = self.records_left
