@@ -17,8 +17,9 @@ from collections.abc import Generator, Iterable
 from operator import attrgetter
 from typing import Any
 
-from apache_beam.transforms.window import TimestampedValue
+from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_kinesis._metrics import BeamMetrics
 from beam_kinesis._read_spec import ReadSpec, micros as to_micros, now_micros, to_timestamp
@@ -47,9 +48,15 @@ from kinesis_core.records import KinesisRecord as CoreRecord
 
 logger = logging.getLogger(__name__)
 
-Outputs = Iterable[TimestampedValue[Any]]
+Outputs = Iterable[WindowedValue]
 """The outputs of one response: :meth:`ReadLoop.poll` yields one per response, and the caller
 outputs all of it before it resumes the loop (one generator level per element, not five)."""
+
+GLOBAL = (GlobalWindow(),)
+"""The windows of every output. The read's input is always in the global window (its own
+Impulse, or the discovery's outputs), where a ``TimestampedValue`` would be assigned too; an
+output made as a ``WindowedValue`` skips that assignment (a ``GlobalWindow`` and its timestamp
+made per element, Beam's ``AssignContext``) and ``TimestampedValue``'s own conversion."""
 
 _ARRIVAL = attrgetter("approximate_arrival_timestamp")
 _DATA = attrgetter("data")
@@ -294,7 +301,7 @@ class ReadLoop:
 
     def _outputs(
         self, shard_id: str, records: list[CoreRecord]
-    ) -> Generator[TimestampedValue[Any], None, None]:
+    ) -> Generator[WindowedValue, None, None]:
         """The elements of ``records``, timestamped, made one by one as Beam takes them."""
         with_metadata = self.spec.with_metadata
         timestamp_fn = self.spec.timestamp_fn
@@ -312,6 +319,9 @@ class ReadLoop:
                     ts = Timestamp(
                         micros=to_micros(arrival) if arrival is not None else now_micros()
                     )
+            if not with_metadata and timestamp_fn is None:
+                yield WindowedValue(record.data, ts, GLOBAL)
+                continue
             element = new_tuple(
                 KinesisRecord,
                 (
@@ -324,12 +334,11 @@ class ReadLoop:
                     ts,
                 ),
             )
+            value = element if with_metadata else record.data
             if timestamp_fn is not None:
-                yield TimestampedValue(
-                    element if with_metadata else record.data, to_timestamp(timestamp_fn(element))
-                )
+                yield WindowedValue(value, to_timestamp(timestamp_fn(element)), GLOBAL)
             else:
-                yield TimestampedValue(element if with_metadata else record.data, ts)
+                yield WindowedValue(value, ts, GLOBAL)
 
     def _count(self, shard_id: str, emitted: int, nbytes: int, arrival_micros: int) -> None:
         """Records output; ``arrival_micros``: when the newest of them arrived in the stream."""
