@@ -1,7 +1,8 @@
 """ReadFromKinesis's read-ahead against moto: the next call of the round is sent on the
 read-ahead thread while the DoFn outputs an answer, and neither a runner's checkpoint nor the
 DoFn's own self-checkpoint with such a call in flight loses or repeats a record. The DoFn is
-driven call by call as a runner drives it (tests/helpers/beam.SdfDriver)."""
+driven call by call as a runner drives it (tests/helpers/beam.SdfDriver); the metrics test
+runs a pipeline on the in-process runner."""
 
 from __future__ import annotations
 
@@ -9,14 +10,16 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from apache_beam.metrics.metric import MetricsFilter
 
+from beam_kinesis import METRICS_NAMESPACE
 from beam_kinesis._read_fn import BoundedReadFn, ReadFn, UnboundedReadFn
 from beam_kinesis.read import ReadFromKinesis
 from kinesis_core.client import ClientConfig
 from kinesis_core.consumer import TRIM_HORIZON
 from kinesis_core.consumer.reading import SyncShardReader
 from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LocalStream
-from tests.helpers.beam import SdfDriver
+from tests.helpers.beam import SdfDriver, pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -172,3 +175,33 @@ def test_a_residual_taken_by_another_worker_reads_what_was_in_flight_again(
         first.teardown()
         second.teardown()
     assert Counter(_data(driver)) == Counter(data)
+
+
+def test_calls_read_ahead_count_in_the_beam_metrics(
+    moto_stream: Any, sent_ahead: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the in-process runner, one restriction over two shards (``max_records``): every
+    GetRecords whose answer the read took counts in the operation-duration distribution,
+    those timed on the read-ahead thread too (Beam drops a figure recorded there)."""
+    stream: LocalStream = moto_stream(shards=2)
+    data = _fill(stream)
+    taken: list[bool] = []
+    step = SyncShardReader.step
+
+    def spy(self: SyncShardReader, call: Any, ack: Any = None) -> Any:
+        if type(call).__name__ == "GetRecords":
+            taken.append(self.reading_ahead)
+        return step(self, call, ack)
+
+    monkeypatch.setattr(SyncShardReader, "step", spy)
+    p = pipeline(stream, "in_memory")
+    _ = p | ReadFromKinesis(
+        stream.name, initial_position=TRIM_HORIZON, max_records=len(data), idle_interval=0.2
+    )
+    result = p.run()
+    result.wait_until_finish()
+    found = result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))
+    name = "messaging.client.operation.duration{messaging.operation.name=GetRecords}"
+    counted = sum(m.committed.count for m in found["distributions"] if m.key.metric.name == name)
+    assert any(taken)  # some answers were taken from calls read ahead
+    assert counted >= len(taken)
