@@ -8,9 +8,11 @@ the stream is the step's. Beam distributions hold integers: times are in millise
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from apache_beam.metrics.execution import MetricsEnvironment
 from apache_beam.metrics.metric import Metrics
 
 from kinesis_core.telemetry.figures import Attrs, producer_figures
@@ -68,6 +70,7 @@ class BeamMetrics(ConsumerRecorder):
 
     def __init__(self) -> None:
         self._made: dict[tuple[str, str], Any] = {}
+        self._late: collections.deque[tuple[str, float, str | None]] = collections.deque()
 
     def _metric(self, kind: str, name: str, attributes: dict[str, str] | None = None) -> Any:
         full = beam_name(name, attributes)
@@ -116,6 +119,20 @@ class BeamMetrics(ConsumerRecorder):
         self.gauge(WATERMARK, {PARTITION: shard_id}).set(millis)
 
     def operation(self, shard_id: str, operation: str, seconds: float, error: str | None) -> None:
+        if MetricsEnvironment.current_container() is None:  # type: ignore[no-untyped-call]
+            # Timed on the read-ahead thread, where Beam would drop the figure: the bundle's
+            # thread records it when it takes the answer (settle).
+            self._late.append((operation, seconds, error))
+            return
+        self._operation(operation, seconds, error)
+
+    def settle(self) -> None:
+        """Record the figures timed off the bundle's thread (calls read ahead)."""
+        late = self._late
+        while late:
+            self._operation(*late.popleft())
+
+    def _operation(self, operation: str, seconds: float, error: str | None) -> None:
         attributes = {OPERATION: operation}
         if error is not None:
             attributes[ERROR_TYPE] = error

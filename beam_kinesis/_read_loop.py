@@ -17,8 +17,9 @@ from collections.abc import Generator, Iterable
 from operator import attrgetter
 from typing import Any
 
-from apache_beam.transforms.window import TimestampedValue
+from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_kinesis._metrics import BeamMetrics
 from beam_kinesis._read_spec import ReadSpec, micros as to_micros, now_micros, to_timestamp
@@ -47,9 +48,15 @@ from kinesis_core.records import KinesisRecord as CoreRecord
 
 logger = logging.getLogger(__name__)
 
-Outputs = Iterable[TimestampedValue[Any]]
+Outputs = Iterable[WindowedValue]
 """The outputs of one response: :meth:`ReadLoop.poll` yields one per response, and the caller
 outputs all of it before it resumes the loop (one generator level per element, not five)."""
+
+GLOBAL = (GlobalWindow(),)
+"""The windows of every output. The read's input is always in the global window (its own
+Impulse, or the discovery's outputs), where a ``TimestampedValue`` would be assigned too; an
+output made as a ``WindowedValue`` skips that assignment (a ``GlobalWindow`` and its timestamp
+made per element, Beam's ``AssignContext``) and ``TimestampedValue``'s own conversion."""
 
 _ARRIVAL = attrgetter("approximate_arrival_timestamp")
 _DATA = attrgetter("data")
@@ -160,8 +167,10 @@ class ReadLoop:
     ) -> Generator[Outputs, None, str | None]:
         """One call of the shard's reader and what follows from it. Returns (as the
         generator's value) None to go on, or "stop" after a refused claim or a bounded stop."""
-        sent = time.time()
+        self._read_ahead(shard_id, own=False)
         outcome = reader.step(action)
+        sent = reader.sent
+        self.metrics.settle()
         if outcome.error is not None:
             self.caught_up.discard(shard_id)
             return None
@@ -193,6 +202,22 @@ class ReadLoop:
             self.caught_up.discard(shard_id)
         self._advance_watermark()
         return None
+
+    def _read_ahead(self, shard_id: str, *, own: bool) -> None:
+        """Send the next call of the round ahead, unless one is in flight already: the first
+        due one of the readers after ``shard_id`` (and then, with ``own``, ``shard_id``'s), so
+        that its answer comes while this one is processed. Nothing is claimed until the loop
+        takes the answer in its turn; until then the reader stays where it was."""
+        readers = self.readers
+        order = list(readers)
+        at = order.index(shard_id)
+        others = order[at + 1 :] + order[:at]
+        if any(readers[s].reading_ahead for s in others):
+            return
+        now = time.monotonic()
+        for other in [*others, shard_id] if own else others:
+            if readers[other].read_ahead(now):
+                return
 
     def _measure(self, shard_id: str, records: list[CoreRecord]) -> int:
         """The data bytes of a response, learnt into the shard's write rate."""
@@ -234,6 +259,7 @@ class ReadLoop:
         if not self.tracker.try_claim(claim):
             self.clean.discard(shard_id)
             return True
+        self._read_ahead(shard_id, own=True)
         yield outputs  # output whole before this generator goes on
         self._count(shard_id, len(chosen), sum(map(len, map(_DATA, chosen))), arrived)
         left = self.records_left
@@ -275,7 +301,7 @@ class ReadLoop:
 
     def _outputs(
         self, shard_id: str, records: list[CoreRecord]
-    ) -> Generator[TimestampedValue[Any], None, None]:
+    ) -> Generator[WindowedValue, None, None]:
         """The elements of ``records``, timestamped, made one by one as Beam takes them."""
         with_metadata = self.spec.with_metadata
         timestamp_fn = self.spec.timestamp_fn
@@ -293,6 +319,9 @@ class ReadLoop:
                     ts = Timestamp(
                         micros=to_micros(arrival) if arrival is not None else now_micros()
                     )
+            if not with_metadata and timestamp_fn is None:
+                yield WindowedValue(record.data, ts, GLOBAL)
+                continue
             element = new_tuple(
                 KinesisRecord,
                 (
@@ -305,12 +334,11 @@ class ReadLoop:
                     ts,
                 ),
             )
+            value = element if with_metadata else record.data
             if timestamp_fn is not None:
-                yield TimestampedValue(
-                    element if with_metadata else record.data, to_timestamp(timestamp_fn(element))
-                )
+                yield WindowedValue(value, to_timestamp(timestamp_fn(element)), GLOBAL)
             else:
-                yield TimestampedValue(element if with_metadata else record.data, ts)
+                yield WindowedValue(value, ts, GLOBAL)
 
     def _count(self, shard_id: str, emitted: int, nbytes: int, arrival_micros: int) -> None:
         """Records output; ``arrival_micros``: when the newest of them arrived in the stream."""

@@ -10,8 +10,11 @@ reads a couple of events ahead. The listings, the look at the stream after a ref
 fan-out start (registration, HTTP/2 client) are the core's too. It keeps the readers that
 stopped exactly where their cursors are for the next bundle of the same restriction, so a shard
 iterator and its rate-limit timers, or an open subscription, carry over instead of starting
-again each bundle. The read loop (:mod:`beam_kinesis._read_loop`) never sees which transport
-runs.
+again each bundle. A polling reader can send its next call ahead on the instance's
+read-ahead thread (:meth:`~kinesis_core.consumer.reading.SyncShardReader.read_ahead`), and a
+kept reader keeps such a call in flight: its answer is the one to the reader's next call from
+the position it was kept at. The read loop (:mod:`beam_kinesis._read_loop`) never sees which
+transport runs.
 
 A shard that straddles two restrictions (a merged child) is read by both; a consumer may hold
 only one subscription per shard, so such a shard is polled even in fan-out mode.
@@ -22,6 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
@@ -84,6 +88,7 @@ class ShardReaders:
         self._close_fan_out: Callable[[], None] = lambda: None
         self._wake = threading.Event()
         self._rates: dict[str, ByteRate] = {}
+        self._ahead: ThreadPoolExecutor | None = None
 
     def open(self, restriction: KinesisRestriction, cursor: ShardCursor) -> Reader:
         """The kept reader of this shard if it stopped exactly where the cursor is, else a new
@@ -133,7 +138,9 @@ class ShardReaders:
         )
         polling = PollingRead(node, start, options, incarnation=incarnation, stream=spec.stream)
         link = self._metered(self.executor.link(self._stream, cursor.shard_id), cursor.shard_id)
-        return SyncShardReader(polling, link, where=spec.stream)
+        if self._ahead is None:
+            self._ahead = ThreadPoolExecutor(1, thread_name_prefix="kinesis-read-ahead")
+        return SyncShardReader(polling, link, where=spec.stream, ahead=self._ahead)
 
     def _metered(self, link: SyncLink, shard_id: str) -> SyncLink:
         """``link`` with its calls timed, when this reader's metrics are on."""
@@ -187,4 +194,8 @@ class ShardReaders:
         if self._fan_out is not None:
             self._fan_out = None
             self._close_fan_out()
+        if self._ahead is not None:
+            # A call in flight finishes on its own; nobody takes its answer.
+            self._ahead.shutdown(wait=False, cancel_futures=True)
+            self._ahead = None
         self.client.close()

@@ -7,8 +7,9 @@ error table, feed the outcome back, and pass on what the :class:`~.transport.Out
 (records to deliver, a warning to log). :func:`run_shard_read` runs a machine until its shard
 ends, handing each non-empty batch to the consumer (which may block: that is the
 backpressure). :class:`SyncShardReader` takes one step at a time for a driver that
-round-robins over shards; a fan-out link's "no event yet" stays with it (the machine never
-hears of it).
+round-robins over shards, and can send a shard's next call ahead, on an executor's thread,
+while the driver works; a fan-out link's "no event yet" stays with it (the machine never hears
+of it).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import NoReturn
+from concurrent.futures import Executor, Future
+from typing import Any, NoReturn
 
 from kinesis_core.calls import Call, Wait
 from kinesis_core.classify import ErrorKind, error_details, error_message
@@ -139,6 +141,11 @@ class SyncShardReader:
     errors no reader recovers from raise as :class:`KinesisServiceError` (``where`` names the
     stream in their messages), and :meth:`failure` is what to raise for a machine that gave
     up, with the last error it took.
+
+    With ``ahead`` (an executor), :meth:`read_ahead` sends the machine's next call on it at
+    once, while the engine does other work; until :meth:`step` takes its answer (or the error
+    it raised), :meth:`next_action` returns that call, so the machine's decisions are made in
+    the same order as without it. The machine only ever runs on the engine's thread.
     """
 
     def __init__(
@@ -149,6 +156,7 @@ class SyncShardReader:
         pending_interval: float = 0.05,
         clock: Callable[[], float] = time.monotonic,
         where: str = "",
+        ahead: Executor | None = None,
     ) -> None:
         self.machine = machine
         self.link = link
@@ -157,17 +165,49 @@ class SyncShardReader:
         self._where = where
         self._pending_until = float("-inf")
         self._last: BaseException | None = None
+        self._ahead = ahead
+        self._in_flight: tuple[Call, Future[Any], float] | None = None
+        self.sent = 0.0
+        """When (``time.time()``) the call of the last :meth:`step` was sent: earlier than
+        the step when it was read ahead."""
+
+    @property
+    def reading_ahead(self) -> bool:
+        """A call sent by :meth:`read_ahead` waits for :meth:`step` to take its answer."""
+        return self._in_flight is not None
 
     def next_action(self, now: float) -> Action:
+        if self._in_flight is not None:
+            return self._in_flight[0]
         if now < self._pending_until:
             return Wait(self._pending_until)
         return self.machine.next_action(now)
 
+    def read_ahead(self, now: float) -> bool:
+        """Send the machine's next call now on the ``ahead`` executor, if it has a call due
+        and none is in flight; True if one went. Its answer waits for :meth:`step`."""
+        if self._ahead is None or self._in_flight is not None:
+            return False
+        action = self.next_action(now)
+        if not isinstance(action, Call):
+            return False  # Wait, Ended, Failed: the machine gives them again when asked
+        self._in_flight = (action, self._ahead.submit(self.link.call, action), time.time())
+        return True
+
     def step(self, call: Call, ack: Ack | None = None) -> Outcome:
-        """Execute ``call`` and feed its response or error to the machine."""
+        """Execute ``call`` (take its answer, if it was read ahead) and feed its response or
+        error to the machine."""
         machine = self.machine
+        in_flight, self._in_flight = self._in_flight, None
         try:
-            response = self.link.call(call)
+            if in_flight is None:
+                self.sent = time.time()
+                response = self.link.call(call)
+            elif in_flight[0] is call:
+                self.sent = in_flight[2]
+                response = in_flight[1].result()
+            else:
+                raise ValueError(f"stepped {call!r} while {in_flight[0]!r} is in flight")
         except Exception as exc:
             kind = error_kind(exc)
             if kind is None:
@@ -191,4 +231,7 @@ class SyncShardReader:
         return error
 
     def close(self) -> None:
+        """Close the link; a call in flight is dropped (its answer was not consumed: the
+        machine's position is where it was before the call)."""
+        self._in_flight = None
         self.link.close()

@@ -5,6 +5,7 @@ processes, and the core consumer reading a stream back."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -140,23 +141,44 @@ class SdfDriver:
         """(output, the restriction's watermark when it was output)."""
         self.done = False
 
-    def call(self) -> None:
-        """One ``process`` call; ``done`` once it left no residual."""
+    def call(self, checkpoint_after: int | None = None) -> None:
+        """One ``process`` call; ``done`` once it left no residual. ``checkpoint_after``: the
+        runner checkpoints (``try_split(0)``, from its own thread) once the call output that
+        many elements (0: at the call's first claim, before it)."""
         tracker = ThreadsafeRestrictionTracker(self.fn.create_tracker(self.restriction))
         estimator = self._provider.create_watermark_estimator(self._estimator_state)
         finalizer = _Finalizer()
-        for out in self.fn.process(
-            self.element,
-            bundle_finalizer=finalizer,
-            tracker=RestrictionTrackerView(tracker),
-            watermark=estimator,
+        runner_split: list[Any] = []
+        if checkpoint_after == 0:
+            claim = tracker.try_claim
+
+            def split_first(position: Any) -> bool:
+                if not runner_split:
+                    runner_split.append(tracker.try_split(0))
+                return bool(claim(position))
+
+            tracker.try_claim = split_first  # type: ignore[method-assign]
+        for n, out in enumerate(
+            self.fn.process(
+                self.element,
+                bundle_finalizer=finalizer,
+                tracker=RestrictionTrackerView(tracker),
+                watermark=estimator,
+            ),
+            1,
         ):
             self.outputs.append((out, estimator.current_watermark()))
+            if n == checkpoint_after:
+                split = threading.Thread(target=lambda: runner_split.append(tracker.try_split(0)))
+                split.start()
+                split.join()
         for callback in finalizer.callbacks:
             callback()
         self._estimator_state = estimator.get_estimator_state()
         deferred = tracker.deferred_status()
-        if deferred is None:
+        if runner_split and runner_split[0] is not None:
+            self.restriction = runner_split[0][1]
+        elif deferred is None:
             self.done = True
             self.restriction = tracker.current_restriction()
         else:

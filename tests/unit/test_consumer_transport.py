@@ -3,12 +3,16 @@ state refuses, and the synchronous driver's "no event yet" that the machine neve
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
 from kinesis_core.calls import Call
+from kinesis_core.classify import ErrorKind
 from kinesis_core.consumer import TRIM_HORIZON
 from kinesis_core.consumer.incarnation import StreamFacts
 from kinesis_core.consumer.lineage import ShardNode
@@ -185,3 +189,106 @@ def test_a_reader_that_gives_up_raises_with_the_last_error_it_took() -> None:
     assert str(error).endswith("last error: ResourceNotFoundException: no shard")
     assert error.code == "ResourceNotFoundException"
     assert error.__cause__ is refused
+
+
+class Later(Executor):
+    """An executor that runs a submitted call only when the test says so (a call in flight)."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self.jobs.append((future, fn, args))
+        return future
+
+    def run(self) -> None:
+        future, fn, args = self.jobs.pop(0)
+        try:
+            future.set_result(fn(*args))
+        except Exception as exc:
+            future.set_exception(exc)
+
+
+def _connected(link: Link, ahead: Executor | None) -> SyncShardReader:
+    """A polling reader that got its iterator ("it-0") at t=0."""
+    reader = SyncShardReader(PollingRead(NODE, TRIM_HORIZON), link, clock=lambda: 0.0, ahead=ahead)
+    reader.step(reader.next_action(0.0))
+    return reader
+
+
+def test_a_call_read_ahead_is_the_next_action_until_a_step_takes_its_answer() -> None:
+    """read_ahead sends the machine's due call on the executor; until a step takes the answer,
+    the reader's next action is that call (the machine was asked once, as without it), and
+    ``sent`` says when it went."""
+    answer = {"Records": [{"SequenceNumber": "1", "Data": b"x", "PartitionKey": "k"}]}
+    link = Link({"ShardIterator": "it-0"}, {**answer, "NextShardIterator": "it-1"})
+    later = Later()
+    reader = _connected(link, later)
+    before = time.time()
+    assert reader.read_ahead(0.0)
+    after = time.time()
+    call = GetRecords("it-0", 10_000)
+    assert link.calls[-1:] != [call]  # not sent yet: in flight on the executor
+    assert reader.reading_ahead
+    assert not reader.read_ahead(0.0)  # one at a time
+    assert reader.next_action(5.0) is reader.next_action(9.0)
+    assert reader.next_action(5.0) == call
+    later.run()
+    assert link.calls[-1] == call
+    outcome = reader.step(reader.next_action(5.0))
+    assert [r.data for r in outcome.records] == [b"x"]
+    assert not reader.reading_ahead
+    assert before <= reader.sent <= after  # when it went, not when it was taken
+    assert len(link.calls) == 2  # the answer taken, no second call
+    assert reader.next_action(0.1) == Wait(0.2)  # spaced from when it was sent
+
+
+def test_read_ahead_sends_nothing_when_nothing_is_due_or_without_an_executor() -> None:
+    link = Link({"ShardIterator": "it-0"})
+    reader = _connected(link, Later())
+    reader.next_action(0.0)  # GetRecords at 0.0: the next one is due at 0.2
+    assert not reader.read_ahead(0.1)
+    assert not reader.reading_ahead
+    assert reader.next_action(0.1) == Wait(0.2)
+    plain = _connected(Link({"ShardIterator": "it-0"}), None)
+    assert not plain.read_ahead(0.0)
+    assert plain.next_action(0.0) == GetRecords("it-0", 10_000)
+
+
+def test_an_error_of_a_call_read_ahead_is_taken_as_a_synchronous_one() -> None:
+    """The error the call raised on the executor's thread reaches the machine at the step,
+    classified by the same table (a throttled GetRecords: back off, the same iterator)."""
+    throttled = ClientError(
+        {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow"}},
+        "GetRecords",
+    )
+    link = Link({"ShardIterator": "it-0"}, throttled)
+    later = Later()
+    reader = _connected(link, later)
+    assert reader.read_ahead(0.0)
+    later.run()
+    outcome = reader.step(reader.next_action(0.0))
+    assert outcome.records == []
+    assert reader.machine.last_error is ErrorKind.THROTTLED
+    action = reader.next_action(10.0)
+    assert action == GetRecords("it-0", 10_000)
+
+
+def test_stepping_another_call_while_one_is_in_flight_is_refused() -> None:
+    link = Link({"ShardIterator": "it-0"})
+    reader = _connected(link, Later())
+    assert reader.read_ahead(0.0)
+    with pytest.raises(ValueError, match="is in flight"):
+        reader.step(GetRecords("it-9", 1))
+
+
+def test_closing_a_reader_drops_the_call_in_flight() -> None:
+    """Its answer is never fed to the machine: the reader stays where it was."""
+    later = Later()
+    reader = _connected(Link({"ShardIterator": "it-0"}, {"Records": []}), later)
+    assert reader.read_ahead(0.0)
+    reader.close()
+    assert not reader.reading_ahead
+    later.run()
+    assert reader.machine.state is ReadState.READING
