@@ -9,11 +9,13 @@ import json
 import weakref
 from typing import Any
 
+from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
+from botocore.credentials import ReadOnlyCredentials
 
 from kinesis_core.client import ClientConfig, create_kinesis_client
 from kinesis_core.lean_get_records import EVENT, LeanGetRecords
-from kinesis_core.lean_requests import error_response, route_of
+from kinesis_core.lean_requests import CONTENT_TYPE, Route, SigV4, error_response, route_of
 
 AUTH = (
     "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261125/eu-west-1/kinesis/aws4_request, "
@@ -152,3 +154,102 @@ def test_a_client_with_a_lean_sender_is_freed_when_its_user_drops_it() -> None:
     client = asyncio.run(main())
     gc.collect()
     assert client() is None
+
+
+def _botocore_signed(url: str, credentials: Any, body: bytes, user_agent: str) -> Any:
+    request = AWSRequest(
+        method="POST",
+        url=url,
+        data=body,
+        headers={
+            "Content-Type": CONTENT_TYPE,
+            "X-Amz-Target": "Kinesis_20131202.GetRecords",
+            "User-Agent": user_agent,
+        },
+    )
+    SigV4Auth(credentials, "kinesis", "eu-west-1").add_auth(request)
+    return request
+
+
+def test_our_sigv4_signature_is_botocores() -> None:
+    body = b'{"ShardIterator": "it-1", "Limit": 10000}'
+    signer = SigV4()
+    for url in (
+        "https://kinesis.eu-west-1.amazonaws.com/",
+        "https://kinesis.eu-west-1.amazonaws.com:443/",
+        "http://127.0.0.1:4567/",
+        "http://127.0.0.1:4567",
+        "http://[::1]:4567/a path/~x",
+    ):
+        for token in (None, "  a  session token "):
+            credentials = ReadOnlyCredentials("AKIDEXAMPLE", "secret/key+", token)
+            theirs = _botocore_signed(url, credentials, body, "agent/1")
+            date = theirs.headers["X-Amz-Date"]
+            route = Route(url, "agent/1", region="eu-west-1", service="kinesis")
+            ours = signer.headers(route, "Kinesis_20131202.GetRecords", credentials, body, date)
+            assert ours["Authorization"] == theirs.headers["Authorization"], (url, token)
+            assert ours.get("X-Amz-Security-Token") == theirs.headers.get("X-Amz-Security-Token")
+
+
+def _learned_client_calls(sigv4: SigV4 | None = None) -> list[Any]:
+    config = ClientConfig(
+        region_name="eu-west-1",
+        endpoint_url="http://127.0.0.1:9",
+        aws_access_key_id="AKIDEXAMPLE",
+        aws_secret_access_key="secret",
+    )
+
+    async def main() -> list[Any]:
+        async with create_kinesis_client(config, max_attempts=1) as client:
+            session = _RecordingSession()
+            lean = LeanGetRecords(client, client._request_signer, session)
+            if sigv4 is not None:
+                lean._sigv4 = sigv4
+            learned = AWSRequest(
+                method="POST",
+                url="https://lean.example/",
+                data=b"{}",
+                headers={"Authorization": AUTH, "User-Agent": "agent/1"},
+            ).prepare()
+            await client.meta.events.emit(EVENT, request=learned)
+            for iterator in ("it-1", "it-2", "it-3"):
+                await lean.get_records(iterator, 5, {})
+            return session.sent
+
+    return asyncio.run(main())
+
+
+def test_after_a_routes_first_call_the_signature_is_ours_and_botocores() -> None:
+    sent = _learned_client_calls()
+    credentials = ReadOnlyCredentials("AKIDEXAMPLE", "secret", None)
+    for request in sent:
+        theirs = AWSRequest(
+            method="POST",
+            url=request.url,
+            data=request.body,
+            headers={
+                "Content-Type": CONTENT_TYPE,
+                "X-Amz-Target": "Kinesis_20131202.GetRecords",
+            },
+        )
+        auth = SigV4Auth(credentials, "kinesis", "eu-west-1")
+        theirs.context["timestamp"] = request.headers["X-Amz-Date"]
+        auth._modify_request_before_signing(theirs)
+        signature = auth.signature(
+            auth.string_to_sign(theirs, auth.canonical_request(theirs)), theirs
+        )
+        assert request.headers["Authorization"].endswith(f"Signature={signature}")
+    # the first through botocore's request objects, the others as plain dicts
+    assert [type(request.headers) is dict for request in sent] == [False, True, True]
+
+
+def test_a_route_whose_signature_differs_from_botocores_keeps_botocores_signer() -> None:
+    class Wrong(SigV4):
+        def headers(self, *args: Any, **kwargs: Any) -> dict[str, str]:
+            headers = super().headers(*args, **kwargs)
+            headers["Authorization"] += "-wrong"
+            return headers
+
+    sent = _learned_client_calls(Wrong())
+    assert not any(request.headers["Authorization"].endswith("-wrong") for request in sent)
+    assert [type(request.headers) is dict for request in sent] == [False, False, False]
