@@ -24,6 +24,9 @@ not in them. ``--quick`` measures 4 and 64 shards with smaller volumes.
   per second (``gc.callbacks``) and the largest lag of the event loop (a task that asks to wake
   every 50 ms: how late it woke). Targets: 256 shards at most 0.1 CPU s per s; 1,024 shards
   polled at the configured idle interval (1 s), at least 0.9 calls per shard per second.
+  Each idle consumer runs in a fresh process of its own, as an application reading one stream
+  does: in this one it would walk, at each full collection, what the subjects before it left
+  (the start-up freeze of ``kinesis_core.heap`` happens once per process, at the first start).
 
 ``MotoServer`` keeps connections open, as real Kinesis does, and serves one request at a time:
 at 256 and 1,024 shards the calls moto can serve per second (a few hundred on a 2-core machine)
@@ -38,9 +41,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import multiprocessing
 import random
 import time
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +57,7 @@ from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.client import create_kinesis_client
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
 from kinesis_core.local import LocalStream, MotoServer, local_client_config
+from kinesis_core.noise import silence_third_party_noise
 from kinesis_core.producer import Producer
 
 PRODUCER = "scale: producer, 100 B records (moto)"
@@ -252,7 +258,18 @@ def measure_idle(
     endpoint: str, stream: str, warmup: float, seconds: float, *, lean: bool = True
 ) -> Idle:
     """What a consumer of an empty stream costs the client, after ``warmup`` seconds
-    (``lean``: its ``lean_get_records`` setting)."""
+    (``lean``: its ``lean_get_records`` setting), measured in a process of its own."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=context) as process:
+        idle = process.submit(measure_idle_here, endpoint, stream, warmup, seconds, lean)
+        return idle.result()
+
+
+def measure_idle_here(
+    endpoint: str, stream: str, warmup: float, seconds: float, lean: bool = True
+) -> Idle:
+    """:func:`measure_idle` in this process (the profiles run py-spy on it)."""
+    silence_third_party_noise()
     return asyncio.run(_idle(endpoint, stream, warmup, seconds, lean))
 
 
