@@ -28,6 +28,7 @@ the calls of different streams to different endpoints.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import http.client
 import json
@@ -68,13 +69,13 @@ class Route:
     region: str
     service: str
 
-    @property
+    @functools.cached_property
     def host(self) -> str:
         """The host as SigV4 signs it (botocore's rule: no default port)."""
         host: str = _host_from_url(self.url)
         return host
 
-    @property
+    @functools.cached_property
     def path(self) -> str:
         """The URL's path as SigV4 signs it (botocore's normalization and quoting)."""
         return quote(normalize_url_path(urlsplit(self.url).path), safe="/~")
