@@ -26,6 +26,14 @@ def make_stream(request: pytest.FixtureRequest) -> Any:
     return request.getfixturevalue(request.param)
 
 
+async def _iterator(client: Any, stream: LocalStream, shard_id: str, kind: str) -> str:
+    answer = await client.get_shard_iterator(
+        StreamName=stream.name, ShardId=shard_id, ShardIteratorType=kind
+    )
+    iterator: str = answer["ShardIterator"]
+    return iterator
+
+
 def _comparable(response: dict[str, Any]) -> list[tuple[Any, ...]]:
     return [
         (r["SequenceNumber"], r["PartitionKey"], r["Data"], r["ApproximateArrivalTimestamp"])
@@ -49,11 +57,7 @@ def test_lean_answers_equal_botocores_and_skip_its_call_machinery(make_stream: A
             lean = LeanGetRecords.of(client)
             assert lean is not None
             assert LeanGetRecords.of(client) is lean
-            iterator = (
-                await client.get_shard_iterator(
-                    StreamName=stream.name, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
-                )
-            )["ShardIterator"]
+            iterator = await _iterator(client, stream, shard_id, "TRIM_HORIZON")
             by_botocore = await client.get_records(ShardIterator=iterator, Limit=100)
             learned = len(botocore_calls)
             by_lean = await lean.get_records(iterator, 100, {})
@@ -76,11 +80,7 @@ def test_lean_errors_are_botocores_exceptions(make_stream: Any) -> None:
         async with create_kinesis_client(stream.client_config, max_attempts=1) as client:
             lean = LeanGetRecords.of(client)
             assert lean is not None
-            iterator = (
-                await client.get_shard_iterator(
-                    StreamName=stream.name, ShardId=shard_id, ShardIteratorType="LATEST"
-                )
-            )["ShardIterator"]
+            iterator = await _iterator(client, stream, shard_id, "LATEST")
             await lean.get_records(iterator, 10, {})  # botocore's, which teaches the route
             bad = "AAAAAAAAAAH" + iterator[12:]
             with pytest.raises(ClientError) as by_botocore:
@@ -167,11 +167,7 @@ def test_lean_signatures_pass_motos_signature_check() -> None:
             async with create_kinesis_client(config, max_attempts=1) as client:
                 lean = LeanGetRecords.of(client)
                 assert lean is not None
-                iterator = (
-                    await client.get_shard_iterator(
-                        StreamName=stream.name, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
-                    )
-                )["ShardIterator"]
+                iterator = await _iterator(client, stream, shard_id, "TRIM_HORIZON")
                 data = []
                 for _ in range(3):  # the first learns the route, the others are signed here
                     answer = await lean.get_records(iterator, 100, {})

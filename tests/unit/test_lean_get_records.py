@@ -85,19 +85,25 @@ class _RecordingSession:
         )
 
 
-def test_a_learned_route_is_signed_with_the_clients_credentials_and_token() -> None:
+def _lean_calls(
+    iterators: tuple[str, ...], *, token: str | None = None, sigv4: SigV4 | None = None
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The requests a lean sender sent (and its answers) for GetRecords of ``iterators``, on a
+    route learned from a botocore request signed for eu-west-1."""
     config = ClientConfig(
-        region_name="us-east-1",
+        region_name="eu-west-1",
         endpoint_url="http://127.0.0.1:9",
         aws_access_key_id="AKIDEXAMPLE",
         aws_secret_access_key="secret",
-        aws_session_token="session-token",
+        aws_session_token=token,
     )
 
-    async def main() -> tuple[Any, dict[str, Any]]:
+    async def main() -> tuple[list[Any], list[dict[str, Any]]]:
         async with create_kinesis_client(config, max_attempts=1) as client:
             session = _RecordingSession()
             lean = LeanGetRecords(client, client._request_signer, session)
+            if sigv4 is not None:
+                lean._sigv4 = sigv4
             learned = AWSRequest(
                 method="POST",
                 url="https://lean.example/",
@@ -105,10 +111,15 @@ def test_a_learned_route_is_signed_with_the_clients_credentials_and_token() -> N
                 headers={"Authorization": AUTH, "User-Agent": "agent/1"},
             ).prepare()
             await client.meta.events.emit(EVENT, request=learned)
-            answer = await lean.get_records("it-1", 5, {})
-            return session.sent[0], answer
+            answers = [await lean.get_records(iterator, 5, {}) for iterator in iterators]
+            return session.sent, answers
 
-    sent, answer = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def test_a_learned_route_is_signed_with_the_clients_credentials_and_token() -> None:
+    [sent, signed_here], [answer, _] = _lean_calls(("it-1", "it-2"), token="session-token")
+    assert signed_here.headers["X-Amz-Security-Token"] == "session-token"
     assert sent.url == "https://lean.example/"
     assert json.loads(sent.body) == {"ShardIterator": "it-1", "Limit": 5}
     assert sent.headers["X-Amz-Target"] == "Kinesis_20131202.GetRecords"
@@ -191,36 +202,8 @@ def test_our_sigv4_signature_is_botocores() -> None:
             assert ours.get("X-Amz-Security-Token") == theirs.headers.get("X-Amz-Security-Token")
 
 
-def _learned_client_calls(sigv4: SigV4 | None = None) -> list[Any]:
-    config = ClientConfig(
-        region_name="eu-west-1",
-        endpoint_url="http://127.0.0.1:9",
-        aws_access_key_id="AKIDEXAMPLE",
-        aws_secret_access_key="secret",
-    )
-
-    async def main() -> list[Any]:
-        async with create_kinesis_client(config, max_attempts=1) as client:
-            session = _RecordingSession()
-            lean = LeanGetRecords(client, client._request_signer, session)
-            if sigv4 is not None:
-                lean._sigv4 = sigv4
-            learned = AWSRequest(
-                method="POST",
-                url="https://lean.example/",
-                data=b"{}",
-                headers={"Authorization": AUTH, "User-Agent": "agent/1"},
-            ).prepare()
-            await client.meta.events.emit(EVENT, request=learned)
-            for iterator in ("it-1", "it-2", "it-3"):
-                await lean.get_records(iterator, 5, {})
-            return session.sent
-
-    return asyncio.run(main())
-
-
 def test_after_a_routes_first_call_the_signature_is_ours_and_botocores() -> None:
-    sent = _learned_client_calls()
+    sent, _ = _lean_calls(("it-1", "it-2", "it-3"))
     credentials = ReadOnlyCredentials("AKIDEXAMPLE", "secret", None)
     for request in sent:
         theirs = AWSRequest(
@@ -250,6 +233,6 @@ def test_a_route_whose_signature_differs_from_botocores_keeps_botocores_signer()
             headers["Authorization"] += "-wrong"
             return headers
 
-    sent = _learned_client_calls(Wrong())
+    sent, _ = _lean_calls(("it-1", "it-2", "it-3"), sigv4=Wrong())
     assert not any(request.headers["Authorization"].endswith("-wrong") for request in sent)
     assert [type(request.headers) is dict for request in sent] == [False, False, False]
