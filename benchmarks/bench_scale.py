@@ -12,16 +12,25 @@ not in them. ``--quick`` measures 4 and 64 shards with smaller volumes.
 * consumer: 100,000 100-byte records (20,000 quick) in KPL aggregates, each inside one shard's
   range, read from TRIM_HORIZON by the core ``Consumer`` with its defaults (``batches()``, each
   acked, memory checkpoints): records per second from the first delivery to the last, and CPU
-  seconds per million. Target: 256 shards at least half the rate of 4 shards.
+  seconds per million. Target: 256 shards at least half the rate of 4 shards. What the ratio
+  measures: one GetRecords returns a shard's whole backlog here (up to 10 MiB), so 4 shards are
+  4 GetShardIterator and 4 GetRecords calls and then the deaggregation of 100,000 records,
+  while 256 shards hold about 390 records each (one aggregate) and are 256 of each call: the
+  run is the start of 256 readers, paced by the calls moto serves one at a time, not a steady
+  reading rate.
 * idle consumer: the same ``Consumer`` on an empty stream (no traffic), after a warm-up of 5 s
   (2 s quick), for 20 s (3 s quick): the client's CPU seconds per second, GetRecords calls per
   second (counted on the client's ``before-call`` event), the time the garbage collector took
   per second (``gc.callbacks``) and the largest lag of the event loop (a task that asks to wake
   every 50 ms: how late it woke). Targets: 256 shards at most 0.1 CPU s per s; 1,024 shards
   polled at the configured idle interval (1 s), at least 0.9 calls per shard per second.
+  Each idle consumer runs in a fresh process of its own, as an application reading one stream
+  does: in this one it would walk, at each full collection, what the subjects before it left
+  (the start-up freeze of ``kinesis_core.heap`` happens once per process, at the first start).
 
-moto answers every request with ``Connection: close``, so each call opens a connection: a cost
-that real Kinesis, which keeps connections open, does not have. And moto's ListShards wants the
+``MotoServer`` keeps connections open, as real Kinesis does, and serves one request at a time:
+at 256 and 1,024 shards the calls moto can serve per second (a few hundred on a 2-core machine)
+may bound the idle consumer's calls, whatever the client could do. And moto's ListShards wants the
 stream's name again next to a NextToken, where AWS and kinesis-mock refuse it: past 1,000 shards
 (two pages) the core, which follows AWS, cannot list a moto stream. The producer and the
 consumer here get their client from the benchmark (made as they make it: botocore retries
@@ -32,9 +41,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import multiprocessing
 import random
 import time
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +57,7 @@ from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.client import create_kinesis_client
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
 from kinesis_core.local import LocalStream, MotoServer, local_client_config
+from kinesis_core.noise import silence_third_party_noise
 from kinesis_core.producer import Producer
 
 PRODUCER = "scale: producer, 100 B records (moto)"
@@ -246,7 +258,18 @@ def measure_idle(
     endpoint: str, stream: str, warmup: float, seconds: float, *, lean: bool = True
 ) -> Idle:
     """What a consumer of an empty stream costs the client, after ``warmup`` seconds
-    (``lean``: its ``lean_get_records`` setting)."""
+    (``lean``: its ``lean_get_records`` setting), measured in a process of its own."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=context) as process:
+        idle = process.submit(measure_idle_here, endpoint, stream, warmup, seconds, lean)
+        return idle.result()
+
+
+def measure_idle_here(
+    endpoint: str, stream: str, warmup: float, seconds: float, lean: bool = True
+) -> Idle:
+    """:func:`measure_idle` in this process (the profiles run py-spy on it)."""
+    silence_third_party_noise()
     return asyncio.run(_idle(endpoint, stream, warmup, seconds, lean))
 
 

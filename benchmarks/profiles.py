@@ -293,7 +293,7 @@ def _idle_consumer(shards: int, stack: contextlib.ExitStack) -> Run:
 
     moto = stack.enter_context(MotoServer())
     stream = moto.create_stream(f"idle-{shards}", shards)
-    return lambda _: print(b.measure_idle(moto.endpoint_url, stream.name, 5.0, 30.0))
+    return lambda _: print(b.measure_idle_here(moto.endpoint_url, stream.name, 5.0, 30.0))
 
 
 SUBJECTS: dict[str, tuple[Callable[[contextlib.ExitStack], Run], int]] = {

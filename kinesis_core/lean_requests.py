@@ -7,12 +7,17 @@ string rebuilt, the retry context, the serializer and the response parser
 arguments, so the first call of an operation to each endpoint goes through botocore, which
 resolves the URL (AWS's endpoint rules), signs, and sends; a ``before-send`` hook notes the URL,
 the User-Agent and the signing scope (a :class:`Route`). The calls after it send a JSON body
-written by the caller, signed by the client's own signer (its credential chain, refreshed as
-botocore refreshes it), on the client's own HTTP session (its connection pool, TLS settings,
-proxies, timeouts, and the transport errors botocore raises). An error answer is raised as the
-client's modeled exception with botocore's error shape, so the error table classifies it as
-before. A client that is not an aiobotocore client itself (a wrapper that counts or changes
-calls), or lacks the pieces this needs (another SDK version), is used as it is:
+written by the caller, signed with the credentials of the client's own signer (its credential
+chain, refreshed as botocore refreshes it), on the client's own HTTP session (its connection
+pool, TLS settings, proxies, timeouts, and the transport errors botocore raises). An error
+answer is raised as the client's modeled exception with botocore's error shape, so the error
+table classifies it as before. The signature is botocore's SigV4 (:class:`SigV4`) with the
+signing key kept for the day (one HMAC of the string to sign per call, where botocore derives
+the key with four more) and plain header dicts, where botocore builds and re-reads header
+objects. The first call on each route is signed by botocore, and a route whose signature there
+differs from ours keeps botocore's signer. A client that is not an aiobotocore client itself
+(a wrapper that counts or changes calls), or lacks the pieces this needs (another SDK
+version), is used as it is:
 :meth:`LeanRequests.of` returns None for it, and an unsigned client's calls stay botocore's.
 
 Each operation is a subclass (:class:`~kinesis_core.lean_get_records.LeanGetRecords`,
@@ -23,21 +28,29 @@ the calls of different streams to different endpoints.
 
 from __future__ import annotations
 
+import functools
+import hmac
 import http.client
 import json
 import logging
+import time
 import weakref
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
+from hashlib import sha256
 from typing import Any, ClassVar, TypeVar
+from urllib.parse import quote, urlsplit
 
 from aiobotocore.client import AioBaseClient
-from botocore.awsrequest import AWSRequest
+from botocore.auth import _host_from_url
+from botocore.awsrequest import AWSPreparedRequest, AWSRequest
+from botocore.utils import normalize_url_path
 
 logger = logging.getLogger(__name__)
 
 CONTENT_TYPE = "application/x-amz-json-1.1"
-_SIGV4 = "AWS4-HMAC-SHA256 "
+_ALGORITHM = "AWS4-HMAC-SHA256"
+_SIGV4 = f"{_ALGORITHM} "
 
 _L = TypeVar("_L", bound="LeanRequests")
 
@@ -55,6 +68,17 @@ class Route:
     user_agent: str | None
     region: str
     service: str
+
+    @functools.cached_property
+    def host(self) -> str:
+        """The host as SigV4 signs it (botocore's rule: no default port)."""
+        host: str = _host_from_url(self.url)
+        return host
+
+    @functools.cached_property
+    def path(self) -> str:
+        """The URL's path as SigV4 signs it (botocore's normalization and quoting)."""
+        return quote(normalize_url_path(urlsplit(self.url).path), safe="/~")
 
 
 def route_of(url: str, headers: Mapping[str, Any]) -> Route | None:
@@ -113,6 +137,65 @@ def response_metadata(headers: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
+class SigV4:
+    """SigV4 signatures of the lean requests (POST, no query string, a JSON body, the headers
+    below), computed as botocore's ``SigV4Auth`` computes them, with the signing key of the
+    last (secret, day, region, service) kept."""
+
+    def __init__(self) -> None:
+        self._key: tuple[tuple[str, str, str, str], bytes] | None = None
+
+    def headers(
+        self,
+        route: Route,
+        target: str,
+        credentials: Any,
+        body: bytes,
+        amz_date: str | None = None,
+    ) -> dict[str, str]:
+        """The signed headers of a request on ``route`` (``amz_date``: its time,
+        ``YYYYMMDDTHHMMSSZ``; now by default)."""
+        if amz_date is None:
+            amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        headers = {"Content-Type": CONTENT_TYPE, "X-Amz-Target": target, "X-Amz-Date": amz_date}
+        if credentials.token:
+            headers["X-Amz-Security-Token"] = credentials.token
+        canonical = {name.lower(): " ".join(value.split()) for name, value in headers.items()}
+        canonical["host"] = route.host
+        names = sorted(canonical)
+        signed = ";".join(names)
+        day = amz_date[:8]
+        scope = f"{day}/{route.region}/{route.service}/aws4_request"
+        request = "\n".join(
+            (
+                "POST",
+                route.path,
+                "",
+                *(f"{name}:{canonical[name]}" for name in names),
+                "",
+                signed,
+                sha256(body).hexdigest(),
+            )
+        )
+        to_sign = f"{_ALGORITHM}\n{amz_date}\n{scope}\n{sha256(request.encode()).hexdigest()}"
+        key = self._signing_key(credentials.secret_key, day, route.region, route.service)
+        signature = hmac.new(key, to_sign.encode(), sha256).hexdigest()
+        headers["Authorization"] = (
+            f"{_SIGV4}Credential={credentials.access_key}/{scope}, "
+            f"SignedHeaders={signed}, Signature={signature}"
+        )
+        return headers
+
+    def _signing_key(self, secret: str, day: str, region: str, service: str) -> bytes:
+        scope = (secret, day, region, service)
+        if self._key is None or self._key[0] != scope:
+            key = f"AWS4{secret}".encode()
+            for part in (day, region, service, "aws4_request"):
+                key = hmac.new(key, part.encode(), sha256).digest()
+            self._key = (scope, key)
+        return self._key[1]
+
+
 class LeanRequests:
     """Sends one aiobotocore Kinesis client's calls of ``OPERATION`` the lean way (one per
     client and operation: :meth:`of`)."""
@@ -127,6 +210,9 @@ class LeanRequests:
         self._http = http_session
         self._routes: dict[Hashable, Route] = {}
         self._target = f"Kinesis_20131202.{self.OPERATION}"
+        self._sigv4 = SigV4()
+        # Per route: whether our signature of its first call was botocore's.
+        self._own_signature: dict[Route, bool] = {}
         client.meta.events.register(f"before-send.kinesis.{self.OPERATION}", self._learn)
 
     @classmethod
@@ -174,18 +260,39 @@ class LeanRequests:
     async def post(self, route: Route, body: bytes) -> tuple[bytes, Mapping[str, str]]:
         """Send ``body`` on ``route``; the answer's body and headers, or raise what botocore
         would raise."""
-        headers = {"Content-Type": CONTENT_TYPE, "X-Amz-Target": self._target}
-        if route.user_agent is not None:
-            headers["User-Agent"] = route.user_agent
-        request = AWSRequest(method="POST", url=route.url, data=body, headers=headers)
         auth = await self._signer.get_auth_instance(route.service, route.region, "v4")
-        auth.add_auth(request)
-        answer = await self._http.send(request.prepare())
+        request: Any
+        if self._own_signature.get(route, False):
+            headers = self._sigv4.headers(route, self._target, auth.credentials, body)
+            if route.user_agent is not None:
+                headers["User-Agent"] = route.user_agent
+            request = AWSPreparedRequest("POST", route.url, headers, body, stream_output=False)
+        else:
+            request = self._botocore_signed(route, auth, body)
+        answer = await self._http.send(request)
         raw: bytes = await answer.content
         if answer.status_code != 200:
             error = error_response(answer.status_code, answer.headers, raw)
             raise self._client.exceptions.from_code(error["Error"]["Code"])(error, self.OPERATION)
         return raw, answer.headers
+
+    def _botocore_signed(self, route: Route, auth: Any, body: bytes) -> Any:
+        """The request signed by botocore's signer; on a route's first call, also whether our
+        signature of it is the same (then the route's later calls are signed here)."""
+        headers = {"Content-Type": CONTENT_TYPE, "X-Amz-Target": self._target}
+        if route.user_agent is not None:
+            headers["User-Agent"] = route.user_agent
+        request = AWSRequest(method="POST", url=route.url, data=body, headers=headers)
+        auth.add_auth(request)
+        if route not in self._own_signature:
+            ours = self._sigv4.headers(
+                route, self._target, auth.credentials, body, request.headers["X-Amz-Date"]
+            )
+            same = ours["Authorization"] == request.headers["Authorization"]
+            if not same:
+                logger.debug("%s on %s keeps botocore's signer", self.OPERATION, route.url)
+            self._own_signature[route] = same
+        return request.prepare()
 
 
 def _text(value: Any) -> str:

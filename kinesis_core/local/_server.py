@@ -37,7 +37,8 @@ LOCAL_REGION = "us-east-1"
 DUMMY_ACCESS_KEY_ID = "testing"
 DUMMY_SECRET_ACCESS_KEY = "testing"  # noqa: S105 - the emulators accept any credentials
 
-_PORT_IN_USE = ("EADDRINUSE", "Address already in use", "is in use by another program")
+_PORT_IN_USE = ("eaddrinuse", "address already in use", "is in use by another program")
+"""What a server that could not bind its port logs (compared in lower case)."""
 _PORT_ATTEMPTS = 5
 _RUNNING: set[LocalServer] = set()
 _RUNNING_LOCK = threading.Lock()
@@ -305,7 +306,7 @@ class LocalServer:
                 code = self._proc.poll()
                 if code is not None:
                     tail = self.log_tail()
-                    if any(marker in tail for marker in _PORT_IN_USE):
+                    if any(marker in tail.lower() for marker in _PORT_IN_USE):
                         raise _PortInUse(tail)
                     raise EmulatorError(
                         f"{self.kind} exited with code {code} while starting; its last log "

@@ -6,45 +6,32 @@ per second (measured: 2,000 vs 3,000 records/s in PutRecords), it logs every req
 stderr, and its backends would be the same objects as an in-process ``mock_aws``. moto is fast
 and has DynamoDB (lease tables), but its resharding is wrong (records keep landing on closed
 parents after a split): test lineage on kinesis-mock.
+
+Not moto's own server, werkzeug's development server, either: that one closes the connection
+after every answer, so each call opens a new one. The child (:mod:`._moto_child`) serves moto's
+application on aiohttp with connections kept open, as AWS keeps them, one request at a time.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+from pathlib import Path
 from typing import Any
 
+import kinesis_core
 from kinesis_core.client import ClientConfig
 from kinesis_core.errors import EmulatorError
 from kinesis_core.local._server import LOOPBACK, LocalServer
 
 __all__ = ["MotoServer"]
 
-# Exits at once when stdin closes (the parent stopped us or died); quiets werkzeug's
-# one-line-per-request log, which costs time in volume tests; and serves one request at a
-# time: moto's Kinesis backend is not thread-safe (two concurrent PutRecords on a shard can
-# get the same sequence number and one record is lost), and its server is threaded. moto is
-# CPU-bound under one GIL anyway, so the lock costs next to nothing.
-_MOTO_GUARD = """\
-import logging, os, sys, threading
-def _guard():
-    sys.stdin.buffer.read()
-    os._exit(0)
-threading.Thread(target=_guard, daemon=True).start()
-logging.getLogger("werkzeug").setLevel(logging.WARNING)
-import moto.server
-_lock = threading.Lock()
-_run_simple = moto.server.run_simple
-def _one_at_a_time(app):
-    def serve(environ, start_response):
-        with _lock:
-            return list(app(environ, start_response))
-    return serve
-def _run_locked(hostname, port, application, *args, **kwargs):
-    return _run_simple(hostname, port, _one_at_a_time(application), *args, **kwargs)
-moto.server.run_simple = _run_locked
-moto.server.main(sys.argv[1:])
-"""
+# The child runs kinesis_core.local._moto_child from the package this process uses.
+_CHILD = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+    "from kinesis_core.local._moto_child import main; main(sys.argv[1:])"
+)
+_PACKAGE_ROOT = str(Path(kinesis_core.__file__).resolve().parent.parent)
 _NEEDED = ("moto", "werkzeug", "flask", "flask_cors")
 
 
@@ -63,7 +50,7 @@ class MotoServer(LocalServer):
             )
 
     def _command(self) -> list[str]:
-        return [sys.executable, "-c", _MOTO_GUARD, "-H", LOOPBACK, "-p", str(self.port)]
+        return [sys.executable, "-c", _CHILD, _PACKAGE_ROOT, LOOPBACK, str(self.port)]
 
     def client_config(self, **overrides: Any) -> ClientConfig:
         """A ClientConfig with both the Kinesis and the DynamoDB endpoint on this server."""

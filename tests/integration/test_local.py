@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import itertools
+import json
 import os
 import queue
 import signal
@@ -35,7 +37,7 @@ from kinesis_core.local import (
     StreamFactory,
     local_client_config,
 )
-from kinesis_core.local._server import free_port
+from kinesis_core.local._server import LOOPBACK, free_port
 from kinesis_core.local.streams import read_records
 
 pytestmark = pytest.mark.integration
@@ -192,6 +194,33 @@ def test_moto_serves_dynamodb_on_the_same_endpoint(moto_stream: StreamFactory) -
             return dict(item["Item"])
 
     assert asyncio.run(main()) == {"leaseKey": {"S": "shardId-0"}}
+
+
+def test_moto_keeps_connections_open(moto_server: MotoServer) -> None:
+    """Calls on one connection are answered over HTTP/1.1 and the connection stays open, as
+    AWS keeps it (werkzeug's server, moto's own, closed it after every answer)."""
+    headers = {
+        "Content-Type": "application/x-amz-json-1.1",
+        "X-Amz-Target": "Kinesis_20131202.ListStreams",
+        # moto picks the service from the signature's scope and does not check the signature
+        "Authorization": "AWS4-HMAC-SHA256 Credential=testing/20261126/us-east-1/kinesis/"
+        "aws4_request, SignedHeaders=host, Signature=0",
+    }
+    connection = http.client.HTTPConnection(LOOPBACK, moto_server.port, timeout=10)
+    try:
+        sockets = []
+        for _ in range(3):
+            connection.request("POST", "/", body=b"{}", headers=headers)
+            response = connection.getresponse()
+            assert response.status == 200
+            assert "StreamNames" in json.loads(response.read())
+            assert response.version == 11
+            assert response.getheader("Connection", "keep-alive").lower() != "close"
+            sockets.append(connection.sock)
+        assert sockets[0] is not None
+        assert all(sock is sockets[0] for sock in sockets)
+    finally:
+        connection.close()
 
 
 def test_persisted_data_survives_a_stop_and_start(tmp_path: Path) -> None:

@@ -9,11 +9,13 @@ import json
 import weakref
 from typing import Any
 
+from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
+from botocore.credentials import ReadOnlyCredentials
 
 from kinesis_core.client import ClientConfig, create_kinesis_client
 from kinesis_core.lean_get_records import EVENT, LeanGetRecords
-from kinesis_core.lean_requests import error_response, route_of
+from kinesis_core.lean_requests import CONTENT_TYPE, Route, SigV4, error_response, route_of
 
 AUTH = (
     "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261125/eu-west-1/kinesis/aws4_request, "
@@ -83,19 +85,25 @@ class _RecordingSession:
         )
 
 
-def test_a_learned_route_is_signed_with_the_clients_credentials_and_token() -> None:
+def _lean_calls(
+    iterators: tuple[str, ...], *, token: str | None = None, sigv4: SigV4 | None = None
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The requests a lean sender sent (and its answers) for GetRecords of ``iterators``, on a
+    route learned from a botocore request signed for eu-west-1."""
     config = ClientConfig(
-        region_name="us-east-1",
+        region_name="eu-west-1",
         endpoint_url="http://127.0.0.1:9",
         aws_access_key_id="AKIDEXAMPLE",
         aws_secret_access_key="secret",
-        aws_session_token="session-token",
+        aws_session_token=token,
     )
 
-    async def main() -> tuple[Any, dict[str, Any]]:
+    async def main() -> tuple[list[Any], list[dict[str, Any]]]:
         async with create_kinesis_client(config, max_attempts=1) as client:
             session = _RecordingSession()
             lean = LeanGetRecords(client, client._request_signer, session)
+            if sigv4 is not None:
+                lean._sigv4 = sigv4
             learned = AWSRequest(
                 method="POST",
                 url="https://lean.example/",
@@ -103,10 +111,15 @@ def test_a_learned_route_is_signed_with_the_clients_credentials_and_token() -> N
                 headers={"Authorization": AUTH, "User-Agent": "agent/1"},
             ).prepare()
             await client.meta.events.emit(EVENT, request=learned)
-            answer = await lean.get_records("it-1", 5, {})
-            return session.sent[0], answer
+            answers = [await lean.get_records(iterator, 5, {}) for iterator in iterators]
+            return session.sent, answers
 
-    sent, answer = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def test_a_learned_route_is_signed_with_the_clients_credentials_and_token() -> None:
+    [sent, signed_here], [answer, _] = _lean_calls(("it-1", "it-2"), token="session-token")
+    assert signed_here.headers["X-Amz-Security-Token"] == "session-token"
     assert sent.url == "https://lean.example/"
     assert json.loads(sent.body) == {"ShardIterator": "it-1", "Limit": 5}
     assert sent.headers["X-Amz-Target"] == "Kinesis_20131202.GetRecords"
@@ -152,3 +165,74 @@ def test_a_client_with_a_lean_sender_is_freed_when_its_user_drops_it() -> None:
     client = asyncio.run(main())
     gc.collect()
     assert client() is None
+
+
+def _botocore_signed(url: str, credentials: Any, body: bytes, user_agent: str) -> Any:
+    request = AWSRequest(
+        method="POST",
+        url=url,
+        data=body,
+        headers={
+            "Content-Type": CONTENT_TYPE,
+            "X-Amz-Target": "Kinesis_20131202.GetRecords",
+            "User-Agent": user_agent,
+        },
+    )
+    SigV4Auth(credentials, "kinesis", "eu-west-1").add_auth(request)
+    return request
+
+
+def test_our_sigv4_signature_is_botocores() -> None:
+    body = b'{"ShardIterator": "it-1", "Limit": 10000}'
+    signer = SigV4()
+    for url in (
+        "https://kinesis.eu-west-1.amazonaws.com/",
+        "https://kinesis.eu-west-1.amazonaws.com:443/",
+        "http://127.0.0.1:4567/",
+        "http://127.0.0.1:4567",
+        "http://[::1]:4567/a path/~x",
+    ):
+        for token in (None, "  a  session token "):
+            credentials = ReadOnlyCredentials("AKIDEXAMPLE", "secret/key+", token)
+            theirs = _botocore_signed(url, credentials, body, "agent/1")
+            date = theirs.headers["X-Amz-Date"]
+            route = Route(url, "agent/1", region="eu-west-1", service="kinesis")
+            ours = signer.headers(route, "Kinesis_20131202.GetRecords", credentials, body, date)
+            assert ours["Authorization"] == theirs.headers["Authorization"], (url, token)
+            assert ours.get("X-Amz-Security-Token") == theirs.headers.get("X-Amz-Security-Token")
+
+
+def test_after_a_routes_first_call_the_signature_is_ours_and_botocores() -> None:
+    sent, _ = _lean_calls(("it-1", "it-2", "it-3"))
+    credentials = ReadOnlyCredentials("AKIDEXAMPLE", "secret", None)
+    for request in sent:
+        theirs = AWSRequest(
+            method="POST",
+            url=request.url,
+            data=request.body,
+            headers={
+                "Content-Type": CONTENT_TYPE,
+                "X-Amz-Target": "Kinesis_20131202.GetRecords",
+            },
+        )
+        auth = SigV4Auth(credentials, "kinesis", "eu-west-1")
+        theirs.context["timestamp"] = request.headers["X-Amz-Date"]
+        auth._modify_request_before_signing(theirs)
+        signature = auth.signature(
+            auth.string_to_sign(theirs, auth.canonical_request(theirs)), theirs
+        )
+        assert request.headers["Authorization"].endswith(f"Signature={signature}")
+    # the first through botocore's request objects, the others as plain dicts
+    assert [type(request.headers) is dict for request in sent] == [False, True, True]
+
+
+def test_a_route_whose_signature_differs_from_botocores_keeps_botocores_signer() -> None:
+    class Wrong(SigV4):
+        def headers(self, *args: Any, **kwargs: Any) -> dict[str, str]:
+            headers = super().headers(*args, **kwargs)
+            headers["Authorization"] += "-wrong"
+            return headers
+
+    sent, _ = _lean_calls(("it-1", "it-2", "it-3"), sigv4=Wrong())
+    assert not any(request.headers["Authorization"].endswith("-wrong") for request in sent)
+    assert [type(request.headers) is dict for request in sent] == [False, False, False]

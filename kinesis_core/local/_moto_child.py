@@ -1,0 +1,128 @@
+"""The child process of :class:`~kinesis_core.local.moto_server.MotoServer`: moto's WSGI
+application served by aiohttp, with connections kept open.
+
+moto's own server is werkzeug's development server, which answers every request with
+``Connection: close`` (werkzeug drains the socket after each answer, so it cannot keep a
+connection): each call then pays for a new connection on both sides, which AWS, keeping
+connections open, does not make a client pay. It is also threaded, and moto's Kinesis backend
+is not thread-safe (two concurrent PutRecords on a shard can get the same sequence number and
+one record is lost). Here aiohttp's HTTP/1.1 server keeps connections open, and the
+application runs on its one event-loop thread, between two awaits: one request at a time by
+construction. moto is CPU-bound under one GIL anyway, so that costs next to nothing.
+
+``main(["HOST", "PORT"])`` serves until stdin closes (the parent stopped us or died) or a
+SIGINT or SIGTERM comes.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+from urllib.parse import unquote_to_bytes
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from kinesis_core.local.fault_proxy import _HOP_BY_HOP
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Callable[[bytes], Any]]], Iterable[bytes]]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def environ_of(request: web.Request, body: bytes, host: str, port: int) -> dict[str, Any]:
+    """The WSGI environ (PEP 3333) of ``request``, whose body was ``body``."""
+    path, _, query = request.raw_path.partition("?")
+    environ: dict[str, Any] = {
+        "REQUEST_METHOD": request.method,
+        "SCRIPT_NAME": "",
+        "PATH_INFO": unquote_to_bytes(path).decode("latin-1"),
+        "QUERY_STRING": query,
+        "REQUEST_URI": request.raw_path,
+        "RAW_URI": request.raw_path,
+        "SERVER_NAME": host,
+        "SERVER_PORT": str(port),
+        "SERVER_PROTOCOL": f"HTTP/{request.version.major}.{request.version.minor}",
+        "REMOTE_ADDR": request.remote or "",
+        "CONTENT_LENGTH": str(len(body)),
+        "wsgi.version": (1, 0),
+        "wsgi.url_scheme": "http",
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.errors": sys.stderr,
+        "wsgi.multithread": False,
+        "wsgi.multiprocess": False,
+        "wsgi.run_once": False,
+    }
+    for name, value in request.headers.items():
+        key = name.upper().replace("-", "_")
+        if key == "CONTENT_LENGTH":
+            continue
+        if key != "CONTENT_TYPE":
+            key = f"HTTP_{key}"
+        environ[key] = f"{environ[key]},{value}" if key in environ else value
+    return environ
+
+
+def wsgi_handler(app: WsgiApp, host: str, port: int) -> Handler:
+    """An aiohttp handler that answers with ``app``; the app runs on the event loop's thread,
+    so requests are served one at a time."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        written: list[bytes] = []
+        started: list[tuple[str, list[tuple[str, str]]]] = []
+
+        def start_response(
+            status: str, headers: list[tuple[str, str]], exc_info: Any = None
+        ) -> Callable[[bytes], Any]:
+            if exc_info is not None and started:
+                raise exc_info[1].with_traceback(exc_info[2])
+            started[:] = [(status, headers)]
+            return written.append
+
+        chunks = app(environ_of(request, body, host, port), start_response)
+        try:
+            written.extend(chunks)
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+        status, headers = started[0]
+        code, _, reason = status.partition(" ")
+        return web.Response(
+            status=int(code),
+            reason=reason or None,
+            headers=CIMultiDict((k, v) for k, v in headers if k.lower() not in _HOP_BY_HOP),
+            body=b"".join(written),
+        )
+
+    return handle
+
+
+def _exit_when_stdin_closes() -> None:
+    sys.stdin.buffer.read()
+    os._exit(0)
+
+
+def main(argv: list[str]) -> None:
+    host, port = argv[0], int(argv[1])
+    threading.Thread(target=_exit_when_stdin_closes, daemon=True).start()
+    os.environ.setdefault("MOTO_PORT", str(port))  # as moto's server does: its URLs name it
+    from moto import backends
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+
+    # moto lists its package's directory on every request to route it (os.listdir and an isdir
+    # per entry: 40% of its CPU time when serving GetRecords); the list does not change.
+    modules = tuple(backends.list_of_moto_modules())
+    backends.list_of_moto_modules = lambda: modules
+    moto = DomainDispatcherApplication(create_backend_app)
+    app = web.Application(client_max_size=0)  # no limit on a request's size, as werkzeug's
+    app.router.add_route("*", "/{tail:.*}", wsgi_handler(moto, host, port))
+    try:
+        web.run_app(app, host=host, port=port, print=None, access_log=None)
+    except OSError as exc:  # the port is taken: say so, and exit without waiting for stdin
+        print(f"moto could not listen on {host}:{port}: {exc}", file=sys.stderr, flush=True)
+        os._exit(1)
