@@ -22,7 +22,7 @@ from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_kinesis._metrics import BeamMetrics
-from beam_kinesis._read_spec import ReadSpec, micros as to_micros, now_micros, to_timestamp
+from beam_kinesis._read_spec import ReadSpec, now_micros, to_timestamp
 from beam_kinesis._shard_readers import Reader, ShardReaders
 from beam_kinesis.backlog import backlog_bytes
 from beam_kinesis.plan import (
@@ -58,7 +58,7 @@ Impulse, or the discovery's outputs), where a ``TimestampedValue`` would be assi
 output made as a ``WindowedValue`` skips that assignment (a ``GlobalWindow`` and its timestamp
 made per element, Beam's ``AssignContext``) and ``TimestampedValue``'s own conversion."""
 
-_ARRIVAL = attrgetter("approximate_arrival_timestamp")
+_ARRIVAL = attrgetter("approximate_arrival_seconds")
 _DATA = attrgetter("data")
 
 
@@ -224,11 +224,11 @@ class ReadLoop:
         if not records:
             return 0
         nbytes = sum(map(len, map(_DATA, records)))
-        first = records[0].approximate_arrival_timestamp
-        last = records[-1].approximate_arrival_timestamp
+        first = records[0].approximate_arrival_seconds
+        last = records[-1].approximate_arrival_seconds
         if first is not None and last is not None:
             rate = self.shard_readers.rate(shard_id)
-            rate.observe(nbytes, to_micros(first) // 1000, to_micros(last) // 1000)
+            rate.observe(nbytes, round(first * 1000), round(last * 1000))
         return nbytes
 
     def _emit(self, shard_id: str, records: list[CoreRecord]) -> Generator[Outputs, None, bool]:
@@ -245,7 +245,7 @@ class ReadLoop:
             return False
         arrivals = set(map(_ARRIVAL, chosen))
         arrived = (
-            max(to_micros(a) for a in arrivals if a is not None)
+            round(max(a for a in arrivals if a is not None) * 1e6)
             if None not in arrivals
             else now_micros()
         )
@@ -314,10 +314,10 @@ class ReadLoop:
             seq = record.sequence_number
             if seq != last_seq:
                 last_seq = seq
-                if record.approximate_arrival_timestamp is not arrival:
-                    arrival = record.approximate_arrival_timestamp
+                if record.approximate_arrival_seconds is not arrival:
+                    arrival = record.approximate_arrival_seconds
                     ts = Timestamp(
-                        micros=to_micros(arrival) if arrival is not None else now_micros()
+                        micros=round(arrival * 1e6) if arrival is not None else now_micros()
                     )
             if not with_metadata and timestamp_fn is None:
                 yield WindowedValue(record.data, ts, GLOBAL)

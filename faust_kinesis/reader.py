@@ -329,10 +329,10 @@ class Reader(Service):
                 failure: tuple[KinesisMessage, DecodeError] | None = None
                 start = i
                 for record in records[i : min(n, i + room)]:
-                    if record.approximate_arrival_timestamp is not arrival:
+                    if record.approximate_arrival_seconds is not arrival:
                         # The sub-records of an aggregate share one arrival time.
-                        stamp = arrival = record.approximate_arrival_timestamp
-                        timestamp = stamp.timestamp() if stamp else time.time()
+                        arrival = record.approximate_arrival_seconds
+                        timestamp = time.time() if arrival is None else arrival
                     key = record.partition_key.encode()
                     message = KinesisMessage(record, tp, key, timestamp, run, ack)
                     data = record.data

@@ -23,7 +23,7 @@ from google.protobuf.message import DecodeError
 from kinesis_core._kpl_messages import AggregatedRecord, AggregatedRecordView, RecordColumns
 from kinesis_core.errors import ValidationError
 from kinesis_core.hashing import LARGEST_RECORD_BYTES, hash_key, parse_explicit_hash_key
-from kinesis_core.records import ArrivalTimes, KinesisRecord, SubRecord, WireRecord, wire_records
+from kinesis_core.records import KinesisRecord, SubRecord, WireRecord, wire_records
 
 MAGIC = b"\xf3\x89\x9a\xc2"
 DIGEST_SIZE = 16
@@ -548,12 +548,11 @@ def deaggregate(
     """
     out: list[KinesisRecord] = []
     hashed_ok: dict[str, bool] = {}
-    stamps = ArrivalTimes()
     for record in wire_records(records):
         data = record.data
         sequence_number = record.sequence_number
         sequence = int(sequence_number)
-        arrival = stamps.of(record.approximate_arrival_timestamp)
+        arrival = record.approximate_arrival_timestamp
         body = _body(data)
         columns = None if body is None else _columns(body)
         if columns is None:

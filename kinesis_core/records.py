@@ -41,20 +41,6 @@ class WireRecord(msgspec.Struct, gc=False, rename="pascal"):
     encryption_type: str | None = None
 
 
-class ArrivalTimes(dict[float, datetime]):
-    """Epoch arrival times as aware UTC datetimes, each distinct value made once: records
-    written by one PutRecords call share theirs, and so do an aggregate's user records."""
-
-    def __missing__(self, seconds: float) -> datetime:
-        stamp = self[seconds] = datetime.fromtimestamp(seconds, timezone.utc)
-        return stamp
-
-    def of(self, arrival: float | datetime | None) -> datetime | None:
-        if arrival is None or isinstance(arrival, datetime):
-            return arrival
-        return self[arrival]
-
-
 def wire_records(records: Sequence[WireRecord | Mapping[str, Any]]) -> Sequence[WireRecord]:
     """``records`` as :class:`WireRecord` s: a botocore-shaped list of dicts (``Data`` bytes,
     ``SequenceNumber``, ``PartitionKey``) is converted, a parsed one is returned as it is."""
@@ -76,9 +62,10 @@ class KinesisRecord(msgspec.Struct, gc=False, eq=False):
     ``sequence_number`` is the decimal string the service sends (as in the KCL, and in
     ``beam_kinesis.KinesisRecord``, Beam's schema'd form of this record: the same fields, the
     same types); ``position`` gives (sequence number, sub-sequence number) as ints, the order
-    of records in a shard. The last two arguments are the consumer's: the ack callback, and
-    the sequence number as an int when the caller already has it (it saves converting it
-    again)."""
+    of records in a shard. The arrival time is given as the service sends it (epoch seconds)
+    or as a datetime, and made into the other form only when asked for. The last two arguments
+    are the consumer's: the ack callback, and the sequence number as an int when the caller
+    already has it (it saves converting it again)."""
 
     data: bytes
     partition_key: str
@@ -86,10 +73,28 @@ class KinesisRecord(msgspec.Struct, gc=False, eq=False):
     sequence_number: str
     sub_sequence_number: int
     shard_id: str
-    approximate_arrival_timestamp: datetime | None
+    _arrival: float | datetime | None
     aggregated: bool
     _ack: Callable[[KinesisRecord], None] | None = None
     _sequence: int | None = None
+
+    @property
+    def approximate_arrival_timestamp(self) -> datetime | None:
+        """When the record reached the stream, as an aware UTC datetime."""
+        arrival = self._arrival
+        if arrival is None or isinstance(arrival, datetime):
+            return arrival
+        stamp = self._arrival = datetime.fromtimestamp(arrival, timezone.utc)
+        return stamp
+
+    @property
+    def approximate_arrival_seconds(self) -> float | None:
+        """The same instant in epoch seconds, with no datetime made: what engines that keep
+        time as numbers (Beam, Faust) want. An aggregate's user records share the value."""
+        arrival = self._arrival
+        if isinstance(arrival, datetime):
+            return arrival.timestamp()
+        return arrival
 
     @property
     def position(self) -> Position:

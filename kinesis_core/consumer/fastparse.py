@@ -16,11 +16,12 @@ and any body this parser does not recognize, are left to botocore untouched.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 import msgspec
 
-from kinesis_core.records import ArrivalTimes, WireRecord
+from kinesis_core.records import WireRecord
 
 EVENT = "before-parse.kinesis.GetRecords"
 _UNIQUE_ID = "kinesis-connectors-fast-get-records"
@@ -61,6 +62,20 @@ def parse_get_records(body: bytes) -> dict[str, Any]:
 def parse_subscribe_event(payload: bytes) -> _SubscribeToShardEvent:
     """A SubscribeToShardEvent's JSON payload; raises ValueError on one that is not."""
     return _SUBSCRIBE_EVENT.decode(payload)
+
+
+class ArrivalTimes(dict[float, datetime]):
+    """Epoch arrival times as aware UTC datetimes, each distinct value made once: records
+    written by one PutRecords call share theirs, and so do an aggregate's user records."""
+
+    def __missing__(self, seconds: float) -> datetime:
+        stamp = self[seconds] = datetime.fromtimestamp(seconds, timezone.utc)
+        return stamp
+
+    def of(self, arrival: float | datetime | None) -> datetime | None:
+        if arrival is None or isinstance(arrival, datetime):
+            return arrival
+        return self[arrival]
 
 
 def botocore_records(records: list[WireRecord]) -> list[dict[str, Any]]:
