@@ -42,7 +42,6 @@ from typing import Any, ClassVar, TypeVar
 from urllib.parse import quote, urlsplit
 
 from aiobotocore.client import AioBaseClient
-from botocore.auth import _host_from_url
 from botocore.awsrequest import AWSPreparedRequest, AWSRequest
 from botocore.utils import normalize_url_path
 
@@ -71,8 +70,14 @@ class Route:
 
     @functools.cached_property
     def host(self) -> str:
-        """The host as SigV4 signs it (botocore's rule: no default port)."""
-        host: str = _host_from_url(self.url)
+        """The host as SigV4 signs it (botocore's rule: lower case, IPv6 in brackets, no
+        default port)."""
+        parts = urlsplit(self.url)
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        if parts.port is not None and parts.port != {"http": 80, "https": 443}.get(parts.scheme):
+            host = f"{host}:{parts.port}"
         return host
 
     @functools.cached_property

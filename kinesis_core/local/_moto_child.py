@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterable
@@ -27,7 +28,7 @@ from urllib.parse import unquote_to_bytes
 from aiohttp import web
 from multidict import CIMultiDict
 
-from kinesis_core.local.fault_proxy import _HOP_BY_HOP
+from kinesis_core.local.fault_proxy import HOP_BY_HOP
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Callable[[bytes], Any]]], Iterable[bytes]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -95,7 +96,7 @@ def wsgi_handler(app: WsgiApp, host: str, port: int) -> Handler:
         return web.Response(
             status=int(code),
             reason=reason or None,
-            headers=CIMultiDict((k, v) for k, v in headers if k.lower() not in _HOP_BY_HOP),
+            headers=CIMultiDict((k, v) for k, v in headers if k.lower() not in HOP_BY_HOP),
             body=b"".join(written),
         )
 
@@ -104,7 +105,7 @@ def wsgi_handler(app: WsgiApp, host: str, port: int) -> Handler:
 
 def _exit_when_stdin_closes() -> None:
     sys.stdin.buffer.read()
-    os._exit(0)
+    os.kill(os.getpid(), signal.SIGKILL)  # at once: nobody is left to answer
 
 
 def main(argv: list[str]) -> None:
@@ -125,4 +126,4 @@ def main(argv: list[str]) -> None:
         web.run_app(app, host=host, port=port, print=None, access_log=None)
     except OSError as exc:  # the port is taken: say so, and exit without waiting for stdin
         print(f"moto could not listen on {host}:{port}: {exc}", file=sys.stderr, flush=True)
-        os._exit(1)
+        raise SystemExit(1) from exc

@@ -42,7 +42,7 @@ from kinesis_core.stream import StreamRef
 
 _log = logging.getLogger(__name__)
 
-_HOP_BY_HOP = frozenset(
+HOP_BY_HOP = frozenset(
     {
         "connection",
         "keep-alive",
@@ -356,14 +356,14 @@ _EVENT_STREAM = "application/vnd.amazon.eventstream"
 
 
 def _upstream_headers(request: web.Request) -> dict[str, str]:
-    headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+    headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
     # No compression on loopback, so that the plan can read and rewrite bodies.
     headers["Accept-Encoding"] = "identity"
     return headers
 
 
 def _headers(response: Response) -> list[tuple[str, str]]:
-    return [(k, v) for k, v in response.headers if k.lower() not in _HOP_BY_HOP]
+    return [(k, v) for k, v in response.headers if k.lower() not in HOP_BY_HOP]
 
 
 def _to_web(response: Response) -> web.Response:
