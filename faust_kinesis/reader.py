@@ -329,10 +329,11 @@ class Reader(Service):
                 failure: tuple[KinesisMessage, DecodeError] | None = None
                 start = i
                 for record in records[i : min(n, i + room)]:
-                    if record.approximate_arrival_seconds is not arrival:
+                    seconds = record.approximate_arrival_seconds
+                    if seconds is not arrival:
                         # The sub-records of an aggregate share one arrival time.
-                        arrival = record.approximate_arrival_seconds
-                        timestamp = time.time() if arrival is None else arrival
+                        arrival = seconds
+                        timestamp = time.time() if seconds is None else seconds
                     key = record.partition_key.encode()
                     message = KinesisMessage(record, tp, key, timestamp, run, ack)
                     data = record.data
