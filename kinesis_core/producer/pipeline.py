@@ -71,6 +71,7 @@ from kinesis_core.producer.retrier import (
 from kinesis_core.record_size import RecordSizeLimit
 
 PredictFn = Callable[[int], "str | None"]
+PredictManyFn = Callable[[Sequence[int]], "list[str | None]"]
 
 _first = itemgetter(0)
 _hash_of = itemgetter(HASH)
@@ -109,6 +110,7 @@ class Pipeline:
         *,
         predict: PredictFn,
         hash_range: HashRangeFn,
+        predict_many: PredictManyFn | None = None,
         metrics: ProducerMetrics,
         builder_factory: Callable[[int], AggregateBuilder] = AggregateBuilder,
         record_limit: RecordSizeLimit | None = None,
@@ -117,6 +119,10 @@ class Pipeline:
     ) -> None:
         self.config = config
         self.predict = predict
+        self.predict_many: PredictManyFn = (
+            predict_many if predict_many is not None else lambda keys: list(map(predict, keys))
+        )
+        """``predict`` of many keys at once (the shard map's ``predict_many``)."""
         self.metrics = metrics
         self.stream = stream
         """The stream's name or ARN, for messages."""
@@ -333,7 +339,7 @@ class Pipeline:
     def _take(self, inbox: list[Slice], now: float) -> None:
         """Predict the shards of the admitted records and buffer them in the aggregator."""
         self._sync_aggregate_size()
-        predict = self.predict
+        predict_many = self.predict_many
         sinks = self.sinks
         groups: dict[str | None, list[UserRecord]] = {}
         group_of = groups.get
@@ -345,7 +351,8 @@ class Pipeline:
                 # Accepted only now: its TTL starts now. (Records are validated in order, so
                 # when the first was validated now, every one was.)
                 records = [(*ur[:ARRIVAL], now) for ur in records]
-            for shard_id, ur in zip(map(predict, map(_hash_of, records)), records, strict=True):
+            owners = predict_many(list(map(_hash_of, records)))
+            for shard_id, ur in zip(owners, records, strict=True):
                 group = group_of(shard_id)
                 if group is None:
                     groups[shard_id] = [ur]

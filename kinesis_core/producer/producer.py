@@ -153,6 +153,7 @@ class Producer:
             self._pipeline = Pipeline(
                 self.config,
                 predict=driver.map.predict,
+                predict_many=driver.map.predict_many,
                 hash_range=driver.map.hash_range,
                 metrics=self._metrics,
                 record_limit=driver.record_limit,

@@ -478,9 +478,22 @@ def test_predict_agrees_with_the_bisect_lookup_on_any_table(
     m.start()
     m.refresh_succeeded(shards)
     table = ShardTable(shards)
-    for key in keys + [k + d for s in shards for k in s.hash_range for d in (-1, 0, 1)]:
+    every = keys + [k + d for s in shards for k in s.hash_range for d in (-1, 0, 1)]
+    for key in every:
         owner = table.owner(key)
         assert m.predict(key) == (None if owner is None else owner.shard_id)
+    assert m.predict_many(every) == list(map(m.predict, every))
+    in_space = [k for k in every if 0 <= k <= MAX_HASH_KEY]
+    assert m.predict_many(in_space) == list(map(m.predict, in_space))
+
+
+def test_predict_many_answers_only_when_ready() -> None:
+    m = ShardMap(clock=FakeClock())
+    assert m.predict_many([0, MAX_HASH_KEY]) == [None, None]
+    m.start()
+    m.refresh_succeeded(TWO)
+    assert m.predict_many([0, MAX_HASH_KEY]) == [m.predict(0), m.predict(MAX_HASH_KEY)]
+    assert m.predict_many([]) == []
 
 
 # list_all_shards.
