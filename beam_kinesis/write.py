@@ -343,7 +343,7 @@ class _WriteToKinesisFn(beam.DoFn):
         self._refused: list[FailedRecord] = []
         self._written = 0
         self._bytes = 0
-        self._aggregates: Counter[tuple[str | None, str | None]] = Counter()
+        self._aggregates: Counter[tuple[str, str]] = Counter()
         self._latencies: list[float] = []
 
     def process(self, element: Any) -> tuple[Any, ...]:
@@ -460,7 +460,9 @@ class _WriteToKinesisFn(beam.DoFn):
         """Take a finished chunk's results; keep only what failed."""
         result: BatchResult = chunk.future.result()
         self._written += result.succeeded_count
-        self._aggregates.update(zip(result.shard_ids, result.sequence_numbers, strict=True))
+        aggregates = self._aggregates
+        for shard_id, sequence_number, records in result.carriers():
+            aggregates[(shard_id, sequence_number)] += records
         self._latencies.append((chunk.done_at - chunk.started) * 1000.0)
         nbytes = chunk.nbytes
         if result.failed_count:
@@ -516,7 +518,6 @@ class _WriteToKinesisFn(beam.DoFn):
                 FAILED_RECORDS,
             )
         aggregates = self._aggregates
-        aggregates.pop((None, None), None)
         metrics.aggregates(list(aggregates.values()), self._latencies)
         if self._written or failed:
             metrics.producer(self._handle.metrics_delta())

@@ -19,7 +19,8 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from itertools import count as counting, repeat
+from itertools import chain, count as counting, repeat
+from operator import sub
 from typing import Any, NamedTuple, Protocol, cast
 
 from kinesis_core.classify import INTERNAL, RECORD_COUNT_MISMATCH
@@ -356,6 +357,15 @@ class BatchResult:
                 any(map(attempts.__setitem__, indexes, repeat(history)))
             self._numbered = (shard_ids, sequence_numbers, subs, attempts)
         return self._numbered
+
+    def carriers(self) -> Iterator[tuple[str, str, int]]:
+        """(shard, sequence number, how many of the batch's records it carries) of each
+        Kinesis record the batch was written in, without numbering the records. A Kinesis
+        record may come more than once (an aggregate that took two runs of the batch)."""
+        runs = self._runs
+        ends = runs.ends
+        sizes = map(sub, ends, chain((0,), ends))
+        return zip(runs.shard_ids, runs.sequence_numbers, sizes, strict=True)
 
     @property
     def shard_ids(self) -> list[str | None]:

@@ -385,6 +385,7 @@ def test_batch_sink_ignores_a_failure_after_a_success_and_numbers_its_runs_when_
     assert isinstance(result, BatchResult)
     assert (len(result), result.succeeded_count, result.failed_count) == (5, 4, 1)
     assert [i for i, _ in result.failures] == [3]
+    assert list(result.carriers()) == [("low", "7", 3), ("high", "8", 1)]
     assert result.shard_ids == ["low", "high", "low", None, "low"]
     assert result.sequence_numbers == ["7", "8", "7", None, "7"]
     assert result.sub_sequence_numbers == [1, 3, 2, None, 0]
