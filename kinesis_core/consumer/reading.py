@@ -199,15 +199,15 @@ class SyncShardReader:
         error to the machine."""
         machine = self.machine
         in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None and in_flight[0] is not call:
+            raise ValueError(f"stepped {call!r} while {in_flight[0]!r} is in flight")
         try:
             if in_flight is None:
                 self.sent = time.time()
                 response = self.link.call(call)
-            elif in_flight[0] is call:
+            else:
                 self.sent = in_flight[2]
                 response = in_flight[1].result()
-            else:
-                raise ValueError(f"stepped {call!r} while {in_flight[0]!r} is in flight")
         except Exception as exc:
             kind = error_kind(exc)
             if kind is None:

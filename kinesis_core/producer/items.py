@@ -60,8 +60,8 @@ class KinesisRecordOut:
         deadline: float,
         expiration: float,
         buffered_since: float,
-        data_bytes: int | None = None,
-        payload: int | None = None,
+        data_bytes: int,
+        payload: int,
     ) -> None:
         self.data = data
         self.partition_key = partition_key
@@ -77,10 +77,6 @@ class KinesisRecordOut:
         """When its oldest record's TTL runs out."""
         self.buffered_since = buffered_since
         """Mean time its records entered the aggregator (for the BufferingTime metric)."""
-        if data_bytes is None:
-            data_bytes = sum(len(ur[DATA]) for ur in records)
-        if payload is None:
-            payload = data_bytes + sum(len(ur[PARTITION_KEY]) for ur in records)
         self.data_bytes = data_bytes
         """The data bytes of its user records (counted when it was built, with ``payload``,
         where its records were at hand, rather than when its answer comes)."""

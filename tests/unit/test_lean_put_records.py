@@ -22,7 +22,7 @@ AUTH = (
 
 
 def _kr(data: bytes, key: str, ehk: str | None = None) -> KinesisRecordOut:
-    return KinesisRecordOut(data, key, ehk, [], "shardId-0", len(data) + len(key), 0, 0, 0)
+    return KinesisRecordOut(data, key, ehk, [], "shardId-0", len(data) + len(key), 0, 0, 0, 0, 0)
 
 
 def test_the_body_is_the_json_botocore_would_send() -> None:

@@ -58,7 +58,16 @@ def aggregate(
     records: list[UserRecord] = [
         (h, b"data", f"pk{first + i}", None, key, first + i, (), 10.0) for i, h in enumerate(hashes)
     ]
-    return KinesisRecordOut(b"agg", "pk", None, records, shard, 10, 10.1, 40.0, 10.0)
+    return KinesisRecordOut(
+        b"agg", "pk", None, records, shard, 10, 10.1, 40.0, 10.0, *counts(records)
+    )
+
+
+def counts(records: list[UserRecord]) -> tuple[int, int]:
+    """What the aggregator counts for an aggregate's records: data bytes, and data bytes plus
+    partition key code points."""
+    data = sum(len(ur[1]) for ur in records)
+    return data, data + sum(len(ur[2]) for ur in records)
 
 
 def batch(*krs: KinesisRecordOut) -> PutBatch:
@@ -288,7 +297,9 @@ def test_attempt_history_carries_over_to_the_final_result() -> None:
     sink = RecordingSink()
     kr = aggregate(sink, [1], "low")
     first = retrier.handle(batch(kr), outcome(records=[err("InternalFailure")]), NOW)
-    retried = KinesisRecordOut(b"x", "pk", None, first.retries, "low", 10, 13.0, 40.0, 12.0)
+    retried = KinesisRecordOut(
+        b"x", "pk", None, first.retries, "low", 10, 13.0, 40.0, 12.0, *counts(first.retries)
+    )
     second = SendOutcome(12.5, 12.6, records=[ok("low", 9)])
     retrier.handle(batch(retried), second, 13.0)
     attempts = sink.ok[0][3]
@@ -314,16 +325,9 @@ def test_an_aggregate_of_several_callers_and_retries_numbers_sub_records_in_orde
     a, b = RecordingSink(), RecordingSink()
     first, second = aggregate(a, [1, 2], "low"), aggregate(b, [3, 4], "low")
     third = aggregate(a, [5], "low", first=2)
+    together = first.records + second.records + third.records
     mixed = KinesisRecordOut(
-        b"agg",
-        "pk",
-        None,
-        first.records + second.records + third.records,
-        "low",
-        10,
-        10.1,
-        40.0,
-        10.0,
+        b"agg", "pk", None, together, "low", 10, 10.1, 40.0, 10.0, *counts(together)
     )
     retrier.handle(batch(mixed), outcome(records=[ok("low", 7)]), NOW)
     assert {i: v[:3] for i, v in a.ok.items()} == {
@@ -341,8 +345,9 @@ def test_an_aggregate_of_several_callers_and_retries_numbers_sub_records_in_orde
     failed = retrier.handle(
         batch(aggregate(c, [2], "low", first=1)), outcome(records=[err("X")]), NOW
     )
+    joined = fresh.records + failed.retries
     both = KinesisRecordOut(
-        b"agg", "pk", None, fresh.records + failed.retries, "low", 10, 13.0, 40.0, 12.0
+        b"agg", "pk", None, joined, "low", 10, 13.0, 40.0, 12.0, *counts(joined)
     )
     retrier.handle(batch(both), SendOutcome(12.5, 12.6, records=[ok("low", 9)]), 13.0)
     assert {i: (v[2], [x.success for x in v[3]]) for i, v in c.ok.items()} == {
@@ -482,8 +487,8 @@ def test_send_batch_sends_data_keys_and_explicit_hash_keys() -> None:
             sent.append(kwargs)
             return {"Records": [ok("low", 1), ok("low", 2)]}
 
-    a = KinesisRecordOut(b"one", "pk1", "42", [], "low", 6, 0.0, 1.0, 0.0)
-    b = KinesisRecordOut(b"two", "pk2", None, [], None, 6, 0.0, 1.0, 0.0)
+    a = KinesisRecordOut(b"one", "pk1", "42", [], "low", 6, 0.0, 1.0, 0.0, 0, 0)
+    b = KinesisRecordOut(b"two", "pk2", None, [], None, 6, 0.0, 1.0, 0.0, 0, 0)
     asyncio.run(send_batch(Capture(), "stream", batch(a, b), 1.0, lambda: 0.0))
     assert sent == [
         {

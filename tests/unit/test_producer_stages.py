@@ -21,7 +21,7 @@ SINK = 0
 def kr(
     shard: str | None = "s0", size: int = 100, deadline: float = 1.0, expiration: float = 30.0
 ) -> KinesisRecordOut:
-    return KinesisRecordOut(b"x", "k", None, [], shard, size, deadline, expiration, 0.0)
+    return KinesisRecordOut(b"x", "k", None, [], shard, size, deadline, expiration, 0.0, 0, 0)
 
 
 def ur(i: int, data: bytes = b"d" * 100, arrival: float = 0.0, ehk: str | None = None) -> Any:
