@@ -38,7 +38,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from kinesis_core.producer.config import record_cost
-from kinesis_core.producer.items import DATA, PARTITION_KEY, UserRecord
+from kinesis_core.producer.items import UserRecord
 
 if TYPE_CHECKING:
     from kinesis_core.producer.result import BatchSink
@@ -353,7 +353,7 @@ class Admission:
             last = min(len(records), max(room_records, 0))
             while stop < last:
                 ur = records[stop]
-                more = record_cost(ur[DATA], ur[PARTITION_KEY])
+                more = record_cost(ur.data, ur.partition_key)
                 if cost + more > room_bytes:
                     break
                 cost += more
@@ -362,7 +362,7 @@ class Admission:
                 if self.records:
                     return
                 ur = records[0]  # an empty budget takes any one record
-                stop, cost = 1, record_cost(ur[DATA], ur[PARTITION_KEY])
+                stop, cost = 1, record_cost(ur.data, ur.partition_key)
             taken, sub.records = records[:stop], records[stop:]
         self.inbox.append((sub, taken))
         self.records += len(taken)

@@ -17,22 +17,11 @@ time and bounds it): a shard's builder takes the new size once its aggregate is 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from operator import itemgetter
 
 from kinesis_core.aggregation import AggregateBuilder
-from kinesis_core.producer.items import (
-    ARRIVAL,
-    DATA,
-    EXPLICIT_HASH_KEY,
-    PARTITION_KEY,
-    KinesisRecordOut,
-    UserRecord,
-)
+from kinesis_core.producer.items import KinesisRecordOut, UserRecord
 
 _INF = float("inf")
-_partition_key_of = itemgetter(PARTITION_KEY)
-_data_of = itemgetter(DATA)
-_explicit_hash_key_of = itemgetter(EXPLICIT_HASH_KEY)
 
 
 class _ShardBuffer:
@@ -91,13 +80,14 @@ class Aggregator:
             buf = self._buffers[shard_id] = _ShardBuffer(self._builder_factory(max_size))
         elif not buf.records and buf.builder.max_size != max_size:
             buf.builder = self._builder_factory(max_size)
-        expiration = urs[0][ARRIVAL] + self.record_ttl
-        if any(map(_explicit_hash_key_of, urs)):
+        expiration = urs[0].arrival + self.record_ttl
+        # Comprehensions, not map(attrgetter): a struct's field is read twice as fast that way.
+        if [ur for ur in urs if ur.explicit_hash_key is not None]:
             self._extend_each(buf, shard_id, urs, now, deadline, expiration)
             return
         max_count = self.max_count
-        keys = list(map(_partition_key_of, urs))
-        datas = list(map(_data_of, urs))
+        keys = [ur.partition_key for ur in urs]
+        datas = [ur.data for ur in urs]
         total = len(urs)
         pos = 0
         added = 0
@@ -134,7 +124,7 @@ class Aggregator:
             records = buf.records
             if records:
                 if len(records) < max_count and buf.builder.try_add(
-                    ur[PARTITION_KEY], ur[EXPLICIT_HASH_KEY], ur[DATA]
+                    ur.partition_key, ur.explicit_hash_key, ur.data
                 ):
                     records.append(ur)
                     added += 1
@@ -150,9 +140,9 @@ class Aggregator:
     ) -> int:
         """Start ``buf``'s empty aggregate with ``ur``; returns 1, or 0 when ``ur`` is bigger
         than an aggregate may weigh: then it is never aggregated and goes alone at once."""
-        pk = ur[PARTITION_KEY]
-        if len(ur[DATA]) + len(pk.encode()) <= self.max_size and buf.builder.try_add(
-            pk, ur[EXPLICIT_HASH_KEY], ur[DATA]
+        pk = ur.partition_key
+        if len(ur.data) + len(pk.encode()) <= self.max_size and buf.builder.try_add(
+            pk, ur.explicit_hash_key, ur.data
         ):
             buf.records.append(ur)
             return 1
@@ -237,17 +227,17 @@ class Aggregator:
         for ur in urs:
             if not (
                 len(buf.records) < self.max_count
-                and buf.builder.try_add(ur[PARTITION_KEY], ur[EXPLICIT_HASH_KEY], ur[DATA])
+                and buf.builder.try_add(ur.partition_key, ur.explicit_hash_key, ur.data)
             ):
                 if buf.records:
                     out.append(self._build(shard_id, buf))
-                if not buf.builder.try_add(ur[PARTITION_KEY], ur[EXPLICIT_HASH_KEY], ur[DATA]):
+                if not buf.builder.try_add(ur.partition_key, ur.explicit_hash_key, ur.data):
                     out.append(self._plain(ur, shard_id, now, deadline))
                     continue
             buf.records.append(ur)
             buf.since_sum += now
             buf.deadline = min(buf.deadline, deadline)
-            buf.expiration = min(buf.expiration, ur[ARRIVAL] + self.record_ttl)
+            buf.expiration = min(buf.expiration, ur.arrival + self.record_ttl)
         if buf.records:
             out.append(self._build(shard_id, buf))
         return out
@@ -287,17 +277,17 @@ class Aggregator:
     def _plain(
         self, ur: UserRecord, shard_id: str | None, now: float, deadline: float
     ) -> KinesisRecordOut:
-        pk = ur[PARTITION_KEY]
-        data = ur[DATA]
+        pk = ur.partition_key
+        data = ur.data
         return KinesisRecordOut(
             data,
             pk,
-            ur[EXPLICIT_HASH_KEY],
+            ur.explicit_hash_key,
             [ur],
             shard_id,
             len(data) + len(pk.encode("utf-8")),
             deadline,
-            ur[ARRIVAL] + self.record_ttl,
+            ur.arrival + self.record_ttl,
             now,
             len(data),
             len(data) + len(pk),

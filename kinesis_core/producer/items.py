@@ -1,35 +1,41 @@
 """The things that flow through the pipeline: user records, Kinesis records, PutRecords batches.
 
-A user record is a plain tuple, the cheapest object Python makes (the hot path creates one per
-record and nothing else). Kinesis records and batches are made per aggregate and per request,
-a few hundred times less often, so they can be slotted classes.
+The hot path makes one user record per record and nothing else. It is a ``msgspec.Struct``
+that the garbage collector does not track: a plain tuple costs a fifth less to make, but the
+collector examines every new tuple, about 0.15 µs each on the producer's path (the
+collections were a tenth of the producer's CPU), and a struct is never examined. Kinesis
+records and batches are made per aggregate and per request, a few hundred times less often,
+so they can be slotted classes.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
+
+import msgspec
 
 if TYPE_CHECKING:
     from kinesis_core.producer.result import History
 
-UserRecord = tuple[int, bytes, str, "str | None", int, int, "History", float]
-"""(hash_key, data, partition_key, explicit_hash_key, sink, index, attempts, arrival).
 
-``explicit_hash_key`` is the decimal string the caller gave (normalised) or None; ``sink`` is
-the key of the record's sink in the pipeline's registry (an int, not a reference, so that the
-garbage collector does not track the tuple); ``index`` is the record's index for its sink;
-``attempts`` is the (bounded) history of earlier trips (empty on the first); ``arrival`` is when the
-producer accepted it, the start of its TTL.
-"""
+class UserRecord(msgspec.Struct, gc=False, frozen=True):
+    """One record a caller gave, as the pipeline carries it to its result.
 
-HASH: Final = 0
-DATA: Final = 1
-PARTITION_KEY: Final = 2
-EXPLICIT_HASH_KEY: Final = 3
-SINK: Final = 4
-INDEX: Final = 5
-ATTEMPTS: Final = 6
-ARRIVAL: Final = 7
+    ``explicit_hash_key`` is the decimal string the caller gave (normalised) or None; ``sink``
+    is the key of the record's sink in the pipeline's registry; ``index`` is the record's index
+    for its sink; ``attempts`` is the (bounded) history of earlier trips (empty on the first);
+    ``arrival`` is when the producer accepted it, the start of its TTL. Nothing it holds refers
+    back to it (no cycle can pass through it), which is what lets the collector skip it.
+    """
+
+    hash_key: int
+    data: bytes
+    partition_key: str
+    explicit_hash_key: str | None
+    sink: int
+    index: int
+    attempts: History
+    arrival: float
 
 
 class KinesisRecordOut:

@@ -37,6 +37,8 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any, NamedTuple
 
+import msgspec
+
 from kinesis_core.aggregation import AggregateBuilder
 from kinesis_core.backoff import Backoff, BackoffTracker
 from kinesis_core.errors import RecordTooLargeError, ValidationError, shape_problem
@@ -50,7 +52,7 @@ from kinesis_core.producer.admission import Admission, Flush, Slice, Standing, S
 from kinesis_core.producer.aggregator import Aggregator
 from kinesis_core.producer.collector import Collector
 from kinesis_core.producer.config import ProducerConfig, records_cost
-from kinesis_core.producer.items import ARRIVAL, HASH, INDEX, KinesisRecordOut, PutBatch, UserRecord
+from kinesis_core.producer.items import KinesisRecordOut, PutBatch, UserRecord
 from kinesis_core.producer.limiter import Limiter
 from kinesis_core.producer.metrics import ProducerMetrics
 from kinesis_core.producer.result import (
@@ -74,7 +76,6 @@ PredictFn = Callable[[int], "str | None"]
 PredictManyFn = Callable[[Sequence[int]], "list[str | None]"]
 
 _first = itemgetter(0)
-_hash_of = itemgetter(HASH)
 _second = itemgetter(1)
 _third = itemgetter(2)
 
@@ -347,11 +348,11 @@ class Pipeline:
         for sub, records in inbox:
             sink = sub.sink
             sinks[sink.key] = sink
-            if sub.waited and records and records[0][ARRIVAL] != now:
+            if sub.waited and records and records[0].arrival != now:
                 # Accepted only now: its TTL starts now. (Records are validated in order, so
                 # when the first was validated now, every one was.)
-                records = [(*ur[:ARRIVAL], now) for ur in records]
-            owners = predict_many(list(map(_hash_of, records)))
+                records = [msgspec.structs.replace(ur, arrival=now) for ur in records]
+            owners = predict_many([ur.hash_key for ur in records])
             for shard_id, ur in zip(owners, records, strict=True):
                 group = group_of(shard_id)
                 if group is None:
@@ -436,7 +437,9 @@ class Pipeline:
                 break
             payload = size
             append(
-                (hash_key, data, pk, None if ehk is None else str(hash_key), key, index, (), now)
+                UserRecord(
+                    hash_key, data, pk, None if ehk is None else str(hash_key), key, index, (), now
+                )
             )
         sub.next = stop
         sub.records = urs
@@ -495,7 +498,8 @@ class Pipeline:
         if cost > room_bytes:
             return False
         sub.records = list(
-            zip(
+            map(
+                UserRecord,
                 hash_keys(encoded),
                 datas,
                 keys,
@@ -514,7 +518,7 @@ class Pipeline:
         """Fail ``sub``'s records not admitted (validated or not), and those set aside."""
         failed = sub.sink.failed
         for ur in sub.records:
-            failed(ur[INDEX], code, message, ())
+            failed(ur.index, code, message, ())
         indexes = sub.indexes
         for pos in range(sub.next, len(sub.source)):
             failed(pos if indexes is None else indexes[pos], code, message, ())
@@ -728,9 +732,9 @@ class Pipeline:
             return
         add = self.aggregator.add
         for ur in decisions.retries:
-            add(ur, predict(ur[HASH]), now, deadline)
+            add(ur, predict(ur.hash_key), now, deadline)
         for ur in decisions.alone:
-            self.aggregator.alone((ur,), predict(ur[HASH]), now, deadline)
+            self.aggregator.alone((ur,), predict(ur.hash_key), now, deadline)
 
     def _retry_first(
         self, records: list[UserRecord], now: float, deadline: float, *, alone: bool = False
@@ -739,7 +743,7 @@ class Pipeline:
         (``preserve_order``): a later record of the same key must not overtake them."""
         by_shard: dict[str | None, list[UserRecord]] = {}
         for ur in records:
-            by_shard.setdefault(self.predict(ur[HASH]), []).append(ur)
+            by_shard.setdefault(self.predict(ur.hash_key), []).append(ur)
         for shard_id, group in by_shard.items():
             if shard_id is None:
                 self.aggregator.alone(group, None, now, deadline)

@@ -41,24 +41,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import groupby
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any
+
+import msgspec
 
 from kinesis_core.classify import ERROR_CODES, RECORD_COUNT_MISMATCH, ErrorKind, classify
 from kinesis_core.producer.config import record_cost, records_cost
-from kinesis_core.producer.items import (
-    ARRIVAL,
-    ATTEMPTS,
-    DATA,
-    EXPLICIT_HASH_KEY,
-    HASH,
-    INDEX,
-    PARTITION_KEY,
-    SINK,
-    KinesisRecordOut,
-    PutBatch,
-    UserRecord,
-)
+from kinesis_core.producer.items import KinesisRecordOut, PutBatch, UserRecord
 from kinesis_core.producer.metrics import ProducerMetrics
 from kinesis_core.producer.result import (
     EXPIRED,
@@ -71,9 +61,7 @@ from kinesis_core.producer.result import (
     last_failure,
 )
 
-_attempts_of = itemgetter(ATTEMPTS)
-_sink_of = itemgetter(SINK)
-_index_of = itemgetter(INDEX)
+_sink_of = attrgetter("sink")
 _ended_at = attrgetter("ended_at")
 
 _BACK_OFF = frozenset(
@@ -97,7 +85,7 @@ _WAITING_FOR = {
 
 def latest_failure(records: Iterable[UserRecord]) -> Attempt | None:
     """The most recent failed attempt in the histories of ``records`` (None if none failed)."""
-    failures = [f for f in (last_failure(ur[ATTEMPTS]) for ur in records) if f is not None]
+    failures = [f for f in (last_failure(ur.attempts) for ur in records) if f is not None]
     return max(failures, key=_ended_at, default=None)
 
 
@@ -252,7 +240,7 @@ class Retrier:
             return False
         kr = landing.kr
         start, end = hash_range
-        if all(start <= ur[HASH] <= end for ur in kr.records):
+        if all(start <= ur.hash_key <= end for ur in kr.records):
             self._succeed(kr, landing.shard_id, landing.sequence_number, landing.outcome)
             return True
         self.metrics.error(WRONG_SHARD)
@@ -293,19 +281,19 @@ class Retrier:
         if code == EXPIRED:
             metrics.user_record_expired += len(records)
         for ur in records:
-            self._fail(ur, code, message, add_attempt(ur[ATTEMPTS], attempt))
+            self._fail(ur, code, message, add_attempt(ur.attempts, attempt))
 
     def fail_as_they_are(self, records: list[UserRecord], code: str, message: str) -> None:
         """Finish ``records`` as failed with the history they have (its last attempt says
         why)."""
         self.metrics.error(code, 1)
         for ur in records:
-            self._fail(ur, code, message, ur[ATTEMPTS])
+            self._fail(ur, code, message, ur.attempts)
 
     def _fail(self, ur: UserRecord, code: str, message: str, attempts: History) -> None:
-        sink = self.sinks.get(ur[SINK])
+        sink = self.sinks.get(ur.sink)
         if sink is not None:
-            sink.failed(ur[INDEX], code, message, attempts)
+            sink.failed(ur.index, code, message, attempts)
         self._release(ur)
         metrics = self.metrics
         metrics.user_records_failed += 1
@@ -329,7 +317,7 @@ class Retrier:
                 decisions.answered = True
                 for kr in batch.records:
                     for ur in kr.records:
-                        self._fail(ur, code, message, add_attempt(ur[ATTEMPTS], attempt))
+                        self._fail(ur, code, message, add_attempt(ur.attempts, attempt))
                 return
             if len(batch.records) > 1:
                 for kr in batch.records:
@@ -364,7 +352,7 @@ class Retrier:
                 decisions.throttled.add(kr.shard_id)
             if self.fail_if_throttled:
                 for ur in kr.records:
-                    self._fail(ur, code, message, add_attempt(ur[ATTEMPTS], attempt))
+                    self._fail(ur, code, message, add_attempt(ur.attempts, attempt))
                 return
         elif kind is ErrorKind.AUTH:
             decisions.fatal = (code, message)  # its records fail with the rest, as retries
@@ -390,7 +378,7 @@ class Retrier:
             self.metrics.retried(code, len(kr.records))
             return
         for ur in kr.records:
-            self._fail(ur, code, message, add_attempt(ur[ATTEMPTS], attempt))
+            self._fail(ur, code, message, add_attempt(ur.attempts, attempt))
 
     def _succeed(
         self, kr: KinesisRecordOut, shard_id: str, sequence_number: str, outcome: SendOutcome
@@ -398,21 +386,21 @@ class Retrier:
         success = Attempt(outcome.started_at, outcome.ended_at, True, shard_id=shard_id)
         records = kr.records
         retried = 0
-        if any(map(_attempts_of, records)):
+        if [ur for ur in records if ur.attempts]:
             retried = self._succeed_each(records, shard_id, sequence_number, success)
         else:
             # The usual case (every record on its first trip): one sink call per run of one
             # caller's records instead of one per record, the loops in C.
             first: History = (success,)
             sinks = self.sinks
-            sink_key = records[0][SINK]
-            if records[-1][SINK] == sink_key and len(set(map(_sink_of, records))) == 1:
-                indexes = list(map(_index_of, records))
+            sink_key = records[0].sink
+            if records[-1].sink == sink_key and len({ur.sink for ur in records}) == 1:
+                indexes = [ur.index for ur in records]
                 sinks[sink_key].succeeded_run(indexes, 0, shard_id, sequence_number, first)
             else:
                 sub = 0
                 for sink_key, run in groupby(records, _sink_of):
-                    indexes = list(map(_index_of, run))
+                    indexes = [ur.index for ur in run]
                     sinks[sink_key].succeeded_run(indexes, sub, shard_id, sequence_number, first)
                     sub += len(indexes)
         n = len(records)
@@ -442,19 +430,19 @@ class Retrier:
         sinks = self.sinks
         retried = 0
         first: History = (success,)
-        sink_key = records[0][SINK]
+        sink_key = records[0].sink
         succeeded = sinks[sink_key].succeeded
         for sub, ur in enumerate(records):
-            if ur[SINK] != sink_key:  # records of one batch share a sink: look it up once
-                sink_key = ur[SINK]
+            if ur.sink != sink_key:  # records of one batch share a sink: look it up once
+                sink_key = ur.sink
                 succeeded = sinks[sink_key].succeeded
-            prior = ur[ATTEMPTS]
+            prior = ur.attempts
             if prior:
                 retried += 1
                 self.metrics.retries_per_record.add(attempt_count(prior))
-                succeeded(ur[INDEX], shard_id, sequence_number, sub, add_attempt(prior, success))
+                succeeded(ur.index, shard_id, sequence_number, sub, add_attempt(prior, success))
             else:
-                succeeded(ur[INDEX], shard_id, sequence_number, sub, first)
+                succeeded(ur.index, shard_id, sequence_number, sub, first)
         return retried
 
     def _retry(
@@ -473,7 +461,7 @@ class Retrier:
         expired: list[UserRecord] = []
         for ur in kr.records:
             retried = _with_attempt(ur, attempt)
-            if now - ur[ARRIVAL] >= ttl:
+            if now - ur.arrival >= ttl:
                 expired.append(retried)
             else:
                 retries.append(retried)
@@ -485,18 +473,9 @@ class Retrier:
 
     def _release(self, ur: UserRecord) -> None:
         self.released_records += 1
-        self.released_bytes += record_cost(ur[DATA], ur[PARTITION_KEY])
+        self.released_bytes += record_cost(ur.data, ur.partition_key)
 
 
 def _with_attempt(ur: UserRecord, attempt: Attempt) -> UserRecord:
     """``ur`` with ``attempt`` added to its history."""
-    return (
-        ur[HASH],
-        ur[DATA],
-        ur[PARTITION_KEY],
-        ur[EXPLICIT_HASH_KEY],
-        ur[SINK],
-        ur[INDEX],
-        add_attempt(ur[ATTEMPTS], attempt),
-        ur[ARRIVAL],
-    )
+    return msgspec.structs.replace(ur, attempts=add_attempt(ur.attempts, attempt))

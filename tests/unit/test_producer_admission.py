@@ -40,7 +40,7 @@ MAX_RECORDS = 100
 
 def validated(n: int, size: int = 10) -> Submission:
     """A submission of ``n`` records, every one validated already."""
-    records: list[UserRecord] = [(i, b"x" * size, "k", None, 0, i, (), 0.0) for i in range(n)]
+    records = [UserRecord(i, b"x" * size, "k", None, 0, i, (), 0.0) for i in range(n)]
     sub = Submission(records, BatchSink(n))
     sub.records = list(records)
     sub.next = n
@@ -211,7 +211,7 @@ def test_records_waiting_are_let_in_below_the_low_water_mark_in_order() -> None:
     assert admission.release(1, 0) == []  # at the mark: 10 of the first fit, in order
     (taken,) = admission.take_inbox()
     assert taken[0] is first
-    assert [ur[0] for ur in taken[1]] == list(range(10))
+    assert [ur.hash_key for ur in taken[1]] == list(range(10))
     assert admission.records == MAX_RECORDS
     assert admission.state is State.FULL
     assert admission.release(MAX_RECORDS, 0) == [first, second]
@@ -297,7 +297,7 @@ def test_records_that_fail_validation_are_failed_in_the_submission_with_their_er
     p = pipeline(max_record_bytes=100)
     records: list[Any] = [(b"ok", "k"), ("text", "k"), (b"x" * 200, "k"), (b"ok", "")]
     sub = p.submission(records, 0.0)
-    assert [ur[5] for ur in sub.records] == [0]
+    assert [ur.index for ur in sub.records] == [0]
     failures = {i: (r.error_code, r.error_message) for i, r in sub.sink.failures.items()}
     assert failures == {
         1: (VALIDATION_ERROR, "data: must be bytes, got str"),
@@ -355,7 +355,7 @@ def test_a_plain_batch_is_validated_at_once_into_the_same_records(
         patched.setattr("kinesis_core.producer.pipeline.validate_record", one_by_one)
         sub = p.submission(records, 0.0)
     assert sub.records == _one_by_one(pipeline(), records).records
-    assert [ur[0] for ur in sub.records] == [hash_key(r[1]) for r in records]
+    assert [ur.hash_key for ur in sub.records] == [hash_key(r[1]) for r in records]
     assert (sub.next, sub.sink.failures) == (len(records), {})
     assert sub.cost == records_cost(sum(len(r[0]) + len(r[1]) for r in records), len(records))
 
@@ -382,9 +382,9 @@ def test_one_record_off_the_plain_shape_sends_the_batch_through_the_loop(
     sub = p.submission(records, 0.0)
     assert sub.records == _one_by_one(pipeline(max_record_bytes=600), records).records
     if field is None:
-        assert [ur[5] for ur in sub.records] == [0, 1, 2]
+        assert [ur.index for ur in sub.records] == [0, 1, 2]
     else:
-        assert [ur[5] for ur in sub.records] == [0, 2]
+        assert [ur.index for ur in sub.records] == [0, 2]
         assert sub.sink.failures[1].error_message.startswith(f"{field}:")
 
 
@@ -399,7 +399,7 @@ def test_the_ttl_of_records_that_waited_for_room_starts_when_they_are_accepted()
     assert p.offer(second)[0] is Standing.WAITING
     p.admission.release(90, 0)
     p.admit(3.0)
-    arrivals = {(ur[4], ur[7]) for ur in p.aggregator.take_all()}
+    arrivals = {(ur.sink, ur.arrival) for ur in p.aggregator.take_all()}
     assert arrivals == {(first.sink.key, 0.0), (first.sink.key, 3.0), (second.sink.key, 3.0)}
 
 

@@ -81,9 +81,9 @@ class Setup:
         return [self._index(ur) for kr in batch.records for ur in kr.records]
 
     def _index(self, ur: Any) -> int:
-        sink = self.pipeline.sinks[ur[4]]
+        sink = self.pipeline.sinks[ur.sink]
         assert isinstance(sink, _Offset)
-        return sink.offset + ur[5]
+        return sink.offset + ur.index
 
 
 class _Offset:
@@ -477,7 +477,7 @@ def test_a_landing_out_of_range_is_retried_whole() -> None:
     retried = s.take(0.03)
     assert retried is not None
     assert s.indexes(retried) == [0, 1]
-    last = retried.records[0].records[0][6][-1]
+    last = retried.records[0].records[0].attempts[-1]
     assert (last.error_code, last.shard_id) == (WRONG_SHARD, "child")
 
 
@@ -495,7 +495,7 @@ def test_a_landing_whose_range_stays_unknown_is_given_up_only_if_sent_before_the
     retried = s.take(1.3)
     assert retried is not None
     assert s.indexes(retried) == [0, 1]
-    last = retried.records[0].records[0][6][-1]
+    last = retried.records[0].records[0].attempts[-1]
     assert last.error_code == WRONG_SHARD
     assert "gone" in (last.error_message or "")
 

@@ -55,8 +55,9 @@ def aggregate(
 ) -> KinesisRecordOut:
     key = len(SINKS)
     SINKS[key] = sink
-    records: list[UserRecord] = [
-        (h, b"data", f"pk{first + i}", None, key, first + i, (), 10.0) for i, h in enumerate(hashes)
+    records = [
+        UserRecord(h, b"data", f"pk{first + i}", None, key, first + i, (), 10.0)
+        for i, h in enumerate(hashes)
     ]
     return KinesisRecordOut(
         b"agg", "pk", None, records, shard, 10, 10.1, 40.0, 10.0, *counts(records)
@@ -66,8 +67,8 @@ def aggregate(
 def counts(records: list[UserRecord]) -> tuple[int, int]:
     """What the aggregator counts for an aggregate's records: data bytes, and data bytes plus
     partition key code points."""
-    data = sum(len(ur[1]) for ur in records)
-    return data, data + sum(len(ur[2]) for ur in records)
+    data = sum(len(ur.data) for ur in records)
+    return data, data + sum(len(ur.partition_key) for ur in records)
 
 
 def batch(*krs: KinesisRecordOut) -> PutBatch:
@@ -118,8 +119,8 @@ def test_other_request_failures_retry_every_record(code: str, fail_if_throttled:
     decisions = retrier.handle(b, outcome(error=(code, "oops")), NOW)
     assert not sink.ok
     assert not sink.bad
-    assert sorted(r[5] for r in decisions.retries) == [0, 1, 2]
-    assert all(r[6] == (Attempt(11.0, 11.5, False, code, "oops"),) for r in decisions.retries)
+    assert sorted(r.index for r in decisions.retries) == [0, 1, 2]
+    assert all(r.attempts == (Attempt(11.0, 11.5, False, code, "oops"),) for r in decisions.retries)
     assert decisions.retry_deadline == pytest.approx(NOW + 0.05)
     assert retrier.released_records == 0
     assert decisions.throttled == ({"low", "high"} if code == THROTTLED else set())
@@ -130,8 +131,10 @@ def test_record_count_mismatch_is_a_request_failure_and_retries() -> None:
     sink = RecordingSink()
     b = batch(aggregate(sink, [1], "low"), aggregate(sink, [150], "high", first=1))
     decisions = retrier.handle(b, outcome(records=[ok("low", 1)]), NOW)
-    assert [r[6][-1].error_code for r in decisions.retries] == [RECORD_COUNT_MISMATCH] * 2
-    assert "sent 2 records, the response has 1" in (decisions.retries[0][6][-1].error_message or "")
+    assert [r.attempts[-1].error_code for r in decisions.retries] == [RECORD_COUNT_MISMATCH] * 2
+    assert "sent 2 records, the response has 1" in (
+        decisions.retries[0].attempts[-1].error_message or ""
+    )
     assert metrics.errors_by_code == {RECORD_COUNT_MISMATCH: 2}
 
 
@@ -176,8 +179,8 @@ def test_wrong_shard_retries_every_record_of_the_aggregate_and_invalidates_once(
     decisions = retrier.handle(b, outcome(records=[ok("child", 3)]), NOW)
     assert not sink.ok
     assert not sink.bad
-    assert sorted(r[5] for r in decisions.retries) == [0, 1, 2]
-    attempt = decisions.retries[0][6][-1]
+    assert sorted(r.index for r in decisions.retries) == [0, 1, 2]
+    attempt = decisions.retries[0].attempts[-1]
     assert attempt.error_code == WRONG_SHARD
     assert attempt.shard_id == "child"
     assert decisions.invalidations == [(11.0, "parent")]
@@ -232,8 +235,8 @@ def test_an_aggregate_whose_landing_range_cannot_be_learned_is_put_again() -> No
     )
     later = RetryDecisions(retry_deadline=NOW)
     retrier.give_up(decisions.landings[0], NOW, later, "not in a full listing")
-    assert sorted(r[5] for r in later.retries) == [0, 1]
-    attempt = later.retries[0][6][-1]
+    assert sorted(r.index for r in later.retries) == [0, 1]
+    attempt = later.retries[0].attempts[-1]
     assert attempt.error_code == WRONG_SHARD
     assert "not in a full listing" in (attempt.error_message or "")
     assert metrics.errors_by_code == {WRONG_SHARD: 1}
@@ -259,7 +262,7 @@ def test_other_record_failures_retry(fail_if_throttled: bool) -> None:
     decisions = retrier.handle(
         b, outcome(records=[err("InternalFailure", "boom"), ok("high", 4)]), NOW
     )
-    assert sorted(r[5] for r in decisions.retries) == [0, 1]
+    assert sorted(r.index for r in decisions.retries) == [0, 1]
     assert sorted(sink.ok) == [2]
     assert metrics.errors_by_code == {"InternalFailure": 1}
 
@@ -336,7 +339,7 @@ def test_an_aggregate_of_several_callers_and_retries_numbers_sub_records_in_orde
         2: ("low", "7", 4),
     }
     assert {i: v[:3] for i, v in b.ok.items()} == {0: ("low", "7", 2), 1: ("low", "7", 3)}
-    costs = sum(record_cost(ur[1], ur[2]) for ur in mixed.records)
+    costs = sum(record_cost(ur.data, ur.partition_key) for ur in mixed.records)
     assert (retrier.released_records, retrier.released_bytes) == (5, costs)
     assert (metrics.user_records_put, metrics.user_records_data_put) == (5, 20)
 

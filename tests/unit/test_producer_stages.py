@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -12,7 +11,7 @@ from kinesis_core.aggregation import decode_aggregate
 from kinesis_core.hashing import hash_key
 from kinesis_core.producer.aggregator import Aggregator
 from kinesis_core.producer.collector import Collector
-from kinesis_core.producer.items import KinesisRecordOut
+from kinesis_core.producer.items import KinesisRecordOut, UserRecord
 from kinesis_core.producer.limiter import BURST_BYTES, MIN_MULTIPLIER, Limiter, TokenBucket
 
 SINK = 0
@@ -24,10 +23,12 @@ def kr(
     return KinesisRecordOut(b"x", "k", None, [], shard, size, deadline, expiration, 0.0, 0, 0)
 
 
-def ur(i: int, data: bytes = b"d" * 100, arrival: float = 0.0, ehk: str | None = None) -> Any:
+def ur(
+    i: int, data: bytes = b"d" * 100, arrival: float = 0.0, ehk: str | None = None
+) -> UserRecord:
     pk = f"key-{i}"
     h = int(ehk) if ehk is not None else hash_key(pk)
-    return (h, data, pk, ehk, SINK, i, (), arrival)
+    return UserRecord(h, data, pk, ehk, SINK, i, (), arrival)
 
 
 # -- token bucket ------------------------------------------------------------------------
@@ -399,9 +400,9 @@ def test_records_of_a_shard_share_an_aggregate_sealed_under_the_max_size() -> No
         assert k.shard_id == "s0"
         subs = decode_aggregate(k.data)
         assert subs is not None
-        assert [s.data for s in subs] == [r[1] for r in k.records]
-        assert k.partition_key == k.records[0][2]
-        assert k.explicit_hash_key == str(k.records[0][0])  # routes by the first record
+        assert [s.data for s in subs] == [r.data for r in k.records]
+        assert k.partition_key == k.records[0].partition_key
+        assert k.explicit_hash_key == str(k.records[0].hash_key)  # routes by the first record
     agg.flush()
     assert sum(len(k.records) for k in agg.sealed) == 2000
     assert agg.next_deadline() is None
@@ -413,7 +414,7 @@ def test_aggregates_never_mix_shards() -> None:
         agg.add(ur(i), f"s{i % 3}", 0.0, 0.1)
     agg.flush()
     assert sorted(len(k.records) for k in agg.sealed) == [3, 3, 4]
-    assert all(len({r[5] % 3 for r in k.records}) == 1 for k in agg.sealed)
+    assert all(len({r.index % 3 for r in k.records}) == 1 for k in agg.sealed)
 
 
 def test_max_count_seals_the_aggregate() -> None:
@@ -474,7 +475,7 @@ def test_a_record_over_the_aggregate_size_is_sealed_alone_at_once_after_the_open
     agg.add(large, "s0", 0.0, 0.1)
     # No waiting for the deadline, and the open aggregate went first (the shard's order).
     assert [k.records for k in agg.sealed] == [small[:2], [large]]
-    assert agg.sealed[1].data is large[1]  # raw, not copied, not framed
+    assert agg.sealed[1].data is large.data  # raw, not copied, not framed
     agg.add(small[2], "s0", 0.0, 0.1)
     assert agg.buffered == 1  # small records aggregate again after it
     exact = ur(8, data=b"e" * (51_200 - len("key-8")))  # the limit exactly: alone in a builder
@@ -509,7 +510,7 @@ def test_take_all_returns_buffered_records() -> None:
     agg = aggregator()
     for i in range(5):
         agg.add(ur(i), f"s{i}", 0.0, 0.1)
-    assert sorted(r[5] for r in agg.take_all()) == [0, 1, 2, 3, 4]
+    assert sorted(r.index for r in agg.take_all()) == [0, 1, 2, 3, 4]
     assert agg.buffered == 0
     assert agg.next_deadline() is None
 
@@ -519,14 +520,14 @@ def test_seal_now_aggregates_records_apart_from_the_open_aggregate() -> None:
     agg.add(ur(0), "s0", 0.0, 1.0)  # the open aggregate keeps it
     retries = [ur(i, arrival=0.5) for i in range(1, 6)]
     sealed = agg.seal_now("s0", retries, 1.0, 1.05)
-    assert [[r[5] for r in k.records] for k in sealed] == [[1, 2, 3], [4, 5]]
+    assert [[r.index for r in k.records] for k in sealed] == [[1, 2, 3], [4, 5]]
     assert all(k.shard_id == "s0" and k.deadline == 1.05 for k in sealed)
     assert sealed[0].expiration == pytest.approx(30.5)
     assert agg.buffered == 1
     assert agg.sealed == []
     plain = agg.seal_now("s0", retries[:2], 1.0, 1.05, plain=True)
     assert [len(k.records) for k in plain] == [1, 1]
-    assert plain[0].data == retries[0][1]
+    assert plain[0].data == retries[0].data
 
 
 def test_alone_sends_each_record_as_a_plain_kinesis_record() -> None:
