@@ -174,9 +174,13 @@ class Recorder:
         self.settled.append(outcome)
 
 
-def kinesis_message(run: Any) -> KinesisMessage:
+def kinesis_message(
+    run: Any, refcount: int = 0, generation_id: int | None = None
+) -> KinesisMessage:
     record = KinesisRecord(b"v", "k", None, 1, 0, "shardId-000000000000", None, False)
-    return KinesisMessage(record, TP("orders", 0), b"k", 0.0, run)
+    return KinesisMessage(
+        record, TP("orders", 0), b"k", 0.0, run, refcount=refcount, generation_id=generation_id
+    )
 
 
 def test_queue_clear_drops_kinesis_events_and_room_comes_at_half(tmp_path: Path) -> None:
@@ -309,9 +313,9 @@ def test_sink_releases_the_source_on_success_and_holds_it_on_failure(tmp_path: P
 
         await app.start()
         app.flow_control.resume()
-        messages = [kinesis_message(run) for _ in range(3)]
+        generation = app.consumer_generation_id
+        messages = [kinesis_message(run, 1, generation) for _ in range(3)]
         for i, message in enumerate(messages):
-            message.deliver_to(1, app.consumer_generation_id)
             await source.put(app.create_event(None, {"user": f"u{i}"}, None, message))
         for _ in range(100):
             if len(writer.messages) == 3:
