@@ -383,7 +383,7 @@ class Reader(Service):
                 await flow.acquire()
             else:
                 for queue in queues:
-                    if queue.full():
+                    if not queue.room:
                         await queue.wait_for_room()
                         break
                 else:

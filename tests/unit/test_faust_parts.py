@@ -16,7 +16,7 @@ from faust_kinesis.acks import Outcome
 from faust_kinesis.faust_internals import kafka_consumer_enabled
 from faust_kinesis.message import KinesisMessage
 from faust_kinesis.partitions import shard_number, shard_tp
-from faust_kinesis.queues import KinesisQueue
+from faust_kinesis.queues import AHEAD, KinesisQueue
 from faust_kinesis.reader import Reader, decoder, position_text
 from faust_kinesis.settings import start_position
 from faust_kinesis.writer import Writer
@@ -343,5 +343,33 @@ def test_sink_releases_the_source_on_success_and_holds_it_on_failure(tmp_path: P
         await asyncio.sleep(0)
         assert run.finished == [False, False]
         await app.stop()
+
+    asyncio.run(main())
+
+
+def test_a_queue_is_filled_only_ahead_of_its_agent(tmp_path: Path) -> None:
+    """However large Faust's buffer, the reader keeps at most AHEAD events queued (waiting
+    events would age into the collector's older generations) and refills at half."""
+    app = make_app(tmp_path)
+    run = Recorder()
+
+    async def main() -> None:
+        queue = KinesisQueue(lambda items: None, 4096, flow_control=app.flow_control)
+        assert queue.room == AHEAD
+        for _ in range(AHEAD):
+            queue.put_nowait(app.create_event(None, None, None, kinesis_message(run)))
+        assert queue.room == 0
+        waiter = asyncio.ensure_future(queue.wait_for_room())
+        await asyncio.sleep(0)
+        for _ in range(AHEAD // 2 - 1):
+            queue.get_nowait()
+        await asyncio.sleep(0)
+        assert not waiter.done()
+        queue.get_nowait()
+        await asyncio.sleep(0)
+        assert waiter.done()
+        assert queue.room == AHEAD // 2
+        small = KinesisQueue(lambda items: None, 8, flow_control=app.flow_control)
+        assert small.room == 8
 
     asyncio.run(main())
