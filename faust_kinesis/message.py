@@ -73,7 +73,8 @@ class KinesisMessage(Message):
         call instead of the record's ``ack`` and its batch's weak reference)."""
         self._run = run
         self.failed = False
-        """A release of this event was made while an exception was in flight."""
+        """A release before the final one was made while an exception was in flight (the
+        final release checks for itself)."""
         self.settled = False
         """The event's outcome is decided (final release, drop or failure)."""
         self.topic = tp.topic
