@@ -61,22 +61,26 @@ class Ledger:
     that is gone.
     """
 
-    __slots__ = ("acked", "closed", "delivered", "dropped", "failed")
+    __slots__ = ("acked", "closed", "delivered", "dropped", "failed", "in_flight")
 
     def __init__(self) -> None:
         self.delivered = 0
         self.acked = 0
         self.failed = 0
         self.dropped = 0
+        self.in_flight = 0
+        """Delivered events with no outcome yet (queued in Faust or being processed)."""
         self.closed = False
 
     def deliver(self, count: int = 1) -> None:
         self.delivered += count
+        self.in_flight += count
 
     def settle(self, outcome: Outcome) -> bool:
         """Count one event's outcome; False once the run is closed (ignore the outcome)."""
         if self.closed:
             return False
+        self.in_flight -= 1
         if outcome is Outcome.ACKED:
             self.acked += 1
         elif outcome is Outcome.FAILED:
@@ -84,11 +88,6 @@ class Ledger:
         else:
             self.dropped += 1
         return True
-
-    @property
-    def in_flight(self) -> int:
-        """Delivered events with no outcome yet (queued in Faust or being processed)."""
-        return self.delivered - self.acked - self.failed - self.dropped
 
     def close(self) -> None:
         self.closed = True
@@ -99,3 +98,4 @@ class Ledger:
         self.acked += other.acked
         self.failed += other.failed
         self.dropped += other.dropped
+        self.in_flight += other.in_flight

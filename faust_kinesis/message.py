@@ -9,8 +9,8 @@ sets ``acked`` is the final one, and :func:`~faust_kinesis.acks.decide` says wha
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
+from sys import exc_info as _exc_info
 from typing import TYPE_CHECKING, Protocol
 
 from faust.types import TP, Message
@@ -47,7 +47,7 @@ class KinesisMessage(Message):
     number, ``offset`` the sequence number; ``record``, ``shard_id`` and ``position`` say
     exactly where it came from (aggregated records share a sequence number)."""
 
-    __slots__ = ("_failed", "_run", "_settled", "record", "record_ack")
+    __slots__ = ("_run", "failed", "record", "record_ack", "settled")
 
     def __init__(
         self,
@@ -57,7 +57,14 @@ class KinesisMessage(Message):
         timestamp: float,
         run: Run,
         record_ack: Callable[[KinesisRecord], None] = KinesisRecord.ack,
+        offset: int | None = None,
+        refcount: int = 0,
+        generation_id: int | None = None,
     ) -> None:
+        """``offset``: the record's sequence number as an int, when the caller has it (the
+        records of an aggregate share it). ``refcount``: the releases expected (one per
+        subscriber whose queue gets the event); ``generation_id``: the consumer generation
+        Faust checks when the event is taken."""
         # The base __init__ is skipped on purpose: it would go through the properties below,
         # and this runs once per record.
         self.record = record
@@ -65,57 +72,49 @@ class KinesisMessage(Message):
         """Acks ``record``: the ``ack_record`` of its batch when the reader knows it (one
         call instead of the record's ``ack`` and its batch's weak reference)."""
         self._run = run
-        self._failed = False
-        self._settled = False
+        self.failed = False
+        """A release before the final one was made while an exception was in flight (the
+        final release checks for itself)."""
+        self.settled = False
+        """The event's outcome is decided (final release, drop or failure)."""
         self.topic = tp.topic
         self.partition = tp.partition
         self.tp = tp
-        self.offset = record.position[0]  # Faust's offsets are ints
+        self.offset = record.position[0] if offset is None else offset  # Faust's are ints
         self.timestamp = timestamp
         self.timestamp_type = 1
         self.headers = None
         self.key = key
-        self.value = record.data
+        data = self.value = record.data
         self.checksum = None
         self.serialized_key_size = len(key)
-        self.serialized_value_size = len(record.data)
+        self.serialized_value_size = len(data)
         _set_acked(self, False)
-        _set_refcount(self, 0)
+        _set_refcount(self, refcount)
         self.tracked = True
         self.time_in = None
         self.time_out = None
         self.time_total = None
-        self.generation_id = None
+        self.generation_id = generation_id
 
-    @property
-    def acked(self) -> bool:
-        value: bool = _get_acked(self)
-        return value
-
-    @acked.setter
-    def acked(self, value: bool) -> None:
-        if value and not self._settled and not _get_acked(self):
+    def _release(self, value: bool) -> None:
+        if value and not self.settled and not _get_acked(self):
             _set_acked(self, True)
-            self._settled = True
-            self._run.finish(self, sys.exc_info()[0] is not None)
+            self.settled = True
+            self._run.finish(self, _exc_info()[0] is not None)
             return
         _set_acked(self, value)
 
-    @property
-    def refcount(self) -> int:
-        value: int = _get_refcount(self)
-        return value
-
-    @refcount.setter
-    def refcount(self, value: int) -> None:
-        if value < _get_refcount(self) and sys.exc_info()[0] is not None:
-            self._failed = True
+    def _decrement(self, value: int) -> None:
+        # A release to 0 needs no mark: the final ack follows it at once, in the same
+        # context, and sees the exception itself.
+        if value and value < _get_refcount(self) and _exc_info()[0] is not None:
+            self.failed = True
         _set_refcount(self, value)
 
-    def deliver_to(self, subscribers: int, generation_id: int | None) -> None:
-        """Expect one release per subscriber; stamp the consumer generation Faust checks."""
-        _set_refcount(self, subscribers)
-        self.generation_id = generation_id
+    # Read straight from the slots (no Python call per read); written through the hooks.
+    acked = property(_get_acked, _release)
+    refcount = property(_get_refcount, _decrement)
 
     def drop(self) -> None:
         """Faust threw the event away before it was processed."""
@@ -126,18 +125,9 @@ class KinesisMessage(Message):
         self._end(Outcome.FAILED)
 
     def _end(self, outcome: Outcome) -> None:
-        if not self._settled:
-            self._settled = True
+        if not self.settled:
+            self.settled = True
             self._run.settle(self, outcome)
-
-    @property
-    def failed(self) -> bool:
-        """A release of this event was made while an exception was in flight."""
-        return self._failed
-
-    @property
-    def settled(self) -> bool:
-        return self._settled
 
     @property
     def shard_id(self) -> str:

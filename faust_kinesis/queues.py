@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from mode.utils.queues import FlowControlEvent, ThrowableQueue
 
 from faust_kinesis.faust_internals import queued_items
+
+AHEAD = 256
+"""The most events the reader keeps in a queue ahead of its agent (fewer if the queue is
+smaller). Events that wait long are promoted by the garbage collector to its older
+generations, whose collections walk the whole heap: a full default-sized queue (4,096
+events) costs about 2 us of collection per event; 256, refilled at half, lets the events die
+young (in a quarter of the collector's first threshold, 700 allocations)."""
 
 
 class KinesisQueue(ThrowableQueue[Any]):
@@ -30,10 +36,12 @@ class KinesisQueue(ThrowableQueue[Any]):
         super().__init__(maxsize=maxsize, flow_control=flow_control, clear_on_resume=True)
         self._on_cleared = on_cleared
         self._room: asyncio.Future[None] | None = None
+        self.high = min(maxsize, AHEAD) if maxsize > 0 else AHEAD
+        """How full the reader fills the queue: :data:`AHEAD`, or ``maxsize`` if smaller."""
 
     def get_nowait(self) -> Any:
         item = super().get_nowait()
-        if self._room is not None and 2 * self.qsize() <= self.maxsize:
+        if self._room is not None and 2 * self.qsize() <= self.high:
             self._wake()
         return item
 
@@ -45,15 +53,13 @@ class KinesisQueue(ThrowableQueue[Any]):
 
     @property
     def room(self) -> int:
-        """How many items ``put_nowait`` takes now (any number when the queue is unbounded)."""
-        if self.maxsize <= 0:
-            return sys.maxsize
-        return self.maxsize - self.qsize()
+        """How many more events the reader puts now (up to :attr:`high`)."""
+        return max(self.high - self.qsize(), 0)
 
     async def wait_for_room(self) -> None:
-        """Wait until the queue is down to half full: refilling in bulk costs one task
-        switch per half queue instead of one per event."""
-        while self.full():
+        """Wait until the queue is down to half of :attr:`high`: refilling in bulk costs one
+        task switch per half instead of one per event."""
+        while self.qsize() >= self.high:
             self._room = asyncio.get_running_loop().create_future()
             await self._room
 

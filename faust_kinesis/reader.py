@@ -82,9 +82,10 @@ class ConsumerRun:
         self.settle(message, outcome)
 
     def settle(self, message: KinesisMessage, outcome: Outcome) -> None:
-        if not self.ledger.settle(outcome):
+        ledger = self.ledger
+        if not ledger.settle(outcome):
             return
-        if not self.ledger.in_flight:
+        if not ledger.in_flight:
             self.idle.set()
         if outcome is Outcome.ACKED:
             message.record_ack(message.record)
@@ -317,7 +318,8 @@ class Reader(Service):
             records = batch.records
             ack = batch.ack_record
             tp = tps.get(batch.shard_id) or self._tp(batch.shard_id)
-            arrival: object = _UNSET
+            sequence: object = _UNSET
+            offset = 0
             timestamp = 0.0
             i, n = 0, len(batch)
             while i < n:
@@ -329,13 +331,17 @@ class Reader(Service):
                 failure: tuple[KinesisMessage, DecodeError] | None = None
                 start = i
                 for record in records[i : min(n, i + room)]:
-                    seconds = record.approximate_arrival_seconds
-                    if seconds is not arrival:
-                        # The sub-records of an aggregate share one arrival time.
-                        arrival = seconds
+                    if record.sequence_number is not sequence:
+                        # The sub-records of an aggregate share its sequence number and
+                        # arrival time: converted once per aggregate.
+                        sequence = record.sequence_number
+                        offset = record.position[0]
+                        seconds = record.approximate_arrival_seconds
                         timestamp = time.time() if seconds is None else seconds
                     key = record.partition_key.encode()
-                    message = KinesisMessage(record, tp, key, timestamp, run, ack)
+                    message = KinesisMessage(
+                        record, tp, key, timestamp, run, ack, offset, subscribers, generation
+                    )
                     data = record.data
                     try:
                         k = key if loads_key is None else loads_key(key)
@@ -347,10 +353,9 @@ class Reader(Service):
                         failure = (message, exc)
                         break
                     event = make_event(app, k, v, None, message)
-                    message.deliver_to(subscribers, generation)
                     for queue in queues:
                         queue.put_nowait(event)
-                    on_message_in(tp, message.offset, message)
+                    on_message_in(tp, offset, message)
                     i += 1
                 ledger.deliver(i - start)
                 if failure is not None:
@@ -378,7 +383,7 @@ class Reader(Service):
                 await flow.acquire()
             else:
                 for queue in queues:
-                    if queue.full():
+                    if not queue.room:
                         await queue.wait_for_room()
                         break
                 else:

@@ -81,7 +81,13 @@ class Recorder:
 _seq = itertools.count(1)
 
 
-def message(run: Any, sub: int = 0, data: bytes = b"x") -> KinesisMessage:
+def message(
+    run: Any,
+    sub: int = 0,
+    data: bytes = b"x",
+    refcount: int = 0,
+    generation_id: int | None = None,
+) -> KinesisMessage:
     record = KinesisRecord(
         data,
         "pk",
@@ -92,7 +98,9 @@ def message(run: Any, sub: int = 0, data: bytes = b"x") -> KinesisMessage:
         None,
         True,
     )
-    return KinesisMessage(record, TP("orders", 3), b"pk", 1.5, run)
+    return KinesisMessage(
+        record, TP("orders", 3), b"pk", 1.5, run, refcount=refcount, generation_id=generation_id
+    )
 
 
 def test_message_carries_the_record() -> None:
@@ -114,8 +122,7 @@ def test_message_carries_the_record() -> None:
 
 def test_final_ack_finishes_once() -> None:
     run = Recorder()
-    m = message(run)
-    m.deliver_to(2, 4)
+    m = message(run, refcount=2, generation_id=4)
     assert (m.refcount, m.generation_id) == (2, 4)
     m.refcount -= 1
     assert not m.failed
@@ -129,8 +136,7 @@ def test_final_ack_finishes_once() -> None:
 
 def test_release_during_an_exception_marks_the_message() -> None:
     run = Recorder()
-    m = message(run)
-    m.deliver_to(2, None)
+    m = message(run, refcount=2)
     try:
         raise GeneratorExit
     except GeneratorExit:
@@ -163,8 +169,7 @@ def test_drop_and_fail_settle_once() -> None:
 def test_python_message_ack_path() -> None:
     """Message.ack (pure-Python streams, Event.ack) reaches the hooks too."""
     run = Recorder()
-    m = message(run)
-    m.deliver_to(1, 0)
+    m = message(run, refcount=1, generation_id=0)
     assert m.ack(None) is True  # type: ignore[arg-type]
     assert run.finished == [(0, False)]
     assert m.ack(None) is False  # type: ignore[arg-type]
@@ -187,8 +192,7 @@ def run_agent(tmp_path: Path, agent_body: Any, values: list[int]) -> Recorder:
         await app.start()
         app.flow_control.resume()
         for value in values:
-            m = message(run, sub=value)
-            m.deliver_to(1, app.consumer_generation_id)
+            m = message(run, sub=value, refcount=1, generation_id=app.consumer_generation_id)
             await channel.put(app.create_event(None, value, None, m))
         for _ in range(100):
             if len(run.finished) + len(run.settled) >= len(values):

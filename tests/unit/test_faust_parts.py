@@ -16,7 +16,7 @@ from faust_kinesis.acks import Outcome
 from faust_kinesis.faust_internals import kafka_consumer_enabled
 from faust_kinesis.message import KinesisMessage
 from faust_kinesis.partitions import shard_number, shard_tp
-from faust_kinesis.queues import KinesisQueue
+from faust_kinesis.queues import AHEAD, KinesisQueue
 from faust_kinesis.reader import Reader, decoder, position_text
 from faust_kinesis.settings import start_position
 from faust_kinesis.writer import Writer
@@ -174,9 +174,13 @@ class Recorder:
         self.settled.append(outcome)
 
 
-def kinesis_message(run: Any) -> KinesisMessage:
+def kinesis_message(
+    run: Any, refcount: int = 0, generation_id: int | None = None
+) -> KinesisMessage:
     record = KinesisRecord(b"v", "k", None, 1, 0, "shardId-000000000000", None, False)
-    return KinesisMessage(record, TP("orders", 0), b"k", 0.0, run)
+    return KinesisMessage(
+        record, TP("orders", 0), b"k", 0.0, run, refcount=refcount, generation_id=generation_id
+    )
 
 
 def test_queue_clear_drops_kinesis_events_and_room_comes_at_half(tmp_path: Path) -> None:
@@ -309,9 +313,9 @@ def test_sink_releases_the_source_on_success_and_holds_it_on_failure(tmp_path: P
 
         await app.start()
         app.flow_control.resume()
-        messages = [kinesis_message(run) for _ in range(3)]
+        generation = app.consumer_generation_id
+        messages = [kinesis_message(run, 1, generation) for _ in range(3)]
         for i, message in enumerate(messages):
-            message.deliver_to(1, app.consumer_generation_id)
             await source.put(app.create_event(None, {"user": f"u{i}"}, None, message))
         for _ in range(100):
             if len(writer.messages) == 3:
@@ -339,5 +343,33 @@ def test_sink_releases_the_source_on_success_and_holds_it_on_failure(tmp_path: P
         await asyncio.sleep(0)
         assert run.finished == [False, False]
         await app.stop()
+
+    asyncio.run(main())
+
+
+def test_a_queue_is_filled_only_ahead_of_its_agent(tmp_path: Path) -> None:
+    """However large Faust's buffer, the reader keeps at most AHEAD events queued (waiting
+    events would age into the collector's older generations) and refills at half."""
+    app = make_app(tmp_path)
+    run = Recorder()
+
+    async def main() -> None:
+        queue = KinesisQueue(lambda items: None, 4096, flow_control=app.flow_control)
+        assert queue.room == AHEAD
+        for _ in range(AHEAD):
+            queue.put_nowait(app.create_event(None, None, None, kinesis_message(run)))
+        assert queue.room == 0
+        waiter = asyncio.ensure_future(queue.wait_for_room())
+        await asyncio.sleep(0)
+        for _ in range(AHEAD // 2 - 1):
+            queue.get_nowait()
+        await asyncio.sleep(0)
+        assert not waiter.done()
+        queue.get_nowait()
+        await asyncio.sleep(0)
+        assert waiter.done()
+        assert queue.room == AHEAD // 2
+        small = KinesisQueue(lambda items: None, 8, flow_control=app.flow_control)
+        assert small.room == 8
 
     asyncio.run(main())
