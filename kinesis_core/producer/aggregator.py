@@ -82,11 +82,11 @@ class Aggregator:
             buf.builder = self._builder_factory(max_size)
         expiration = urs[0].arrival + self.record_ttl
         # Comprehensions, not map(attrgetter): a struct's field is read twice as fast that way.
-        if [ur for ur in urs if ur.explicit_hash_key is not None]:
+        keys = [ur.partition_key for ur in urs if ur.explicit_hash_key is None]
+        if len(keys) != len(urs):
             self._extend_each(buf, shard_id, urs, now, deadline, expiration)
             return
         max_count = self.max_count
-        keys = [ur.partition_key for ur in urs]
         datas = [ur.data for ur in urs]
         total = len(urs)
         pos = 0

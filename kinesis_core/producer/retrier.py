@@ -386,23 +386,21 @@ class Retrier:
         success = Attempt(outcome.started_at, outcome.ended_at, True, shard_id=shard_id)
         records = kr.records
         retried = 0
-        if [ur for ur in records if ur.attempts]:
+        sink_key = records[0].sink
+        # The usual case, every record of one caller on its first trip, found in one pass:
+        # then one sink call for the aggregate instead of one per record.
+        indexes = [ur.index for ur in records if not ur.attempts and ur.sink == sink_key]
+        first: History = (success,)
+        if len(indexes) == len(records):
+            self.sinks[sink_key].succeeded_run(indexes, 0, shard_id, sequence_number, first)
+        elif [ur for ur in records if ur.attempts]:
             retried = self._succeed_each(records, shard_id, sequence_number, success)
         else:
-            # The usual case (every record on its first trip): one sink call per run of one
-            # caller's records instead of one per record, the loops in C.
-            first: History = (success,)
-            sinks = self.sinks
-            sink_key = records[0].sink
-            if records[-1].sink == sink_key and len({ur.sink for ur in records}) == 1:
-                indexes = [ur.index for ur in records]
-                sinks[sink_key].succeeded_run(indexes, 0, shard_id, sequence_number, first)
-            else:
-                sub = 0
-                for sink_key, run in groupby(records, _sink_of):
-                    indexes = [ur.index for ur in run]
-                    sinks[sink_key].succeeded_run(indexes, sub, shard_id, sequence_number, first)
-                    sub += len(indexes)
+            sub = 0
+            for sink_key, run in groupby(records, _sink_of):
+                indexes = [ur.index for ur in run]
+                self.sinks[sink_key].succeeded_run(indexes, sub, shard_id, sequence_number, first)
+                sub += len(indexes)
         n = len(records)
         self.released_records += n
         self.released_bytes += records_cost(kr.payload, n)
