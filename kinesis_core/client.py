@@ -311,12 +311,30 @@ def _http_config(
     return config_class(**options)
 
 
+_DATA_LOADERS: dict[str, Any] = {}
+"""botocore's data loader of each data path, shared by every session made here."""
+
+
+def _share_data_loader(session: botocore.session.Session) -> None:
+    """Give ``session`` the data loader of the sessions made before it with the same data path.
+
+    A loader caches the JSON it reads (the service model, the endpoint rules, the partitions),
+    and a session's first client reads it all: about 40 ms of the 50 a client costs to make.
+    Every Producer, Consumer, Beam DoFn and Faust transport makes its own session, so sharing
+    the loader makes each client after the first cost about 9 ms. The loaded data is only read,
+    as the clients of one session already share it."""
+    path = str(session.get_config_variable("data_path"))
+    loader = _DATA_LOADERS.setdefault(path, session.get_component("data_loader"))
+    session.register_component("data_loader", loader)
+
+
 @contextlib.asynccontextmanager
 async def _create_aio_client(
     config: ClientConfig, service: Service, max_attempts: int | None
 ) -> AsyncIterator[Any]:
     session = AioSession(profile=config.profile_name)
     kwargs = _client_kwargs(config, service, session, _http_config(config, max_attempts, AioConfig))
+    _share_data_loader(session)
     async with session.create_client(service, **kwargs) as client:
         yield client
 
@@ -346,6 +364,7 @@ def create_botocore_client(
     """A synchronous botocore client, for tools and tests; ``close()`` it when done."""
     session = botocore.session.Session(profile=config.profile_name)
     kwargs = _client_kwargs(config, service, session, _http_config(config, max_attempts, Config))
+    _share_data_loader(session)
     return session.create_client(service, **kwargs)
 
 

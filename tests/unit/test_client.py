@@ -13,6 +13,7 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+import botocore.loaders
 import pytest
 
 from kinesis_core.client import (
@@ -182,6 +183,40 @@ def test_timeouts_pool_and_retries_reach_the_async_client() -> None:
             assert "total_max_attempts" not in (client.meta.config.retries or {})
 
     asyncio.run(main())
+
+
+def test_clients_share_what_botocore_loaded_for_their_data_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The second client of a data path reads no model file; another data path reads its own."""
+    read: list[str] = []
+    load_file = botocore.loaders.JSONFileLoader.load_file
+
+    def counting(self: Any, file_path: str) -> Any:
+        read.append(file_path)
+        return load_file(self, file_path)
+
+    monkeypatch.setattr(botocore.loaders.JSONFileLoader, "load_file", counting)
+    config = creds(region_name="us-east-1", endpoint_url="http://127.0.0.1:1")
+
+    async def make(data_path: Path) -> int:
+        monkeypatch.setenv("AWS_DATA_PATH", str(data_path))
+        before = len(read)
+        async with create_kinesis_client(config):
+            pass
+        return len(read) - before
+
+    async def main() -> None:
+        assert await make(tmp_path / "one") > 0
+        assert await make(tmp_path / "one") == 0
+        assert await make(tmp_path / "two") > 0
+
+    asyncio.run(main())
+    # The synchronous clients share the loaders too.
+    monkeypatch.setenv("AWS_DATA_PATH", str(tmp_path / "one"))
+    before = len(read)
+    create_botocore_client(config, "kinesis").close()
+    assert len(read) == before
 
 
 def test_dynamodb_client_uses_the_dynamodb_endpoint() -> None:
