@@ -22,7 +22,7 @@ from google.protobuf.message import DecodeError
 
 from kinesis_core._kpl_messages import AggregatedRecord, AggregatedRecordView, RecordColumns
 from kinesis_core.errors import ValidationError
-from kinesis_core.hashing import LARGEST_RECORD_BYTES, hash_key, parse_explicit_hash_key
+from kinesis_core.hashing import LARGEST_RECORD_BYTES, hash_key, hash_keys, parse_explicit_hash_key
 from kinesis_core.records import KinesisRecord, SubRecord, WireRecord, wire_records
 
 MAGIC = b"\xf3\x89\x9a\xc2"
@@ -510,10 +510,11 @@ def decode_aggregate(blob: bytes) -> list[SubRecord] | None:
     return list(map(tuple.__new__, repeat(SubRecord), rows))
 
 
-def _in_range(columns: _Columns, start: int, end: int, hashed_ok: dict[str, bool]) -> bool:
+def _in_range(columns: _Columns, start: int, end: int, in_range: set[str]) -> bool:
     """Whether every sub-record's effective hash key lies in [start, end].
 
-    Each distinct partition key is hashed once per ``hashed_ok`` memo (one deaggregate call).
+    Each distinct partition key found in range is hashed once per ``in_range`` memo (one
+    deaggregate call); the keys not seen yet are hashed together, the loop in C.
     """
     keys, explicit, _ = columns
     if explicit is None:
@@ -522,12 +523,12 @@ def _in_range(columns: _Columns, start: int, end: int, hashed_ok: dict[str, bool
         hashed = {key for key, ehk in zip(keys, explicit, strict=True) if ehk is None}
         if not all(start <= int(ehk) <= end for ehk in set(explicit) if ehk is not None):
             return False
-    for key in hashed:
-        ok = hashed_ok.get(key)
-        if ok is None:
-            ok = hashed_ok[key] = start <= hash_key(key) <= end
-        if not ok:
+    new = hashed.difference(in_range)
+    if new:
+        hashes = hash_keys(map(str.encode, new))
+        if min(hashes) < start or max(hashes) > end:
             return False
+        in_range.update(new)
     return True
 
 
@@ -547,7 +548,7 @@ def deaggregate(
     way, so both readers see the same records. Plain records are never filtered.
     """
     out: list[KinesisRecord] = []
-    hashed_ok: dict[str, bool] = {}
+    in_range: set[str] = set()
     for record in wire_records(records):
         data = record.data
         sequence_number = record.sequence_number
@@ -570,7 +571,7 @@ def deaggregate(
                     sequence,
                 )
             )
-        elif hash_range is None or _in_range(columns, *hash_range, hashed_ok):
+        elif hash_range is None or _in_range(columns, *hash_range, in_range):
             keys, explicit, datas = columns
             out += map(
                 KinesisRecord,

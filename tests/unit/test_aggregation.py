@@ -446,6 +446,10 @@ def test_range_filter_drops_the_whole_aggregate() -> None:
     assert [r.data for r in deaggregate(entries, "shardId-0", narrower)] == [b"plain"]
     # Without a range nothing is filtered.
     assert len(deaggregate(entries, "shardId-0")) == 42
+    # The top of the range is inclusive too, and a key just above it drops its aggregates.
+    high = hash_key(max(keys, key=hash_key))
+    assert len(deaggregate(entries[:1], "shardId-0", (0, high))) == 20
+    assert deaggregate(entries[:1], "shardId-0", (0, high - 1)) == []
 
 
 def test_range_filter_uses_the_ehk_over_the_partition_key_and_is_inclusive() -> None:
