@@ -44,7 +44,7 @@ import gc
 import multiprocessing
 import random
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -56,6 +56,7 @@ from benchmarks.bench_producer import BATCH, _our_config, _records
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.client import create_kinesis_client
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
+from kinesis_core.lean_get_records import LeanGetRecords
 from kinesis_core.local import LocalStream, MotoServer, local_client_config
 from kinesis_core.noise import silence_third_party_noise
 from kinesis_core.producer import Producer
@@ -201,25 +202,22 @@ async def _lag(tick: float, worst: list[float]) -> None:
         worst[0] = max(worst[0], loop.time() - due)
 
 
-def _count_get_records(client: Any, calls: list[int]) -> None:
-    """Count into calls[0] the GetRecords requests ``client``'s HTTP session sends: those of
-    botocore and those of the lean path (kinesis_core.lean_get_records) alike."""
-    http_session = client._endpoint.http_session
-    send = http_session.send
+def _count_get_records(client: Any) -> Callable[[], int]:
+    """A count of the GetRecords requests ``client`` sends: botocore's (on its ``before-call``
+    event) and those of the lean path (kinesis_core.lean_get_records), which skip botocore."""
+    calls = [0]
 
-    async def counted(request: Any) -> Any:
-        target = request.headers.get("X-Amz-Target", b"")
-        if (target.decode() if isinstance(target, bytes) else target).endswith(".GetRecords"):
-            calls[0] += 1
-        return await send(request)
+    def count(**_: Any) -> None:
+        calls[0] += 1
 
-    http_session.send = counted
+    client.meta.events.register("before-call.kinesis.GetRecords", count)
+    lean = LeanGetRecords.of(client)
+    return lambda: calls[0] + (0 if lean is None else lean.sent)
 
 
 async def _idle(endpoint: str, stream: str, warmup: float, seconds: float, lean: bool) -> Idle:
-    calls = [0]
     async with _moto_client(endpoint, stream) as client:
-        _count_get_records(client, calls)
+        calls = _count_get_records(client)
         async with Consumer(
             stream,
             client=client,
@@ -238,10 +236,10 @@ async def _idle(endpoint: str, stream: str, warmup: float, seconds: float, lean:
             worst = [0.0]
             lag = asyncio.create_task(_lag(0.05, worst))
             with _GcClock().installed() as gc_clock:
-                start_calls, wall, cpu = calls[0], time.perf_counter(), time.process_time()
+                start_calls, wall, cpu = calls(), time.perf_counter(), time.process_time()
                 await asyncio.sleep(seconds)
                 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-                made = calls[0] - start_calls
+                made = calls() - start_calls
             for task in (lag, reader):
                 task.cancel()
             await asyncio.gather(lag, reader, return_exceptions=True)

@@ -21,8 +21,11 @@ import dataclasses
 import logging
 import os
 import re
+import socket
+import ssl
 import threading
 import urllib.parse
+import weakref
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -30,13 +33,18 @@ import aiohttp
 import botocore.session
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
+from aiohttp.http_exceptions import BadStatusLine
 from botocore.config import Config
 from botocore.exceptions import (
+    ConnectionClosedError,
     ConnectionError as BotoConnectionError,
     ConnectTimeoutError,
     EndpointConnectionError,
     HTTPClientError,
+    ReadTimeoutError,
+    SSLError,
 )
+from botocore.httpsession import ProxyConfiguration, create_urllib3_context, get_cert_path
 
 from kinesis_core.classify import ErrorKind, classify, error_details
 from kinesis_core.errors import ConfigurationError
@@ -328,14 +336,170 @@ def _share_data_loader(session: botocore.session.Session) -> None:
     session.register_component("data_loader", loader)
 
 
+def ca_bundle(config: ClientConfig) -> str | None:
+    """The CA bundle path botocore verifies ``config``'s TLS connections with, None when
+    verification is off."""
+    if config.verify is False:
+        return None
+    if isinstance(config.verify, str):
+        return config.verify
+    session = botocore.session.Session(profile=config.profile_name)
+    verify: str | bool = (
+        session.get_config_variable("ca_bundle") or os.environ.get("REQUESTS_CA_BUNDLE") or True
+    )
+    path = get_cert_path(verify)
+    return path if isinstance(path, str) else None
+
+
+KEEPALIVE_TIMEOUT = 12.0
+"""Seconds an idle pooled connection is kept (aiobotocore's default)."""
+
+
+class DirectHttp:
+    """Requests sent straight on aiohttp with the HTTP settings of a Kinesis client made by
+    :func:`create_kinesis_client` (:func:`direct_http`): the lean calls' way past
+    aiobotocore's per-request work (:mod:`kinesis_core.lean_requests`).
+
+    aiobotocore's ``AIOHTTPSession.send`` redoes for every request what does not change from
+    one call of a reader to the next: the proxy lookup (settings and environment), a header
+    multidict, a URL object, a botocore response object. This session is made as aiobotocore
+    makes the client's (TLS verified against the same CA bundle, or not at all when
+    ``verify`` is False; the connect and read timeouts; a pool of ``max_pool_connections``
+    connections of its own, kept alive 12 s), at its first request, and closed with the client.
+    Its transport errors are raised as botocore's exceptions, as aiobotocore raises them. A URL
+    a proxy applies to (``HTTPS_PROXY`` and the like) is not sent here: :meth:`handles` says
+    False, and its requests stay on the client's own session.
+    """
+
+    def __init__(self, config: ClientConfig, http_config: Config) -> None:
+        self._config = config
+        self._http_config = http_config
+        self._session: aiohttp.ClientSession | None = None
+        self._opening: asyncio.Lock | None = None
+        self._handles: dict[str, bool] = {}
+        self._closed = False
+
+    def handles(self, url: str) -> bool:
+        """Whether requests to ``url`` are sent here: no proxy applies to it, and the client
+        is open."""
+        handled = self._handles.get(url)
+        if handled is None:
+            proxies = ProxyConfiguration(
+                proxies=self._http_config.proxies,
+                proxies_settings=self._http_config.proxies_config,
+            )
+            handled = self._handles[url] = proxies.proxy_url_for(url) is None
+            if not handled:
+                LOG.debug("requests to %s go through a proxy: the client's session sends them", url)
+        return handled and not self._closed
+
+    async def post(
+        self, url: str, headers: Mapping[str, str], body: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
+        """POST ``body``: the answer's status, headers (names in lower case, as botocore gives
+        them) and body; a transport failure raises botocore's exception for it."""
+        session = self._session or await self._open()
+        try:
+            async with session.post(
+                url, data=body, headers={**headers, "Accept-Encoding": "identity"}
+            ) as response:
+                raw = await response.read()
+                answer = {k.decode().lower(): v.decode() for k, v in response.raw_headers}
+                return response.status, answer, raw
+        except Exception as exc:
+            raise transport_error(exc, url) from exc
+
+    async def _open(self) -> aiohttp.ClientSession:
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self._session is None:
+                # The CA bundle is read from disk: off the event loop.
+                context = await asyncio.to_thread(self._ssl_context)
+                http = self._http_config
+                self._session = aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(
+                        limit=http.max_pool_connections,
+                        ssl=context,
+                        keepalive_timeout=KEEPALIVE_TIMEOUT,
+                    ),
+                    timeout=aiohttp.ClientTimeout(
+                        sock_connect=http.connect_timeout, sock_read=http.read_timeout
+                    ),
+                    skip_auto_headers={"Content-Type"},
+                    auto_decompress=False,
+                    cookie_jar=aiohttp.DummyCookieJar(),
+                )
+            return self._session
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        """aiobotocore's context for the client's ``verify``."""
+        context: ssl.SSLContext = create_urllib3_context()
+        bundle = ca_bundle(self._config)
+        if self._config.verify is False:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        else:
+            context.check_hostname = True
+            if bundle is not None:
+                context.load_verify_locations(bundle)
+        return context
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._session is not None:
+            await self._session.close()
+
+
+def transport_error(exc: Exception, url: str) -> Exception:
+    """The botocore exception aiobotocore raises for ``exc``, an error of aiohttp's while it
+    sent a request to ``url``."""
+    error: Exception
+    if isinstance(exc, aiohttp.ClientSSLError):
+        error = SSLError(endpoint_url=url, error=exc)
+    elif isinstance(
+        exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, BadStatusLine)
+    ):
+        error = ConnectionClosedError(error=exc, request=None, endpoint_url=url)
+    elif isinstance(exc, aiohttp.ServerTimeoutError):
+        timeout = (
+            ConnectTimeoutError if str(exc).lower().startswith("connect") else ReadTimeoutError
+        )
+        error = timeout(endpoint_url=url, error=exc)
+    elif isinstance(exc, (aiohttp.ClientConnectionError, socket.gaierror)):
+        error = EndpointConnectionError(endpoint_url=url, error=exc)
+    elif isinstance(exc, asyncio.TimeoutError):
+        error = ReadTimeoutError(endpoint_url=url, error=exc)
+    else:
+        error = HTTPClientError(error=exc)
+    return error
+
+
+_DIRECT: weakref.WeakKeyDictionary[Any, DirectHttp] = weakref.WeakKeyDictionary()
+
+
+def direct_http(client: Any) -> DirectHttp | None:
+    """The :class:`DirectHttp` of a Kinesis client made by :func:`create_kinesis_client`;
+    None for any other client (its settings are not known here)."""
+    try:
+        return _DIRECT.get(client)
+    except TypeError:  # an unhashable stand-in for a client
+        return None
+
+
 @contextlib.asynccontextmanager
 async def _create_aio_client(
     config: ClientConfig, service: Service, max_attempts: int | None
 ) -> AsyncIterator[Any]:
     session = AioSession(profile=config.profile_name)
-    kwargs = _client_kwargs(config, service, session, _http_config(config, max_attempts, AioConfig))
+    http_config = _http_config(config, max_attempts, AioConfig)
+    kwargs = _client_kwargs(config, service, session, http_config)
     _share_data_loader(session)
-    async with session.create_client(service, **kwargs) as client:
+    async with contextlib.AsyncExitStack() as stack:
+        client = await stack.enter_async_context(session.create_client(service, **kwargs))
+        if service == "kinesis":
+            direct = _DIRECT[client] = DirectHttp(config, http_config)
+            stack.push_async_callback(direct.close)
         yield client
 
 

@@ -10,30 +10,12 @@ verification off (with a warning, as for the other clients). ALPN offers ``h2`` 
 from __future__ import annotations
 
 import logging
-import os
 import ssl
 from collections.abc import Sequence
 
-import botocore.session
-from botocore.httpsession import get_cert_path
-
-from kinesis_core.client import ClientConfig
+from kinesis_core.client import ClientConfig, ca_bundle
 
 LOG = logging.getLogger(__name__)
-
-
-def ca_bundle(config: ClientConfig) -> str | None:
-    """The CA bundle path to verify with, None when verification is off."""
-    if config.verify is False:
-        return None
-    if isinstance(config.verify, str):
-        return config.verify
-    session = botocore.session.Session(profile=config.profile_name)
-    verify: str | bool = (
-        session.get_config_variable("ca_bundle") or os.environ.get("REQUESTS_CA_BUNDLE") or True
-    )
-    path = get_cert_path(verify)
-    return path if isinstance(path, str) else None
 
 
 def ssl_context(config: ClientConfig, alpn: Sequence[str]) -> ssl.SSLContext:
