@@ -45,6 +45,7 @@ from botocore.exceptions import (
     SSLError,
 )
 from botocore.httpsession import ProxyConfiguration, create_urllib3_context, get_cert_path
+from botocore.utils import get_environ_proxies
 
 from kinesis_core.classify import ErrorKind, classify, error_details
 from kinesis_core.errors import ConfigurationError
@@ -384,8 +385,9 @@ class DirectHttp:
         is open."""
         handled = self._handles.get(url)
         if handled is None:
+            # botocore's rule: the configured proxies, else the environment's for the URL.
             proxies = ProxyConfiguration(
-                proxies=self._http_config.proxies,
+                proxies=self._http_config.proxies or get_environ_proxies(url),
                 proxies_settings=self._http_config.proxies_config,
             )
             handled = self._handles[url] = proxies.proxy_url_for(url) is None

@@ -1,0 +1,84 @@
+"""kinesis_core.client.DirectHttp's choices without a server: which URLs it sends (none a proxy
+applies to) and which botocore exception each transport failure of aiohttp becomes (the one
+aiobotocore raises for it)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import aiohttp
+import pytest
+from aiobotocore.config import AioConfig
+from aiohttp.client_reqrep import ConnectionKey
+from botocore.exceptions import (
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    HTTPClientError,
+    ReadTimeoutError,
+    SSLError,
+)
+
+from kinesis_core.client import ClientConfig, DirectHttp, direct_http, transport_error
+
+URL = "https://kinesis.eu-west-1.amazonaws.com/"
+
+
+def _direct(**http: object) -> DirectHttp:
+    return DirectHttp(ClientConfig(region_name="eu-west-1"), AioConfig(**http))
+
+
+def test_a_url_without_a_proxy_is_sent_directly(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    assert _direct().handles(URL)
+
+
+def test_a_url_a_proxy_applies_to_stays_on_the_clients_session(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    assert not _direct().handles(URL)
+    monkeypatch.setenv("NO_PROXY", "kinesis.eu-west-1.amazonaws.com")
+    assert _direct().handles(URL)
+    monkeypatch.delenv("HTTPS_PROXY")
+    assert not _direct(proxies={"https": "http://proxy.example:3128"}).handles(URL)
+
+
+def test_a_closed_session_sends_nothing() -> None:
+    direct = _direct()
+    asyncio.run(direct.close())
+    assert not direct.handles(URL)
+
+
+def test_a_client_not_made_here_has_none() -> None:
+    assert direct_http(object()) is None
+    assert direct_http([]) is None  # unhashable
+
+
+_KEY = ConnectionKey("kinesis.example", 443, True, True, None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("failure", "expected"),
+    [
+        (aiohttp.ClientSSLError(_KEY, OSError("bad certificate")), SSLError),
+        (aiohttp.ServerDisconnectedError(), ConnectionClosedError),
+        (aiohttp.ClientPayloadError("truncated"), ConnectionClosedError),
+        (aiohttp.ServerTimeoutError("Connection timeout to host"), ConnectTimeoutError),
+        (aiohttp.ServerTimeoutError("Timeout on reading data from socket"), ReadTimeoutError),
+        (aiohttp.ClientConnectorError(_KEY, OSError("refused")), EndpointConnectionError),
+        (aiohttp.ClientOSError(), EndpointConnectionError),
+        (socket.gaierror(), EndpointConnectionError),
+        (asyncio.TimeoutError(), ReadTimeoutError),
+        (ValueError("anything else"), HTTPClientError),
+    ],
+)
+def test_transport_failures_become_botocores_exceptions(
+    failure: Exception, expected: type[Exception]
+) -> None:
+    error = transport_error(failure, URL)
+    assert type(error) is expected
