@@ -15,6 +15,8 @@ import json
 from collections.abc import Hashable, Mapping
 from typing import Any
 
+import msgspec
+
 from kinesis_core.consumer.fastparse import parse_get_records
 from kinesis_core.lean_requests import LeanRequests, response_metadata
 
@@ -43,7 +45,7 @@ class LeanGetRecords(LeanRequests):
                 ShardIterator=iterator, Limit=limit, **params
             )
             return response
-        body = json.dumps({"ShardIterator": iterator, "Limit": limit, **params}).encode()
+        body = msgspec.json.encode({"ShardIterator": iterator, "Limit": limit, **params})
         raw, headers = await self.post(route, body)
         parsed = parse_get_records(raw)
         parsed["ResponseMetadata"] = response_metadata(headers)

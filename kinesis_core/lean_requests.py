@@ -154,6 +154,11 @@ class SigV4:
 
     def __init__(self) -> None:
         self._key: tuple[tuple[str, str, str, str], bytes] | None = None
+        # Per (route, target): the session token it was made for, the canonical request's text
+        # before and after the X-Amz-Date value, and the signed header names.
+        self._templates: dict[tuple[Route, str], tuple[str | None, str, str, str]] = {}
+        self._second = -1
+        self._date = ""
 
     def headers(
         self,
@@ -166,35 +171,49 @@ class SigV4:
         """The signed headers of a request on ``route`` (``amz_date``: its time,
         ``YYYYMMDDTHHMMSSZ``; now by default)."""
         if amz_date is None:
-            amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        headers = {"Content-Type": CONTENT_TYPE, "X-Amz-Target": target, "X-Amz-Date": amz_date}
-        if credentials.token:
-            headers["X-Amz-Security-Token"] = credentials.token
-        canonical = {name.lower(): " ".join(value.split()) for name, value in headers.items()}
-        canonical["host"] = route.host
-        names = sorted(canonical)
-        signed = ";".join(names)
+            amz_date = self._now()
+        token = credentials.token or None
+        template = self._templates.get((route, target))
+        if template is None or template[0] != token:
+            template = self._templates[route, target] = self._template(route, target, token)
+        _, before_date, after_date, signed = template
+        request = f"{before_date}{amz_date}{after_date}{sha256(body).hexdigest()}"
         day = amz_date[:8]
         scope = f"{day}/{route.region}/{route.service}/aws4_request"
-        request = "\n".join(
-            (
-                "POST",
-                route.path,
-                "",
-                *(f"{name}:{canonical[name]}" for name in names),
-                "",
-                signed,
-                sha256(body).hexdigest(),
-            )
-        )
         to_sign = f"{_ALGORITHM}\n{amz_date}\n{scope}\n{sha256(request.encode()).hexdigest()}"
         key = self._signing_key(credentials.secret_key, day, route.region, route.service)
         signature = hmac.new(key, to_sign.encode(), sha256).hexdigest()
+        headers = {"Content-Type": CONTENT_TYPE, "X-Amz-Target": target, "X-Amz-Date": amz_date}
+        if token is not None:
+            headers["X-Amz-Security-Token"] = token
         headers["Authorization"] = (
             f"{_SIGV4}Credential={credentials.access_key}/{scope}, "
             f"SignedHeaders={signed}, Signature={signature}"
         )
         return headers
+
+    def _now(self) -> str:
+        """The time as X-Amz-Date writes it, formatted once per second."""
+        second = int(time.time())
+        if second != self._second:
+            self._second, self._date = second, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(second))
+        return self._date
+
+    @staticmethod
+    def _template(route: Route, target: str, token: str | None) -> tuple[str | None, str, str, str]:
+        """The canonical request of ``route`` and ``target`` around its X-Amz-Date value
+        (botocore's: the header names in lower case, sorted, values with their whitespace
+        runs made single spaces), and the signed header names."""
+        canonical = {"content-type": CONTENT_TYPE, "host": route.host, "x-amz-target": target}
+        if token is not None:
+            canonical["x-amz-security-token"] = token
+        canonical = {name: " ".join(value.split()) for name, value in canonical.items()}
+        canonical["x-amz-date"] = "\0"
+        names = sorted(canonical)
+        signed = ";".join(names)
+        lines = "\n".join(f"{name}:{canonical[name]}" for name in names)
+        before_date, after_date = f"POST\n{route.path}\n\n{lines}\n\n{signed}\n".split("\0")
+        return token, before_date, after_date, signed
 
     def _signing_key(self, secret: str, day: str, region: str, service: str) -> bytes:
         scope = (secret, day, region, service)
