@@ -57,6 +57,7 @@ OWNERS: tuple[tuple[str, str], ...] = (
     ("/urllib3/", "urllib3"),
     ("/google/protobuf/", "protobuf"),
     ("/grpc/", "grpc"),
+    ("/moto/", "moto"),
     ("/kinesis/", "async-kinesis"),
     ("/aiokpl/", "aiokpl"),
     ("/aws_kinesis_agg/", "aws-kinesis-agg"),
