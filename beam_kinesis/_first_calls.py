@@ -115,7 +115,7 @@ class FirstCalls:
         now = time.monotonic()
         tasks = []
         for restriction in restrictions:
-            if restriction.done:
+            if restriction.done or restriction.records_left == 0:
                 continue
             for cursor in restriction.cursors:
                 if cursor.readable:
