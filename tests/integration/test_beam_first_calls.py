@@ -44,9 +44,7 @@ class Spied(FirstCalls):
         self.dropped += wasted
         return wasted
 
-    def take(
-        self, spec: Any, created_ms: int | None, shard_id: str, call: Call, **kw: Any
-    ) -> Any:
+    def take(self, spec: Any, created_ms: int | None, shard_id: str, call: Call, **kw: Any) -> Any:
         future = super().take(spec, created_ms, shard_id, call, **kw)
         self.asked.append((shard_id, type(call).__name__, future is not None))
         return future
