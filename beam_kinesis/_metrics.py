@@ -54,6 +54,9 @@ DISCOVERED = "aws.kinesis.beam.discovered_shards"
 """Beam only: shards a shard discovery output, each to be read by its own restriction."""
 RESTRICTION_SHARDS = "aws.kinesis.beam.restriction.shards"
 """Beam only: the shards a restriction holds when a ``process`` call starts (distribution)."""
+EARLY_CALLS_WASTED = "aws.kinesis.beam.read.early_calls_wasted"
+"""Beam only: answers to a restriction's first calls sent ahead by the process that split it
+and dropped untaken (beam_kinesis._first_calls)."""
 WRITE_DURATION = "aws.kinesis.beam.write.duration"
 """Beam only: milliseconds from a chunk's hand-off to the producer until all of it is
 acknowledged."""
@@ -114,6 +117,10 @@ class BeamMetrics(ConsumerRecorder):
 
     def restriction_shards(self, shards: int) -> None:
         self.distribution(RESTRICTION_SHARDS).update(shards)
+
+    def early_calls_wasted(self, answers: int) -> None:
+        if answers:
+            self.counter(EARLY_CALLS_WASTED).inc(answers)
 
     def watermark(self, shard_id: str, millis: int) -> None:
         self.gauge(WATERMARK, {PARTITION: shard_id}).set(millis)

@@ -22,6 +22,7 @@ from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
 from apache_beam.transforms.core import RestrictionProvider, WatermarkEstimatorProvider
 from apache_beam.utils.timestamp import Duration, Timestamp
 
+from beam_kinesis._first_calls import FIRST_CALLS
 from beam_kinesis._metrics import BeamMetrics
 from beam_kinesis._read_loop import ReadLoop
 from beam_kinesis._read_spec import ReadSpec, micros, now_micros
@@ -159,7 +160,7 @@ class ReadFn(beam.DoFn, RestrictionProvider):
     def setup(self) -> None:
         spec = self._spec
         self._metrics = BeamMetrics()
-        self._readers = ShardReaders(spec, self._metrics)
+        self._readers = ShardReaders(spec, self._metrics, FIRST_CALLS)
         self._store: CheckpointStore | None = None
         self._checkpointer: Checkpointer | None = None
         if spec.checkpoint_store is not None:
@@ -194,10 +195,11 @@ class ReadFn(beam.DoFn, RestrictionProvider):
         return start_restriction(self._spec, element)[0]
 
     def split(self, element: str, restriction: KinesisRestriction) -> Iterator[KinesisRestriction]:
-        if self._spec.max_records is not None:
-            yield restriction
-        else:
-            yield from partition(restriction)
+        """One restriction per shard (the whole one with ``max_records``), whose first calls
+        this process sends ahead (:mod:`beam_kinesis._first_calls`)."""
+        parts = [restriction] if self._spec.max_records is not None else partition(restriction)
+        FIRST_CALLS.send(self._spec, parts)
+        yield from parts
 
     def create_tracker(self, restriction: KinesisRestriction) -> KinesisRestrictionTracker:
         return KinesisRestrictionTracker(restriction, bounded=self._spec.bounded)
@@ -242,6 +244,7 @@ class ReadFn(beam.DoFn, RestrictionProvider):
         readers = self._readers
         assert readers is not None, "setup() was not called"
         self._metrics.restriction_shards(len(restriction.cursors))
+        self._metrics.early_calls_wasted(FIRST_CALLS.wasted())
         run = ReadLoop(spec, readers, self._metrics, restriction, tracker, watermark)
         for outputs in run.poll():
             yield from outputs

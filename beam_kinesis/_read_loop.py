@@ -62,6 +62,18 @@ _ARRIVAL = attrgetter("approximate_arrival_seconds")
 _DATA = attrgetter("data")
 
 
+class _Stamp(Timestamp):
+    """A Timestamp whose microseconds are an attribute, computed once: a ``WindowedValue``
+    reads ``micros`` of its timestamp when it is made, which Beam's ``Timestamp`` computes
+    on each read (a property and a call). The sub-records of an aggregate share one."""
+
+    micros = 0  # a plain class attribute: the instance's own value shadows it
+
+    def __init__(self, micros: int) -> None:
+        super().__init__(micros=micros)
+        self.micros = micros
+
+
 class ReadLoop:
     """One ``process`` call: read the readable shards until the self-checkpoint time, a
     bounded stop, or a refused claim."""
@@ -186,7 +198,7 @@ class ReadLoop:
         self.metrics.backlog(shard_id, backlog)
         self.tracker.try_claim(BacklogClaim(shard_id, backlog, nbytes))
         if records:
-            stopped = yield from self._emit(shard_id, records)
+            stopped = yield from self._emit(shard_id, records, nbytes)
             if stopped:
                 return "stop"
         if outcome.caught_up:
@@ -231,9 +243,12 @@ class ReadLoop:
             rate.observe(nbytes, round(first * 1000), round(last * 1000))
         return nbytes
 
-    def _emit(self, shard_id: str, records: list[CoreRecord]) -> Generator[Outputs, None, bool]:
-        """Output the records of one response that lie in this restriction's range, at most
-        what is left of ``max_records``, after one claim of the last position they consume.
+    def _emit(
+        self, shard_id: str, records: list[CoreRecord], nbytes: int
+    ) -> Generator[Outputs, None, bool]:
+        """Output the records of one response (of ``nbytes`` of data) that lie in this
+        restriction's range, at most what is left of ``max_records``, after one claim of the
+        last position they consume.
         Returns True when the claim was refused (checkpointed by the runner) or
         ``max_records`` ran out."""
         chosen, consumed = self._chosen(shard_id, records)
@@ -261,7 +276,9 @@ class ReadLoop:
             return True
         self._read_ahead(shard_id, own=True)
         yield outputs  # output whole before this generator goes on
-        self._count(shard_id, len(chosen), sum(map(len, map(_DATA, chosen))), arrived)
+        if chosen is not records:
+            nbytes = sum(map(len, map(_DATA, chosen)))
+        self._count(shard_id, len(chosen), nbytes, arrived)
         left = self.records_left
         if left is None:
             return False
@@ -316,9 +333,7 @@ class ReadLoop:
                 last_seq = seq
                 if record.approximate_arrival_seconds is not arrival:
                     arrival = record.approximate_arrival_seconds
-                    ts = Timestamp(
-                        micros=round(arrival * 1e6) if arrival is not None else now_micros()
-                    )
+                    ts = _Stamp(round(arrival * 1e6) if arrival is not None else now_micros())
             if not with_metadata and timestamp_fn is None:
                 yield WindowedValue(record.data, ts, GLOBAL)
                 continue

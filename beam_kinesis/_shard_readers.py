@@ -22,12 +22,13 @@ only one subscription per shard, so such a shard is polled even in fan-out mode.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from beam_kinesis._read_spec import ReadSpec
 from beam_kinesis.backlog import ByteRate
@@ -64,15 +65,65 @@ KEEP_SUBSCRIPTION_SECONDS = 15.0
 """How long an unused subscription is kept: a restriction that moved to another worker must
 find it closed there (the service allows one subscription per shard and consumer)."""
 
+if TYPE_CHECKING:
+    from beam_kinesis._first_calls import FirstCalls
+
 Reader = SyncShardReader
+
+
+def start_of(cursor: ShardCursor) -> Position | InitialPosition:
+    """Where a new reader of ``cursor``'s shard starts."""
+    if cursor.position is not None:
+        return cursor.position
+    if cursor.start is not None:
+        return AtTimestamp(datetime.fromtimestamp(cursor.start / 1e6, timezone.utc))
+    return TRIM_HORIZON
+
+
+def straddles(restriction: KinesisRestriction, cursor: ShardCursor) -> bool:
+    """The shard's range reaches past the restriction's (a merged child read by two)."""
+    return cursor.lo < restriction.lo or cursor.hi > restriction.hi
+
+
+def _node(cursor: ShardCursor) -> ShardNode:
+    return ShardNode(cursor.shard_id, cursor.parents, (cursor.lo, cursor.hi), True)
+
+
+def polling_machine(
+    spec: ReadSpec, restriction: KinesisRestriction, cursor: ShardCursor
+) -> PollingRead:
+    """The polling machine of a new reader of ``cursor``'s shard in ``restriction``."""
+    # A straddling shard is polled by two restrictions: they share its 5 calls/s and its
+    # reads per second.
+    sharing = 2 if straddles(restriction, cursor) else 1
+    min_interval = sharing * MIN_CALL_INTERVAL
+    options = PollingOptions(
+        limit=spec.max_records_per_call,
+        min_interval=min_interval,
+        idle_interval=max(spec.idle_interval, min_interval),
+        max_bytes_per_second=spec.max_read_bytes_per_second / sharing,
+    )
+    return PollingRead(
+        _node(cursor),
+        start_of(cursor),
+        options,
+        incarnation=restriction.created_ms,
+        stream=spec.stream,
+    )
 
 
 class ShardReaders:
     """Readers of the shards this DoFn instance reads, and the client and executor they
     share."""
 
-    def __init__(self, spec: ReadSpec, recorder: ConsumerRecorder = NO_RECORDER) -> None:
+    def __init__(
+        self,
+        spec: ReadSpec,
+        recorder: ConsumerRecorder = NO_RECORDER,
+        first_calls: FirstCalls | None = None,
+    ) -> None:
         self._spec = spec
+        self._first_calls = first_calls
         self._recorder = recorder
         self._stream = StreamRef.of(spec.stream)
         # The readers retry on their own terms (rate, backoff, expired iterators).
@@ -98,19 +149,10 @@ class ShardReaders:
             if kept[0] == cursor.position:
                 return kept[1]
             kept[1].close()
-        start: Position | InitialPosition
-        if cursor.position is not None:
-            start = cursor.position
-        elif cursor.start is not None:
-            start = AtTimestamp(datetime.fromtimestamp(cursor.start / 1e6, timezone.utc))
-        else:
-            start = TRIM_HORIZON
-        straddles = cursor.lo < restriction.lo or cursor.hi > restriction.hi
-        node = ShardNode(cursor.shard_id, cursor.parents, (cursor.lo, cursor.hi), True)
+        start = start_of(cursor)
         spec = self._spec
         efo = spec.fan_out
-        incarnation = restriction.created_ms
-        if efo is not None and not straddles:
+        if efo is not None and not straddles(restriction, cursor):
             if self._fan_out is None:
                 self._fan_out, self._close_fan_out = open_fan_out_on_loop(
                     LoopThread.get(), spec.client_config, self._stream, efo
@@ -121,26 +163,29 @@ class ShardReaders:
                 cursor.shard_id,
             )
             machine = SubscriptionRead(
-                node, start, subscription, incarnation=incarnation, stream=spec.stream
+                _node(cursor),
+                start,
+                subscription,
+                incarnation=restriction.created_ms,
+                stream=spec.stream,
             )
             return SyncShardReader(
                 machine, link, pending_interval=subscription.pending_interval, where=spec.stream
             )
-        # A straddling shard is polled by two restrictions: they share its 5 calls/s and its
-        # reads per second.
-        sharing = 2 if straddles else 1
-        min_interval = sharing * MIN_CALL_INTERVAL
-        options = PollingOptions(
-            limit=spec.max_records_per_call,
-            min_interval=min_interval,
-            idle_interval=max(spec.idle_interval, min_interval),
-            max_bytes_per_second=spec.max_read_bytes_per_second / sharing,
-        )
-        polling = PollingRead(node, start, options, incarnation=incarnation, stream=spec.stream)
+        polling = polling_machine(spec, restriction, cursor)
         link = self._metered(self.executor.link(self._stream, cursor.shard_id), cursor.shard_id)
         if self._ahead is None:
             self._ahead = ThreadPoolExecutor(1, thread_name_prefix="kinesis-read-ahead")
-        return SyncShardReader(polling, link, where=spec.stream, ahead=self._ahead)
+        earlier = None
+        if self._first_calls is not None:
+            earlier = functools.partial(
+                self._first_calls.take,
+                spec,
+                restriction.created_ms,
+                cursor.shard_id,
+                recorder=self._recorder,
+            )
+        return SyncShardReader(polling, link, where=spec.stream, ahead=self._ahead, earlier=earlier)
 
     def _metered(self, link: SyncLink, shard_id: str) -> SyncLink:
         """``link`` with its calls timed, when this reader's metrics are on."""

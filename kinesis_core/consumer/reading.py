@@ -146,6 +146,13 @@ class SyncShardReader:
     once, while the engine does other work; until :meth:`step` takes its answer (or the error
     it raised), :meth:`next_action` returns that call, so the machine's decisions are made in
     the same order as without it. The machine only ever runs on the engine's thread.
+
+    With ``earlier``, the reader's first calls may have been sent before it existed (by a
+    machine started from the same position, making the same calls): ``earlier(call)`` gives
+    the future of such a call's ``(sent, response)`` (None as its result: it was not sent
+    after all), or None. :meth:`step` takes that answer instead of calling, and asks again
+    until ``earlier`` has none: only the answers to the exact calls the machine makes are
+    taken, so its decisions are the same as without them.
     """
 
     def __init__(
@@ -157,6 +164,7 @@ class SyncShardReader:
         clock: Callable[[], float] = time.monotonic,
         where: str = "",
         ahead: Executor | None = None,
+        earlier: Callable[[Call], Future[Any] | None] | None = None,
     ) -> None:
         self.machine = machine
         self.link = link
@@ -166,7 +174,8 @@ class SyncShardReader:
         self._pending_until = float("-inf")
         self._last: BaseException | None = None
         self._ahead = ahead
-        self._in_flight: tuple[Call, Future[Any], float] | None = None
+        self._earlier = earlier
+        self._in_flight: tuple[Call, Future[Any]] | None = None
         self.sent = 0.0
         """When (``time.time()``) the call of the last :meth:`step` was sent: earlier than
         the step when it was read ahead."""
@@ -185,14 +194,31 @@ class SyncShardReader:
 
     def read_ahead(self, now: float) -> bool:
         """Send the machine's next call now on the ``ahead`` executor, if it has a call due
-        and none is in flight; True if one went. Its answer waits for :meth:`step`."""
+        and none is in flight (or take its answer sent ``earlier``); True if one went. Its
+        answer waits for :meth:`step`."""
         if self._ahead is None or self._in_flight is not None:
             return False
         action = self.next_action(now)
         if not isinstance(action, Call):
             return False  # Wait, Ended, Failed: the machine gives them again when asked
-        self._in_flight = (action, self._ahead.submit(self.link.call, action), time.time())
+        future = self._early(action) or self._ahead.submit(self._send, action, time.time())
+        self._in_flight = (action, future)
         return True
+
+    def _send(self, call: Call, sent: float | None = None) -> tuple[float, Any]:
+        """``(sent, response)``: ``sent`` (when the call was handed over, or now) first."""
+        return time.time() if sent is None else sent, self.link.call(call)
+
+    def _early(self, call: Call) -> Future[Any] | None:
+        """The answer to ``call`` sent before this reader existed, if any; the first call
+        without one ends the asking."""
+        earlier = self._earlier
+        if earlier is None:
+            return None
+        future = earlier(call)
+        if future is None:
+            self._earlier = None
+        return future
 
     def step(self, call: Call, ack: Ack | None = None) -> Outcome:
         """Execute ``call`` (take its answer, if it was read ahead) and feed its response or
@@ -202,12 +228,9 @@ class SyncShardReader:
         if in_flight is not None and in_flight[0] is not call:
             raise ValueError(f"stepped {call!r} while {in_flight[0]!r} is in flight")
         try:
-            if in_flight is None:
-                self.sent = time.time()
-                response = self.link.call(call)
-            else:
-                self.sent = in_flight[2]
-                response = in_flight[1].result()
+            future = self._early(call) if in_flight is None else in_flight[1]
+            answer = None if future is None else future.result()
+            self.sent, response = self._send(call) if answer is None else answer
         except Exception as exc:
             kind = error_kind(exc)
             if kind is None:

@@ -292,3 +292,78 @@ def test_closing_a_reader_drops_the_call_in_flight() -> None:
     assert not reader.reading_ahead
     later.run()
     assert reader.machine.state is ReadState.READING
+
+
+def _done(result: Any) -> Future[Any]:
+    future: Future[Any] = Future()
+    if isinstance(result, Exception):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
+    return future
+
+
+ITERATOR = GetIterator({"ShardIteratorType": "TRIM_HORIZON"})
+
+
+def test_answers_sent_earlier_are_taken_for_the_exact_calls_and_the_asking_stops_at_a_miss() -> (
+    None
+):
+    """``earlier`` gives the answers of a reader's first calls sent before it existed: the
+    reader takes them instead of calling (``sent`` is when they went), for the calls its
+    machine makes; the first call without one is sent by the reader, and ``earlier`` is not
+    asked again."""
+    records = GetRecords("it-0", 10_000)
+    answer = {"Records": [{"SequenceNumber": "1", "Data": b"x", "PartitionKey": "k"}]}
+    sent_early = [
+        (ITERATOR, _done((100.0, {"ShardIterator": "it-0"}))),
+        (records, _done((101.0, {**answer, "NextShardIterator": "it-1"}))),
+        (GetRecords("it-other", 10_000), _done((102.0, {"Records": []}))),
+    ]
+    asked: list[Call] = []
+
+    def earlier(call: Call) -> Future[Any] | None:
+        asked.append(call)
+        return next((future for sent, future in sent_early if sent == call), None)
+
+    link = Link({"Records": [], "NextShardIterator": "it-2"}, {"Records": []})
+    reader = SyncShardReader(
+        PollingRead(NODE, TRIM_HORIZON), link, clock=lambda: 0.0, earlier=earlier
+    )
+    reader.step(reader.next_action(0.0))
+    assert reader.sent == 100.0
+    outcome = reader.step(reader.next_action(0.0))
+    assert [r.data for r in outcome.records] == [b"x"]
+    assert reader.sent == 101.0
+    assert link.calls == []  # both answers taken, nothing sent
+    third = reader.next_action(1.0)
+    assert third == GetRecords("it-1", 10_000)
+    reader.step(third)
+    assert link.calls == [third]  # no earlier answer for it: the reader sent it
+    reader.step(reader.next_action(2.0))
+    assert asked == [ITERATOR, records, third]  # not asked after the first miss
+
+
+def test_an_error_sent_earlier_is_the_machines_error_of_that_call() -> None:
+    """A call sent earlier that failed is the reader's failed call: its machine takes the
+    error (here a throttled GetRecords: it backs off) as if it had made the call."""
+    throttled = ClientError(
+        {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow"}},
+        "GetRecords",
+    )
+    answers = {
+        "GetIterator": _done((0.0, {"ShardIterator": "it-0"})),
+        "GetRecords": _done(throttled),
+    }
+    link = Link()
+    reader = SyncShardReader(
+        PollingRead(NODE, TRIM_HORIZON, rng=lambda: 0.0),
+        link,
+        clock=lambda: 0.0,
+        earlier=lambda call: answers.pop(type(call).__name__, None),
+    )
+    reader.step(reader.next_action(0.0))
+    outcome = reader.step(reader.next_action(0.0))
+    assert outcome.error is ErrorKind.THROTTLED
+    assert isinstance(reader.next_action(0.0), Wait)
+    assert link.calls == []
