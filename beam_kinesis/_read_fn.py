@@ -196,9 +196,11 @@ class ReadFn(beam.DoFn, RestrictionProvider):
 
     def split(self, element: str, restriction: KinesisRestriction) -> Iterator[KinesisRestriction]:
         """One restriction per shard (the whole one with ``max_records``), whose first calls
-        this process sends ahead (:mod:`beam_kinesis._first_calls`)."""
+        this process sends ahead (:mod:`beam_kinesis._first_calls`) unless
+        ``first_calls_ahead`` is off."""
         parts = [restriction] if self._spec.max_records is not None else partition(restriction)
-        FIRST_CALLS.send(self._spec, parts)
+        if self._spec.first_calls_ahead:
+            FIRST_CALLS.send(self._spec, parts)
         yield from parts
 
     def create_tracker(self, restriction: KinesisRestriction) -> KinesisRestrictionTracker:

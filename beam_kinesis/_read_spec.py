@@ -83,6 +83,9 @@ class ReadSpec:
     """Seconds between the listings of a discovery that gives every shard its own
     restriction (:mod:`beam_kinesis.discovery`); None: children are adopted by the
     restriction that read their parent."""
+    first_calls_ahead: bool = True
+    """``split`` sends the first calls of the restrictions it makes ahead
+    (:mod:`beam_kinesis._first_calls`)."""
 
     @property
     def bounded(self) -> bool:

@@ -138,6 +138,14 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
     ``checkpoint_store`` (required). Without it, a shard's children are adopted by the
     restriction that read it, and no store is needed. See docs/beam-read.md.
 
+    ``first_calls_ahead``: when the runner splits the read into restrictions, send each
+    polled restriction's first GetShardIterator and GetRecords at once, from one thread of that
+    process, so that a restriction has its first answer when the runner comes to it (the
+    default). An answer no reader of that process takes is dropped, and its calls were made
+    for nothing: count them with the ``aws.kinesis.beam.read.early_calls_wasted`` counter, and
+    set False where the reads a stream allows per shard are scarce and restrictions are
+    processed elsewhere than where they were split (docs/beam-read.md).
+
     ``consumer_config``: a :class:`~kinesis_core.consumer.ConsumerConfig` shared with the core
     consumer or a Faust channel; its ``application_name``, ``initial_position``,
     ``idle_interval``, ``max_records_per_call``, ``max_read_bytes_per_second``,
@@ -169,6 +177,7 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
         consumer_name: str | None = None,
         on_stream_recreated: str | None = None,
         shard_discovery_interval: float | None = None,
+        first_calls_ahead: bool = True,
     ) -> None:
         super().__init__()
         ref = StreamRef.of(stream)
@@ -239,6 +248,7 @@ class ReadFromKinesis(beam.PTransform):  # type: ignore[type-arg]
             max_read_bytes_per_second=consumer.max_read_bytes_per_second,
             on_stream_recreated=consumer.on_stream_recreated,
             shard_discovery_interval=shard_discovery_interval,
+            first_calls_ahead=first_calls_ahead,
         )
 
     def expand(self, pbegin: Any) -> Any:

@@ -172,3 +172,25 @@ def test_the_memory_cap_holds_the_next_restrictions_calls_until_an_answer_is_tak
         fn.teardown()
     assert Counter(outputs) == Counter(data)
     assert len(outputs) == 2 * PER_SHARD
+
+
+def test_no_call_is_sent_ahead_when_first_calls_ahead_is_off(
+    moto_stream: Any, first_calls: Any
+) -> None:
+    """``first_calls_ahead=False``: ``split`` sends nothing, and each reader makes its own
+    calls from the start; every record comes out once."""
+    stream: LocalStream = moto_stream(shards=1)
+    data = _fill(stream, shards=1)
+    spied = first_calls()
+    fn = _fn(stream, first_calls_ahead=False)
+    try:
+        (part,) = _split(fn, stream)
+        with spied._lock:
+            assert not spied._tasks
+            assert not spied._answers
+        driver = SdfDriver(fn, stream.name, part)
+        _run_out(driver)
+    finally:
+        fn.teardown()
+    assert Counter(_data(driver)) == Counter(data)
+    assert [hit for _, _, hit in spied.asked] == [False]  # asked once, then no more
