@@ -26,9 +26,9 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from beam_kinesis._read_spec import ReadSpec
 from beam_kinesis.backlog import ByteRate
@@ -36,7 +36,7 @@ from beam_kinesis.plan import (
     KinesisRestriction,
     ShardCursor,
 )
-from kinesis_core.calls import ListShards
+from kinesis_core.calls import Call, ListShards
 from kinesis_core.client import create_botocore_client
 from kinesis_core.consumer import fastparse
 from kinesis_core.consumer.lineage import ShardNode
@@ -65,8 +65,21 @@ KEEP_SUBSCRIPTION_SECONDS = 15.0
 """How long an unused subscription is kept: a restriction that moved to another worker must
 find it closed there (the service allows one subscription per shard and consumer)."""
 
-if TYPE_CHECKING:
-    from beam_kinesis._first_calls import FirstCalls
+
+class EarlierAnswers(Protocol):
+    """Where a new reader takes the answers to its first calls, sent ahead before it existed
+    (:class:`beam_kinesis._first_calls.FirstCalls`, which builds readers' machines from this
+    module: a protocol here keeps the import one way)."""
+
+    def take(
+        self,
+        spec: ReadSpec,
+        created_ms: int | None,
+        shard_id: str,
+        call: Call,
+        recorder: ConsumerRecorder = ...,
+    ) -> Future[Any] | None: ...
+
 
 Reader = SyncShardReader
 
@@ -120,7 +133,7 @@ class ShardReaders:
         self,
         spec: ReadSpec,
         recorder: ConsumerRecorder = NO_RECORDER,
-        first_calls: FirstCalls | None = None,
+        first_calls: EarlierAnswers | None = None,
     ) -> None:
         self._spec = spec
         self._first_calls = first_calls

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kinesis_core.aggregation import deaggregate
-from kinesis_core.client import create_kinesis_client
+from kinesis_core.client import create_kinesis_client, direct_http
 from kinesis_core.heap import freeze_start_up_heap
 from kinesis_core.local.streams import LocalStream
 from kinesis_core.producer import BatchResult, BlockingProducer, Producer, ProducerConfig
@@ -91,8 +91,8 @@ def test_blocking_producer_from_threads(moto_stream: Any) -> None:
 
 def test_put_records_errors_are_not_retried_by_botocore(moto_stream: Any) -> None:
     """A PutRecords call to a missing stream fails once per producer attempt, not 3-5 times:
-    counted where both paths send, the client's HTTP session (botocore sends a stream's first
-    request, the lean path the others)."""
+    counted where the paths send, the client's HTTP session (botocore sends a stream's first
+    request) and the client's direct session (the lean path, the others)."""
     stream = moto_stream(shards=1)
     config = ProducerConfig(record_ttl=0.5, record_max_buffered_time=0.05)
 
@@ -113,6 +113,17 @@ def test_put_records_errors_are_not_retried_by_botocore(moto_stream: Any) -> Non
                 return await original(request)
 
             session.send = counting
+            direct = direct_http(client)
+            assert direct is not None
+            direct_post = direct.post
+
+            async def counting_direct(url: str, headers: Any, body: bytes) -> Any:
+                nonlocal calls
+                if headers.get("X-Amz-Target") == "Kinesis_20131202.PutRecords":
+                    calls += 1
+                return await direct_post(url, headers, body)
+
+            direct.post = counting_direct  # type: ignore[method-assign]
             await asyncio.to_thread(stream.delete)
             result = await p.put(b"x", "k")
             return result, calls
@@ -146,7 +157,7 @@ def test_a_started_producer_freezes_the_start_up_heap(moto_stream: Any) -> None:
 @pytest.mark.parametrize("lean", [True, False])
 def test_after_a_streams_first_request_botocore_sends_none(moto_stream: Any, lean: bool) -> None:
     """The lean PutRecords path: botocore sends the stream's first request (learning where and
-    how to sign), the producer the others on the client's HTTP session; every record lands
+    how to sign), the producer the others on the client's direct session; every record lands
     where its result says. ``lean_put_records=False`` sends them all through botocore."""
     stream = moto_stream(shards=2)
     config = ProducerConfig(lean_put_records=lean)
@@ -167,9 +178,19 @@ def test_after_a_streams_first_request_botocore_sends_none(moto_stream: Any, lea
                 sent += 1
                 return await original(request)
 
+            direct = direct_http(client)
+            assert direct is not None
+            direct_post = direct.post
+
+            async def counting_direct(url: str, headers: Any, body: bytes) -> Any:
+                nonlocal sent
+                sent += 1
+                return await direct_post(url, headers, body)
+
             client.meta.events.register("before-send.kinesis.PutRecords", botocore_sends)
             async with Producer(stream.name, client=client, producer_config=config) as p:
                 session.send = counting
+                direct.post = counting_direct  # type: ignore[method-assign]
                 results = []
                 for i in range(3):
                     results.append(await p.put_many(_records(i * 100, 100)))
