@@ -271,7 +271,8 @@ class FirstCalls:
                 return
             answer.seconds = time.perf_counter() - started
             if isinstance(call, GetRecords):
-                records = wire_records(response.get("Records") or ())
+                # Kept converted: the reader that takes the answer then does not convert again.
+                records = response["Records"] = wire_records(response.get("Records") or ())
                 self._came(answer, (sent, response), sum(len(r.data) for r in records))
                 return
             machine.on_response(time.monotonic(), call, response)
