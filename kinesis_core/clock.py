@@ -19,8 +19,10 @@ from typing import Protocol
 SHARED_TICK = 0.02
 """Seconds between the ticks of the loop's clock at which the long waits of
 :class:`SystemClock` end together."""
-SHARED_FROM = 1.0
-"""Waits of at least this many seconds end on a shared tick: at most 2% later than asked."""
+SHARED_FROM = 0.5
+"""Waits of at least this many seconds end on a shared tick: at most 4% later than asked (a
+reader's wait after an empty answer, 1 s by default, is a little under a second by the time it
+starts)."""
 
 _Waiters = dict[int, list["asyncio.Future[None]"]]
 
@@ -41,7 +43,8 @@ class SystemClock:
     that ends on that tick: one timer for them all, and one turn of the loop wakes them. An
     idle consumer's shard readers each wait a second between calls; at 1,000 shards that is
     1,000 timers a second in the loop's heap, each waking the loop on its own. Such a wait
-    ends at most 20 ms later than asked, never earlier; shorter waits are ``asyncio.sleep``.
+    ends at most 20 ms later than asked, never earlier; shorter waits (a busy reader's 0.2 s
+    between calls) are ``asyncio.sleep``.
     """
 
     def __init__(self) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from kinesis_core import clock
+from kinesis_core.calls import Wait
 from kinesis_core.clock import SystemClock
 
 
@@ -78,3 +79,24 @@ def test_short_waits_are_the_loops_own_and_one_clock_serves_loop_after_loop() ->
 
     assert asyncio.run(main()) == 2
     assert asyncio.run(main()) == 2
+
+
+def test_a_readers_default_idle_wait_is_long_enough_to_share_a_tick(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The wait after an empty answer at the tip (1 s by default) starts a little after the
+    answer was taken: it must still be one the clock shares."""
+    from kinesis_core.consumer import TRIM_HORIZON
+    from kinesis_core.consumer.lineage import ShardNode
+    from kinesis_core.consumer.polling import PollingRead
+    from kinesis_core.hashing import MAX_HASH_KEY
+
+    monkeypatch.undo()  # the clock's own threshold
+    machine = PollingRead(ShardNode("shard-1", (), (0, MAX_HASH_KEY), True), TRIM_HORIZON)
+    machine.next_action(0.0)
+    machine.on_iterator("it-0")
+    machine.next_action(1.0)
+    machine.on_records(1.01, {"Records": [], "MillisBehindLatest": 0, "NextShardIterator": "n"})
+    wait = machine.next_action(1.05)  # the driver asks after its own work
+    assert isinstance(wait, Wait)
+    assert wait.until - 1.05 >= clock.SHARED_FROM
