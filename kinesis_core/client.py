@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
 import botocore.session
+import yarl
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
 from aiohttp.http_exceptions import BadStatusLine
@@ -367,6 +368,8 @@ class DirectHttp:
     makes the client's (TLS verified against the same CA bundle, or not at all when
     ``verify`` is False; the connect and read timeouts; a pool of ``max_pool_connections``
     connections of its own, kept alive 12 s), at its first request, and closed with the client.
+    What aiohttp would redo per request is done once: each URL is parsed once, the
+    ``Accept-Encoding: identity`` header is the session's, and there is no cookie jar.
     Its transport errors are raised as botocore's exceptions, as aiobotocore raises them. A URL
     a proxy applies to (``HTTPS_PROXY`` and the like) is not sent here: :meth:`handles` says
     False, and its requests stay on the client's own session.
@@ -378,6 +381,7 @@ class DirectHttp:
         self._session: aiohttp.ClientSession | None = None
         self._opening: asyncio.Lock | None = None
         self._handles: dict[str, bool] = {}
+        self._urls: dict[str, yarl.URL] = {}
         self._closed = False
 
     def handles(self, url: str) -> bool:
@@ -401,10 +405,11 @@ class DirectHttp:
         """POST ``body``: the answer's status, headers (names in lower case, as botocore gives
         them) and body; a transport failure raises botocore's exception for it."""
         session = self._session or await self._open()
+        target = self._urls.get(url)
+        if target is None:
+            target = self._urls[url] = yarl.URL(url)
         try:
-            async with session.post(
-                url, data=body, headers={**headers, "Accept-Encoding": "identity"}
-            ) as response:
+            async with session.post(target, data=body, headers=headers) as response:
                 raw = await response.read()
                 answer = {k.decode().lower(): v.decode() for k, v in response.raw_headers}
                 return response.status, answer, raw
@@ -428,7 +433,7 @@ class DirectHttp:
                     timeout=aiohttp.ClientTimeout(
                         sock_connect=http.connect_timeout, sock_read=http.read_timeout
                     ),
-                    skip_auto_headers={"Content-Type"},
+                    headers={"Accept-Encoding": "identity"},
                     auto_decompress=False,
                     cookie_jar=aiohttp.DummyCookieJar(),
                 )

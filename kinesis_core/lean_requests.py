@@ -182,7 +182,7 @@ class SigV4:
         scope = f"{day}/{route.region}/{route.service}/aws4_request"
         to_sign = f"{_ALGORITHM}\n{amz_date}\n{scope}\n{sha256(request.encode()).hexdigest()}"
         key = self._signing_key(credentials.secret_key, day, route.region, route.service)
-        signature = hmac.new(key, to_sign.encode(), sha256).hexdigest()
+        signature = hmac.digest(key, to_sign.encode(), "sha256").hex()
         headers = {"Content-Type": CONTENT_TYPE, "X-Amz-Target": target, "X-Amz-Date": amz_date}
         if token is not None:
             headers["X-Amz-Security-Token"] = token

@@ -151,3 +151,53 @@ def test_transport_failures_are_the_exceptions_botocore_raises(
     assert on_the_clients_session == 0
     assert type(by_lean) is type(by_botocore), (by_lean, by_botocore)
     assert error_kind(by_lean) is error_kind(by_botocore) is not None
+
+
+def test_the_direct_session_keeps_no_cookies_asks_for_no_compression_and_reuses_a_connection() -> (
+    None
+):
+    """On a loopback server that sets a cookie and would compress: the next request carries no
+    cookie, every request asks for the identity encoding, the body comes back as the server
+    sent it, and the calls share one kept-alive connection."""
+    from aiohttp import web
+
+    seen: list[tuple[str | None, str | None, int]] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        assert request.transport is not None
+        seen.append(
+            (
+                request.headers.get("Cookie"),
+                request.headers.get("Accept-Encoding"),
+                id(request.transport),
+            )
+        )
+        response = web.Response(body=b'{"ok": 1}', headers={"Set-Cookie": "session=abc"})
+        return response
+
+    async def main() -> list[tuple[int, bytes]]:
+        app = web.Application()
+        app.router.add_post("/", answer)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        url = f"http://127.0.0.1:{port}/"
+        config = local_client_config(url)
+        try:
+            async with create_kinesis_client(config, max_attempts=1) as client:
+                direct = direct_http(client)
+                assert direct is not None
+                answers = []
+                for _ in range(3):
+                    status, _, body = await direct.post(url, {"Content-Type": "x"}, b"{}")
+                    answers.append((status, body))
+                return answers
+        finally:
+            await runner.cleanup()
+
+    assert asyncio.run(main()) == [(200, b'{"ok": 1}')] * 3
+    assert [cookie for cookie, _, _ in seen] == [None, None, None]
+    assert {encoding for _, encoding, _ in seen} == {"identity"}
+    assert len({connection for _, _, connection in seen}) == 1
