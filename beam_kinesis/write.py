@@ -273,18 +273,28 @@ class _Chunk:
     what is needed to report their failures (the elements, or with the per-window path their
     windowed values)."""
 
-    __slots__ = ("anchors", "done_at", "future", "nbytes", "records", "started")
+    __slots__ = ("anchors", "done_at", "finished", "future", "nbytes", "records", "started")
 
-    def __init__(self, records: list[tuple[Any, ...]], anchors: list[Any], nbytes: int) -> None:
+    def __init__(
+        self,
+        records: list[tuple[Any, ...]],
+        anchors: list[Any],
+        nbytes: int,
+        finished: deque[_Chunk],
+    ) -> None:
         self.records = records
         self.anchors = anchors
         self.nbytes = nbytes
+        self.finished = finished
         self.started = time.monotonic()
         self.done_at = 0.0
         self.future: Any = None
 
     def stamp(self, _future: object) -> None:
+        """The future's done callback (on the producer's loop thread, or in the DoFn's if the
+        future was done already): note the time and queue the chunk to be settled."""
         self.done_at = time.monotonic()
+        self.finished.append(self)
 
 
 _GLOBAL_WINDOWS = (GlobalWindow(),)
@@ -338,7 +348,10 @@ class _WriteToKinesisFn(beam.DoFn):
         """Producer records, or with ``_bulk_keys`` their data alone."""
         self._anchors: list[Any] = []
         self._nbytes = 0
-        self._chunks: deque[_Chunk] = deque()
+        self._chunks: dict[_Chunk, None] = {}
+        """Chunks handed off and not settled yet, in hand-off order."""
+        self._finished: deque[_Chunk] = deque()
+        """Chunks whose results came, queued by their future's callback (any thread)."""
         self._failed: list[tuple[Any, FailedRecord]] = []
         self._refused: list[FailedRecord] = []
         self._written = 0
@@ -385,8 +398,10 @@ class _WriteToKinesisFn(beam.DoFn):
             self._hand_off()
         if self._chunks:
             self._call(self._handle.producer.flush)
-            while self._chunks:
-                self._settle(self._chunks.popleft())
+            chunks, self._chunks = self._chunks, {}
+            self._finished.clear()
+            for chunk in chunks:
+                self._settle(chunk)
         self._report()
         for windowed, failed in self._failed:
             yield pvalue.TaggedOutput(FAILED_RECORDS, windowed.with_value(failed))
@@ -430,7 +445,7 @@ class _WriteToKinesisFn(beam.DoFn):
             raise
 
     def _hand_off(self) -> None:
-        chunk = _Chunk(self._records, self._anchors, self._nbytes)
+        chunk = _Chunk(self._records, self._anchors, self._nbytes, self._finished)
         self._records = []
         self._anchors = []
         self._nbytes = 0
@@ -441,20 +456,18 @@ class _WriteToKinesisFn(beam.DoFn):
             # the chunk settles.
             records = list(zip(records, random_partition_keys(len(records)), strict=True))
         chunk.future = self._call(self._handle.producer.submit_many, records)
+        self._chunks[chunk] = None
         chunk.future.add_done_callback(chunk.stamp)
-        chunks = self._chunks
-        chunks.append(chunk)
         # Settle every finished chunk, not only a finished head: a chunk keeps its records'
         # data until it is settled, and the producer's memory budget no longer counts them
         # once they are written (large records behind a slow chunk would pile up outside it).
-        if any(c.future.done() for c in chunks):
-            pending: deque[_Chunk] = deque()
-            for c in chunks:
-                if c.future.done():
-                    self._settle(c)
-                else:
-                    pending.append(c)
-            self._chunks = pending
+        # The futures' callbacks queue the finished ones: no look at every chunk in flight
+        # (a hundred with the default budget) per hand-off.
+        finished = self._finished
+        while finished:
+            done = finished.popleft()
+            del self._chunks[done]
+            self._settle(done)
 
     def _settle(self, chunk: _Chunk) -> None:
         """Take a finished chunk's results; keep only what failed."""

@@ -336,7 +336,7 @@ def test_the_benchmark_runs_in_quick_mode() -> None:
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     subjects = {(row["group"], row["subject"]) for row in rows}
-    assert len(rows) == 12
+    assert len(rows) == 15
     for row in rows:
         if row["group"].endswith("per element vs core"):
             # Past the start and stop: at quick volumes the two runs may be too close to tell.
