@@ -162,7 +162,9 @@ def _pipeline(
         result = pipeline.run()
         result.wait_until_finish()
         written = result.metrics().query(
-            MetricsFilter().with_namespace(METRICS_NAMESPACE).with_name("messaging.client.sent.messages")
+            MetricsFilter()
+            .with_namespace(METRICS_NAMESPACE)
+            .with_name("messaging.client.sent.messages")
         )["counters"]
         if written:
             assert written[0].committed == count, f"wrote {written[0].committed} of {count}"
