@@ -368,6 +368,8 @@ class DirectHttp:
     makes the client's (TLS verified against the same CA bundle, or not at all when
     ``verify`` is False; the connect and read timeouts; a pool of ``max_pool_connections``
     connections of its own, kept alive 12 s), at its first request, and closed with the client.
+    The TLS context is made at the first ``https`` request only: loading the CA bundle costs
+    about 40 ms of CPU, which a client of a local ``http`` emulator never needs.
     What aiohttp would redo per request is done once: each URL is parsed once, the
     ``Accept-Encoding: identity`` header is the session's, and there is no cookie jar.
     Its transport errors are raised as botocore's exceptions, as aiobotocore raises them. A URL
@@ -381,7 +383,9 @@ class DirectHttp:
         self._session: aiohttp.ClientSession | None = None
         self._opening: asyncio.Lock | None = None
         self._handles: dict[str, bool] = {}
-        self._urls: dict[str, yarl.URL] = {}
+        self._urls: dict[str, tuple[yarl.URL, ssl.SSLContext | bool]] = {}
+        """Each URL parsed, with its TLS context (True, aiohttp's default, for ``http``)."""
+        self._tls: ssl.SSLContext | None = None
         self._closed = False
 
     def handles(self, url: str) -> bool:
@@ -405,11 +409,14 @@ class DirectHttp:
         """POST ``body``: the answer's status, headers (names in lower case, as botocore gives
         them) and body; a transport failure raises botocore's exception for it."""
         session = self._session or await self._open()
-        target = self._urls.get(url)
-        if target is None:
-            target = self._urls[url] = yarl.URL(url)
+        known = self._urls.get(url)
+        if known is None:
+            target = yarl.URL(url)
+            tls = await self._tls_context() if target.scheme == "https" else True
+            known = self._urls[url] = (target, tls)
+        target, tls = known
         try:
-            async with session.post(target, data=body, headers=headers) as response:
+            async with session.post(target, data=body, headers=headers, ssl=tls) as response:
                 raw = await response.read()
                 answer = {k.decode().lower(): v.decode() for k, v in response.raw_headers}
                 return response.status, answer, raw
@@ -421,14 +428,10 @@ class DirectHttp:
             self._opening = asyncio.Lock()
         async with self._opening:
             if self._session is None:
-                # The CA bundle is read from disk: off the event loop.
-                context = await asyncio.to_thread(self._ssl_context)
                 http = self._http_config
                 self._session = aiohttp.ClientSession(
                     connector=aiohttp.TCPConnector(
-                        limit=http.max_pool_connections,
-                        ssl=context,
-                        keepalive_timeout=KEEPALIVE_TIMEOUT,
+                        limit=http.max_pool_connections, keepalive_timeout=KEEPALIVE_TIMEOUT
                     ),
                     timeout=aiohttp.ClientTimeout(
                         sock_connect=http.connect_timeout, sock_read=http.read_timeout
@@ -438,6 +441,15 @@ class DirectHttp:
                     cookie_jar=aiohttp.DummyCookieJar(),
                 )
             return self._session
+
+    async def _tls_context(self) -> ssl.SSLContext:
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:  # one context, however many first requests are in flight
+            if self._tls is None:
+                # The CA bundle is read from disk: off the event loop.
+                self._tls = await asyncio.to_thread(self._ssl_context)
+            return self._tls
 
     def _ssl_context(self) -> ssl.SSLContext:
         """aiobotocore's context for the client's ``verify``."""

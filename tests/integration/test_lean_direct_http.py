@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 from botocore.exceptions import SSLError
 
-from kinesis_core.client import ClientConfig, create_kinesis_client, direct_http, error_kind
+from kinesis_core.client import (
+    ClientConfig,
+    DirectHttp,
+    create_kinesis_client,
+    direct_http,
+    error_kind,
+)
 from kinesis_core.lean_get_records import LeanGetRecords
 from kinesis_core.local import KinesisMock, LocalStream, local_client_config
 from kinesis_core.local.faults import FaultConfig, FaultKind, FaultRule
@@ -83,6 +89,22 @@ def test_lean_calls_go_straight_to_aiohttp_and_read_everything(make_stream: Any)
     assert read == sent
     assert on_the_clients_session == 0
     assert not open_after_close, "the direct session outlived its client"
+
+
+def test_a_plain_http_endpoint_costs_no_tls_context(
+    moto_stream: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CA bundle (about 40 ms of CPU to load) is read only for an https endpoint."""
+
+    def refuse(_self: DirectHttp) -> None:
+        raise AssertionError("a TLS context was made for an http endpoint")
+
+    monkeypatch.setattr(DirectHttp, "_ssl_context", refuse)
+    stream: LocalStream = moto_stream(1)
+    stream.put(b"plain", "k")
+    on_the_clients_session, read, _ = _read_all(stream.client_config, stream)
+    assert read == [b"plain"]
+    assert on_the_clients_session == 0
 
 
 def test_tls_with_verification_off_is_honoured(kinesis_mock: KinesisMock) -> None:
