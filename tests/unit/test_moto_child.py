@@ -12,7 +12,12 @@ from typing import Any
 
 import pytest
 
-from kinesis_core.local._moto_child import REQUEST_ID_IN_XML, PastFlask, RequestIdOnlyInXml
+from kinesis_core.local._moto_child import (
+    REQUEST_ID_IN_XML,
+    BackendsByHost,
+    PastFlask,
+    RequestIdOnlyInXml,
+)
 
 shim = RequestIdOnlyInXml()
 
@@ -199,3 +204,19 @@ def test_dynamodb_calls_are_answered_past_flask_as_through_it(moto_apps: Any) ->
     _same(
         moto_apps, "dynamodb", "PutItem", {**item, "ConditionExpression": "attribute_not_exists(k)"}
     )
+
+
+def test_the_backend_of_a_host_is_moto_s_and_found_once(moto_apps: Any) -> None:
+    dispatcher, _ = moto_apps
+    asked: list[str | None] = []
+
+    def find(host: str | None) -> Any:
+        asked.append(host)
+        return dispatcher.get_backend_for_host(host)
+
+    remembered = BackendsByHost(find)
+    hosts = ["kinesis.us-east-1.amazonaws.com", "dynamodb.eu-west-1.amazonaws.com", "nothing.test"]
+    for host in hosts * 2:
+        assert remembered(host) == dispatcher.get_backend_for_host(host)
+    assert remembered("kinesis.us-east-1.amazonaws.com") == "kinesis"
+    assert asked == [*hosts, "nothing.test"]  # a host no backend claims is asked again
