@@ -11,6 +11,9 @@ one record is lost). Here aiohttp's HTTP/1.1 server keeps connections open, and 
 application runs on its one event-loop thread, between two awaits: one request at a time by
 construction. moto is CPU-bound under one GIL anyway, so that costs next to nothing.
 
+It is the one module of kinesis_core that reaches into another library's internals (moto's
+and Flask's), which the layering test allows here and nowhere else.
+
 ``main(["HOST", "PORT"])`` serves until stdin closes (the parent stopped us or died) or a
 SIGINT or SIGTERM comes.
 """
