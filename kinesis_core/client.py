@@ -418,6 +418,8 @@ class DirectHttp:
             endpoint = self._endpoints.get(url) or await self._endpoint(url)
             pool = self._pool
             if pool is None:
+                if self._closed:
+                    raise ConnectionBroken("the client is closed", 0)
                 http = self._http_config
                 pool = self._pool = Http1Pool(
                     limit=http.max_pool_connections,

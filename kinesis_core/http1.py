@@ -295,10 +295,13 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        if self.closed:  # closed by the pool while it was being made
+            transport.close()
 
     def exchange(self, request: bytes) -> asyncio.Future[ResponseParser]:
         """Send ``request``; its answer, whole (the future fails with an :class:`HttpError`)."""
-        assert self.transport is not None
+        if self.closed or self.transport is None:
+            raise ConnectionBroken("the connection closed before the request was sent", 0)
         loop = self.pool.loop
         self.parser = ResponseParser()
         self.waiter = waiter = loop.create_future()
@@ -476,6 +479,9 @@ class Http1Pool:
             return None
         connection = idle.pop()
         if self.loop.time() - connection.idle_since < self.keepalive_timeout:
+            if connection.transport is not None and connection.transport.is_closing():
+                connection.close()  # its end is on the way: the next one, or a new one
+                return self._take_idle(key)
             return connection
         connection.close()  # the most recent is too old: so are the others
         for old in idle[:]:
