@@ -1,8 +1,8 @@
 """DirectHttp's HTTP/1.1 client (kinesis_core.http1) against small asyncio servers on loopback:
 kept-alive connections, a server that closes or resets an idle one, ``Connection: close``,
-chunked answers, stalls, refused connections, TLS with a self-signed certificate, cancellation
-mid-answer, the pool's limit and idle expiry, large bodies, a malformed answer. Failures are
-the botocore exceptions aiobotocore raises."""
+chunked answers, stalls, refused connections, a TLS handshake that never ends, TLS with a
+self-signed certificate, cancellation mid-answer, the pool's limit and idle expiry, large
+bodies, a malformed answer. Failures are the botocore exceptions aiobotocore raises."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import (
     ConnectionClosedError,
+    ConnectTimeoutError,
     EndpointConnectionError,
     ReadTimeoutError,
     SSLError,
@@ -281,6 +282,25 @@ def test_a_refused_connection_is_an_endpoint_connection_error() -> None:
                 await post(http, url, b"x")
 
     asyncio.run(main())
+
+
+def test_a_tls_handshake_that_never_ends_is_a_connect_timeout() -> None:
+    """A plain TCP server that never answers the client's TLS hello: the connection is not made
+    within the connect timeout."""
+
+    async def handle(_: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await until_closed(reader)
+
+    async def main() -> Loopback:
+        async with Loopback(handle) as server:
+            url = server.url.replace("http://", "https://")
+            async with direct(url, verify=False, connect_timeout=0.3) as http:
+                with pytest.raises(ConnectTimeoutError):
+                    await post(http, url, b"x")
+            await server.wait_for(1)
+        return server
+
+    assert asyncio.run(main()).connections == 1
 
 
 def test_a_malformed_answer_is_a_closed_connection() -> None:
