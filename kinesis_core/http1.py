@@ -390,7 +390,7 @@ class _Connection(asyncio.Protocol):
         if due > now:
             self.timer = loop.call_at(due, self._check_timeout)
             return
-        self._fail(ReadTimeout(f"no answer for {timeout:g} s"))
+        self._fail(ReadTimeout(f"no byte of the answer for {timeout:g} s"))
 
 
 class Http1Pool:
