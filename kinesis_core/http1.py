@@ -356,25 +356,25 @@ class _Connection(asyncio.Protocol):
             self._fail(ConnectionBroken("the connection was closed by this client", received))
 
     def _finish(self, parser: ResponseParser) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        self.parser = None
-        waiter = self.waiter
-        self.waiter = None
-        if waiter is not None and not waiter.done():
+        waiter = self._settle()
+        if waiter is not None:
             waiter.set_result(parser)
 
     def _fail(self, exc: HttpError) -> None:
+        waiter = self._settle()
+        if waiter is not None:
+            waiter.set_exception(exc)
+        self.close()
+
+    def _settle(self) -> asyncio.Future[ResponseParser] | None:
+        """End the exchange: the waiter of its answer, if still waiting."""
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
         self.parser = None
         waiter = self.waiter
         self.waiter = None
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(exc)
-        self.close()
+        return None if waiter is None or waiter.done() else waiter
 
     def _check_timeout(self) -> None:
         self.timer = None
