@@ -387,7 +387,7 @@ class DirectHttp:
         self._config = config
         self._http_config = http_config
         self._pool: Http1Pool | None = None
-        self._opening: asyncio.Lock | None = None
+        self._tls_lock: asyncio.Lock | None = None
         self._handles: dict[str, bool] = {}
         self._endpoints: dict[str, Endpoint] = {}
         """Each URL parsed, with its TLS context (None for ``http``)."""
@@ -414,22 +414,23 @@ class DirectHttp:
     ) -> tuple[int, dict[str, str], bytes]:
         """POST ``body``: the answer's status, headers (names in lower case, as botocore gives
         them) and body; a transport failure raises botocore's exception for it."""
+        endpoint = self._endpoints.get(url) or await self._endpoint(url)
         try:
-            endpoint = self._endpoints.get(url) or await self._endpoint(url)
-            pool = self._pool
-            if pool is None:
-                if self._closed:
-                    raise ConnectionBroken("the client is closed", 0)
-                http = self._http_config
-                pool = self._pool = Http1Pool(
-                    limit=http.max_pool_connections,
-                    connect_timeout=http.connect_timeout,
-                    read_timeout=http.read_timeout,
-                    keepalive_timeout=KEEPALIVE_TIMEOUT,
-                )
-            return await pool.post(endpoint, headers, body)
+            return await (self._pool or self._open()).post(endpoint, headers, body)
         except Exception as exc:
             raise transport_error(exc, url) from exc
+
+    def _open(self) -> Http1Pool:
+        if self._closed:
+            raise ConnectionBroken("the client is closed", 0)
+        http = self._http_config
+        self._pool = Http1Pool(
+            limit=http.max_pool_connections,
+            connect_timeout=http.connect_timeout,
+            read_timeout=http.read_timeout,
+            keepalive_timeout=KEEPALIVE_TIMEOUT,
+        )
+        return self._pool
 
     async def _endpoint(self, url: str) -> Endpoint:
         parts = urllib.parse.urlsplit(url)
@@ -446,9 +447,9 @@ class DirectHttp:
         return endpoint
 
     async def _tls_context(self) -> ssl.SSLContext:
-        if self._opening is None:
-            self._opening = asyncio.Lock()
-        async with self._opening:  # one context, however many first requests are in flight
+        if self._tls_lock is None:
+            self._tls_lock = asyncio.Lock()
+        async with self._tls_lock:  # one context, however many first requests are in flight
             if self._tls is None:
                 # The CA bundle is read from disk: off the event loop.
                 self._tls = await asyncio.to_thread(self._ssl_context)

@@ -54,6 +54,17 @@ def test_a_closed_session_sends_nothing() -> None:
     assert not direct.handles(URL)
 
 
+def test_a_closed_session_opens_no_connection_when_asked_anyway() -> None:
+    direct = _direct()
+
+    async def main() -> None:
+        await direct.close()
+        with pytest.raises(ConnectionClosedError):
+            await direct.post("http://127.0.0.1:9/", {}, b"{}")  # nothing listens at 9 either
+
+    asyncio.run(main())
+
+
 def test_a_client_not_made_here_has_none() -> None:
     assert direct_http(object()) is None
     assert direct_http([]) is None  # unhashable
