@@ -47,14 +47,8 @@ from botocore.utils import get_environ_proxies
 
 from kinesis_core.classify import ErrorKind, classify, error_details
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.http1 import (
-    ConnectionBroken,
-    ConnectTimeout,
-    Endpoint,
-    Http1Pool,
-    MalformedAnswer,
-    ReadTimeout,
-)
+from kinesis_core.http1 import ConnectionBroken, ConnectTimeout, MalformedAnswer, ReadTimeout
+from kinesis_core.http1_pool import Endpoint, Http1Pool
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb.client import DynamoDBClient
@@ -363,7 +357,7 @@ KEEPALIVE_TIMEOUT = 12.0
 
 
 class DirectHttp:
-    """Requests sent straight on :mod:`kinesis_core.http1`, this library's HTTP/1.1 client,
+    """Requests sent straight on :mod:`kinesis_core.http1_pool`, this library's HTTP/1.1 client,
     with the HTTP settings of a Kinesis client made by :func:`create_kinesis_client`
     (:func:`direct_http`): the lean calls' way past aiobotocore's and aiohttp's per-request
     work (:mod:`kinesis_core.lean_requests`).

@@ -1,8 +1,9 @@
-"""DirectHttp's HTTP/1.1 client (kinesis_core.http1) against small asyncio servers on loopback:
-kept-alive connections, a server that closes or resets an idle one, ``Connection: close``,
-chunked answers, stalls, refused connections, a TLS handshake that never ends, TLS with a
-self-signed certificate, cancellation mid-answer, the pool's limit and idle expiry, large
-bodies, a malformed answer. Failures are the botocore exceptions aiobotocore raises."""
+"""DirectHttp's HTTP/1.1 client (kinesis_core.http1_pool on kinesis_core.http1) against small
+asyncio servers on loopback: kept-alive connections, a server that closes or resets an idle
+one, ``Connection: close``, chunked answers, stalls, refused connections, a TLS handshake that
+never ends, TLS with a self-signed certificate, cancellation mid-answer, the pool's limit and
+idle expiry, large bodies, a malformed answer. Failures are the botocore exceptions
+aiobotocore raises."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from botocore.exceptions import (
 )
 
 from kinesis_core.client import DirectHttp, create_kinesis_client, direct_http
-from kinesis_core.http1 import Endpoint, Http1Pool
+from kinesis_core.http1_pool import Endpoint, Http1Pool
 from kinesis_core.local import local_client_config
 from tests.helpers.tls import self_signed_certificate
 

@@ -6,7 +6,14 @@ from __future__ import annotations
 import h11
 import pytest
 
-from kinesis_core.http1 import MAX_HEAD_BYTES, Endpoint, MalformedAnswer, ResponseParser, State
+from kinesis_core.http1 import (
+    MAX_HEAD_BYTES,
+    MalformedAnswer,
+    ResponseParser,
+    State,
+    post_request,
+    request_prefix,
+)
 
 JSON = b'{"Records":[],"NextShardIterator":"AAAA","MillisBehindLatest":0}'
 LENGTH = (
@@ -187,9 +194,9 @@ def test_two_equal_content_lengths_are_one() -> None:
 def test_the_request_bytes_are_the_post_asked_for(
     scheme: str, host: str, port: int, shown: str
 ) -> None:
-    endpoint = Endpoint.of(scheme, host, port, "/a?b=c", None)
+    prefix = request_prefix(scheme, host, port, "/a?b=c")
     body = b'{"ShardIterator": "x"}'
-    raw = endpoint.request({"X-Amz-Target": "Kinesis_20131202.GetRecords", "A": "b c"}, body)
+    raw = post_request(prefix, {"X-Amz-Target": "Kinesis_20131202.GetRecords", "A": "b c"}, body)
     server = h11.Connection(h11.SERVER)
     server.receive_data(raw)
     request = server.next_event()
@@ -210,6 +217,5 @@ def test_the_request_bytes_are_the_post_asked_for(
 
 @pytest.mark.parametrize("headers", [{"A": "b\r\nInjected: 1"}, {"A\nB": "c"}, {"A": "b\rc"}])
 def test_a_line_break_in_a_header_is_refused(headers: dict[str, str]) -> None:
-    endpoint = Endpoint.of("http", "127.0.0.1", 80, "/", None)
     with pytest.raises(ValueError, match="line break"):
-        endpoint.request(headers, b"")
+        post_request(request_prefix("http", "127.0.0.1", 80, "/"), headers, b"")
