@@ -401,6 +401,34 @@ def test_at_most_max_pool_connections_are_open() -> None:
     assert server.connections == 2
 
 
+def test_a_call_cancelled_while_waiting_for_a_connection_leaves_the_others_their_turn() -> None:
+    release = asyncio.Event()
+
+    async def handle(_: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while (body := await read_request(reader)) is not None:
+            if body == b"first":
+                await release.wait()
+            writer.write(answer(body))
+
+    async def main() -> tuple[Loopback, list[bytes]]:
+        async with Loopback(handle) as server, direct(server.url, max_pool_connections=1) as http:
+            first = asyncio.create_task(post(http, server.url, b"first"))
+            await asyncio.sleep(0.05)
+            second = asyncio.create_task(post(http, server.url, b"second"))
+            third = asyncio.create_task(post(http, server.url, b"third"))
+            await asyncio.sleep(0.05)
+            second.cancel()
+            release.set()
+            got = await asyncio.wait_for(asyncio.gather(first, third), WAIT)
+            with pytest.raises(asyncio.CancelledError):
+                await second
+        return server, got
+
+    server, got = asyncio.run(main())
+    assert got == [b"first", b"third"]
+    assert server.connections == 1
+
+
 def test_an_idle_connection_is_closed_after_the_keepalive_timeout() -> None:
     async def main() -> Loopback:
         async with Loopback(echo) as server:
