@@ -21,7 +21,6 @@ import dataclasses
 import logging
 import os
 import re
-import socket
 import ssl
 import threading
 import urllib.parse
@@ -31,10 +30,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
 import botocore.session
-import yarl
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
-from aiohttp.http_exceptions import BadStatusLine
 from botocore.config import Config
 from botocore.exceptions import (
     ConnectionClosedError,
@@ -50,6 +47,8 @@ from botocore.utils import get_environ_proxies
 
 from kinesis_core.classify import ErrorKind, classify, error_details
 from kinesis_core.errors import ConfigurationError
+from kinesis_core.http1 import ConnectionBroken, ConnectTimeout, MalformedAnswer, ReadTimeout
+from kinesis_core.http1_pool import Endpoint, Http1Pool
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb.client import DynamoDBClient
@@ -358,33 +357,34 @@ KEEPALIVE_TIMEOUT = 12.0
 
 
 class DirectHttp:
-    """Requests sent straight on aiohttp with the HTTP settings of a Kinesis client made by
-    :func:`create_kinesis_client` (:func:`direct_http`): the lean calls' way past
-    aiobotocore's per-request work (:mod:`kinesis_core.lean_requests`).
+    """Requests sent straight on :mod:`kinesis_core.http1_pool`, this library's HTTP/1.1 client,
+    with the HTTP settings of a Kinesis client made by :func:`create_kinesis_client`
+    (:func:`direct_http`): the lean calls' way past aiobotocore's and aiohttp's per-request
+    work (:mod:`kinesis_core.lean_requests`).
 
     aiobotocore's ``AIOHTTPSession.send`` redoes for every request what does not change from
-    one call of a reader to the next: the proxy lookup (settings and environment), a header
-    multidict, a URL object, a botocore response object. This session is made as aiobotocore
-    makes the client's (TLS verified against the same CA bundle, or not at all when
-    ``verify`` is False; the connect and read timeouts; a pool of ``max_pool_connections``
-    connections of its own, kept alive 12 s), at its first request, and closed with the client.
-    The TLS context is made at the first ``https`` request only: loading the CA bundle costs
-    about 40 ms of CPU, which a client of a local ``http`` emulator never needs.
-    What aiohttp would redo per request is done once: each URL is parsed once, the
-    ``Accept-Encoding: identity`` header is the session's, and there is no cookie jar.
-    Its transport errors are raised as botocore's exceptions, as aiobotocore raises them. A URL
-    a proxy applies to (``HTTPS_PROXY`` and the like) is not sent here: :meth:`handles` says
-    False, and its requests stay on the client's own session.
+    one call of a reader to the next (the proxy lookup, a header multidict, a URL object, a
+    botocore response object), and aiohttp builds a request and a response object, with their
+    timers, for each. Here a request is one write of bytes made from a prefix kept per URL, and
+    its answer is parsed into the status, the headers and the body. The settings are the
+    client's: TLS verified against the same CA bundle (or not at all when ``verify`` is False),
+    the connect and read timeouts, at most ``max_pool_connections`` connections, each kept
+    alive 12 s. The TLS context is made at the first ``https`` request only: loading the CA
+    bundle costs about 40 ms of CPU, which a client of a local ``http`` emulator never needs.
+    Requests ask for the identity encoding and carry no cookies. Its transport errors are
+    raised as botocore's exceptions, as aiobotocore raises them (:func:`transport_error`). A
+    URL a proxy applies to (``HTTPS_PROXY`` and the like) is not sent here: :meth:`handles`
+    says False, and its requests stay on the client's own session.
     """
 
     def __init__(self, config: ClientConfig, http_config: Config) -> None:
         self._config = config
         self._http_config = http_config
-        self._session: aiohttp.ClientSession | None = None
-        self._opening: asyncio.Lock | None = None
+        self._pool: Http1Pool | None = None
+        self._tls_lock: asyncio.Lock | None = None
         self._handles: dict[str, bool] = {}
-        self._urls: dict[str, tuple[yarl.URL, ssl.SSLContext | bool]] = {}
-        """Each URL parsed, with its TLS context (True, aiohttp's default, for ``http``)."""
+        self._endpoints: dict[str, Endpoint] = {}
+        """Each URL parsed, with its TLS context (None for ``http``)."""
         self._tls: ssl.SSLContext | None = None
         self._closed = False
 
@@ -408,44 +408,42 @@ class DirectHttp:
     ) -> tuple[int, dict[str, str], bytes]:
         """POST ``body``: the answer's status, headers (names in lower case, as botocore gives
         them) and body; a transport failure raises botocore's exception for it."""
-        session = self._session or await self._open()
-        known = self._urls.get(url)
-        if known is None:
-            target = yarl.URL(url)
-            tls = await self._tls_context() if target.scheme == "https" else True
-            known = self._urls[url] = (target, tls)
-        target, tls = known
+        endpoint = self._endpoints.get(url) or await self._endpoint(url)
         try:
-            async with session.post(target, data=body, headers=headers, ssl=tls) as response:
-                raw = await response.read()
-                answer = {k.decode().lower(): v.decode() for k, v in response.raw_headers}
-                return response.status, answer, raw
+            return await (self._pool or self._open()).post(endpoint, headers, body)
         except Exception as exc:
             raise transport_error(exc, url) from exc
 
-    async def _open(self) -> aiohttp.ClientSession:
-        if self._opening is None:
-            self._opening = asyncio.Lock()
-        async with self._opening:
-            if self._session is None:
-                http = self._http_config
-                self._session = aiohttp.ClientSession(
-                    connector=aiohttp.TCPConnector(
-                        limit=http.max_pool_connections, keepalive_timeout=KEEPALIVE_TIMEOUT
-                    ),
-                    timeout=aiohttp.ClientTimeout(
-                        sock_connect=http.connect_timeout, sock_read=http.read_timeout
-                    ),
-                    headers={"Accept-Encoding": "identity"},
-                    auto_decompress=False,
-                    cookie_jar=aiohttp.DummyCookieJar(),
-                )
-            return self._session
+    def _open(self) -> Http1Pool:
+        if self._closed:
+            raise ConnectionBroken("the client is closed", 0)
+        http = self._http_config
+        self._pool = Http1Pool(
+            limit=http.max_pool_connections,
+            connect_timeout=http.connect_timeout,
+            read_timeout=http.read_timeout,
+            keepalive_timeout=KEEPALIVE_TIMEOUT,
+        )
+        return self._pool
+
+    async def _endpoint(self, url: str) -> Endpoint:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http or https URL: {url!r}")
+        tls = await self._tls_context() if parts.scheme == "https" else None
+        port = parts.port or (443 if tls is not None else 80)
+        target = parts.path or "/"
+        if parts.query:
+            target = f"{target}?{parts.query}"
+        endpoint = self._endpoints[url] = Endpoint.of(
+            parts.scheme, parts.hostname, port, target, tls
+        )
+        return endpoint
 
     async def _tls_context(self) -> ssl.SSLContext:
-        if self._opening is None:
-            self._opening = asyncio.Lock()
-        async with self._opening:  # one context, however many first requests are in flight
+        if self._tls_lock is None:
+            self._tls_lock = asyncio.Lock()
+        async with self._tls_lock:  # one context, however many first requests are in flight
             if self._tls is None:
                 # The CA bundle is read from disk: off the event loop.
                 self._tls = await asyncio.to_thread(self._ssl_context)
@@ -466,29 +464,28 @@ class DirectHttp:
 
     async def close(self) -> None:
         self._closed = True
-        if self._session is not None:
-            await self._session.close()
+        if self._pool is not None:
+            await self._pool.close()
 
 
 def transport_error(exc: Exception, url: str) -> Exception:
-    """The botocore exception aiobotocore raises for ``exc``, an error of aiohttp's while it
-    sent a request to ``url``."""
+    """The botocore exception aiobotocore raises for ``exc``, a failure of
+    :mod:`kinesis_core.http1`'s while it sent a request to ``url``: aiohttp's error for the
+    same failure is what aiobotocore maps."""
     error: Exception
-    if isinstance(exc, aiohttp.ClientSSLError):
+    if isinstance(exc, ssl.SSLError):  # aiohttp's ClientSSLError
         error = SSLError(endpoint_url=url, error=exc)
-    elif isinstance(
-        exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, BadStatusLine)
-    ):
-        error = ConnectionClosedError(error=exc, request=None, endpoint_url=url)
-    elif isinstance(exc, aiohttp.ServerTimeoutError):
-        timeout = (
-            ConnectTimeoutError if str(exc).lower().startswith("connect") else ReadTimeoutError
-        )
-        error = timeout(endpoint_url=url, error=exc)
-    elif isinstance(exc, (aiohttp.ClientConnectionError, socket.gaierror)):
+    elif isinstance(exc, ConnectionBroken) and exc.reset is not None:  # ClientOSError
         error = EndpointConnectionError(endpoint_url=url, error=exc)
-    elif isinstance(exc, asyncio.TimeoutError):
+    elif isinstance(exc, (ConnectionBroken, MalformedAnswer)):
+        # aiohttp's ServerDisconnectedError, ClientPayloadError and BadStatusLine
+        error = ConnectionClosedError(error=exc, request=None, endpoint_url=url)
+    elif isinstance(exc, ConnectTimeout):
+        error = ConnectTimeoutError(endpoint_url=url, error=exc)
+    elif isinstance(exc, (ReadTimeout, asyncio.TimeoutError)):
         error = ReadTimeoutError(endpoint_url=url, error=exc)
+    elif isinstance(exc, OSError):  # ClientConnectorError; socket.gaierror is one too
+        error = EndpointConnectionError(endpoint_url=url, error=exc)
     else:
         error = HTTPClientError(error=exc)
     return error

@@ -6,18 +6,12 @@ within a second of the previous one, as AWS does."""
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import ssl
 from pathlib import Path
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from kinesis_core.checkpoint.base import Sentinel
 from kinesis_core.client import ClientConfig
@@ -42,6 +36,7 @@ from tests.fakes.fanout import (
     record,
     subscribe_event,
 )
+from tests.helpers.tls import self_signed_certificate
 
 pytestmark = pytest.mark.integration
 
@@ -53,35 +48,7 @@ EVENTS = [subscribe_event([record(n, bytes([n]) * 16_000)], str(n)) for n in ran
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 and its key (PEM files)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    folder = tmp_path_factory.mktemp("tls")
-    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
+    return self_signed_certificate(tmp_path_factory.mktemp("tls"))
 
 
 def server_tls(certificate: tuple[Path, Path]) -> ssl.SSLContext:

@@ -1,7 +1,8 @@
 """The lean calls' direct HTTP path (kinesis_core.client.DirectHttp) on real servers: after a
-route's first call, a client made by create_kinesis_client sends its lean calls straight on
-aiohttp, with the client's settings (TLS verification, timeouts), and its transport failures
-are botocore's exceptions, as on the client's own session."""
+route's first call, a client made by create_kinesis_client sends its lean calls on the
+library's own HTTP/1.1 client (kinesis_core.http1), with the client's settings (TLS
+verification, timeouts), and its transport failures are botocore's exceptions, as on the
+client's own session."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def _read_all(config: ClientConfig, stream: LocalStream) -> tuple[int, list[byte
     return asyncio.run(main())
 
 
-def test_lean_calls_go_straight_to_aiohttp_and_read_everything(make_stream: Any) -> None:
+def test_lean_calls_go_on_the_direct_client_and_read_everything(make_stream: Any) -> None:
     stream: LocalStream = make_stream(1)
     sent = [f"record-{i}".encode() for i in range(8)]
     for data in sent:

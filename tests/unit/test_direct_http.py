@@ -1,16 +1,15 @@
 """kinesis_core.client.DirectHttp's choices without a server: which URLs it sends (none a proxy
-applies to) and which botocore exception each transport failure of aiohttp becomes (the one
-aiobotocore raises for it)."""
+applies to) and which botocore exception each transport failure becomes (the one aiobotocore
+raises for aiohttp's error for the same failure)."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 
-import aiohttp
 import pytest
 from aiobotocore.config import AioConfig
-from aiohttp.client_reqrep import ConnectionKey
 from botocore.exceptions import (
     ConnectionClosedError,
     ConnectTimeoutError,
@@ -21,6 +20,7 @@ from botocore.exceptions import (
 )
 
 from kinesis_core.client import ClientConfig, DirectHttp, direct_http, transport_error
+from kinesis_core.http1 import ConnectionBroken, ConnectTimeout, MalformedAnswer, ReadTimeout
 
 URL = "https://kinesis.eu-west-1.amazonaws.com/"
 
@@ -54,24 +54,34 @@ def test_a_closed_session_sends_nothing() -> None:
     assert not direct.handles(URL)
 
 
+def test_a_closed_session_opens_no_connection_when_asked_anyway() -> None:
+    direct = _direct()
+
+    async def main() -> None:
+        await direct.close()
+        with pytest.raises(ConnectionClosedError):
+            await direct.post("http://127.0.0.1:9/", {}, b"{}")  # nothing listens at 9 either
+
+    asyncio.run(main())
+
+
 def test_a_client_not_made_here_has_none() -> None:
     assert direct_http(object()) is None
     assert direct_http([]) is None  # unhashable
 
 
-_KEY = ConnectionKey("kinesis.example", 443, True, True, None, None, None)
-
-
 @pytest.mark.parametrize(
     ("failure", "expected"),
     [
-        (aiohttp.ClientSSLError(_KEY, OSError("bad certificate")), SSLError),
-        (aiohttp.ServerDisconnectedError(), ConnectionClosedError),
-        (aiohttp.ClientPayloadError("truncated"), ConnectionClosedError),
-        (aiohttp.ServerTimeoutError("Connection timeout to host"), ConnectTimeoutError),
-        (aiohttp.ServerTimeoutError("Timeout on reading data from socket"), ReadTimeoutError),
-        (aiohttp.ClientConnectorError(_KEY, OSError("refused")), EndpointConnectionError),
-        (aiohttp.ClientOSError(), EndpointConnectionError),
+        (ssl.SSLCertVerificationError("certificate verify failed"), SSLError),
+        (ssl.SSLError("bad record mac"), SSLError),
+        (ConnectionBroken("closed before answering", 0), ConnectionClosedError),
+        (ConnectionBroken("closed in the body", 10), ConnectionClosedError),
+        (ConnectionBroken("reset", 0, ConnectionResetError()), EndpointConnectionError),
+        (MalformedAnswer("not an HTTP/1.x status line"), ConnectionClosedError),
+        (ConnectTimeout("no connection in 5 s"), ConnectTimeoutError),
+        (ReadTimeout("no answer for 30 s"), ReadTimeoutError),
+        (ConnectionRefusedError(), EndpointConnectionError),
         (socket.gaierror(), EndpointConnectionError),
         (asyncio.TimeoutError(), ReadTimeoutError),
         (ValueError("anything else"), HTTPClientError),
@@ -80,5 +90,6 @@ _KEY = ConnectionKey("kinesis.example", 443, True, True, None, None, None)
 def test_transport_failures_become_botocores_exceptions(
     failure: Exception, expected: type[Exception]
 ) -> None:
+    """Each as aiobotocore raises aiohttp's error for the same failure."""
     error = transport_error(failure, URL)
     assert type(error) is expected

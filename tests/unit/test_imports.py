@@ -33,6 +33,7 @@ PURE = [
     "kinesis_core.classify",
     "kinesis_core.errors",
     "kinesis_core.hashing",
+    "kinesis_core.http1",
     "kinesis_core.lifecycle",
     "kinesis_core.overrides",
     "kinesis_core.record_size",
