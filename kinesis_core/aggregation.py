@@ -112,6 +112,7 @@ class AggregateBuilder:
         "_payload",
         "_pk_entries",
         "_pk_index",
+        "_pk_runs",
     )
 
     def __init__(self, max_size: int = DEFAULT_MAX_SIZE) -> None:
@@ -125,6 +126,9 @@ class AggregateBuilder:
             )
         self._max_size = max_size
         self._pk_index: dict[str, int] = {}
+        self._pk_runs: list[tuple[Sequence[str], int, set[str]]] = []
+        """Runs of keys ``_add_new`` put in the key table and not in ``_pk_index`` yet: their
+        keys in order, the index of the first, and the run's keys as a set (``_keys``)."""
         self._ehk_index: dict[str, int] = {}
         self._pk_entries: list[bytes] = []
         self._ehk_entries: list[bytes] = []
@@ -194,10 +198,11 @@ class AggregateBuilder:
         """
         n = len(data)
         growth = n
-        i = self._pk_index.get(partition_key)
+        pk_index = self._keys()
+        i = pk_index.get(partition_key)
         pk_entry = None
         if i is None:
-            i = len(self._pk_index)
+            i = len(pk_index)
             pk_entry = _string_field(b"\x0a", partition_key)
             growth += len(pk_entry)
         ehk_entry = None
@@ -237,7 +242,8 @@ class AggregateBuilder:
         elif body_size > self._limit:
             return False
         if pk_entry is not None:
-            self._pk_index[partition_key] = len(self._pk_index)
+            pk_index = self._keys()
+            pk_index[partition_key] = len(pk_index)
             self._pk_entries.append(pk_entry)
         if ehk_entry is not None and explicit_hash_key is not None:
             self._ehk_index[explicit_hash_key] = len(self._ehk_entries)
@@ -264,7 +270,7 @@ class AggregateBuilder:
             end = self._add_new(partition_keys, datas, start, stop)
             if end is not None:
                 return end
-        pk_index = self._pk_index
+        pk_index = self._keys()
         pk_entries = self._pk_entries
         parts = self._parts
         body_size = self._body_size
@@ -327,11 +333,16 @@ class AggregateBuilder:
         keys = partition_keys[start:stop]
         m = len(keys)
         pk_index = self._pk_index
-        first = len(pk_index)
+        runs = self._pk_runs
+        first = runs[-1][1] + len(runs[-1][0]) if runs else len(pk_index)
         if first + m > 0x4000:
             return None
         distinct = set(keys)
-        if len(distinct) != m or not pk_index.keys().isdisjoint(distinct):
+        if (
+            len(distinct) != m
+            or not pk_index.keys().isdisjoint(distinct)
+            or not all(map(distinct.isdisjoint, [seen for _, _, seen in runs]))
+        ):
             return None
         raws = list(map(str.encode, keys))
         raw_lens = list(map(len, raws))
@@ -387,12 +398,22 @@ class AggregateBuilder:
         entries[0::2] = list(map(_PK_FIELD_PREFIXES.__getitem__, raw_lens))
         entries[1::2] = raws
         self._pk_entries += entries
-        pk_index.update(zip(keys, range(first, first + k), strict=True))
+        runs.append((keys, first, distinct))  # not in pk_index: an aggregate is rarely asked
         self._body_size += growth
         data_size = sum(lens)
         self._data_size += data_size
         self._payload += data_size + sum(map(len, keys))
         return start + k
+
+    def _keys(self) -> dict[str, int]:
+        """The index of every key in the key table, the runs of ``_add_new`` included."""
+        pk_index = self._pk_index
+        runs = self._pk_runs
+        if runs:
+            for keys, first, _ in runs:
+                pk_index.update(zip(keys, range(first, first + len(keys)), strict=True))
+            runs.clear()
+        return pk_index
 
     def add(self, partition_key: str, explicit_hash_key: str | None, data: bytes) -> None:
         """Add the record; ValueError if it does not fit (check with ``fits`` first)."""
@@ -411,6 +432,7 @@ class AggregateBuilder:
 
     def clear(self) -> None:
         self._pk_index.clear()
+        self._pk_runs = []
         self._ehk_index.clear()
         self._pk_entries = []
         self._ehk_entries = []

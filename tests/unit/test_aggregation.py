@@ -300,6 +300,32 @@ def test_a_run_added_column_by_column_is_what_try_add_makes(
     ]
 
 
+def test_runs_column_by_column_and_by_the_loop_share_one_key_table() -> None:
+    # Runs of new keys (column by column), then a run repeating a key of the first (the
+    # loop, which must find its index), then new keys again, then a key of each kind.
+    runs = [
+        [f"a{i}" for i in range(20)],
+        [f"b{i}" for i in range(20)],
+        [f"c{i}" for i in range(10)] + ["a3"] + [f"c{i}" for i in range(10, 20)],
+        [f"d{i}" for i in range(200)],
+        ["b7", "d150", "c15", "first"] + [f"e{i}" for i in range(10)],
+    ]
+    one_by_one = AggregateBuilder(60_000)
+    by_run = AggregateBuilder(60_000)
+    for builder in (one_by_one, by_run):
+        assert builder.try_add("first", None, b"x")
+    records: list[SubRecord] = [SubRecord("first", None, b"x")]
+    for keys in runs:
+        datas = [key.encode() * 3 for key in keys]
+        for key, data in zip(keys, datas, strict=True):
+            assert one_by_one.try_add(key, None, data)
+        assert by_run.add_run(keys, datas, 0, len(keys)) == len(keys)
+        records += [SubRecord(key, None, data) for key, data in zip(keys, datas, strict=True)]
+        assert (by_run.size, by_run.build()) == (one_by_one.size, one_by_one.build())
+    assert by_run.build() == encode_aggregate(records)
+    assert decode_aggregate(by_run.build()) == records
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(sub_records, st.none() | tags), min_size=1, max_size=20))
 def test_column_views_agree_with_the_official_schema(
