@@ -12,10 +12,11 @@ Everything here is sans-I/O and synchronous.
 from __future__ import annotations
 
 import struct
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from hashlib import md5
-from itertools import count, repeat
-from operator import attrgetter, methodcaller
+from itertools import accumulate, count, repeat
+from operator import add, attrgetter, methodcaller
 from typing import Any, cast
 
 from google.protobuf.message import DecodeError
@@ -41,6 +42,11 @@ _pack_header1 = struct.Struct("6B").pack
 """A record header (``_record_header``) with a one-byte index and a one-byte data length."""
 _pack_header2 = struct.Struct("7B").pack
 """The same with a two-byte index."""
+_INDEX_LOW = bytes((i & 0x7F) | 0x80 for i in range(0x4000))
+_INDEX_HIGH = bytes(i >> 7 for i in range(0x4000))
+"""The two bytes of each key-table index of 128 to 16,383 as a varint (``_add_new``)."""
+_COLUMNS_FROM = 8
+"""``add_run`` takes a run of at least this many records column by column (``_add_new``)."""
 
 
 def _varint(value: int) -> bytes:
@@ -106,6 +112,7 @@ class AggregateBuilder:
         "_payload",
         "_pk_entries",
         "_pk_index",
+        "_pk_runs",
     )
 
     def __init__(self, max_size: int = DEFAULT_MAX_SIZE) -> None:
@@ -119,6 +126,9 @@ class AggregateBuilder:
             )
         self._max_size = max_size
         self._pk_index: dict[str, int] = {}
+        self._pk_runs: list[tuple[Sequence[str], int, set[str]]] = []
+        """Runs of keys ``_add_new`` put in the key table and not in ``_pk_index`` yet: their
+        keys in order, the index of the first, and the run's keys as a set (``_keys``)."""
         self._ehk_index: dict[str, int] = {}
         self._pk_entries: list[bytes] = []
         self._ehk_entries: list[bytes] = []
@@ -188,10 +198,11 @@ class AggregateBuilder:
         """
         n = len(data)
         growth = n
-        i = self._pk_index.get(partition_key)
+        pk_index = self._keys()
+        i = pk_index.get(partition_key)
         pk_entry = None
         if i is None:
-            i = len(self._pk_entries)
+            i = len(pk_index)
             pk_entry = _string_field(b"\x0a", partition_key)
             growth += len(pk_entry)
         ehk_entry = None
@@ -231,7 +242,8 @@ class AggregateBuilder:
         elif body_size > self._limit:
             return False
         if pk_entry is not None:
-            self._pk_index[partition_key] = len(self._pk_entries)
+            pk_index = self._keys()
+            pk_index[partition_key] = len(pk_index)
             self._pk_entries.append(pk_entry)
         if ehk_entry is not None and explicit_hash_key is not None:
             self._ehk_index[explicit_hash_key] = len(self._ehk_entries)
@@ -254,7 +266,11 @@ class AggregateBuilder:
         """
         if self._first is None:
             raise ValueError("the aggregate is empty: add its first record with try_add")
-        pk_index = self._pk_index
+        if stop - start >= _COLUMNS_FROM:
+            end = self._add_new(partition_keys, datas, start, stop)
+            if end is not None:
+                return end
+        pk_index = self._keys()
         pk_entries = self._pk_entries
         parts = self._parts
         body_size = self._body_size
@@ -275,7 +291,7 @@ class AggregateBuilder:
             i = pk_index.get(partition_key)
             entry = b""
             if i is None:
-                i = len(pk_entries)
+                i = len(pk_index)
                 raw = partition_key.encode("utf-8")
                 entry = (
                     prefixes[len(raw)] + raw
@@ -305,6 +321,100 @@ class AggregateBuilder:
         self._payload = payload
         return pos
 
+    def _add_new(
+        self, partition_keys: Sequence[str], datas: Sequence[bytes], start: int, stop: int
+    ) -> int | None:
+        """``add_run`` column by column, the loops in C (``map``), for the usual run: keys
+        new to the aggregate and distinct (random partition keys), each under 128 bytes in
+        UTF-8, data under 123 bytes, and key-table indexes under 16,384. Each record then
+        grows the body by its key-table entry (2 bytes and the key), its data and its header
+        (6 bytes while its index is under 128, 7 from there). None, with nothing done, for
+        any other run: the loop of ``add_run`` takes it."""
+        keys = partition_keys[start:stop]
+        m = len(keys)
+        pk_index = self._pk_index
+        runs = self._pk_runs
+        first = runs[-1][1] + len(runs[-1][0]) if runs else len(pk_index)
+        if first + m > 0x4000:
+            return None
+        distinct = set(keys)
+        if (
+            len(distinct) != m
+            or not pk_index.keys().isdisjoint(distinct)
+            or not all(map(distinct.isdisjoint, [seen for _, _, seen in runs]))
+        ):
+            return None
+        raws = list(map(str.encode, keys))
+        raw_lens = list(map(len, raws))
+        run = datas[start:stop]
+        lens = list(map(len, run))
+        if max(raw_lens) >= 0x80 or max(lens) >= 0x7B:
+            return None
+        short = max(0, 0x80 - first)
+        """How many of the run's indexes take one byte."""
+        room = self._limit - self._body_size
+        k = m
+        growth = sum(raw_lens) + sum(lens) + 8 * m + max(0, m - short)
+        if growth > room:
+            sums: list[int] = list(accumulate(map(add, raw_lens, lens)))
+
+            def growth_of(count: int) -> int:
+                """What the run's first ``count`` records add to the body."""
+                return sums[count - 1] + 8 * count + max(0, count - short)
+
+            k = bisect_right(range(1, m + 1), room, key=growth_of)
+            if not k:
+                return start
+            growth = growth_of(k)
+            keys, raws, raw_lens, lens, run = keys[:k], raws[:k], raw_lens[:k], lens[:k], run[:k]
+        one = min(short, k)
+        headers = list(
+            map(
+                _pack_header1,
+                repeat(0x1A),
+                map(add, lens[:one], repeat(4)),
+                repeat(0x08),
+                range(first, first + one),
+                repeat(0x1A),
+                lens[:one],
+            )
+        )
+        if one < k:
+            headers += map(
+                _pack_header2,
+                repeat(0x1A),
+                map(add, lens[one:], repeat(5)),
+                repeat(0x08),
+                _INDEX_LOW[first + one : first + k],
+                _INDEX_HIGH[first + one : first + k],
+                repeat(0x1A),
+                lens[one:],
+            )
+        parts: list[bytes] = [b""] * (2 * k)
+        parts[0::2] = headers
+        parts[1::2] = run
+        self._parts += parts
+        entries: list[bytes] = parts[: 2 * k]
+        entries[0::2] = list(map(_PK_FIELD_PREFIXES.__getitem__, raw_lens))
+        entries[1::2] = raws
+        self._pk_entries += entries
+        runs.append((keys, first, distinct))  # not in pk_index: an aggregate is rarely asked
+        self._body_size += growth
+        data_size = sum(lens)
+        self._data_size += data_size
+        self._payload += data_size + sum(map(len, keys))
+        return start + k
+
+    def _keys(self) -> dict[str, int]:
+        """The index of every key in the key table, the runs of ``_add_new`` included."""
+        pk_index = self._pk_index
+        runs = self._pk_runs
+        if runs:
+            for keys, first, _ in runs:
+                pk_index.update(zip(keys, range(first, first + len(keys)), strict=True))
+            runs.clear()
+        return pk_index
+
     def add(self, partition_key: str, explicit_hash_key: str | None, data: bytes) -> None:
         """Add the record; ValueError if it does not fit (check with ``fits`` first)."""
         if not self.try_add(partition_key, explicit_hash_key, data):
@@ -322,6 +432,7 @@ class AggregateBuilder:
 
     def clear(self) -> None:
         self._pk_index.clear()
+        self._pk_runs = []
         self._ehk_index.clear()
         self._pk_entries = []
         self._ehk_entries = []

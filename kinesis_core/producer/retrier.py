@@ -61,7 +61,6 @@ from kinesis_core.producer.result import (
     last_failure,
 )
 
-_sink_of = attrgetter("sink")
 _ended_at = attrgetter("ended_at")
 
 _BACK_OFF = frozenset(
@@ -386,22 +385,27 @@ class Retrier:
         success = Attempt(outcome.started_at, outcome.ended_at, True, shard_id=shard_id)
         records = kr.records
         retried = 0
-        sink_key = records[0].sink
-        # The usual case, every record of one caller on its first trip, found in one pass:
-        # then one sink call for the aggregate instead of one per record.
-        indexes = [ur.index for ur in records if not ur.attempts and ur.sink == sink_key]
-        first: History = (success,)
-        if len(indexes) == len(records):
-            self.sinks[sink_key].succeeded_run(indexes, 0, shard_id, sequence_number, first)
-        elif [ur for ur in records if ur.attempts]:
-            retried = self._succeed_each(records, shard_id, sequence_number, success)
-        else:
-            sub = 0
-            for sink_key, run in groupby(records, _sink_of):
-                indexes = [ur.index for ur in run]
-                self.sinks[sink_key].succeeded_run(indexes, sub, shard_id, sequence_number, first)
-                sub += len(indexes)
         n = len(records)
+        # The usual case, every record on its first trip, found in one pass: then one sink
+        # call per caller's run of records (an aggregate holds the end of one batch and the
+        # start of the next) instead of one per record.
+        indexes = [ur.index for ur in records if not ur.attempts]
+        if len(indexes) == n:
+            first: History = (success,)
+            sinks = self.sinks
+            sub = 0
+            for sink_key, run in groupby([ur.sink for ur in records]):
+                end = sub + len(list(run))
+                sinks[sink_key].succeeded_run(
+                    indexes if end - sub == n else indexes[sub:end],
+                    sub,
+                    shard_id,
+                    sequence_number,
+                    first,
+                )
+                sub = end
+        else:
+            retried = self._succeed_each(records, shard_id, sequence_number, success)
         self.released_records += n
         self.released_bytes += records_cost(kr.payload, n)
         metrics = self.metrics

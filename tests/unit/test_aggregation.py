@@ -263,6 +263,69 @@ def test_a_run_of_records_is_added_while_it_fits_as_try_add_adds_them() -> None:
         AggregateBuilder().add_run(keys, datas, 0, 1)
 
 
+@pytest.mark.parametrize(
+    ("keys", "sizes", "max_size"),
+    [
+        ([f"{i:016x}" for i in range(600)], [100] * 600, 51_200),  # fills up past index 128
+        ([f"{i:x}" for i in range(300)], [i % 123 for i in range(300)], 60_000),  # all fit
+        ([f"{i:x}" for i in range(20)], [10] * 20, 200),  # the run ends inside its first keys
+        ([f"k{i}" for i in range(40)] + ["k3"], [5] * 41, 9_000),  # a key seen in the run
+        (["é" * 70 + str(i) for i in range(30)], [1] * 30, 9_000),  # UTF-8 keys of 128+ bytes
+        ([f"{i}" for i in range(30)], [1] * 29 + [123], 9_000),  # data of a 2-byte length
+        (["first"] + [f"{i}" for i in range(30)], [1] * 31, 9_000),  # a key the table holds
+    ],
+)
+def test_a_run_added_column_by_column_is_what_try_add_makes(
+    keys: list[str], sizes: list[int], max_size: int
+) -> None:
+    datas = [bytes([i % 256]) * n for i, n in enumerate(sizes)]
+    one_by_one = AggregateBuilder(max_size)
+    by_run = AggregateBuilder(max_size)
+    for builder in (one_by_one, by_run):
+        assert builder.try_add("first", None, b"x")
+    added = 0
+    while added < len(keys) and one_by_one.try_add(keys[added], None, datas[added]):
+        added += 1
+    assert by_run.add_run(keys, datas, 0, len(keys)) == added
+    assert by_run.add_run(keys, datas, added, len(keys)) == added  # full: nothing more
+    assert (by_run.count, by_run.size, by_run.data_size, by_run.payload, by_run.build()) == (
+        one_by_one.count,
+        one_by_one.size,
+        one_by_one.data_size,
+        one_by_one.payload,
+        one_by_one.build(),
+    )
+    assert decode_aggregate(by_run.build()) == [SubRecord("first", None, b"x")] + [
+        SubRecord(key, None, data) for key, data in zip(keys[:added], datas[:added], strict=True)
+    ]
+
+
+def test_runs_column_by_column_and_by_the_loop_share_one_key_table() -> None:
+    # Runs of new keys (column by column), then a run repeating a key of the first (the
+    # loop, which must find its index), then new keys again, then a key of each kind.
+    runs = [
+        [f"a{i}" for i in range(20)],
+        [f"b{i}" for i in range(20)],
+        [f"c{i}" for i in range(10)] + ["a3"] + [f"c{i}" for i in range(10, 20)],
+        [f"d{i}" for i in range(200)],
+        ["b7", "d150", "c15", "first"] + [f"e{i}" for i in range(10)],
+    ]
+    one_by_one = AggregateBuilder(60_000)
+    by_run = AggregateBuilder(60_000)
+    for builder in (one_by_one, by_run):
+        assert builder.try_add("first", None, b"x")
+    records: list[SubRecord] = [SubRecord("first", None, b"x")]
+    for keys in runs:
+        datas = [key.encode() * 3 for key in keys]
+        for key, data in zip(keys, datas, strict=True):
+            assert one_by_one.try_add(key, None, data)
+        assert by_run.add_run(keys, datas, 0, len(keys)) == len(keys)
+        records += [SubRecord(key, None, data) for key, data in zip(keys, datas, strict=True)]
+        assert (by_run.size, by_run.build()) == (one_by_one.size, one_by_one.build())
+    assert by_run.build() == encode_aggregate(records)
+    assert decode_aggregate(by_run.build()) == records
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(sub_records, st.none() | tags), min_size=1, max_size=20))
 def test_column_views_agree_with_the_official_schema(
