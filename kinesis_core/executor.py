@@ -63,6 +63,7 @@ from kinesis_core.consumer.transport import CheckStream, StreamView
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.fanout.registration import parse_consumer_arn
 from kinesis_core.lean_get_records import LeanGetRecords
+from kinesis_core.lean_get_shard_iterator import LeanGetShardIterator
 from kinesis_core.retry import Retry, RetryPolicy
 from kinesis_core.shards import ShardInfo
 from kinesis_core.stream import StreamRef
@@ -159,7 +160,8 @@ class AsyncExecutor:
     """Executes calls on an aiobotocore Kinesis client (the caller owns it), waiting on
     ``clock``. ``fanout`` (a :class:`~kinesis_core.fanout.FanOutClient`) opens the
     subscriptions of fan-out readers. With ``lean_get_records`` the polling readers' GetRecords
-    skip botocore's per-call machinery (:mod:`kinesis_core.lean_get_records`)."""
+    and GetShardIterator skip botocore's per-call machinery (:mod:`kinesis_core.lean_get_records`,
+    :mod:`kinesis_core.lean_get_shard_iterator`)."""
 
     def __init__(
         self,
@@ -176,6 +178,7 @@ class AsyncExecutor:
         self.clock = clock
         self.fanout = fanout
         self.lean = LeanGetRecords.of(client) if lean_get_records else None
+        self.lean_iterators = LeanGetShardIterator.of(client) if lean_get_records else None
         self._rng = rng
         self._view_max_age = view_max_age
         self._listing_max_age = listing_max_age
@@ -273,13 +276,26 @@ class _ShardRequests:
     """The client calls of one shard's polling reader: GetRecords (with the stream's
     ``StreamId``, if any) and GetShardIterator (naming the stream and the shard)."""
 
-    __slots__ = ("_client", "_lean", "_records_params", "_shard_id", "_stream_params")
+    __slots__ = (
+        "_client",
+        "_lean",
+        "_lean_iterators",
+        "_records_params",
+        "_shard_id",
+        "_stream_params",
+    )
 
     def __init__(
-        self, client: Any, stream: StreamRef, shard_id: str, lean: LeanGetRecords | None = None
+        self,
+        client: Any,
+        stream: StreamRef,
+        shard_id: str,
+        lean: LeanGetRecords | None = None,
+        lean_iterators: LeanGetShardIterator | None = None,
     ) -> None:
         self._client = client
         self._lean = lean
+        self._lean_iterators = lean_iterators
         self._stream_params = stream.params()
         self._records_params = records_params(stream)
         self._shard_id = shard_id
@@ -293,9 +309,10 @@ class _ShardRequests:
                 ShardIterator=call.iterator, Limit=call.limit, **self._records_params
             )
         if isinstance(call, GetIterator):
-            return self._client.get_shard_iterator(
-                **self._stream_params, ShardId=self._shard_id, **call.params
-            )
+            params = {**self._stream_params, "ShardId": self._shard_id, **call.params}
+            if self._lean_iterators is not None:
+                return self._lean_iterators.get_shard_iterator(params)
+            return self._client.get_shard_iterator(**params)
         return None
 
 
@@ -308,7 +325,9 @@ class AsyncShardLink:
         self, executor: AsyncExecutor, stream: StreamRef, shard_id: str, consumer_arn: str | None
     ) -> None:
         self._executor = executor
-        self._requests = _ShardRequests(executor.client, stream, shard_id, executor.lean)
+        self._requests = _ShardRequests(
+            executor.client, stream, shard_id, executor.lean, executor.lean_iterators
+        )
         self._stream = stream
         self._shard_id = shard_id
         self._consumer_arn = consumer_arn

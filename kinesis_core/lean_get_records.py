@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from kinesis_core.consumer.fastparse import parse_get_records
-from kinesis_core.lean_requests import LeanRequests, response_metadata
+from kinesis_core.lean_requests import LeanRequests, Route, response_metadata
 
 EVENT = "before-send.kinesis.GetRecords"
 
@@ -39,14 +39,18 @@ class LeanGetRecords(LeanRequests):
         """GetRecords' answer in botocore's shape, its ``Records`` as the fast parser's
         ``WireRecord`` s (botocore's dicts on a call botocore sends); raises what botocore
         would raise."""
-        route = self.route(params.get("StreamId"))
-        if route is None:
+
+        async def by_botocore() -> dict[str, Any]:
             response: dict[str, Any] = await self._client.get_records(
                 ShardIterator=iterator, Limit=limit, **params
             )
             return response
-        body = msgspec.json.encode({"ShardIterator": iterator, "Limit": limit, **params})
-        raw, headers = await self.post(route, body)
-        parsed = parse_get_records(raw)
-        parsed["ResponseMetadata"] = response_metadata(headers)
-        return parsed
+
+        async def lean(route: Route) -> dict[str, Any]:
+            body = msgspec.json.encode({"ShardIterator": iterator, "Limit": limit, **params})
+            raw, headers = await self.post(route, body)
+            parsed = parse_get_records(raw)
+            parsed["ResponseMetadata"] = response_metadata(headers)
+            return parsed
+
+        return await self.call(params.get("StreamId"), by_botocore, lean)

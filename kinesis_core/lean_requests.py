@@ -31,6 +31,7 @@ the calls of different streams to different endpoints.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hmac
 import http.client
@@ -38,7 +39,7 @@ import json
 import logging
 import time
 import weakref
-from collections.abc import Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass
 from hashlib import sha256
 from typing import Any, ClassVar, TypeVar
@@ -57,6 +58,7 @@ _ALGORITHM = "AWS4-HMAC-SHA256"
 _SIGV4 = f"{_ALGORITHM} "
 
 _L = TypeVar("_L", bound="LeanRequests")
+_T = TypeVar("_T")
 
 _BY_CLIENT: weakref.WeakKeyDictionary[Any, dict[type[LeanRequests], LeanRequests]] = (
     weakref.WeakKeyDictionary()
@@ -243,6 +245,11 @@ class LeanRequests:
         self.sent = 0
         """Requests sent by :meth:`post` (those of unlearned routes are botocore's calls)."""
         self._routes: dict[Hashable, Route] = {}
+        # Per route key: the first call on its way through botocore (to learn the route), which
+        # the calls made meanwhile wait for; and the keys whose first call learned nothing
+        # (their calls no longer wait).
+        self._learning: dict[Hashable, asyncio.Event] = {}
+        self._unlearned: set[Hashable] = set()
         self._target = f"Kinesis_20131202.{self.OPERATION}"
         self._sigv4 = SigV4()
         # Per route: whether our signature of its first call was botocore's.
@@ -280,6 +287,35 @@ class LeanRequests:
         """The route learned for ``key``'s stream, or None: its next call goes through
         botocore."""
         return self._routes.get(key)
+
+    async def call(
+        self,
+        key: Hashable,
+        by_botocore: Callable[[], Awaitable[_T]],
+        lean: Callable[[Route], Awaitable[_T]],
+    ) -> _T:
+        """``lean(route)`` once ``key``'s route is learned; until then ``by_botocore()``, which
+        teaches it. Calls made while a key's first call is on its way wait for it, and go the
+        lean way if it taught the route: a reader of hundreds of shards starts them all at
+        once, and each would otherwise pay for a botocore call (about 1 ms of CPU) that only
+        the first needs."""
+        route = self._routes.get(key)
+        if route is None and key not in self._unlearned:
+            first = self._learning.get(key)
+            if first is None:
+                self._learning[key] = first = asyncio.Event()
+                try:
+                    return await by_botocore()
+                finally:
+                    del self._learning[key]
+                    if key not in self._routes:
+                        self._unlearned.add(key)
+                    first.set()
+            await first.wait()
+            route = self._routes.get(key)
+        if route is None:
+            return await by_botocore()
+        return await lean(route)
 
     def _learn(self, request: Any, **_: Any) -> None:
         route = route_of(str(request.url), request.headers)

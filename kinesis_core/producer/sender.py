@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from pybase64 import b64encode
 
 from kinesis_core.classify import INTERNAL, error_details, error_message
-from kinesis_core.lean_requests import LeanRequests
+from kinesis_core.lean_requests import LeanRequests, Route
 from kinesis_core.producer.items import KinesisRecordOut, PutBatch
 from kinesis_core.producer.retrier import SendOutcome
 from kinesis_core.stream import StreamRef
@@ -82,9 +82,8 @@ class LeanPutRecords(LeanRequests):
     ) -> list[dict[str, Any]]:
         """PutRecords of ``records``: the response's ``Records``; raises what botocore would
         raise."""
-        key = tuple(params.items())
-        route = self.route(key)
-        if route is None:
+
+        async def by_botocore() -> list[dict[str, Any]]:
             token = _STREAM.set(key)
             try:
                 response = await self._client.put_records(
@@ -94,9 +93,14 @@ class LeanPutRecords(LeanRequests):
                 _STREAM.reset(token)
             entries: list[dict[str, Any]] = response["Records"]
             return entries
-        raw, _ = await self.post(route, put_records_body(params, records))
-        entries = json.loads(raw)["Records"]
-        return entries
+
+        async def lean(route: Route) -> list[dict[str, Any]]:
+            raw, _ = await self.post(route, put_records_body(params, records))
+            entries: list[dict[str, Any]] = json.loads(raw)["Records"]
+            return entries
+
+        key = tuple(params.items())
+        return await self.call(key, by_botocore, lean)
 
 
 def put_records_body(params: Mapping[str, str], records: list[KinesisRecordOut]) -> bytes:

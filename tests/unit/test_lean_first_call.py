@@ -1,0 +1,177 @@
+"""How lean senders learn a route: a key's first call goes through botocore, and the calls made
+while it is on its way wait for it (LeanRequests.call), with the route learned from botocore's
+``before-send`` event as on a real client; no network (a recording HTTP session answers)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+from botocore.awsrequest import AWSRequest
+
+from kinesis_core.client import ClientConfig, create_kinesis_client
+from kinesis_core.lean_requests import LeanRequests, Route
+
+AUTH = (
+    "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261126/eu-west-1/kinesis/aws4_request, "
+    "SignedHeaders=content-type;host;x-amz-date;x-amz-target, Signature=abc"
+)
+CONFIG = ClientConfig(
+    region_name="eu-west-1",
+    endpoint_url="http://127.0.0.1:9",
+    aws_access_key_id="AKIDEXAMPLE",
+    aws_secret_access_key="secret",
+)
+
+
+class _Lean(LeanRequests):
+    OPERATION = "DescribeLimits"
+
+    def route_key(self, request: Any) -> Any:
+        return request.body.decode()
+
+
+class _Calls:
+    """A lean sender on a real client, with a botocore call that the test releases, and a
+    record of which way every call went."""
+
+    def __init__(self, client: Any) -> None:
+        self.lean = _Lean(client, client._request_signer, None)
+        self._client = client
+        self.release = asyncio.Event()
+        self.by_botocore: list[str] = []
+        self.by_lean: list[tuple[str, str]] = []
+        self.teaches = True
+        self.fails = False
+
+    async def _botocore(self, key: str) -> str:
+        self.by_botocore.append(key)
+        await self.release.wait()
+        if self.teaches:
+            request = AWSRequest(
+                method="POST", url=f"https://{key}.example/", data=key.encode(), headers={}
+            ).prepare()
+            request.headers["Authorization"] = AUTH
+            await self._client.meta.events.emit(
+                f"before-send.kinesis.{_Lean.OPERATION}", request=request
+            )
+        if self.fails:
+            raise ConnectionError(f"{key}: refused")
+        return "botocore"
+
+    async def _lean(self, key: str, route: Route) -> str:
+        self.by_lean.append((key, route.url))
+        return "lean"
+
+    def call(self, key: str) -> Coroutine[Any, Any, str]:
+        return self.lean.call(
+            key, lambda: self._botocore(key), lambda route: self._lean(key, route)
+        )
+
+
+def _run(test: Callable[[_Calls], Coroutine[Any, Any, None]]) -> None:
+    async def main() -> None:
+        async with create_kinesis_client(CONFIG, max_attempts=1) as client:
+            await test(_Calls(client))
+
+    asyncio.run(main())
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_calls_made_during_a_keys_first_call_wait_for_it_and_go_the_lean_way() -> None:
+    async def test(calls: _Calls) -> None:
+        started = [asyncio.ensure_future(calls.call("s")) for _ in range(50)]
+        await _settle()
+        assert calls.by_botocore == ["s"], "only the first call goes through botocore"
+        assert not any(task.done() for task in started)
+        calls.release.set()
+        assert await asyncio.gather(*started) == ["botocore"] + ["lean"] * 49
+        assert calls.by_lean == [("s", "https://s.example/")] * 49
+        assert await calls.call("s") == "lean"
+        assert calls.by_botocore == ["s"]
+
+    _run(test)
+
+
+def test_each_key_learns_its_own_route_without_waiting_for_the_others() -> None:
+    async def test(calls: _Calls) -> None:
+        started = [asyncio.ensure_future(calls.call(key)) for key in ("a", "b", "a", "b")]
+        await _settle()
+        assert calls.by_botocore == ["a", "b"]
+        calls.release.set()
+        assert await asyncio.gather(*started) == ["botocore", "botocore", "lean", "lean"]
+        assert calls.by_lean == [("a", "https://a.example/"), ("b", "https://b.example/")]
+
+    _run(test)
+
+
+def test_when_the_first_call_learns_nothing_the_calls_stop_waiting() -> None:
+    """A route that cannot be learned (a client that does not sign with SigV4) must not make
+    its calls go one at a time: after the first, they all go through botocore at once."""
+
+    async def test(calls: _Calls) -> None:
+        calls.teaches = False
+        first = [asyncio.ensure_future(calls.call("s")) for _ in range(3)]
+        await _settle()
+        calls.release.set()
+        assert await asyncio.gather(*first) == ["botocore"] * 3
+        calls.release.clear()
+        later = [asyncio.ensure_future(calls.call("s")) for _ in range(4)]
+        await _settle()
+        assert len(calls.by_botocore) == 3 + 4, "later calls waited for one another"
+        calls.teaches = True
+        calls.release.set()
+        assert await asyncio.gather(*later) == ["botocore"] * 4
+        assert await calls.call("s") == "lean", "a route botocore shows later is used"
+
+    _run(test)
+
+
+def test_a_failed_first_call_fails_alone_and_the_waiting_calls_go_on() -> None:
+    async def test(calls: _Calls) -> None:
+        calls.fails = True
+        started = [asyncio.ensure_future(calls.call("s")) for _ in range(3)]
+        await _settle()
+        calls.release.set()
+        results = await asyncio.gather(*started, return_exceptions=True)
+        assert isinstance(results[0], ConnectionError)
+        assert results[1:] == ["lean", "lean"], "the route was learned before the failure"
+
+    _run(test)
+
+
+def test_a_cancelled_call_does_not_hold_up_the_others() -> None:
+    async def test(calls: _Calls) -> None:
+        first = asyncio.ensure_future(calls.call("s"))
+        waiting = [asyncio.ensure_future(calls.call("s")) for _ in range(2)]
+        await _settle()
+        waiting[0].cancel()
+        calls.release.set()
+        assert await first == "botocore"
+        assert await waiting[1] == "lean"
+        with pytest.raises(asyncio.CancelledError):
+            await waiting[0]
+
+    _run(test)
+
+
+def test_a_cancelled_first_call_releases_the_waiting_calls() -> None:
+    async def test(calls: _Calls) -> None:
+        first = asyncio.ensure_future(calls.call("s"))
+        waiting = asyncio.ensure_future(calls.call("s"))
+        await _settle()
+        first.cancel()
+        await _settle()
+        assert calls.by_botocore == ["s", "s"], "the waiting call went on through botocore"
+        calls.release.set()
+        assert await waiting == "botocore"
+        with pytest.raises(asyncio.CancelledError):
+            await first
+
+    _run(test)
