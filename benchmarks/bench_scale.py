@@ -11,13 +11,23 @@ not in them. ``--quick`` measures 4 and 64 shards with smaller volumes.
   one is confirmed, and CPU seconds per million.
 * consumer: 100,000 100-byte records (20,000 quick) in KPL aggregates, each inside one shard's
   range, read from TRIM_HORIZON by the core ``Consumer`` with its defaults (``batches()``, each
-  acked, memory checkpoints): records per second from the first delivery to the last, and CPU
-  seconds per million. Target: 256 shards at least half the rate of 4 shards. What the ratio
+  acked, memory checkpoints): records per second from the first delivery to the last, CPU
+  seconds per million in that window, and CPU seconds per million of the whole read (from
+  making the consumer to its last record: each shard's start, its GetShardIterator and its
+  first GetRecords, included). The best of 3 runs of each size (1 quick), the sizes taking
+  turns: at 256 shards one run's rate varied by a factor of two between runs of the same code.
+  Target: 256 shards at least half the rate of 4 shards. What the ratio
   measures: one GetRecords returns a shard's whole backlog here (up to 10 MiB), so 4 shards are
   4 GetShardIterator and 4 GetRecords calls and then the deaggregation of 100,000 records,
   while 256 shards hold about 390 records each (one aggregate) and are 256 of each call: the
   run is the start of 256 readers, paced by the calls moto serves one at a time, not a steady
   reading rate.
+* consumer against a replay server: the same read, with every GetRecords answer that moto gave
+  for the stream replayed from memory and GetShardIterator answered at once
+  (bench_consumer's replay server, in a process of its own; ListShards still moto's). Calls
+  then cost the server next to nothing, as the calls of different shards cost a client on
+  AWS, which serves them in parallel: the row is the client's own scaling, with the same
+  target (256 shards at least half the rate of 4).
 * idle consumer: the same ``Consumer`` on an empty stream (no traffic), after a warm-up of 5 s
   (2 s quick), for 20 s (3 s quick): the client's CPU seconds per second, GetRecords calls per
   second (counted on the client's ``before-call`` event), the time the garbage collector took
@@ -51,7 +61,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks._table import Row
-from benchmarks.bench_consumer import _fill_aggregated
+from benchmarks.bench_consumer import _fill_aggregated, _record_bodies, _replay
 from benchmarks.bench_producer import BATCH, _our_config, _records
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.client import create_kinesis_client
@@ -65,6 +75,10 @@ PRODUCER = "scale: producer, 100 B records (moto)"
 PRODUCER_CPU = "scale: producer CPU (lower is better)"
 CONSUMER = "scale: consumer, 100 B records in KPL aggregates (moto)"
 CONSUMER_CPU = "scale: consumer CPU (lower is better)"
+CONSUMER_WHOLE_CPU = "scale: consumer CPU, each shard's start included (lower is better)"
+CONSUMER_REPLAYED = "scale: consumer, against a server that answers from memory (replay)"
+CONSUMER_RUNS = 3
+"""Runs of each consumer size in a full run (the best counts)."""
 IDLE = "scale: idle consumer, no traffic: client cost (moto; lower is better)"
 IDLE_CALLS = "scale: idle consumer, no traffic: GetRecords (moto)"
 IDLE_INTERVAL = 1.0
@@ -122,9 +136,20 @@ def measure_producer(
     return len(records) / wall, cpu / len(records) * 1e6
 
 
-async def _consume(endpoint: str, stream: str, count: int) -> tuple[float, float]:
+@dataclass(frozen=True)
+class Consumed:
+    rate: float
+    """Records per second from the first delivery to the last."""
+    cpu_per_million: float
+    """CPU seconds per million records in that window."""
+    whole_cpu_per_million: float
+    """CPU seconds per million records from making the consumer to the last record."""
+
+
+async def _consume(endpoint: str, stream: str, count: int) -> Consumed:
     seen = counted = 0
     wall = cpu = 0.0
+    whole = time.process_time()
     async with (
         _moto_client(endpoint, stream) as client,
         Consumer(
@@ -144,20 +169,83 @@ async def _consume(endpoint: str, stream: str, count: int) -> tuple[float, float
                 counted += len(batch)
             if seen >= count:
                 break
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return counted / wall, cpu / counted * 1e6
+        end = time.process_time()
+        wall = time.perf_counter() - wall
+    return Consumed(counted / wall, (end - cpu) / counted * 1e6, (end - whole) / seen * 1e6)
 
 
-def measure_consumer(server: MotoServer, shards: int, count: int) -> tuple[float, float]:
-    """(records/s, CPU s per million) of the core consumer reading ``count`` aggregated
-    records from a fresh stream."""
+def measure_consumer(server: MotoServer, shards: int, count: int) -> Consumed:
+    """The core consumer reading ``count`` aggregated records from a fresh stream."""
     stream = _stream(server, "consume", shards)
     try:
         _fill_aggregated(stream, count)
+        gc.collect()
         return asyncio.run(_consume(server.endpoint_url, stream.name, count))
     finally:
         stream.delete()
         stream.close()
+
+
+def measure_consumer_replayed(server: MotoServer, shards: int, count: int) -> Consumed:
+    """The core consumer reading ``count`` aggregated records that moto wrote and answered,
+    each GetRecords answer replayed from memory (bench_consumer's replay server)."""
+    stream = _stream(server, "replay", shards)
+    try:
+        _fill_aggregated(stream, count)
+        shard_ids = [shard["ShardId"] for shard in stream.shards()]
+        bodies = asyncio.run(_record_bodies(server.endpoint_url, stream.name, shard_ids))
+        with _replay(bodies, server.endpoint_url) as url:
+            gc.collect()
+            return asyncio.run(_consume(url, stream.name, count))
+    finally:
+        stream.delete()
+        stream.close()
+
+
+def _consumer_rows(
+    server: MotoServer, shard_counts: tuple[int, ...], count: int, runs: int
+) -> list[Row]:
+    """The consumer's rows: each figure the best of ``runs``, the sizes taking turns."""
+    runs_of: dict[int, list[Consumed]] = {shards: [] for shards in shard_counts}
+    replayed: dict[int, list[Consumed]] = {shards: [] for shards in shard_counts}
+    for _ in range(runs):
+        for shards in shard_counts:
+            runs_of[shards].append(measure_consumer(server, shards, count))
+            replayed[shards].append(measure_consumer_replayed(server, shards, count))
+    base = _shards(shard_counts[0])
+    rows = []
+    for shards, measured in runs_of.items():
+        baseline = None if shards == shard_counts[0] else base
+        target = 0.5 if shards == 256 else None
+        note = f"{count:,} records, best of {runs}" if baseline is None else ""
+        rate = max(m.rate for m in measured)
+        rows += [
+            Row(CONSUMER, _shards(shards), rate, "rec/s", baseline, target, note),
+            Row(
+                CONSUMER_REPLAYED,
+                _shards(shards),
+                max(m.rate for m in replayed[shards]),
+                "rec/s",
+                baseline,
+                target,
+                note="the client's own scaling: the calls answered at memory speed, in turn"
+                if baseline is None
+                else "",
+            ),
+            Row(
+                CONSUMER_CPU,
+                _shards(shards),
+                min(m.cpu_per_million for m in measured),
+                "CPU s / 1M records",
+            ),
+            Row(
+                CONSUMER_WHOLE_CPU,
+                _shards(shards),
+                min(m.whole_cpu_per_million for m in measured),
+                "CPU s / 1M records",
+            ),
+        ]
+    return rows
 
 
 @dataclass(frozen=True)
@@ -316,18 +404,10 @@ def run(quick: bool) -> list[Row]:
     produced = 50_000 if quick else 500_000
     consumed = 20_000 if quick else 100_000
     warmup, seconds = (2.0, 3.0) if quick else (5.0, 20.0)
-    base = _shards(shard_counts[0])
     rows: list[Row] = []
     with MotoServer() as server:
         rows += _producer_rows(server, shard_counts, produced)
-        for shards in consumer_counts:
-            gc.collect()
-            rate, cpu = measure_consumer(server, shards, consumed)
-            baseline = None if shards == consumer_counts[0] else base
-            target = 0.5 if shards == 256 else None
-            note = f"{consumed:,} records" if baseline is None else ""
-            rows.append(Row(CONSUMER, _shards(shards), rate, "rec/s", baseline, target, note))
-            rows.append(Row(CONSUMER_CPU, _shards(shards), cpu, "CPU s / 1M records"))
+        rows += _consumer_rows(server, consumer_counts, consumed, 1 if quick else CONSUMER_RUNS)
         for shards in shard_counts:
             stream = _stream(server, "idle", shards)
             gc.collect()
