@@ -32,6 +32,7 @@ the calls of different streams to different endpoints.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hmac
 import http.client
@@ -232,6 +233,9 @@ class LeanRequests:
     client and operation: :meth:`of`)."""
 
     OPERATION: ClassVar[str]
+    first_call_wait: float = 1.0
+    """Seconds the calls made during a key's first call wait for it at most (an answer on AWS
+    takes tens of milliseconds; a call stuck on a dead connection, up to the read timeout)."""
 
     def __init__(
         self, client: Any, signer: Any, http_session: Any, direct: DirectHttp | None = None
@@ -298,7 +302,8 @@ class LeanRequests:
         teaches it. Calls made while a key's first call is on its way wait for it, and go the
         lean way if it taught the route: a reader of hundreds of shards starts them all at
         once, and each would otherwise pay for a botocore call (about 1 ms of CPU) that only
-        the first needs."""
+        the first needs. They wait at most :attr:`first_call_wait` seconds, then go through
+        botocore themselves: a first call that hangs must not hold them all."""
         route = self._routes.get(key)
         if route is None and key not in self._unlearned:
             first = self._learning.get(key)
@@ -311,7 +316,8 @@ class LeanRequests:
                     if key not in self._routes:
                         self._unlearned.add(key)
                     first.set()
-            await first.wait()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(first.wait(), self.first_call_wait)
             route = self._routes.get(key)
         if route is None:
             return await by_botocore()

@@ -175,3 +175,23 @@ def test_a_cancelled_first_call_releases_the_waiting_calls() -> None:
             await first
 
     _run(test)
+
+
+def test_a_first_call_that_hangs_holds_the_others_only_so_long() -> None:
+    """A first call stuck on a connection that never answers (or in botocore's retries) must
+    not hold every shard's start: past ``first_call_wait`` the waiting calls go through
+    botocore themselves."""
+
+    async def test(calls: _Calls) -> None:
+        calls.lean.first_call_wait = 0.05
+        first = asyncio.ensure_future(calls.call("s"))
+        waiting = [asyncio.ensure_future(calls.call("s")) for _ in range(3)]
+        await _settle()
+        assert calls.by_botocore == ["s"]
+        await asyncio.sleep(0.2)
+        assert calls.by_botocore == ["s"] * 4, "the waiting calls went on through botocore"
+        calls.release.set()
+        assert await asyncio.gather(first, *waiting) == ["botocore"] * 4
+        assert await calls.call("s") == "lean"
+
+    _run(test)
