@@ -143,34 +143,33 @@ class Consumed:
     cpu_per_million: float
     """CPU seconds per million records in that window."""
     whole_cpu_per_million: float
-    """CPU seconds per million records from making the consumer to the last record."""
+    """CPU seconds per million records from making the consumer (its client made before) to
+    the last record."""
 
 
 async def _consume(endpoint: str, stream: str, count: int) -> Consumed:
     seen = counted = 0
     wall = cpu = 0.0
-    whole = time.process_time()
-    async with (
-        _moto_client(endpoint, stream) as client,
-        Consumer(
+    async with _moto_client(endpoint, stream) as client:
+        whole = time.process_time()
+        async with Consumer(
             stream,
             client=client,
             checkpoint_store=MemoryCheckpointStore(),
             initial_position=TRIM_HORIZON,
             close_timeout=0,
-        ) as consumer,
-    ):
-        async for batch in consumer.batches():
-            batch.ack()
-            seen += len(batch)
-            if not wall:  # the first batch opens the clock and is not counted
-                wall, cpu = time.perf_counter(), time.process_time()
-            else:
-                counted += len(batch)
-            if seen >= count:
-                break
-        end = time.process_time()
-        wall = time.perf_counter() - wall
+        ) as consumer:
+            async for batch in consumer.batches():
+                batch.ack()
+                seen += len(batch)
+                if not wall:  # the first batch opens the clock and is not counted
+                    wall, cpu = time.perf_counter(), time.process_time()
+                else:
+                    counted += len(batch)
+                if seen >= count:
+                    break
+            end = time.process_time()
+            wall = time.perf_counter() - wall
     return Consumed(counted / wall, (end - cpu) / counted * 1e6, (end - whole) / seen * 1e6)
 
 

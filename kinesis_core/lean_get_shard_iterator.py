@@ -41,7 +41,7 @@ class LeanGetShardIterator(LeanRequests):
         body = request.body
         return _route_key(json.loads(body) if body else {})
 
-    async def get_shard_iterator(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    async def get_shard_iterator(self, params: dict[str, Any]) -> dict[str, Any]:
         """GetShardIterator's answer for ``params`` (the stream, ``ShardId``,
         ``ShardIteratorType`` and its position) in botocore's shape; raises what botocore would
         raise."""

@@ -24,15 +24,16 @@ version), is used as it is:
 :meth:`LeanRequests.of` returns None for it, and an unsigned client's calls stay botocore's.
 
 Each operation is a subclass (:class:`~kinesis_core.lean_get_records.LeanGetRecords`,
+:class:`~kinesis_core.lean_get_shard_iterator.LeanGetShardIterator`,
 :class:`~kinesis_core.producer.sender.LeanPutRecords`) naming its ``OPERATION`` and how a request
 tells which stream it is for (``route_key``): routes are learned per stream, as AWS may send
-the calls of different streams to different endpoints.
+the calls of different streams to different endpoints. The calls made while a stream's first
+is being prepared by botocore wait for it to be sent (:meth:`LeanRequests.call`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import hmac
 import http.client
@@ -234,8 +235,8 @@ class LeanRequests:
 
     OPERATION: ClassVar[str]
     first_call_wait: float = 1.0
-    """Seconds the calls made during a key's first call wait for it at most (an answer on AWS
-    takes tens of milliseconds; a call stuck on a dead connection, up to the read timeout)."""
+    """Seconds the calls made during a key's first call wait for it to be sent, at most: its
+    preparation takes about a millisecond, unless fetching credentials stalls."""
 
     def __init__(
         self, client: Any, signer: Any, http_session: Any, direct: DirectHttp | None = None
@@ -250,8 +251,8 @@ class LeanRequests:
         """Requests sent by :meth:`post` (those of unlearned routes are botocore's calls)."""
         self._routes: dict[Hashable, Route] = {}
         # Per route key: the first call on its way through botocore (to learn the route), which
-        # the calls made meanwhile wait for; and the keys whose first call learned nothing
-        # (their calls no longer wait).
+        # the calls made meanwhile wait for (set once it is sent or ended); and the keys whose
+        # requests botocore sent without a SigV4 signature (their calls never wait).
         self._learning: dict[Hashable, asyncio.Event] = {}
         self._unlearned: set[Hashable] = set()
         self._target = f"Kinesis_20131202.{self.OPERATION}"
@@ -288,8 +289,7 @@ class LeanRequests:
         raise NotImplementedError
 
     def route(self, key: Hashable) -> Route | None:
-        """The route learned for ``key``'s stream, or None: its next call goes through
-        botocore."""
+        """The route learned for ``key``'s stream, or None while none is."""
         return self._routes.get(key)
 
     async def call(
@@ -299,39 +299,55 @@ class LeanRequests:
         lean: Callable[[Route], Awaitable[_T]],
     ) -> _T:
         """``lean(route)`` once ``key``'s route is learned; until then ``by_botocore()``, which
-        teaches it. Calls made while a key's first call is on its way wait for it, and go the
-        lean way if it taught the route: a reader of hundreds of shards starts them all at
-        once, and each would otherwise pay for a botocore call (about 1 ms of CPU) that only
-        the first needs. They wait at most :attr:`first_call_wait` seconds, then go through
-        botocore themselves: a first call that hangs must not hold them all."""
-        route = self._routes.get(key)
-        if route is None and key not in self._unlearned:
+        teaches it as botocore sends it. The calls made while a key's first call is being
+        prepared wait for it to be sent, then go the lean way: a reader of hundreds of shards
+        starts them all at once, and each would otherwise pay for a botocore call (about 1 ms
+        of CPU) that only the first needs. A first call that fails or is cancelled before it
+        is sent hands the learning to a waiting call. Waiting lasts at most
+        :attr:`first_call_wait` seconds in all, then a call goes through botocore itself; so
+        does every call of a key whose first call was answered without teaching a route (a
+        request botocore did not sign with SigV4)."""
+        deadline: float | None = None
+        while True:
+            route = self._routes.get(key)
+            if route is not None:
+                return await lean(route)
             first = self._learning.get(key)
+            if key in self._unlearned or (first is not None and first.is_set()):
+                return await by_botocore()
             if first is None:
                 self._learning[key] = first = asyncio.Event()
                 try:
-                    return await by_botocore()
+                    answer = await by_botocore()
                 finally:
                     del self._learning[key]
-                    if key not in self._routes:
-                        self._unlearned.add(key)
                     first.set()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(first.wait(), self.first_call_wait)
-            route = self._routes.get(key)
-        if route is None:
-            return await by_botocore()
-        return await lean(route)
+                if key not in self._routes:  # answered, yet taught nothing: no more waiting
+                    self._unlearned.add(key)
+                return answer
+            loop = asyncio.get_running_loop()
+            if deadline is None:
+                deadline = loop.time() + self.first_call_wait
+            try:
+                await asyncio.wait_for(first.wait(), max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                return await by_botocore()
 
     def _learn(self, request: Any, **_: Any) -> None:
-        route = route_of(str(request.url), request.headers)
-        if route is None:
-            return
+        """botocore's ``before-send``: the route of the request it is about to send, and the
+        calls waiting for it may go."""
         try:
             key = self.route_key(request)
         except ValueError:
             return
-        self._routes.setdefault(key, route)
+        route = route_of(str(request.url), request.headers)
+        if route is None:
+            self._unlearned.add(key)
+        else:
+            self._routes.setdefault(key, route)
+        first = self._learning.get(key)
+        if first is not None:
+            first.set()
 
     async def post(self, route: Route, body: bytes) -> tuple[bytes, Mapping[str, str]]:
         """Send ``body`` on ``route``; the answer's body and headers, or raise what botocore

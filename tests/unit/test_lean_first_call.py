@@ -34,29 +34,37 @@ class _Lean(LeanRequests):
 
 
 class _Calls:
-    """A lean sender on a real client, with a botocore call that the test releases, and a
-    record of which way every call went."""
+    """A lean sender on a real client, with botocore calls that the test lets go (``release``:
+    sent, as botocore's ``before-send`` event says) and answers (``answer``), and a record of
+    which way every call went."""
 
     def __init__(self, client: Any) -> None:
         self.lean = _Lean(client, client._request_signer, None)
         self._client = client
         self.release = asyncio.Event()
+        self.answer = asyncio.Event()
+        self.answer.set()
         self.by_botocore: list[str] = []
         self.by_lean: list[tuple[str, str]] = []
-        self.teaches = True
+        self.signs = True
+        self.unsent_failures = 0
         self.fails = False
 
     async def _botocore(self, key: str) -> str:
         self.by_botocore.append(key)
         await self.release.wait()
-        if self.teaches:
-            request = AWSRequest(
-                method="POST", url=f"https://{key}.example/", data=key.encode(), headers={}
-            ).prepare()
+        if self.unsent_failures:
+            self.unsent_failures -= 1
+            raise ConnectionError(f"{key}: no credentials")
+        request = AWSRequest(
+            method="POST", url=f"https://{key}.example/", data=key.encode(), headers={}
+        ).prepare()
+        if self.signs:
             request.headers["Authorization"] = AUTH
-            await self._client.meta.events.emit(
-                f"before-send.kinesis.{_Lean.OPERATION}", request=request
-            )
+        await self._client.meta.events.emit(
+            f"before-send.kinesis.{_Lean.OPERATION}", request=request
+        )
+        await self.answer.wait()
         if self.fails:
             raise ConnectionError(f"{key}: refused")
         return "botocore"
@@ -116,7 +124,7 @@ def test_when_the_first_call_learns_nothing_the_calls_stop_waiting() -> None:
     its calls go one at a time: after the first, they all go through botocore at once."""
 
     async def test(calls: _Calls) -> None:
-        calls.teaches = False
+        calls.signs = False
         first = [asyncio.ensure_future(calls.call("s")) for _ in range(3)]
         await _settle()
         calls.release.set()
@@ -125,7 +133,7 @@ def test_when_the_first_call_learns_nothing_the_calls_stop_waiting() -> None:
         later = [asyncio.ensure_future(calls.call("s")) for _ in range(4)]
         await _settle()
         assert len(calls.by_botocore) == 3 + 4, "later calls waited for one another"
-        calls.teaches = True
+        calls.signs = True
         calls.release.set()
         assert await asyncio.gather(*later) == ["botocore"] * 4
         assert await calls.call("s") == "lean", "a route botocore shows later is used"
@@ -133,7 +141,24 @@ def test_when_the_first_call_learns_nothing_the_calls_stop_waiting() -> None:
     _run(test)
 
 
-def test_a_failed_first_call_fails_alone_and_the_waiting_calls_go_on() -> None:
+def test_the_waiting_calls_go_as_soon_as_the_first_call_is_sent() -> None:
+    """They need the route, not the first call's answer (a GetRecords of up to 10 MiB)."""
+
+    async def test(calls: _Calls) -> None:
+        calls.answer.clear()
+        first = asyncio.ensure_future(calls.call("s"))
+        waiting = [asyncio.ensure_future(calls.call("s")) for _ in range(3)]
+        await _settle()
+        calls.release.set()
+        assert await asyncio.wait_for(asyncio.gather(*waiting), 5) == ["lean"] * 3
+        assert not first.done()
+        calls.answer.set()
+        assert await first == "botocore"
+
+    _run(test)
+
+
+def test_a_first_call_that_fails_once_sent_fails_alone() -> None:
     async def test(calls: _Calls) -> None:
         calls.fails = True
         started = [asyncio.ensure_future(calls.call("s")) for _ in range(3)]
@@ -142,6 +167,24 @@ def test_a_failed_first_call_fails_alone_and_the_waiting_calls_go_on() -> None:
         results = await asyncio.gather(*started, return_exceptions=True)
         assert isinstance(results[0], ConnectionError)
         assert results[1:] == ["lean", "lean"], "the route was learned before the failure"
+
+    _run(test)
+
+
+def test_a_first_call_that_fails_unsent_hands_the_learning_to_one_waiting_call() -> None:
+    async def test(calls: _Calls) -> None:
+        calls.unsent_failures = 1
+        calls.answer.clear()
+        first = asyncio.ensure_future(calls.call("s"))
+        waiting = [asyncio.ensure_future(calls.call("s")) for _ in range(3)]
+        await _settle()
+        calls.release.set()
+        await _settle()
+        assert first.done()
+        assert isinstance(first.exception(), ConnectionError)
+        assert calls.by_botocore == ["s", "s"], "one waiting call took the learning over"
+        calls.answer.set()
+        assert sorted(await asyncio.gather(*waiting)) == ["botocore", "lean", "lean"]
 
     _run(test)
 
