@@ -29,6 +29,7 @@ from kinesis_core.http1 import (
     post_request,
     request_prefix,
 )
+from kinesis_core.timeouts import within
 
 __all__ = ["Endpoint", "Http1Pool"]
 
@@ -304,16 +305,14 @@ class Http1Pool:
         connection = _Connection(self, key)
         self._open.add(connection)
         try:
-            await asyncio.wait_for(
-                self.loop.create_connection(
+            async with within(self.connect_timeout):
+                await self.loop.create_connection(
                     lambda: connection,
                     endpoint.host,
                     endpoint.port,
                     ssl=endpoint.tls,
                     server_hostname=endpoint.host if endpoint.tls is not None else None,
-                ),
-                self.connect_timeout,
-            )
+                )
         except asyncio.TimeoutError:
             connection.close()
             raise ConnectTimeout(

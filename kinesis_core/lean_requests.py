@@ -52,6 +52,7 @@ from botocore.awsrequest import AWSPreparedRequest, AWSRequest
 from botocore.utils import normalize_url_path
 
 from kinesis_core.client import DirectHttp, direct_http
+from kinesis_core.timeouts import within
 
 logger = logging.getLogger(__name__)
 
@@ -329,7 +330,8 @@ class LeanRequests:
             if deadline is None:
                 deadline = loop.time() + self.first_call_wait
             try:
-                await asyncio.wait_for(first.wait(), max(0.0, deadline - loop.time()))
+                async with within(max(0.0, deadline - loop.time())):
+                    await first.wait()
             except asyncio.TimeoutError:
                 return await by_botocore()
 

@@ -23,6 +23,7 @@ from kinesis_core.record_size import RecordSizeLimit
 from kinesis_core.shard_map import Clock, ShardMap, ShardMapState
 from kinesis_core.shards import AT_LATEST, AT_TRIM_HORIZON
 from kinesis_core.stream import StreamRef
+from kinesis_core.timeouts import within
 
 logger = logging.getLogger(__name__)
 
@@ -200,8 +201,8 @@ class ShardMapDriver:
             return fail_fast and error is not None and self._hopeless(error)
 
         try:
-            async with self._changed:
-                await asyncio.wait_for(self._changed.wait_for(done), timeout)
+            async with within(timeout), self._changed:
+                await self._changed.wait_for(done)
         except asyncio.TimeoutError:
             raise ShardMapTimeoutError(
                 f"shard map of stream {self.stream_name!r} not ready after {timeout} s "

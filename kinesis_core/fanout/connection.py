@@ -23,6 +23,7 @@ from kinesis_core.fanout.http2 import Http2ClientProtocol
 from kinesis_core.fanout.http11 import Http11ClientProtocol
 from kinesis_core.fanout.signing import SignedRequest
 from kinesis_core.fanout.tls import ssl_context
+from kinesis_core.timeouts import within
 
 HttpVersion = Literal["auto", "h2", "http/1.1"]
 """auto: ALPN offers h2 and http/1.1 over TLS, plain http:// is HTTP/1.1. h2: only HTTP/2 (h2c
@@ -62,7 +63,8 @@ async def _wait(event: asyncio.Event, ready: Callable[[], bool], timeout: float)
             return False
         event.clear()
         try:
-            await asyncio.wait_for(event.wait(), remaining)
+            async with within(remaining):
+                await event.wait()
         except asyncio.TimeoutError:
             return ready()
     return True
@@ -382,16 +384,14 @@ class ConnectionPool:
         negotiating = _Negotiating(make)
         timeout = self._config.connect_timeout
         try:
-            await asyncio.wait_for(
-                loop.create_connection(
+            async with within(timeout):
+                await loop.create_connection(
                     lambda: negotiating,
                     host,
                     port,
                     ssl=tls,
                     server_hostname=host if tls is not None else None,
-                ),
-                timeout,
-            )
+                )
         except asyncio.TimeoutError as exc:
             raise FanOutTimeoutError(f"could not connect to {peer} within {timeout:g} s") from exc
         except FanOutTransportError:

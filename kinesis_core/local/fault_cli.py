@@ -21,6 +21,7 @@ from kinesis_core.errors import EmulatorError, KinesisConnectorError, Validation
 from kinesis_core.local.fault_proxy import FaultProxy
 from kinesis_core.local.faults import RECORD_KINDS, REQUEST_KINDS, FaultConfig, FaultKind, FaultRule
 from kinesis_core.local.shard_limits import ShardLimits
+from kinesis_core.timeouts import within
 
 _HELP = {
     FaultKind.THROTTLE: "ProvisionedThroughputExceededException (400) for the whole request",
@@ -260,7 +261,8 @@ async def _serve(args: argparse.Namespace, config: FaultConfig) -> None:
         interval = args.stats_interval if args.stats_interval > 0 else None
         while not stop.is_set():
             try:
-                await asyncio.wait_for(stop.wait(), interval)
+                async with within(interval):
+                    await stop.wait()
             except asyncio.TimeoutError:
                 print(proxy.stats().summary(), flush=True)
         print(proxy.stats().summary(), flush=True)

@@ -44,6 +44,7 @@ from kinesis_core.producer.result import (
 from kinesis_core.producer.sender import LeanPutRecords, error_of, send_batch
 from kinesis_core.shard_map_driver import ShardMapDriver, ShardMapTimeoutError
 from kinesis_core.stream import StreamRef
+from kinesis_core.timeouts import within
 from kinesis_core.tracing import TraceInjector
 
 if TYPE_CHECKING:
@@ -243,7 +244,8 @@ class Producer:
         try:
             if self._error is None:
                 try:
-                    await asyncio.wait_for(self.flush(), timeout)
+                    async with within(timeout):
+                        await self.flush()
                 except asyncio.TimeoutError:
                     pipeline = self._require_pipeline()
                     failed = pipeline.fail_all(

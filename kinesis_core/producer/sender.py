@@ -33,6 +33,7 @@ from kinesis_core.lean_requests import LeanRequests, Route
 from kinesis_core.producer.items import KinesisRecordOut, PutBatch
 from kinesis_core.producer.retrier import SendOutcome
 from kinesis_core.stream import StreamRef
+from kinesis_core.timeouts import within
 
 _XML_ERROR = re.compile(r"<Code>([^<]+)</Code>\s*<Message>([^<]*)</Message>")
 """An error body in XML where botocore expected JSON (moto's auth layer answers so): botocore
@@ -141,14 +142,13 @@ async def send_batch(
     params = StreamRef.of(stream).params()
     started = clock()
     try:
-        if lean is not None:
-            records = await asyncio.wait_for(lean.put_records(params, batch.records), timeout)
-        else:
-            entries = [kr.entry() for kr in batch.records]
-            response = await asyncio.wait_for(
-                client.put_records(**params, Records=entries), timeout
-            )
-            records = response["Records"]
+        async with within(timeout):
+            if lean is not None:
+                records = await lean.put_records(params, batch.records)
+            else:
+                entries = [kr.entry() for kr in batch.records]
+                response = await client.put_records(**params, Records=entries)
+                records = response["Records"]
     except Exception as exc:
         code, message, status = error_of(exc)
         return SendOutcome(started, clock(), error=(code, message), status=status)
