@@ -1,5 +1,6 @@
 """The lean GetRecords path (kinesis_core/lean_get_records.py) on real servers: the same answers
-and the same errors as botocore's, after one call that botocore makes to learn the route."""
+and the same errors as botocore's, after one call that botocore makes to learn the route; and
+a consumer reading on it and without it."""
 
 from __future__ import annotations
 
@@ -102,31 +103,40 @@ def test_lean_errors_are_botocores_exceptions(make_stream: Any) -> None:
 
 
 def test_a_consumer_reads_everything_on_the_lean_path_and_without_it(make_stream: Any) -> None:
-    stream: LocalStream = make_stream(2)
+    """On the lean path the consumer also starts its shards with one GetShardIterator through
+    botocore (the others wait until it is sent, then go the lean way); without it, one per
+    shard."""
+    stream: LocalStream = make_stream(8)
     sent = {f"r{i}".encode() for i in range(40)}
     for data in sent:
         stream.put(data, data.decode())
 
-    async def read(lean: bool) -> set[bytes]:
+    async def read(lean: bool) -> tuple[set[bytes], int]:
         seen: set[bytes] = set()
-        async with Consumer(
-            stream.name,
-            client_config=stream.client_config,
-            checkpoint_store=MemoryCheckpointStore(),
-            initial_position=TRIM_HORIZON,
-            idle_interval=0.2,
-            lean_get_records=lean,
-            auto_ack=True,
-        ) as consumer:
-            async for record in consumer:
-                seen.add(record.data)
-                if seen >= sent:
-                    break
-        return seen
+        iterators: list[str] = []
+        async with create_kinesis_client(stream.client_config, max_attempts=1) as client:
+            client.meta.events.register(
+                "provide-client-params.kinesis.GetShardIterator",
+                lambda **_: iterators.append("botocore"),
+            )
+            async with Consumer(
+                stream.name,
+                client=client,
+                checkpoint_store=MemoryCheckpointStore(),
+                initial_position=TRIM_HORIZON,
+                idle_interval=0.2,
+                lean_get_records=lean,
+                auto_ack=True,
+            ) as consumer:
+                async for record in consumer:
+                    seen.add(record.data)
+                    if seen >= sent:
+                        break
+        return seen, len(iterators)
 
     async def main() -> None:
-        assert await asyncio.wait_for(read(True), 30) == sent
-        assert await asyncio.wait_for(read(False), 30) == sent
+        assert await asyncio.wait_for(read(True), 30) == (sent, 1)
+        assert await asyncio.wait_for(read(False), 30) == (sent, 8)
 
     asyncio.run(main())
 

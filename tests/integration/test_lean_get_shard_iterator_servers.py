@@ -1,6 +1,6 @@
 """The lean GetShardIterator path (kinesis_core/lean_get_shard_iterator.py) on kinesis-mock and
-moto: iterators that read what botocore's read, the same errors, and a consumer of many shards
-that starts them all with one GetShardIterator through botocore."""
+moto: iterators that read what botocore's read, and the same errors. (A consumer starting its
+shards with one GetShardIterator through botocore: test_lean_get_records_servers.py.)"""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.client import create_kinesis_client, error_kind
-from kinesis_core.consumer import TRIM_HORIZON, Consumer
 from kinesis_core.lean_get_shard_iterator import LeanGetShardIterator
 from kinesis_core.local import LocalStream
 
@@ -129,37 +127,3 @@ def test_lean_errors_are_botocores_exceptions(make_stream: Any) -> None:
         status = by_botocore.response["ResponseMetadata"]["HTTPStatusCode"]
         assert by_lean.response["ResponseMetadata"]["HTTPStatusCode"] == status
         assert error_kind(by_lean) is error_kind(by_botocore)
-
-
-def test_a_consumer_starts_its_shards_with_one_botocore_get_shard_iterator(
-    moto_stream: Any,
-) -> None:
-    stream: LocalStream = moto_stream(32)
-    shards = [shard["HashKeyRange"]["StartingHashKey"] for shard in stream.shards()]
-    sent = {f"r{i}".encode() for i in range(64)}
-    for i, data in enumerate(sorted(sent)):
-        stream.put(data, "key", explicit_hash_key=int(shards[i % len(shards)]))
-
-    async def read(lean: bool) -> tuple[set[bytes], int]:
-        seen: set[bytes] = set()
-        async with create_kinesis_client(stream.client_config, max_attempts=1) as client:
-            through_botocore = _botocore_calls(client, "GetShardIterator")
-            async with Consumer(
-                stream.name,
-                client=client,
-                checkpoint_store=MemoryCheckpointStore(),
-                initial_position=TRIM_HORIZON,
-                lean_get_records=lean,
-                auto_ack=True,
-            ) as consumer:
-                async for record in consumer:
-                    seen.add(record.data)
-                    if seen >= sent:
-                        break
-            return seen, len(through_botocore)
-
-    async def main() -> None:
-        assert await asyncio.wait_for(read(True), 60) == (sent, 1)
-        assert await asyncio.wait_for(read(False), 60) == (sent, 32)
-
-    asyncio.run(main())
