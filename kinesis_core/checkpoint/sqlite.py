@@ -30,6 +30,8 @@ from kinesis_core.checkpoint.base import (
 from kinesis_core.errors import ConfigurationError
 
 _T = TypeVar("_T")
+_WAL_RETRY = 0.01
+"""Seconds between two tries to switch a file that another connection is switching to WAL."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kinesis_checkpoints (
@@ -208,7 +210,7 @@ class SQLiteCheckpointStore:
         )
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
+            self._use_wal(conn)
             # NORMAL is durable against a process crash in WAL mode (not against power loss).
             conn.execute("PRAGMA synchronous = NORMAL")
             _migrate(conn)
@@ -216,6 +218,21 @@ class SQLiteCheckpointStore:
             conn.close()
             raise
         return conn
+
+    def _use_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch the file to WAL, waiting up to ``busy_timeout`` for the other connections
+        opening it at the same moment: SQLite answers "database is locked" to all but one of
+        them at once, without its busy handler (the switch needs the file to itself), as two
+        channels of one Faust worker opening a new file showed."""
+        deadline = time.monotonic() + self._busy_timeout
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(_WAL_RETRY)
 
     def _open_read_only(self) -> sqlite3.Connection:
         if os.path.isdir(self.path):

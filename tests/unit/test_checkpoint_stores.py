@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import sqlite3
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -371,3 +372,35 @@ def test_sqlite_files_made_before_incarnations_read_and_upgrade(tmp_path: Path) 
             assert await reader.list("app", "s") == [row]
 
     asyncio.run(main())
+
+
+def _open_at_once(
+    store: SQLiteCheckpointStore, start: threading.Barrier, errors: list[BaseException]
+) -> None:
+    start.wait()
+    try:
+        asyncio.run(store.list("app", "stream"))
+    except BaseException as exc:
+        errors.append(exc)
+
+
+def test_stores_opening_a_new_file_at_the_same_moment_all_open_it(tmp_path: Path) -> None:
+    """Switching a file to WAL needs it to itself, and SQLite refused all but one of several
+    connections doing it at once with "database is locked", without waiting (two channels of
+    one Faust worker crashed on a new file so): each now waits for the others, up to its
+    ``busy_timeout``."""
+    for trial in range(40):
+        path = tmp_path / f"new-{trial}.sqlite3"
+        stores = [SQLiteCheckpointStore(path) for _ in range(4)]
+        start = threading.Barrier(len(stores))
+        errors: list[BaseException] = []
+        threads = [
+            threading.Thread(target=_open_at_once, args=(store, start, errors)) for store in stores
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for store in stores:
+            asyncio.run(store.close())
+        assert errors == [], f"trial {trial}"
