@@ -313,9 +313,9 @@ class LeanRequests:
             route = self._routes.get(key)
             if route is not None:
                 return await lean(route)
-            first = self._learning.get(key)
-            if key in self._unlearned or (first is not None and first.is_set()):
+            if key in self._unlearned:
                 return await by_botocore()
+            first = self._learning.get(key)
             if first is None:
                 self._learning[key] = first = asyncio.Event()
                 try:
