@@ -1,0 +1,228 @@
+"""Reading shards for the source, on the core's polling reader: the driver's look ahead that
+fixes each batch's end (:class:`Fetcher`) and a task's read of one shard between two marks
+(:func:`read_slice`).
+
+Both step the core's sans-I/O :class:`~kinesis_core.consumer.polling.PollingRead` through a
+:class:`~kinesis_core.consumer.reading.SyncShardReader` on the core's synchronous executor, so
+deaggregation with the shard's hash-range filter, resumes inside an aggregate, expired
+iterators, throttling and the per-shard pacing (5 GetRecords calls/s, 2 MiB/s) are the core's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kinesis_core.calls import Call, DescribeStreamSummary, ListShards, Wait
+from kinesis_core.client import create_botocore_client
+from kinesis_core.consumer import fastparse
+from kinesis_core.consumer.incarnation import StreamFacts
+from kinesis_core.consumer.lineage import ShardNode, StartPoint
+from kinesis_core.consumer.polling import PollingOptions, PollingRead
+from kinesis_core.consumer.reading import SyncShardReader
+from kinesis_core.consumer.transport import Ended, Failed
+from kinesis_core.errors import KinesisConnectorError
+from kinesis_core.executor import LISTING_RETRY, SyncExecutor
+from kinesis_core.records import KinesisRecord, Position
+from spark_kinesis.offsets import parse_mark, position_mark
+from spark_kinesis.options import SourceSpec
+
+
+class Shards:
+    """A client, the core's synchronous executor on it, and readers of the spec's stream."""
+
+    def __init__(self, spec: SourceSpec) -> None:
+        self.spec = spec
+        # The readers retry on their own terms (rate, backoff, expired iterators).
+        self.client: Any = create_botocore_client(spec.client_config, "kinesis", max_attempts=1)
+        fastparse.install(self.client)
+        self.executor = SyncExecutor(self.client)
+        self.options = PollingOptions(
+            limit=spec.max_records_per_call, idle_interval=spec.idle_interval
+        )
+
+    def created_ms(self) -> int:
+        """The stream's creation time (its incarnation)."""
+        response = self.executor.execute(DescribeStreamSummary(self.spec.stream), LISTING_RETRY)
+        return StreamFacts.from_response(response).created_ms
+
+    def nodes(self) -> list[ShardNode]:
+        """ListShards, every page."""
+        shards = self.executor.execute(ListShards(self.spec.stream, None), LISTING_RETRY)
+        return [ShardNode.from_shard_info(info) for info in shards]
+
+    def reader(self, node: ShardNode, start: StartPoint, created_ms: int | None) -> SyncShardReader:
+        machine = PollingRead(
+            node, start, self.options, incarnation=created_ms, stream=self.spec.stream.name
+        )
+        link = self.executor.link(self.spec.stream, node.shard_id)
+        return SyncShardReader(machine, link, where=self.spec.stream.name)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+@dataclass
+class _Peek:
+    """The driver's reader of one shard: the positions it read past the last offered end."""
+
+    reader: SyncShardReader
+    after: str
+    """The mark the buffered positions follow (the end last offered for this shard)."""
+    positions: deque[Position] = field(default_factory=deque)
+    ended: Ended | None = None
+    done: bool = False
+    """Nothing more to read in this look: caught up, ended or full."""
+
+
+class Fetcher:
+    """The driver's look ahead: it reads each shard from where the last batch ends, keeps only
+    the positions of the records, and offers ends that :func:`read_slice` reaches exactly."""
+
+    def __init__(self, shards: Shards, created_ms: int) -> None:
+        self.shards = shards
+        self.created_ms = created_ms
+        self._peeks: dict[str, _Peek] = {}
+
+    def look(
+        self, marks: dict[str, str], nodes: dict[str, ShardNode], cap: int | None
+    ) -> dict[str, _Peek]:
+        """Read the shards of ``marks`` (not at SHARD_END) for at most the spec's
+        ``max_fetch_seconds``, until each is caught up, ended, or has ``cap`` records."""
+        for shard_id in [s for s in self._peeks if s not in marks]:
+            self._peeks.pop(shard_id).reader.close()
+        for shard_id, mark in marks.items():
+            peek = self._peeks.get(shard_id)
+            if peek is not None and peek.after == mark:
+                peek.done = peek.ended is not None
+                continue
+            if peek is not None:
+                peek.reader.close()
+            start = parse_mark(mark)
+            assert start is not None  # the caller leaves out the shards at SHARD_END
+            reader = self.shards.reader(nodes[shard_id], start, self.created_ms)
+            self._peeks[shard_id] = _Peek(reader, mark)
+        deadline = time.monotonic() + self.shards.spec.max_fetch_seconds
+        called = False
+        while True:
+            now = time.monotonic()
+            next_due = deadline
+            for peek in self._peeks.values():
+                if peek.done:
+                    continue
+                if cap is not None and len(peek.positions) >= cap:
+                    peek.done = True
+                    continue
+                action = peek.reader.next_action(now)
+                if isinstance(action, Wait):
+                    next_due = min(next_due, action.until)
+                elif isinstance(action, Ended):
+                    peek.ended, peek.done = action, True
+                elif isinstance(action, Failed):
+                    raise peek.reader.failure(action)
+                else:
+                    called = True
+                    outcome = peek.reader.step(action)
+                    peek.positions.extend(record.position for record in outcome.records)
+                    if outcome.data and outcome.caught_up:
+                        peek.done = True
+                    now = time.monotonic()
+            if all(p.done for p in self._peeks.values()) or now >= deadline:
+                break
+            if next_due > now:
+                if called and next_due >= deadline:
+                    break
+                time.sleep(min(next_due, deadline) - now)
+        if not called:
+            # Spark asks again within milliseconds when nothing is new: not a busy loop.
+            time.sleep(0.05)
+        return self._peeks
+
+    def take(self, shard_id: str, count: int) -> str:
+        """The end mark after the next ``count`` positions of ``shard_id`` (SHARD_END once an
+        ended shard has none left), now the mark its next look follows."""
+        peek = self._peeks[shard_id]
+        positions = peek.positions
+        if count:
+            for _ in range(count - 1):
+                positions.popleft()
+            peek.after = position_mark(positions.popleft())
+        if not positions and peek.ended is not None:
+            peek.after = "SHARD_END"
+        return peek.after
+
+    def close(self) -> None:
+        for peek in self._peeks.values():
+            peek.reader.close()
+        self._peeks.clear()
+
+
+IDLE_READS_BEFORE_FAILING = 3
+"""Empty reads at a shard's tip before a task gives up on reaching its batch's end (the driver
+saw records there, so they were trimmed or the stream is not the one they were read from)."""
+
+
+class SliceError(KinesisConnectorError):
+    """A task could not read its shard through the end the driver fixed."""
+
+
+def read_slice(
+    shards: Shards,
+    node: ShardNode,
+    start: str,
+    end: str | None,
+    created_ms: int | None,
+) -> Iterator[list[KinesisRecord]]:
+    """The records of ``node``'s shard after the ``start`` mark through the ``end`` mark
+    (SHARD_END: to the shard's end; None: until caught up, for a batch read), response by
+    response."""
+    start_point = parse_mark(start)
+    if start_point is None:
+        return
+    stop: Position | None = None
+    if end is not None and end != "SHARD_END":
+        parsed = parse_mark(end)
+        assert isinstance(parsed, tuple)
+        stop = parsed
+    reader = shards.reader(node, start_point, created_ms)
+    idle = 0
+    try:
+        while True:
+            action = reader.next_action(time.monotonic())
+            if isinstance(action, Wait):
+                time.sleep(max(action.until - time.monotonic(), 0.0))
+                continue
+            if isinstance(action, Ended):
+                if stop is not None:
+                    raise SliceError(
+                        f"shard {node.shard_id} of {shards.spec.stream.name!r} ended before "
+                        f"{end}, the end of this batch"
+                    )
+                return
+            if isinstance(action, Failed):
+                raise reader.failure(action)
+            assert isinstance(action, Call)
+            outcome = reader.step(action)
+            records = outcome.records
+            if stop is not None and records and records[-1].position >= stop:
+                cut = [r for r in records if r.position <= stop]
+                if cut:
+                    yield cut
+                return
+            if records:
+                yield records
+            if outcome.data and outcome.caught_up and end is None:
+                return
+            if outcome.idle and stop is not None:
+                idle += 1
+                if idle == IDLE_READS_BEFORE_FAILING:
+                    raise SliceError(
+                        f"shard {node.shard_id} of {shards.spec.stream.name!r} has no record "
+                        f"through {end}, the end of this batch, after {idle} empty reads at "
+                        "its tip (trimmed past the retention period?)"
+                    )
+    finally:
+        reader.close()
