@@ -1,6 +1,7 @@
 """The Kinesis sink of Spark: a task writes its rows through the core's
 :class:`~kinesis_core.producer.BlockingProducer` (shard prediction, KPL aggregation per shard,
-the per-shard limiter, retries) and returns only once every record of it is written, so a
+the per-shard limiter, retries; one per worker process and configuration, kept between tasks)
+and returns only once every record of it is written, so a
 committed task means written records. A record that fails for good fails the task with the
 records and the reasons (Spark retries the task, then fails the query); nothing is dropped.
 A task retried by Spark writes its records again: the sink is at-least-once.
@@ -24,8 +25,14 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError
-from kinesis_core.producer import BlockingProducer, ProducerConfig
+from kinesis_core.producer import (
+    BlockingProducer,
+    ProducerClosedError,
+    ProducerConfig,
+    ProducerCrashedError,
+)
 from kinesis_core.producer.result import BatchResult
+from spark_kinesis._cache import forget, shared
 from spark_kinesis.options import SinkSpec
 
 logger = logging.getLogger(__name__)
@@ -133,10 +140,15 @@ def write_batches(spec: SinkSpec, batches: Iterator[pa.RecordBatch]) -> KinesisC
         preserve_order=spec.preserve_order,
         record_ttl=spec.record_ttl,
     )
-    with BlockingProducer(
-        spec.stream, client_config=spec.client_config, producer_config=config
-    ) as producer:
-        task = _Task(spec, producer)
+    key = ("sink", spec.stream, spec.client_config, config)
+    producer = shared(
+        key,
+        lambda: BlockingProducer(
+            spec.stream, client_config=spec.client_config, producer_config=config
+        ),
+    )
+    task = _Task(spec, producer)
+    try:
         for batch in batches:
             data = batch.column(spec.data_column).to_pylist()
             if data and pa.types.is_string(batch.schema.field(spec.data_column).type):
@@ -148,6 +160,9 @@ def write_batches(spec: SinkSpec, batches: Iterator[pa.RecordBatch]) -> KinesisC
             for at in range(0, len(records), CHUNK):
                 task.hand(records[at : at + CHUNK])
         task.finish()
+    except (ProducerClosedError, ProducerCrashedError):
+        forget(key)
+        raise
     if task.failures:
         raise KinesisWriteError(_message(spec, task.failures, task.written), task.failures)
     return KinesisCommitMessage(task.written)

@@ -36,6 +36,7 @@ from pyspark.sql.types import (
 
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.records import KinesisRecord
+from spark_kinesis._cache import shared
 from spark_kinesis._shards import Fetcher, Shards, read_slice
 from spark_kinesis.offsets import (
     SHARD_END,
@@ -120,14 +121,11 @@ class ShardPartition(InputPartition):
 
 def _read(spec: SourceSpec, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, ShardPartition)
-    shards = Shards(spec)
-    try:
-        for records in read_slice(
-            shards, partition.node, partition.start, partition.end, partition.created_ms
-        ):
-            yield record_batch(records, spec.stream.name)
-    finally:
-        shards.close()
+    shards = shared(("source", spec), lambda: Shards(spec))
+    for records in read_slice(
+        shards, partition.node, partition.start, partition.end, partition.created_ms
+    ):
+        yield record_batch(records, spec.stream.name)
 
 
 class KinesisStreamReader(DataSourceStreamReader):

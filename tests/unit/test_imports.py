@@ -111,6 +111,8 @@ NO_IO = {
     "faust",
     "mode",
     "moto",
+    "pyarrow",
+    "pyspark",
 }
 """Top-level modules a pure module must not import, directly or through another module."""
 
@@ -128,6 +130,7 @@ PACKAGES = [
     "kinesis_core.local",
     "kinesis_core.producer",
     "kinesis_core.telemetry",
+    "spark_kinesis",
 ]
 """The packages that export lazily (kinesis_core/_lazy.py)."""
 
@@ -180,6 +183,24 @@ def test_the_beam_read_plan_is_pure(
     beam = runtime_dependencies("beam_kinesis")
     assert list(io_imports(module, beam)) == []
     path = package_modules("beam_kinesis")[module]
+    core = package_modules("kinesis_core")
+    used = set()
+    for base, names in imports(module, path, runtime=True):
+        if base.split(".")[0] == "kinesis_core":
+            used |= imported_modules(base, names, core.get)
+    assert used, f"{module} imports nothing of kinesis_core: is this test still looking?"
+    assert sorted(used - set(PURE)) == []
+
+
+SPARK_PURE = ["spark_kinesis.offsets"]
+"""Modules of the Spark package that must stay sans-I/O and free of PySpark: the offset rules."""
+
+
+@pytest.mark.parametrize("module", SPARK_PURE)
+def test_the_spark_offsets_are_pure(module: str) -> None:
+    spark = runtime_dependencies("spark_kinesis")
+    assert list(io_imports(module, spark)) == []
+    path = package_modules("spark_kinesis")[module]
     core = package_modules("kinesis_core")
     used = set()
     for base, names in imports(module, path, runtime=True):
