@@ -109,7 +109,8 @@ class Fetcher:
         called = False
         while True:
             now = time.monotonic()
-            next_due = deadline
+            next_due = float("inf")
+            round_called = False
             for peek in self._peeks.values():
                 if peek.done:
                     continue
@@ -124,18 +125,20 @@ class Fetcher:
                 elif isinstance(action, Failed):
                     raise peek.reader.failure(action)
                 else:
-                    called = True
+                    round_called = True
                     outcome = peek.reader.step(action)
                     peek.positions.extend(record.position for record in outcome.records)
                     if outcome.data and outcome.caught_up:
                         peek.done = True
                     now = time.monotonic()
+            called = called or round_called
             if all(p.done for p in self._peeks.values()) or now >= deadline:
                 break
-            if next_due > now:
-                if called and next_due >= deadline:
-                    break
-                time.sleep(min(next_due, deadline) - now)
+            if round_called:
+                continue
+            if next_due >= deadline:
+                break  # nothing more is due in this look
+            time.sleep(next_due - now)
         if not called:
             # Spark asks again within milliseconds when nothing is new: not a busy loop.
             time.sleep(0.05)

@@ -1,0 +1,103 @@
+"""The Spark source's stream reader driven as Spark drives it, without Spark (no JVM), against
+kinesis-mock: a batch's partitions read again give the same records, whatever arrived since;
+the read limit holds; a split's children join only after their parent's end is in a batch."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from kinesis_core.local import LocalStream, StreamFactory
+from spark_kinesis.offsets import SHARD_END
+from spark_kinesis.options import SourceSpec
+from spark_kinesis.source import KinesisStreamReader
+from tests.helpers.spark import options
+
+pytestmark = pytest.mark.integration
+
+
+def reader_of(stream: LocalStream, **extra: str) -> KinesisStreamReader:
+    return KinesisStreamReader(
+        SourceSpec.parse({**options(stream.name, stream.client_config), **extra})
+    )
+
+
+def batch(reader: KinesisStreamReader, start: dict[str, Any], end: dict[str, Any]) -> list[str]:
+    """The data of a batch's records, read as Spark's tasks read its partitions."""
+    values = []
+    for partition in reader.partitions(start, end):
+        for arrow in reader.read(partition):
+            values += [bytes(d).decode() for d in arrow.column("data").to_pylist()]
+    return values
+
+
+def test_a_batch_read_again_gives_the_same_records(kinesis_stream: StreamFactory) -> None:
+    stream = kinesis_stream(2)
+    for i in range(30):
+        stream.put(f"r{i}".encode(), f"k{i % 5}")
+    reader = reader_of(stream, maxRecordsPerTrigger="20")
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, reader.getDefaultReadLimit())
+        first = batch(reader, start, end)
+        assert len(first) == 20
+        for i in range(30, 40):
+            stream.put(f"r{i}".encode(), f"k{i % 5}")
+        # A replay (a retried task, a restarted driver) reads the same offsets: same records.
+        assert batch(reader_of(stream), start, end) == first
+        rest = reader.latestOffset(end, ReadAllAvailable())
+        second = batch(reader, end, rest)
+        assert sorted(first + second) == sorted(f"r{i}" for i in range(40))
+        assert reader.latestOffset(rest, ReadAllAvailable()) == rest
+    finally:
+        reader.stop()
+
+
+def test_children_join_the_offsets_only_after_their_parent_ended_in_a_batch(
+    kinesis_stream: StreamFactory,
+) -> None:
+    stream = kinesis_stream(1)
+    (parent,) = [s["ShardId"] for s in stream.shards()]
+    for i in range(10):
+        stream.put(f"before{i}".encode(), f"k{i}")
+    children = stream.split(parent)
+    for i in range(10):
+        stream.put(f"after{i}".encode(), f"k{i}")
+    reader = reader_of(stream)
+    try:
+        offsets = [reader.initialOffset()]
+        for _ in range(6):
+            offsets.append(reader.latestOffset(offsets[-1], ReadMaxRows(100)))
+        marks = [o["shards"] for o in offsets]
+        ended_at = next(i for i, m in enumerate(marks) if m.get(parent) == SHARD_END)
+        joined_at = next(i for i, m in enumerate(marks) if children[0] in m)
+        assert joined_at == ended_at + 1, marks
+        assert set(children) <= set(marks[joined_at])
+        values = [
+            v for start, end in itertools.pairwise(offsets) for v in batch(reader, start, end)
+        ]
+        assert sorted(values) == sorted(
+            [f"before{i}" for i in range(10)] + [f"after{i}" for i in range(10)]
+        )
+        assert all(v.startswith("before") for v in values[:10]), values
+    finally:
+        reader.stop()
+
+
+def test_an_offset_of_another_incarnation_is_refused(kinesis_stream: StreamFactory) -> None:
+    from kinesis_core.consumer.incarnation import StreamRecreatedError
+
+    stream = kinesis_stream(1)
+    reader = reader_of(stream)
+    start = reader.initialOffset()
+    reader.stop()
+    stream.recreate(1)
+    again = reader_of(stream)
+    try:
+        with pytest.raises(StreamRecreatedError, match="deleted and created again"):
+            again.latestOffset(start, ReadAllAvailable())
+    finally:
+        again.stop()
