@@ -24,7 +24,6 @@ runs (one with ``--quick``).
 from __future__ import annotations
 
 import os
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -32,6 +31,7 @@ from typing import Any
 
 from benchmarks._table import Row
 from kinesis_core.local import LOCAL_REGION, MotoServer
+from spark_kinesis.local import session
 
 SHARDS = 4
 RECORD_BYTES = 100
@@ -42,24 +42,6 @@ OURS_STREAM = "readStream.format('kinesis')"
 OURS_BATCH = "read.format('kinesis')"
 BOTO3_READ = "mapPartitions + boto3 GetRecords + aws-kinesis-agg"
 TARGET = 5.0
-
-
-def _session() -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    import spark_kinesis
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("bench-spark")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark_kinesis.register(spark)
-    return spark
 
 
 def _rows(spark: Any, count: int) -> Any:
@@ -142,7 +124,7 @@ def run(quick: bool) -> list[Row]:
     # The boto3 subjects' clients, in the Python workers the session starts, find these.
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
-    spark = _session()
+    spark = session("bench-spark")
     rates: dict[str, float] = {}
     try:
         with MotoServer() as moto:

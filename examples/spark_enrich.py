@@ -22,7 +22,6 @@ prints (``AWS_ENDPOINT_URL_KINESIS``, ...), or from the default chain on AWS.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -35,21 +34,9 @@ CHECKPOINT = os.environ.get(
 
 
 def main() -> None:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers run this Python
-    from pyspark.sql import SparkSession
+    from spark_kinesis.local import session
 
-    import spark_kinesis
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("spark-enrich")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("WARN")
-    spark_kinesis.register(spark)
-
+    spark = session("spark-enrich")
     (
         spark.range(ORDERS)
         .selectExpr(

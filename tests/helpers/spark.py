@@ -1,35 +1,14 @@
-"""Spark for the tests: a local session with two task slots whose Python workers run this
-interpreter, the data source options of a local stream, and a driver program
+"""Spark for the tests: the data source options of a local stream, and a driver program
 (``python -m tests.helpers.spark OPTIONS CHECKPOINT OUTPUT``) that streams a stream into a JSON
 file sink until it is killed."""
 
 from __future__ import annotations
 
 import json
-import os
 import sys
-from typing import Any
 
 from kinesis_core.client import ClientConfig
-
-
-def session(app: str) -> Any:
-    """A local[2] session (no UI), with ``format("kinesis")`` registered."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    import spark_kinesis
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName(app)
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark_kinesis.register(spark)
-    return spark
+from spark_kinesis.local import session
 
 
 def options(name: str, config: ClientConfig) -> dict[str, str]:

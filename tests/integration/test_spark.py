@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from kinesis_core.local import LocalStream, StreamFactory
-from tests.helpers.spark import options, session
+from spark_kinesis.local import session
+from tests.helpers.spark import options
 
 pytestmark = pytest.mark.integration
 

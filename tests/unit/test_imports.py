@@ -171,36 +171,20 @@ def io_imports(module: str, graph: dict[str, tuple[set[str], set[str]]]) -> Iter
             paths.append([*path, target])
 
 
-BEAM_PURE = ["beam_kinesis.plan"]
-"""Modules of the Beam package that must stay sans-I/O and free of Beam itself: the read plan
-(restrictions as values, their planning, checkpoint keys, the wire form)."""
+BEAM_PURE = ["beam_kinesis.plan", "spark_kinesis.offsets"]
+"""Modules of the adapter packages that must stay sans-I/O and free of their engine: Beam's
+read plan (restrictions as values, their planning, checkpoint keys, the wire form) and the
+Spark source's offset rules."""
 
 
 @pytest.mark.parametrize("module", BEAM_PURE)
 def test_the_beam_read_plan_is_pure(
     module: str, core_graph: dict[str, tuple[set[str], set[str]]]
 ) -> None:
-    beam = runtime_dependencies("beam_kinesis")
-    assert list(io_imports(module, beam)) == []
-    path = package_modules("beam_kinesis")[module]
-    core = package_modules("kinesis_core")
-    used = set()
-    for base, names in imports(module, path, runtime=True):
-        if base.split(".")[0] == "kinesis_core":
-            used |= imported_modules(base, names, core.get)
-    assert used, f"{module} imports nothing of kinesis_core: is this test still looking?"
-    assert sorted(used - set(PURE)) == []
-
-
-SPARK_PURE = ["spark_kinesis.offsets"]
-"""Modules of the Spark package that must stay sans-I/O and free of PySpark: the offset rules."""
-
-
-@pytest.mark.parametrize("module", SPARK_PURE)
-def test_the_spark_offsets_are_pure(module: str) -> None:
-    spark = runtime_dependencies("spark_kinesis")
-    assert list(io_imports(module, spark)) == []
-    path = package_modules("spark_kinesis")[module]
+    package = module.split(".")[0]
+    adapter = runtime_dependencies(package)
+    assert list(io_imports(module, adapter)) == []
+    path = package_modules(package)[module]
     core = package_modules("kinesis_core")
     used = set()
     for base, names in imports(module, path, runtime=True):
