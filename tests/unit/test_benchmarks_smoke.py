@@ -52,7 +52,7 @@ def test_codec_benchmark_quick_run() -> None:
             assert (row["group"], row["baseline"]) in subjects, row
     targets = {row["group"]: row["target"] for row in rows if row["target"] is not None}
     assert targets == {
-        "codec: aggregate+encode": 3.0,
+        "codec: aggregate+encode": 4.5,
         "codec: aggregate+encode+predict": 2.0,
         "codec: deaggregate": 2.0,
     }
@@ -235,3 +235,6 @@ def test_producer_benchmark_quick_run_measures_telemetry_on_against_off() -> Non
     assert on["value"] > 0
     assert on["group"] == off["group"]
     assert (on["baseline"], on["target"]) == (off["subject"], 0.95)
+    explicit = rows["kinesis_core Producer, explicit hash keys"]
+    assert explicit["value"] > 0
+    assert (explicit["baseline"], explicit["target"]) == ("kinesis_core Producer", 0.8)
