@@ -263,3 +263,37 @@ def test_a_consumer_deregistered_while_reading_fails_fast_naming_it(kinesis_stre
     assert repr(stream.name) in message
     assert "is gone" in message
     assert "deregistered" in message
+
+
+def test_a_consumer_deregistered_under_a_live_subscription_fails_on_defaults(
+    kinesis_stream: Any,
+) -> None:
+    """kinesis-mock keeps a live subscription open after its consumer was deregistered, for
+    up to the subscription's five minutes: on the default options the reader's periodic look
+    at its consumer (every ``closed_check_interval``, 30 s, with an answer up to 15 s old)
+    fails it naming the consumer's ARN (before, nothing came for the subscription's lifetime;
+    the deadline below is the documented bound with a margin, well inside those 300 s)."""
+    from kinesis_core.consumer.reading import ShardReadError
+    from kinesis_core.fanout import deregister_consumer
+
+    stream = kinesis_stream(shards=1)
+    stream.put(b"before", "k")
+
+    async def run() -> tuple[str, ShardReadError]:
+        async with consumer(
+            stream, MemoryCheckpointStore(), EnhancedFanOut(consumer_name="live")
+        ) as c:
+            iterator = c.__aiter__()
+            record = await asyncio.wait_for(iterator.__anext__(), 30)
+            assert record.data == b"before"
+            record.ack()
+            assert c.consumer_arn is not None
+            async with create_kinesis_client(stream.client_config) as client:
+                await deregister_consumer(client, c.consumer_arn)
+            with pytest.raises(ShardReadError) as raised:
+                await asyncio.wait_for(iterator.__anext__(), 90)
+        return c.consumer_arn, raised.value
+
+    arn, error = asyncio.run(run())
+    assert arn in str(error)
+    assert "stream consumer 'live' of stream" in str(error)
