@@ -22,8 +22,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from kinesis_core.backoff import Backoff, BackoffTracker
-from kinesis_core.classify import ErrorKind, classify
-from kinesis_core.errors import ConfigurationError, KinesisConnectorError
+from kinesis_core.classify import CERTIFICATE_VERIFY_FAILED, ErrorKind, classify
+from kinesis_core.errors import CERTIFICATE_HINT, ConfigurationError, KinesisConnectorError
 from kinesis_core.hashing import MAX_PUT_RECORDS_BYTES, MAX_RECORD_BYTES
 from kinesis_core.heap import freeze_start_up_heap
 from kinesis_core.lifecycle import Event, Lifecycle, State
@@ -190,6 +190,8 @@ class Producer:
                 + f": {message}. The credentials are wrong, expired or lack permission "
                 "(kinesis:ListShards, kinesis:PutRecords on the stream): no retry fixes that"
             )
+        if code == CERTIFICATE_VERIFY_FAILED:
+            return f"{owner} could not start: {message}{CERTIFICATE_HINT}"
         if _unreachable_at_start(cause, START_ATTEMPTS_UNREACHABLE):
             return (
                 f"{owner} could not start: no answer from the endpoint after "
