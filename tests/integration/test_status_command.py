@@ -419,6 +419,24 @@ def test_status_exit_codes_follow_the_documented_scheme(
     assert missing_table.returncode == 1, missing_table.stderr
     assert f"lease table {table!r} does not exist" in missing_table.stderr
 
+    orders_table = f"orders-leases-{uuid.uuid4().hex[:8]}"
+
+    async def write_orders_row() -> None:
+        async with DynamoDBCheckpointStore(
+            orders_table, client_config=moto_server.client_config()
+        ) as store:
+            await store.put("orders", stream.name, "shardId-000000000000", (1, 0), expected=None)
+
+    asyncio.run(write_orders_row())
+    table_args = ["--dynamodb-table", orders_table]
+    table_args += ["--dynamodb-endpoint-url", moto_server.endpoint_url]
+    other_application = status(env, stream.name, *table_args)
+    assert other_application.returncode == 1, other_application.stderr
+    assert "'orders'" in other_application.stderr
+    assert "give --application the name of the application" in other_application.stderr
+    named = status(env, stream.name, *table_args, "--application", "orders", "--json")
+    assert named.returncode == 0, named.stderr
+
     empty_application = status(env, stream.name, "--store", str(tmp_path), "--application", "")
     assert empty_application.returncode == 2, empty_application.stderr
     assert "--application: must not be empty" in empty_application.stderr
