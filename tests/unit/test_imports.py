@@ -39,6 +39,7 @@ PURE = [
     "kinesis_core.record_size",
     "kinesis_core.records",
     "kinesis_core.retry",
+    "kinesis_core.serde",
     "kinesis_core.shard_map",
     "kinesis_core.shards",
     "kinesis_core.skew",
@@ -77,6 +78,11 @@ PURE = [
     "kinesis_core.telemetry.names",
     "kinesis_core.telemetry.recorder",
     "kinesis_core.tracing",
+    "kinesis_schema_registry",
+    "kinesis_schema_registry.calls",
+    "kinesis_schema_registry.errors",
+    "kinesis_schema_registry.formats",
+    "kinesis_schema_registry.wire",
 ]
 """Sans-I/O modules and lazy packages, as they are today: neither they nor anything they import
 at run time imports a module of ``NO_IO``."""
@@ -128,6 +134,7 @@ PACKAGES = [
     "kinesis_core.local",
     "kinesis_core.producer",
     "kinesis_core.telemetry",
+    "kinesis_schema_registry",
 ]
 """The packages that export lazily (kinesis_core/_lazy.py)."""
 
