@@ -78,11 +78,6 @@ PURE = [
     "kinesis_core.telemetry.names",
     "kinesis_core.telemetry.recorder",
     "kinesis_core.tracing",
-    "kinesis_schema_registry",
-    "kinesis_schema_registry.calls",
-    "kinesis_schema_registry.errors",
-    "kinesis_schema_registry.formats",
-    "kinesis_schema_registry.wire",
 ]
 """Sans-I/O modules and lazy packages, as they are today: neither they nor anything they import
 at run time imports a module of ``NO_IO``."""
