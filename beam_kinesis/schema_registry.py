@@ -163,12 +163,16 @@ def row_type_of(schema: Schema) -> RowTypeConstraint:
 
 
 def _to_row(value: Any, beam_type: Any) -> Any:
-    """``value`` (dicts, lists) in the shape of ``beam_type`` (Rows for row types)."""
+    """``value`` (dicts, lists, Protobuf messages) in the shape of ``beam_type`` (Rows for
+    row types)."""
     if value is None:
         return None
     if typing.get_origin(beam_type) is typing.Union:
         (beam_type,) = [t for t in typing.get_args(beam_type) if t is not type(None)]
     if isinstance(beam_type, RowTypeConstraint):
+        descriptor = getattr(value, "DESCRIPTOR", None)
+        if descriptor is not None:  # a Protobuf message: its fields by name
+            value = {f.name: getattr(value, f.name) for f in descriptor.fields}
         if not isinstance(value, Mapping):
             raise TypeError(f"expected an object, got {type(value).__name__}")
         fields = {name: _to_row(value.get(name), t) for name, t in beam_type._fields}

@@ -66,6 +66,8 @@ def _message_classes() -> dict[str, Any]:
 
 MESSAGES = _message_classes()
 ProtoUser = MESSAGES["demo.User"]
+# Pickled by reference, as a generated module's class is (Beam ships DoFns that name it).
+ProtoUser.__module__, ProtoUser.__qualname__ = __name__, "ProtoUser"
 
 
 def glue_client(endpoint_url: str) -> Any:
