@@ -1,11 +1,12 @@
 """The three payload formats of the Glue Schema Registry: Avro, JSON Schema, Protobuf.
 
 A schema turns values into payload bytes and back (the header is :mod:`.wire`'s): Avro's binary
-encoding with fastavro (compiled, the fastest Avro codec for Python), JSON as UTF-8 text checked
-against the schema with jsonschema on the way out, Protobuf with the message class the user
-gives (the registry's ``.proto`` text is only registered and compared, never compiled here: a
-message class says all that decoding needs). fastavro and jsonschema are imported when a schema
-of their format is first made (the ``gsr`` extra installs them).
+encoding compiled per schema (:mod:`.avro_codec`) or, for what that does not cover and for
+schema resolution, with fastavro (compiled, the fastest general Avro codec for Python); JSON
+as UTF-8 text checked against the schema with jsonschema on the way out; Protobuf with the
+message class the user gives (the registry's ``.proto`` text is only registered and compared,
+never compiled here: a message class says all that decoding needs). fastavro and jsonschema
+are imported when a schema of their format is first made (the ``gsr`` extra installs them).
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from __future__ import annotations
 import enum
 import io
 import json
+import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from kinesis_core.errors import ConfigurationError, ValidationError
+from kinesis_schema_registry.avro_codec import compile_reader, compile_writer
 from kinesis_schema_registry.wire import decode_varint, encode_varint, message_index
 
 
@@ -80,18 +83,26 @@ class AvroSchema(Schema):
             raise ConfigurationError("definition", f"is not a valid Avro schema: {exc}") from exc
 
     def encoder(self) -> Callable[[Any], bytes]:
-        from fastavro import schemaless_writer
+        compiled = compile_writer(self.document)
+        if compiled is None:
+            from fastavro import schemaless_writer
 
-        parsed = self.parsed
-        bytes_io = io.BytesIO
+            parsed = self.parsed
+            bytes_io = io.BytesIO
+
+            def with_fastavro(value: Any) -> bytes:
+                out = bytes_io()
+                schemaless_writer(out, parsed, value)
+                return out.getvalue()
+
+            compiled = with_fastavro
+        write = compiled
 
         def encode(value: Any) -> bytes:
-            out = bytes_io()
             try:
-                schemaless_writer(out, parsed, value)
-            except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                return write(value)
+            except (TypeError, ValueError, KeyError, AttributeError, struct.error) as exc:
                 raise ValidationError("value", f"does not fit {self!r}: {exc!r}") from exc
-            return out.getvalue()
 
         return encode
 
@@ -100,7 +111,11 @@ class AvroSchema(Schema):
 
         parsed = self.parsed
         bytes_io = io.BytesIO
-        if isinstance(reader, AvroSchema) and reader.definition != self.definition:
+        resolving = isinstance(reader, AvroSchema) and reader.definition != self.definition
+        compiled = None if resolving else compile_reader(self.document)
+        if compiled is not None:
+            return compiled
+        if isinstance(reader, AvroSchema) and resolving:
             target = reader.parsed
 
             def resolve(payload: bytes) -> Any:
