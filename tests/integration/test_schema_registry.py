@@ -12,6 +12,8 @@ calls are retried (fault proxy), and a compatibility refusal names the schema an
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -329,3 +331,25 @@ def test_throttled_calls_are_retried_and_refusals_name_schema_and_rule(
         assert "breaks its compatibility rule BACKWARD" in str(caught.value)
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_the_example_runs() -> None:
+    example = Path(__file__).parents[2] / "examples" / "schema_registry.py"
+    done = subprocess.run(
+        [sys.executable, str(example)], capture_output=True, text=True, timeout=180, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("Java-style producer: 7 records, schema version ")
+    assert sorted(line for line in lines if line.startswith("Beam")) == [
+        "Beam, failed output: not_glue: header version byte is 119, not 3",
+        "Beam: c-0 spent 50.00",
+        "Beam: c-1 spent 70.00",
+        "Beam: c-2 spent 90.00",
+    ]
+    assert "Faust: 7 records read, 6 enriched and written back" in lines
+    consumed = [line for line in lines if line.startswith("Consumer: ")]
+    assert consumed[-1] == (
+        "Consumer: {'order_id': 5, 'customer': 'c-2', 'amount': 60.0, 'total_with_tax': 72.0}"
+    )
+    assert len(consumed) == 6
