@@ -19,44 +19,37 @@ def schema_id(registry_name: str, schema_name: str) -> dict[str, str]:
 
 
 @dataclass(frozen=True, slots=True)
-class GetSchemaByDefinition(ApiCall):
+class _DefinitionCall(ApiCall):
+    """A call about one definition of a schema."""
+
+    registry_name: str
+    schema_name: str
+    definition: str
+
+    def request(self, token: str | None) -> dict[str, Any]:
+        return {
+            "SchemaId": schema_id(self.registry_name, self.schema_name),
+            "SchemaDefinition": self.definition,
+        }
+
+    @property
+    def what(self) -> str:
+        return f"{type(self).__name__} of {self.registry_name}/{self.schema_name}"
+
+
+@dataclass(frozen=True, slots=True)
+class GetSchemaByDefinition(_DefinitionCall):
     """The version of ``schema_name`` whose definition is ``definition`` (EntityNotFound if
     none)."""
 
     operation = "get_schema_by_definition"
-    registry_name: str
-    schema_name: str
-    definition: str
-
-    def request(self, token: str | None) -> dict[str, Any]:
-        return {
-            "SchemaId": schema_id(self.registry_name, self.schema_name),
-            "SchemaDefinition": self.definition,
-        }
-
-    @property
-    def what(self) -> str:
-        return f"GetSchemaByDefinition of {self.registry_name}/{self.schema_name}"
 
 
 @dataclass(frozen=True, slots=True)
-class RegisterSchemaVersion(ApiCall):
+class RegisterSchemaVersion(_DefinitionCall):
     """A new version of an existing schema (or the existing one with that definition)."""
 
     operation = "register_schema_version"
-    registry_name: str
-    schema_name: str
-    definition: str
-
-    def request(self, token: str | None) -> dict[str, Any]:
-        return {
-            "SchemaId": schema_id(self.registry_name, self.schema_name),
-            "SchemaDefinition": self.definition,
-        }
-
-    @property
-    def what(self) -> str:
-        return f"RegisterSchemaVersion of {self.registry_name}/{self.schema_name}"
 
 
 @dataclass(frozen=True, slots=True)

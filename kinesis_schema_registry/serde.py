@@ -227,46 +227,50 @@ class GlueDeserializer:
         self.stats.decoded += 1
         return Decoded(value, entry[1], None)
 
-    def _header_problem(self, data: bytes) -> Decoded | None:
-        if wire.is_glue_record(data):
-            return None
+    def _known(self, data: bytes) -> Decoded | bytes:
+        """``data`` decoded if its version is known or it is not in the format; else the
+        16 bytes of the version id to ask the registry for."""
+        entry = self._decoders.get(data[2 : wire.HEADER_SIZE])
+        if entry is not None and data[0] == wire.HEADER_VERSION:
+            return self._payload(data, entry)
+        if not wire.is_glue_record(data):
+            try:
+                wire.split(data)
+            except wire.NotGlueRecordError as exc:
+                return self._pass(data, NOT_GLUE, exc.reason)
+        return bytes(data[2 : wire.HEADER_SIZE])
+
+    def _with(self, data: bytes, key: bytes, version: SchemaVersion | Exception) -> Decoded:
+        """``data`` decoded with ``version`` (the registry's answer for ``key``)."""
+        if isinstance(version, Exception):
+            return self._pass(data, UNAVAILABLE, str(version), key)
         try:
-            wire.split(data)
-        except wire.NotGlueRecordError as exc:
-            return self._pass(data, NOT_GLUE, exc.reason)
-        return None  # pragma: no cover - is_glue_record and split agree
+            entry = self._remember(key, version)
+        except (SchemaRegistryError, ConfigurationError) as exc:  # no class, a bad definition
+            return self._pass(data, UNDECODABLE, str(exc), key)
+        return self._payload(data, entry)
 
     def decode(self, data: bytes) -> Decoded:
         """``data`` decoded (fetching its schema version, blocking, on first sight)."""
-        entry = self._decoders.get(data[2 : wire.HEADER_SIZE])
-        if entry is not None and data[0] == wire.HEADER_VERSION:
-            return self._payload(data, entry)
-        problem = self._header_problem(data)
-        if problem is not None:
-            return problem
-        key = bytes(data[2 : wire.HEADER_SIZE])
+        known = self._known(data)
+        if isinstance(known, Decoded):
+            return known
         try:
-            version = self.registry.version_blocking(key)
-            entry = self._remember(key, version)
-        except (SchemaRegistryError, ConfigurationError) as exc:
-            return self._pass(data, UNAVAILABLE, str(exc), key)
-        return self._payload(data, entry)
+            version: SchemaVersion | Exception = self.registry.version_blocking(known)
+        except SchemaRegistryError as exc:
+            version = exc
+        return self._with(data, known, version)
 
     async def decode_async(self, data: bytes) -> Decoded:
         """:meth:`decode` on an event loop (the registry asked without blocking)."""
-        entry = self._decoders.get(data[2 : wire.HEADER_SIZE])
-        if entry is not None and data[0] == wire.HEADER_VERSION:
-            return self._payload(data, entry)
-        problem = self._header_problem(data)
-        if problem is not None:
-            return problem
-        key = bytes(data[2 : wire.HEADER_SIZE])
+        known = self._known(data)
+        if isinstance(known, Decoded):
+            return known
         try:
-            version = await self.registry.version(key)
-            entry = self._remember(key, version)
-        except (SchemaRegistryError, ConfigurationError) as exc:
-            return self._pass(data, UNAVAILABLE, str(exc), key)
-        return self._payload(data, entry)
+            version: SchemaVersion | Exception = await self.registry.version(known)
+        except SchemaRegistryError as exc:
+            version = exc
+        return self._with(data, known, version)
 
     def loads(self, data: bytes) -> Any:
         """The value of ``data``, or ``data`` itself when it is passed through."""
