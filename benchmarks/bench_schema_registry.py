@@ -2,8 +2,8 @@
 1.1.3 (the Kafka serde AWS's Python users have), the registry on moto's server.
 
 Workload: records of an Avro schema of six fields (a long, strings, an optional string, a
-double, an array of strings), about 90 bytes each, in three schema versions (the second and
-third add an optional field each), written a third with each version.
+double, an array of strings), about 50 bytes of Avro each, in three schema versions (the
+second and third add optional fields), written a third with each version.
 
 * serialize+deserialize: each record serialized by the serializer of its version, then the
   whole list deserialized: ours ``GlueSerializer.dumps`` and ``GlueDeserializer.loads``,
