@@ -175,7 +175,7 @@ class SchemaRegistry:
         self._lock = threading.Lock()
         self._by_definition: dict[tuple[str, DataFormat, str], SchemaVersion] = {}
         self._by_id: dict[bytes, SchemaVersion] = {}
-        self._missing: dict[bytes, tuple[float, SchemaVersionUnavailableError]] = {}
+        self._missing: dict[bytes, tuple[float, SchemaRegistryError]] = {}
         self.calls: Counter[str] = Counter()
 
     _shared: dict[tuple[int, RegistryConfig], SchemaRegistry] = {}
@@ -442,7 +442,9 @@ class SchemaRegistry:
 
     async def version(self, version_id: uuid.UUID | bytes) -> SchemaVersion:
         """The schema version ``version_id`` (16 bytes or a UUID), asked for once per process.
-        Raises :class:`SchemaVersionUnavailableError` for one the registry does not have."""
+        Raises :class:`SchemaVersionUnavailableError` for one the registry does not have, and
+        :class:`SchemaRegistryError` when it could not be asked (the retries ran out); either
+        is raised again without a call for ``unavailable_ttl`` seconds."""
         key = version_id.bytes if isinstance(version_id, uuid.UUID) else bytes(version_id)
         version = self._by_id.get(key)
         if version is not None:
@@ -450,7 +452,11 @@ class SchemaRegistry:
         missing = self._missing.get(key)
         if missing is not None and missing[0] > self._clock.now():
             raise missing[1]
-        version = await self._once(key, lambda: self._fetch(uuid.UUID(bytes=key)))
+        try:
+            version = await self._once(key, lambda: self._fetch(uuid.UUID(bytes=key)))
+        except SchemaRegistryError as exc:
+            self._missing[key] = (self._clock.now() + self.config.unavailable_ttl, exc)
+            raise
         self._by_id[key] = version
         return version
 
@@ -482,8 +488,6 @@ class SchemaRegistry:
         )
 
     def _unavailable(self, version_id: uuid.UUID, why: str) -> SchemaVersionUnavailableError:
-        error = SchemaVersionUnavailableError(
+        return SchemaVersionUnavailableError(
             f"schema version {version_id} is not in the registry ({why})"
         )
-        self._missing[version_id.bytes] = (self._clock.now() + self.config.unavailable_ttl, error)
-        return error

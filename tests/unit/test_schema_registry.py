@@ -275,3 +275,21 @@ def test_a_reader_schema_resolves_every_writer_version() -> None:
     deserializer = GlueDeserializer(registry, reader_schema=AvroSchema(evolved))
     assert asyncio.run(deserializer.decode_async(AVRO_GOLDEN)).value == {**USER, "email": None}
     assert isinstance(registry.cached_version(VERSION_BYTES), SchemaVersion)
+
+
+def test_a_registry_that_cannot_answer_is_not_asked_per_record() -> None:
+    fake = FakeGlue()
+    version_id = uuid.UUID(fake.add_schema("r", "users", "AVRO", AVRO_USER))
+    down = client_error("InternalServiceException", "down", "GetSchemaVersion", status=500)
+    fake.fail["GetSchemaVersion"] = [down] * 5  # FAST's five attempts, all refused
+    deserializer = GlueDeserializer(registry_with(fake, unavailable_ttl=60))
+    record = wire.encode(AvroSchema(AVRO_USER).encoder()(USER), version_id)
+
+    async def main() -> list[Any]:
+        return [await deserializer.decode_async(record) for _ in range(100)]
+
+    decoded = asyncio.run(main())
+    assert all(d.value == record for d in decoded)
+    assert (decoded[0].failure or "").startswith("unavailable: cannot get schema version")
+    assert deserializer.stats.unavailable == 100
+    assert fake.calls["GetSchemaVersion"] == 5  # one look, retried; not one per record
