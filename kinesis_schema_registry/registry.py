@@ -356,8 +356,9 @@ class SchemaRegistry:
             code = _code(exc)
             if code == NOT_FOUND:
                 answer = await self._create(schema, schema_name)
-                status = answer.get("SchemaVersionStatus", "AVAILABLE")
-                number = answer.get("LatestSchemaVersion")
+                # CreateSchema's names; RegisterSchemaVersion's after a race (_create)
+                status = answer.get("SchemaVersionStatus") or answer.get("Status", "AVAILABLE")
+                number = answer.get("LatestSchemaVersion") or answer.get("VersionNumber")
             elif code == "InvalidInputException":
                 await self._refused(schema_name, None, "refused", error_message(exc), exc)
             else:
