@@ -293,3 +293,19 @@ def test_a_registry_that_cannot_answer_is_not_asked_per_record() -> None:
     assert (decoded[0].failure or "").startswith("unavailable: cannot get schema version")
     assert deserializer.stats.unavailable == 100
     assert fake.calls["GetSchemaVersion"] == 5  # one look, retried; not one per record
+
+
+def test_a_schema_created_meanwhile_by_another_writer_gets_the_new_version() -> None:
+    fake = FakeGlue()
+    fake.add_schema("r", "users", "AVRO", AVRO_USER)
+    # Our RegisterSchemaVersion saw no schema; by our CreateSchema another writer had made it.
+    fake.fail["RegisterSchemaVersion"] = [
+        client_error("EntityNotFoundException", "Schema is not found.", "RegisterSchemaVersion")
+    ]
+    fake.status = "FAILURE"
+    registry = registry_with(fake, auto_register=True)
+    evolved = AvroSchema(AVRO_USER.replace('"int"', '"long"'))
+    with pytest.raises(SchemaCompatibilityError, match="rule BACKWARD"):
+        asyncio.run(registry.version_of(evolved, "users"))
+    assert fake.calls["CreateSchema"] == 1
+    assert fake.calls["RegisterSchemaVersion"] == 2
