@@ -12,6 +12,7 @@ calls are retried (fault proxy), and a compatibility refusal names the schema an
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import uuid
@@ -21,7 +22,10 @@ from typing import Any
 import apache_beam as beam
 import pytest
 from aiobotocore.session import AioSession
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.yaml.yaml_transform import expand_pipeline
 from faust_apps import kafka_free_app, wait_until
 
 from beam_kinesis import ReadFromKinesis, WriteToKinesis
@@ -256,6 +260,91 @@ def test_beam_writes_rows_and_reads_rows_with_the_schema_derived(
             lambda f: (f.record.data == PLAIN, f.reason.split(":")[0])
         )
         assert_that(failed, equal_to([(True, "not_glue"), (False, "unavailable")]), label="failed")
+
+
+def test_beam_yaml_decodes_into_rows_and_names_what_it_cannot(
+    moto_stream: Any, moto_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", DUMMY_ACCESS_KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", DUMMY_SECRET_ACCESS_KEY)
+    stream: LocalStream = moto_stream(shards=1)
+    config = registry_config(moto_server, unique("yaml"))
+
+    async def write() -> None:
+        async with SchemaRegistry(config) as registry:
+            users = GlueSerializer(registry, JsonSchema(JSON_USER), "users", compressed=True)
+            async with Producer(
+                stream.name, client_config=stream.client_config, serializer=users
+            ) as p:
+                assert (await p.put({"name": "Ann", "age": 30}, "k")).success
+        async with Producer(stream.name, client_config=stream.client_config) as p:
+            assert (await p.put(PLAIN, "k")).success
+
+    asyncio.run(write())
+    spec = f"""
+pipeline:
+  transforms:
+    - type: ReadFromKinesis
+      config:
+        stream: {stream.name}
+        initial_position: TRIM_HORIZON
+        stop_when_caught_up: true
+    - type: DecodeGlueRecords
+      input: ReadFromKinesis
+      config:
+        registry_name: {config.registry_name}
+        endpoint_url: {moto_server.endpoint_url}
+        region_name: {stream.client_config.region_name}
+        data_format: JSON
+        reader_schema: '{JSON_USER}'
+        error_handling: {{output: bad}}
+    - type: MapToFields
+      name: Older
+      input: DecodeGlueRecords
+      config:
+        language: python
+        fields:
+          name: name
+          next_age: age + 1
+    - type: WriteToJson
+      input: Older
+      config:
+        path: {tmp_path / "rows"}
+    - type: MapToFields
+      name: Bad
+      input: DecodeGlueRecords.bad
+      config:
+        language: python
+        fields:
+          why: msg
+    - type: WriteToJson
+      input: Bad
+      config:
+        path: {tmp_path / "bad"}
+providers:
+  - type: python
+    config: {{}}
+    transforms:
+      ReadFromKinesis: beam_kinesis.yaml_provider.ReadFromKinesis
+      DecodeGlueRecords: beam_kinesis.yaml_provider.DecodeGlueRecords
+"""
+    options = PipelineOptions(
+        [
+            f"--kinesis_endpoint_url={stream.endpoint_url}",
+            f"--kinesis_region_name={stream.client_config.region_name}",
+        ]
+    )
+    with beam.Pipeline(runner=FnApiRunner(), options=options) as p:
+        expand_pipeline(p, spec)
+
+    def lines(prefix: str) -> list[Any]:
+        return [
+            json.loads(x) for f in tmp_path.glob(f"{prefix}*") for x in f.read_text().splitlines()
+        ]
+
+    assert lines("rows") == [{"name": "Ann", "next_age": 31}]
+    (bad,) = lines("bad")
+    assert bad["why"].startswith("not_glue: header version byte is 97, not 3")
 
 
 @pytest.mark.peer("aws-glue-schema-registry")
