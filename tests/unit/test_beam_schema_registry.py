@@ -1,6 +1,7 @@
 """beam_kinesis.schema_registry without a pipeline: the Beam row types derived from Avro and
 JSON schemas, values shaped into Rows, the DoFn's outputs (Rows, GlueBytes, the failed output)
-and a picklable serializer. Pipelines on kinesis-mock: tests/integration/test_schema_registry.py."""
+and a picklable serializer. Pipelines on kinesis-mock:
+tests/integration/test_schema_registry_live.py."""
 
 from __future__ import annotations
 

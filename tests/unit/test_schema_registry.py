@@ -2,7 +2,7 @@
 Protobuf's message index, the registry client's caches, retries, registration and refusals
 (on an in-memory Glue), the deserializer's pass-through, and the PyPI peer's codec on our
 bytes and ours on its bytes. The registry on moto's server, through Kinesis, is in
-tests/integration/test_schema_registry.py."""
+tests/integration/test_schema_registry_live.py."""
 
 from __future__ import annotations
 
