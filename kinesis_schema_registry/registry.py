@@ -172,7 +172,6 @@ class SchemaRegistry:
         self._client = client
         self._clock = clock
         self._links: dict[asyncio.AbstractEventLoop, _Link] = {}
-        self._lock = threading.Lock()
         self._by_definition: dict[tuple[str, DataFormat, str], SchemaVersion] = {}
         self._by_id: dict[bytes, SchemaVersion] = {}
         self._missing: dict[bytes, tuple[float, SchemaRegistryError]] = {}
@@ -297,6 +296,8 @@ class SchemaRegistry:
     # -- writers: a definition's version ------------------------------------------------------
 
     def cached(self, schema: Schema, schema_name: str) -> SchemaVersion | None:
+        """The version of ``schema_name`` with ``schema``'s definition, if this process knows
+        it (no call)."""
         return self._by_definition.get((schema_name, schema.data_format, schema.definition))
 
     async def version_of(self, schema: Schema, schema_name: str) -> SchemaVersion:
@@ -312,6 +313,7 @@ class SchemaRegistry:
         return version
 
     def version_of_blocking(self, schema: Schema, schema_name: str) -> SchemaVersion:
+        """:meth:`version_of` from synchronous code (on the process's loop thread)."""
         return self.cached(schema, schema_name) or LoopThread.get().run(
             self.version_of(schema, schema_name)
         )
@@ -462,6 +464,7 @@ class SchemaRegistry:
         return version
 
     def version_blocking(self, version_id: uuid.UUID | bytes) -> SchemaVersion:
+        """:meth:`version` from synchronous code (on the process's loop thread)."""
         key = version_id.bytes if isinstance(version_id, uuid.UUID) else bytes(version_id)
         return self._by_id.get(key) or LoopThread.get().run(self.version(key))
 
