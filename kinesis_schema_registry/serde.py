@@ -230,10 +230,11 @@ class GlueDeserializer:
     def _known(self, data: bytes) -> Decoded | bytes:
         """``data`` decoded if its version is known or it is not in the format; else the
         16 bytes of the version id to ask the registry for."""
-        entry = self._decoders.get(data[2 : wire.HEADER_SIZE])
-        if entry is not None and data[0] == wire.HEADER_VERSION:
-            return self._payload(data, entry)
-        if not wire.is_glue_record(data):
+        if wire.is_glue_record(data):
+            entry = self._decoders.get(data[2 : wire.HEADER_SIZE])
+            if entry is not None:
+                return self._payload(data, entry)
+        else:
             try:
                 wire.split(data)
             except wire.NotGlueRecordError as exc:

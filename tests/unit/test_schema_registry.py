@@ -309,3 +309,20 @@ def test_a_schema_created_meanwhile_by_another_writer_gets_the_new_version() -> 
         asyncio.run(registry.version_of(evolved, "users"))
     assert fake.calls["CreateSchema"] == 1
     assert fake.calls["RegisterSchemaVersion"] == 2
+
+
+def test_a_known_version_with_an_unknown_compression_byte_is_not_read_as_plain() -> None:
+    registry = known(VERSION_ID, DataFormat.AVRO, AVRO_USER)
+    deserializer = GlueDeserializer(registry)
+    odd = AVRO_GOLDEN[:1] + b"\x07" + AVRO_GOLDEN[2:]
+
+    async def main() -> list[Any]:
+        return [await deserializer.decode_async(data) for data in (AVRO_GOLDEN, odd)]
+
+    good, bad = asyncio.run(main())
+    assert good.value == USER
+    assert (bad.value, bad.failure) == (
+        odd,
+        "not_glue: compression byte is 7, not 0 (none) or 5 (zlib)",
+    )
+    assert deserializer.loads(odd) == odd
