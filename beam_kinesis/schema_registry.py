@@ -21,7 +21,7 @@ imported when a DoFn starts or a row type is derived (the ``gsr`` extra).
 from __future__ import annotations
 
 import typing
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import apache_beam as beam
@@ -212,9 +212,12 @@ class _DecodeFn(beam.DoFn):
         self._decoded: Any = Metrics.counter(NAMESPACE, "gsr_decoded")
         self._passed: Any = Metrics.counter(NAMESPACE, "gsr_passed_through")
         self._deserializer: GlueDeserializer | None = None
+        self._split: Callable[[bytes], tuple[bytes, bytes]] | None = None
 
     def setup(self) -> None:
-        from kinesis_schema_registry import GlueDeserializer, SchemaRegistry
+        from kinesis_schema_registry import GlueDeserializer, SchemaRegistry, wire
+
+        self._split = wire.split
 
         self._deserializer = GlueDeserializer(
             SchemaRegistry.shared(self._config),
@@ -224,12 +227,14 @@ class _DecodeFn(beam.DoFn):
 
     def process(self, element: KinesisRecord) -> Iterator[Any]:
         assert self._deserializer is not None
+        assert self._split is not None
         value, version, failure = self._deserializer.decode(element.data)
         if failure is None and version is not None:
             try:
                 if self._row_type is None:
+                    _, payload = self._split(element.data)
                     out: Any = GlueBytes(
-                        element.data[18:], str(version.version_id), version.data_format.value
+                        payload, str(version.version_id), version.data_format.value
                     )
                 else:
                     out = _to_row(value, self._row_type)
@@ -248,7 +253,7 @@ class DecodeGlueRecords(beam.PTransform[Any, Any]):
     with the records passed through undecoded in the ``failed`` output:
     ``result = records | DecodeGlueRecords(config, reader_schema=...)``, then
     ``result.rows`` and ``result.failed``. ``protobuf``: the message class(es) of Protobuf
-    records (then the main output holds messages)."""
+    records (their fields fill the rows by name)."""
 
     def __init__(
         self,
@@ -263,10 +268,7 @@ class DecodeGlueRecords(beam.PTransform[Any, Any]):
     def expand(self, records: Any) -> Any:
         decode = beam.ParDo(self._fn)  # type: ignore[no-untyped-call]
         out = records | decode.with_outputs(FAILED, main="rows")  # type: ignore[no-untyped-call]
-        if self._fn._row_type is not None:
-            out.rows.element_type = self._fn._row_type
-        elif self._fn._protobuf is None:
-            out.rows.element_type = GlueBytes
+        out.rows.element_type = self._fn._row_type or GlueBytes
         return out
 
 

@@ -34,7 +34,14 @@ from kinesis_schema_registry import (
 )
 from kinesis_schema_registry.formats import DataFormat
 from tests.fakes.glue import FakeGlue
-from tests.helpers.glue import AVRO_GOLDEN, AVRO_USER, JSON_USER, VERSION_ID, ProtoUser
+from tests.helpers.glue import (
+    AVRO_GOLDEN,
+    AVRO_USER,
+    AVRO_ZLIB_GOLDEN,
+    JSON_USER,
+    VERSION_ID,
+    ProtoUser,
+)
 
 NESTED = {
     "type": "record",
@@ -91,12 +98,14 @@ def record(data: bytes) -> KinesisRecord:
 def test_the_decode_fn_outputs_rows_or_bytes_and_fails_what_it_cannot_decode(reader: Any) -> None:
     fn = _DecodeFn(RegistryConfig(registry_name="r"), reader, None)
     registry = registry_knowing_avro()
-    fn._deserializer = GlueDeserializer(registry, reader_schema=reader)
-    (out,) = fn.process(record(AVRO_GOLDEN))
-    if reader is None:
-        assert out == GlueBytes(AVRO_GOLDEN[18:], str(VERSION_ID), DataFormat.AVRO.value)
+    fn.setup()
+    fn._deserializer = GlueDeserializer(registry, reader_schema=reader)  # on the fake Glue
+    outputs = [out for data in (AVRO_GOLDEN, AVRO_ZLIB_GOLDEN) for out in fn.process(record(data))]
+    if reader is None:  # the payload decompressed
+        bytes_out = GlueBytes(AVRO_GOLDEN[18:], str(VERSION_ID), DataFormat.AVRO.value)
+        assert outputs == [bytes_out, bytes_out]
     else:
-        assert out == beam.Row(name="Ann", age=30)
+        assert outputs == [beam.Row(name="Ann", age=30)] * 2
     (failed,) = fn.process(record(b"plain"))
     assert isinstance(failed, pvalue.TaggedOutput)
     assert failed.tag == FAILED
