@@ -74,6 +74,7 @@ from kinesis_core.lifecycle import Event, Lifecycle, State
 from kinesis_core.overrides import with_overrides
 from kinesis_core.records import KinesisRecord
 from kinesis_core.retry import RetryPolicy
+from kinesis_core.serde import RecordDeserializer
 from kinesis_core.stream import StreamRef
 from kinesis_core.telemetry.recorder import NO_RECORDER, ConsumerRecorder
 
@@ -164,6 +165,9 @@ class Consumer:
     asked for is written, and ``on_lease_lost`` when a lease was taken without a hand-off
     (the shard's undelivered records are dropped; what was delivered and not acked is read
     again by the new owner).
+
+    ``deserializer`` (:class:`~kinesis_core.serde.RecordDeserializer`, e.g.
+    ``kinesis_schema_registry.GlueDeserializer``) decodes each batch before it is delivered.
     """
 
     def __init__(
@@ -178,9 +182,11 @@ class Consumer:
         on_shard_ended: Callable[[str], None] | None = None,
         on_lease_handed_over: Callable[[str], None] | None = None,
         on_lease_lost: Callable[[str], None] | None = None,
+        deserializer: RecordDeserializer | None = None,
         **options: Any,
     ) -> None:
         self.stream = StreamRef.of(stream)
+        self._deserializer = deserializer
         """The stream (a :class:`StreamRef`, as the producer's); checkpoints are kept under its
         name."""
         config = with_overrides(consumer_config or ConsumerConfig(), options, "Consumer")
@@ -541,6 +547,8 @@ class Consumer:
         if self._recorder.enabled and self._handed_at is not None:
             self._recorder.processed(time.perf_counter() - self._handed_at)
         batch = await self._queue.get()
+        if batch is not None and self._deserializer is not None:
+            await self._deserializer.deserialize(batch)
         if batch is None:
             self._queue.put_nowait(None)
             if self._failure is not None:

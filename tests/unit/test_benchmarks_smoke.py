@@ -59,6 +59,24 @@ def test_codec_benchmark_quick_run() -> None:
 
 
 @pytest.mark.slow
+def test_schema_registry_benchmark_quick_run() -> None:
+    """The Glue Schema Registry row, on moto: both serdes measured, and the registry asked
+    once per schema version for all the records."""
+    done = run_benchmarks("--quick", "--only", "schema_registry", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {
+        (row["group"].split(":")[1].split()[0], row["subject"]): row
+        for row in json.loads(done.stdout)
+    }
+    ours = rows[("Avro", "kinesis_schema_registry")]
+    assert ours["baseline"] == "aws-glue-schema-registry"
+    assert ours["target"] == 2.0
+    assert rows[("Avro", "aws-glue-schema-registry")]["value"] > 0
+    calls = rows[("registry", "kinesis_schema_registry")]
+    assert calls["value"] == calls["maximum"] == 3
+
+
+@pytest.mark.slow
 def test_large_records_benchmark_quick_run() -> None:
     """The large-record row: a stand-in server, no emulator; a few seconds in quick mode."""
     done = run_benchmarks("--quick", "--only", "large_records", "--json")
