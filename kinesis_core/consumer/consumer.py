@@ -186,9 +186,9 @@ class Consumer:
         **options: Any,
     ) -> None:
         self.stream = StreamRef.of(stream)
-        self._deserializer = deserializer
         """The stream (a :class:`StreamRef`, as the producer's); checkpoints are kept under its
         name."""
+        self._deserializer = deserializer
         config = with_overrides(consumer_config or ConsumerConfig(), options, "Consumer")
         self.config = config
         self._life = Lifecycle(f"Consumer({str(self.stream)!r})")
