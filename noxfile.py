@@ -6,6 +6,12 @@ The supported versions are the ``Programming Language :: Python :: 3.X`` classif
 pyproject.toml. An interpreter is found as ``python3.X`` on PATH or, for pyenv users whose
 global version is another one, under ``$PYENV_ROOT/versions/3.X.*/bin`` (the newest patch).
 ``nox -s tests-3.10`` runs one of them; arguments after ``--`` go to pytest.
+
+The ``botocore`` sessions run the tests of the code that uses botocore's private names (the
+lean requests' signing and routes, the fan-out signer) against the lowest aiobotocore the
+project declares with the lowest botocore it allows (``botocore-lowest``) and against the newest
+of both (``botocore-newest``), so a botocore release that moves a private name fails a test,
+not a user. ``scripts/test`` runs both after the suite.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import os
 import re
 import shutil
 import subprocess
+from importlib.metadata import Distribution
 from pathlib import Path
 
 import nox
@@ -93,3 +100,74 @@ def tests(session: nox.Session) -> None:
     session.run(
         "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit", *session.posargs
     )
+
+
+BOTOCORE_TESTS = [
+    "tests/unit/test_lean_first_call.py",
+    "tests/unit/test_lean_get_records.py",
+    "tests/unit/test_lean_put_records.py",
+    "tests/unit/test_direct_http.py",
+    "tests/unit/test_fanout_signing.py",
+    "tests/integration/test_lean_get_records_servers.py",
+    "tests/integration/test_lean_get_shard_iterator_servers.py",
+    "tests/integration/test_lean_direct_http.py",
+]
+"""The modules that exercise every use of botocore's private names on real calls."""
+
+BOTOCORE_TOOLS = ["pytest", "pytest-timeout", "hypothesis", "cryptography", "moto[server]"]
+
+
+def declared_lower_bound(distribution: str) -> str:
+    """The ``>=`` bound pyproject.toml declares for ``distribution``."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    found = re.search(rf'"{re.escape(distribution)}>=([0-9][^",;]*)', text)
+    if found is None:
+        raise SystemExit(f"noxfile: pyproject.toml declares no lower bound for {distribution}")
+    return found.group(1)
+
+
+def _installed_requirement(session: nox.Session, distribution: str, dependency: str) -> str:
+    """``distribution``'s requirement on ``dependency`` in the session's virtualenv."""
+    site = session.run(
+        "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True
+    )
+    assert isinstance(site, str)
+    for info in Path(site.strip()).glob(f"{distribution}-*.dist-info"):
+        for requirement in Distribution.at(info).requires or []:
+            if re.match(rf"{re.escape(dependency)}\b", requirement):
+                return requirement
+    raise SystemExit(f"noxfile: {distribution} in the session declares no {dependency}")
+
+
+def _botocore_tests(session: nox.Session, bound: str) -> None:
+    session.install(".[efo]", *BOTOCORE_TOOLS)
+    if bound == "lowest":
+        session.install(f"aiobotocore=={declared_lower_bound('aiobotocore')}")
+        requirement = _installed_requirement(session, "aiobotocore", "botocore")
+        lowest = re.search(r">=\s*([0-9][^,;\s]*)", requirement)
+        if lowest is None:
+            raise SystemExit(f"noxfile: no lower bound in aiobotocore's {requirement!r}")
+        session.install(f"botocore=={lowest.group(1)}")
+    else:
+        session.install("--upgrade", "--upgrade-strategy", "eager", "aiobotocore", "botocore")
+    session.run(
+        "python",
+        "-c",
+        "import aiobotocore, botocore; "
+        "print('aiobotocore', aiobotocore.__version__, 'botocore', botocore.__version__)",
+    )
+    session.run(
+        "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *BOTOCORE_TESTS, *session.posargs
+    )
+
+
+@nox.session(name="botocore-lowest", python=None)
+def botocore_lowest(session: nox.Session) -> None:
+    """The tests of botocore's private names on the lowest declared aiobotocore and botocore."""
+    _botocore_tests(session, "lowest")
+
+
+@nox.session(name="botocore-newest", python=None)
+def botocore_newest(session: nox.Session) -> None:
+    """The tests of botocore's private names on the newest aiobotocore and botocore."""
+    _botocore_tests(session, "newest")

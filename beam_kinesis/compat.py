@@ -104,7 +104,12 @@ def _client_config(
     if verify_certificate is not None:
         fields["verify"] = verify_certificate
     given = {k: v for k, v in fields.items() if v is not None}
-    return ClientConfig(**given) if given else None
+    try:
+        return ClientConfig(**given) if given else None
+    except ConfigurationError as exc:
+        if exc.field == "endpoint_url":
+            raise ConfigurationError("service_endpoint", exc.reason) from None
+        raise
 
 
 def _millis(name: str, value: int | float | None) -> float | None:

@@ -16,6 +16,7 @@ from typing import Any
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from kinesis_core.client import ClientConfig
+from kinesis_core.errors import ConfigurationError
 
 __all__ = [
     "CredentialsInPipelineWarning",
@@ -108,7 +109,13 @@ def client_config_from_options(
         if value is None or getattr(config, field) != defaults[field]:
             continue
         changes[field] = _parse_verify(value) if field == "verify" else value
-    return dataclasses.replace(config, **changes) if changes else config
+    try:
+        return dataclasses.replace(config, **changes) if changes else config
+    except ConfigurationError as exc:
+        if exc.field not in changes:
+            raise
+        given = next(o for o, f in _OPTION_FIELDS.items() if f == exc.field)
+        raise ConfigurationError(f"--{given}", exc.reason) from None
 
 
 def warn_if_credentials(config: ClientConfig, transform: str) -> None:

@@ -212,7 +212,7 @@ def run(quick: bool) -> list[Row]:
                 aiokpl_codec.decode_aggregated(entry["Data"])
 
     rows: list[Row] = []
-    for predict, target in ((False, 3.0), (True, 2.0)):
+    for predict, target in ((False, 4.5), (True, 2.0)):
         rows += _rows(
             "codec: aggregate+encode" + ("+predict" if predict else ""),
             count,

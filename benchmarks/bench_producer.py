@@ -10,6 +10,9 @@ interval. The limiters are set far above what moto can take: the benchmark measu
 * ours: ``submit_many`` in batches of 5,000 (no future per record), ``rate_limit=10_000`` (%).
 * ours with ``preserve_order=True``: the same, with one Kinesis record (one aggregate) per shard
   in flight, so that each key's order holds across retries; its row shows the price.
+* ours with explicit hash keys: the same records, each with an explicit hash key from a
+  ``BalancedKeyAllocator`` of 4,096 keys (how the balanced allocator's users write,
+  docs/partitioning.md): the aggregator's per-record path instead of its runs of keys.
 * aiokpl 0.2.0: ``await put_record`` per record, then ``await outcome.wait()`` for each; its
   rate limits at 10**7 records and 10**10 bytes per second per shard.
 * async-kinesis 3.0.1: ``await put`` per record with its KPL string processor (aws-kinesis-agg
@@ -47,6 +50,7 @@ from typing import Any
 
 from benchmarks._table import Row, best_rates
 from benchmarks.peers import why_missing
+from kinesis_core.allocator import BalancedKeyAllocator
 from kinesis_core.client import ClientConfig
 from kinesis_core.local import LocalStream, MotoServer
 from kinesis_core.producer import Producer, ProducerConfig
@@ -54,6 +58,9 @@ from kinesis_core.producer import Producer, ProducerConfig
 GROUP = "producer e2e (moto, 16 shards, 100 B, aggregated)"
 OURS = "kinesis_core Producer"
 ORDERED = "kinesis_core Producer, preserve_order=True"
+EXPLICIT_GROUP = "producer with explicit hash keys (moto, 16 shards, 100 B, aggregated)"
+EXPLICIT = "kinesis_core Producer, explicit hash keys"
+EXPLICIT_KEYS = 4_096
 TELEMETRY_GROUP = "producer with OpenTelemetry metrics (moto, 16 shards, 100 B, aggregated)"
 METRICS_OFF = "kinesis_core Producer, telemetry off"
 METRICS_ON = "kinesis_core Producer, telemetry on"
@@ -70,7 +77,7 @@ TURNS_QUICK = 2
 """Rounds in which ours and async-kinesis take turns (see the module's docstring)."""
 
 Records = list[tuple[bytes, str]]
-Subject = Callable[[LocalStream, Records], Awaitable[None]]
+Subject = Callable[[LocalStream, Any], Awaitable[None]]
 
 
 def _records(count: int, seed: int = 7) -> Records:
@@ -98,6 +105,11 @@ async def _ours(stream: LocalStream, records: Records, **overrides: Any) -> None
 
 async def _ours_ordered(stream: LocalStream, records: Records) -> None:
     await _ours(stream, records, preserve_order=True)
+
+
+def _with_explicit_hash_keys(records: Records) -> list[tuple[bytes, str, str]]:
+    keys = [str(key) for key in BalancedKeyAllocator().allocate(EXPLICIT_KEYS)]
+    return [(data, key, keys[i % EXPLICIT_KEYS]) for i, (data, key) in enumerate(records)]
 
 
 async def _aiokpl(stream: LocalStream, records: Records) -> None:
@@ -145,7 +157,7 @@ async def _async_kinesis(stream: LocalStream, records: Records) -> None:
         await producer.flush()
 
 
-def _measure(server: MotoServer, subject: Subject, records: Records) -> tuple[float, float]:
+def _measure(server: MotoServer, subject: Subject, records: Any) -> tuple[float, float]:
     """(records/s, CPU seconds per million records) of one subject on a fresh stream."""
     stream = server.create_stream(f"bench-producer-{random.getrandbits(32):08x}", shards=SHARDS)
     try:
@@ -159,7 +171,7 @@ def _measure(server: MotoServer, subject: Subject, records: Records) -> tuple[fl
 
 
 def _measure_in_turns(
-    server: MotoServer, subjects: dict[str, tuple[Subject, Records]], turns: int
+    server: MotoServer, subjects: dict[str, tuple[Subject, Any]], turns: int
 ) -> dict[str, tuple[float, float]]:
     """(best records/s, lowest CPU s per million) of each subject over ``turns`` rounds in
     which the subjects take turns, each run on a fresh stream."""
@@ -313,6 +325,14 @@ def run(quick: bool) -> list[Row]:
         if AIOKPL not in absent:
             measured[AIOKPL] = _measure(server, _aiokpl, data[:aiokpl_n])
         ordered = _measure(server, _ours_ordered, data[:ordered_n])
+        explicit = _measure_in_turns(
+            server,
+            {
+                OURS: (_ours, data[:ordered_n]),
+                EXPLICIT: (_ours, _with_explicit_hash_keys(data[:ordered_n])),
+            },
+            TURNS_QUICK if quick else TURNS,
+        )
         telemetry = _measure_telemetry(server, data[:telemetry_n], 3 if quick else 5)
         memory = _measure_memory(server, memory_n)
     for subject in subjects:
@@ -347,6 +367,20 @@ def run(quick: bool) -> list[Row]:
             "records/s",
             baseline=OURS,
             note=f"{ordered_n:,} records; one aggregate per shard in flight, ratio to the default",
+        )
+    )
+    rows.append(
+        Row(EXPLICIT_GROUP, OURS, explicit[OURS][0], "records/s", note=f"{ordered_n:,} records")
+    )
+    rows.append(
+        Row(
+            EXPLICIT_GROUP,
+            EXPLICIT,
+            explicit[EXPLICIT][0],
+            "records/s",
+            baseline=OURS,
+            target=0.8,
+            note=f"the same records, {EXPLICIT_KEYS:,} balanced keys; in turns with the first",
         )
     )
     rows.append(

@@ -7,10 +7,12 @@ module is the Faust channel that ties them to agents, clones and queues.
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from faust.channels import SerializedChannel
+from faust.channels import Channel, SerializedChannel
 from faust.types import AppT, ChannelT, CodecArg, FutureMessage, RecordMetadata
 from faust.types.tuples import MessageSentCallback
 from mode.utils.queues import ThrowableQueue
@@ -27,6 +29,7 @@ from kinesis_core.consumer import (
     ShardStatus,
     parse_initial_position,
 )
+from kinesis_core.errors import ConfigurationError
 from kinesis_core.producer import Producer, ProducerConfig
 from kinesis_core.producer.partitioning import KeyFn, key_from
 from kinesis_core.stream import StreamRef
@@ -42,6 +45,28 @@ if TYPE_CHECKING:
     from kinesis_core.client import ClientConfig
 
 __all__ = ["KinesisChannel"]
+
+_FAUST_KEYWORDS = frozenset(inspect.signature(Channel.__init__).parameters) - {"self", "app"}
+"""The keywords Faust's ``Channel`` takes that ``KinesisChannel`` passes on (``**kwargs``):
+``is_iterator``, ``active_partitions``, ``loop`` (clones get them from ``_clone_args``)."""
+
+
+def _refuse_unknown(keywords: Mapping[str, Any]) -> None:
+    """ConfigurationError naming the first keyword neither KinesisChannel nor Faust's Channel
+    takes (Faust would raise a TypeError from inside its own ``__init__``)."""
+    unknown = sorted(set(keywords) - _FAUST_KEYWORDS)
+    if not unknown:
+        return
+    known = sorted(
+        (set(inspect.signature(KinesisChannel.__init__).parameters) | _FAUST_KEYWORDS)
+        - {"self", "app", "stream", "kwargs"}
+    )
+    close = difflib.get_close_matches(unknown[0], known, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise ConfigurationError(
+        unknown[0],
+        f"KinesisChannel takes no such keyword{hint}; it takes {', '.join(known)}",
+    )
 
 
 class KinesisChannel(SerializedChannel[Any]):
@@ -111,6 +136,7 @@ class KinesisChannel(SerializedChannel[Any]):
         queue: ThrowableQueue[Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        _refuse_unknown(kwargs)
         ref = StreamRef.of(stream)
         self.stream_name = str(ref)
         """The stream as given (name or ARN): the topic of this channel's messages."""

@@ -102,14 +102,13 @@ class AggregateBuilder:
 
     __slots__ = (
         "_body_size",
-        "_data_size",
         "_ehk_entries",
         "_ehk_index",
         "_first",
+        "_key_chars",
         "_limit",
         "_max_size",
         "_parts",
-        "_payload",
         "_pk_entries",
         "_pk_index",
         "_pk_runs",
@@ -134,8 +133,7 @@ class AggregateBuilder:
         self._ehk_entries: list[bytes] = []
         self._parts: list[bytes] = []
         self._body_size = 0
-        self._data_size = 0
-        self._payload = 0
+        self._key_chars = 0
         self._limit = 0
         self._first: SubRecord | None = None
 
@@ -150,13 +148,13 @@ class AggregateBuilder:
     @property
     def data_size(self) -> int:
         """The data bytes of its records."""
-        return self._data_size
+        return sum(map(len, self._parts[1::2]))
 
     @property
     def payload(self) -> int:
         """Its records' data bytes and partition key code points (what a producer's memory
         budget counts for them), kept here because the records pass here one by one."""
-        return self._payload
+        return self.data_size + self._key_chars
 
     @property
     def size(self) -> int:
@@ -229,17 +227,26 @@ class AggregateBuilder:
 
     def try_add(self, partition_key: str, explicit_hash_key: str | None, data: bytes) -> bool:
         """Add the record if it fits; False (and nothing changed) if it does not."""
-        if explicit_hash_key is None and self._first is not None:
-            return self.add_run((partition_key,), (data,), 0, 1) == 1
+        if self._first is not None:
+            if explicit_hash_key is None:
+                return self._add_plain(partition_key, data)
+            return self._add_prepared(partition_key, explicit_hash_key, data)
+        pk_len = len(partition_key.encode("utf-8"))
+        if len(data) + pk_len > LARGEST_RECORD_BYTES:
+            return False
+        self._first = SubRecord(partition_key, explicit_hash_key, data)
+        self._limit = self._max_size - FRAMING_SIZE - pk_len
+        self._add_prepared(partition_key, explicit_hash_key, data, check=False)
+        return True
+
+    def _add_prepared(
+        self, partition_key: str, explicit_hash_key: str | None, data: bytes, check: bool = True
+    ) -> bool:
+        """``try_add`` for any record, through ``_prepare``; ``check=False`` adds the first
+        record whatever its size."""
         pk_entry, ehk_entry, header, growth = self._prepare(partition_key, explicit_hash_key, data)
         body_size = self._body_size + growth
-        if self._first is None:
-            pk_len = len(partition_key.encode("utf-8"))
-            if len(data) + pk_len > LARGEST_RECORD_BYTES:
-                return False
-            self._first = SubRecord(partition_key, explicit_hash_key, data)
-            self._limit = self._max_size - FRAMING_SIZE - pk_len
-        elif body_size > self._limit:
+        if check and body_size > self._limit:
             return False
         if pk_entry is not None:
             pk_index = self._keys()
@@ -250,8 +257,7 @@ class AggregateBuilder:
             self._ehk_entries.append(ehk_entry)
         self._parts += (header, data)
         self._body_size = body_size
-        self._data_size += len(data)
-        self._payload += len(data) + len(partition_key)
+        self._key_chars += len(partition_key)
         return True
 
     def add_run(
@@ -270,56 +276,50 @@ class AggregateBuilder:
             end = self._add_new(partition_keys, datas, start, stop)
             if end is not None:
                 return end
-        pk_index = self._keys()
-        pk_entries = self._pk_entries
-        parts = self._parts
-        body_size = self._body_size
-        data_size = self._data_size
-        payload = self._payload
-        limit = self._limit
-        prefixes = _PK_FIELD_PREFIXES
-        pack1 = _pack_header1
-        pack2 = _pack_header2
+        add = self._add_plain
         pos = start
-        while pos < stop:
-            # The bytes _prepare would make for a record without an explicit hash key, with
-            # table lookups and struct packing instead of its calls: 40% faster for a new key
-            # (random partition keys make nearly every key new), 10% for a known one.
-            partition_key = partition_keys[pos]
-            data = datas[pos]
-            n = len(data)
-            i = pk_index.get(partition_key)
-            entry = b""
-            if i is None:
-                i = len(pk_index)
-                raw = partition_key.encode("utf-8")
-                entry = (
-                    prefixes[len(raw)] + raw
-                    if len(raw) < 0x80
-                    else _string_field(b"\x0a", partition_key)
-                )
-            if n >= 0x7B or i >= 0x4000:
-                header = _record_header(i, None, n)
-            elif i < 0x80:
-                header = pack1(0x1A, n + 4, 0x08, i, 0x1A, n)
-            else:
-                header = pack2(0x1A, n + 5, 0x08, (i & 0x7F) | 0x80, i >> 7, 0x1A, n)
-            grown = body_size + len(entry) + n + len(header)
-            if grown > limit:
-                break
-            if entry:
-                pk_index[partition_key] = i
-                pk_entries.append(entry)
-            parts.append(header)
-            parts.append(data)
-            body_size = grown
-            data_size += n
-            payload += n + len(partition_key)
+        while pos < stop and add(partition_keys[pos], datas[pos]):
             pos += 1
-        self._body_size = body_size
-        self._data_size = data_size
-        self._payload = payload
         return pos
+
+    def _add_plain(self, partition_key: str, data: bytes) -> bool:
+        """``try_add`` for a record without an explicit hash key to a builder that holds a
+        record already: the bytes ``_prepare`` would make, with table lookups and struct
+        packing instead of its calls."""
+        n = len(data)
+        pk_index = self._pk_index if not self._pk_runs else self._keys()
+        i = pk_index.get(partition_key)
+        if n >= 0x7B or (i is not None and i >= 0x4000):
+            return self._add_prepared(partition_key, None, data)
+        if i is not None:
+            header = (
+                _pack_header1(0x1A, n + 4, 0x08, i, 0x1A, n)
+                if i < 0x80
+                else _pack_header2(0x1A, n + 5, 0x08, (i & 0x7F) | 0x80, i >> 7, 0x1A, n)
+            )
+            body_size = self._body_size + n + len(header)
+            if body_size > self._limit:
+                return False
+        else:
+            i = len(pk_index)
+            raw = partition_key.encode("utf-8")
+            if len(raw) >= 0x80 or i >= 0x4000:
+                return self._add_prepared(partition_key, None, data)
+            entry = _PK_FIELD_PREFIXES[len(raw)] + raw
+            header = (
+                _pack_header1(0x1A, n + 4, 0x08, i, 0x1A, n)
+                if i < 0x80
+                else _pack_header2(0x1A, n + 5, 0x08, (i & 0x7F) | 0x80, i >> 7, 0x1A, n)
+            )
+            body_size = self._body_size + len(entry) + n + len(header)
+            if body_size > self._limit:
+                return False
+            pk_index[partition_key] = i
+            self._pk_entries.append(entry)
+        self._parts += (header, data)
+        self._body_size = body_size
+        self._key_chars += len(partition_key)
+        return True
 
     def _add_new(
         self, partition_keys: Sequence[str], datas: Sequence[bytes], start: int, stop: int
@@ -400,9 +400,7 @@ class AggregateBuilder:
         self._pk_entries += entries
         runs.append((keys, first, distinct))  # not in pk_index: an aggregate is rarely asked
         self._body_size += growth
-        data_size = sum(lens)
-        self._data_size += data_size
-        self._payload += data_size + sum(map(len, keys))
+        self._key_chars += sum(map(len, keys))
         return start + k
 
     def _keys(self) -> dict[str, int]:
@@ -438,8 +436,7 @@ class AggregateBuilder:
         self._ehk_entries = []
         self._parts = []
         self._body_size = 0
-        self._data_size = 0
-        self._payload = 0
+        self._key_chars = 0
         self._limit = 0
         self._first = None
 

@@ -54,6 +54,9 @@ INTERNAL = "Internal"
 """Our own code for a failure with no AWS answer (a network error, a timeout)."""
 RECORD_COUNT_MISMATCH = "RecordCountMismatch"
 """Our own code for a PutRecords response whose record count differs from the request's."""
+CERTIFICATE_VERIFY_FAILED = "CERTIFICATE_VERIFY_FAILED"
+"""Our own code (OpenSSL's reason) for a connection whose TLS certificate this client does not
+trust: no retry fixes that."""
 
 _CODES: dict[str, ErrorKind] = {}
 
@@ -132,6 +135,7 @@ _kind(
 # request helps. (KMSThrottlingException, above, is the one KMS error a retry gets past.)
 _kind(
     ErrorKind.FATAL,
+    CERTIFICATE_VERIFY_FAILED,
     "KMSDisabledException",
     "KMSInvalidStateException",
     "KMSNotFoundException",
@@ -169,12 +173,26 @@ def classify(code: str | None, http_status: int | None = None) -> ErrorKind:
     return ErrorKind.TRANSIENT
 
 
+def _certificate_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` or an exception it was raised from says the peer's TLS certificate
+    failed verification (botocore, aiohttp and our own clients all keep OpenSSL's text)."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if CERTIFICATE_VERIFY_FAILED in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def error_details(exc: BaseException) -> tuple[str | None, int | None]:
     """The AWS error code and HTTP status of a botocore ``ClientError`` (None, None for any
-    other exception), without importing botocore."""
+    other exception, but :data:`CERTIFICATE_VERIFY_FAILED` for a TLS certificate that failed
+    verification), without importing botocore."""
     response = getattr(exc, "response", None)
     if not isinstance(response, Mapping):
-        return None, None
+        return (CERTIFICATE_VERIFY_FAILED if _certificate_refused(exc) else None), None
     error = response.get("Error")
     code = error.get("Code") if isinstance(error, Mapping) else None
     metadata = response.get("ResponseMetadata")

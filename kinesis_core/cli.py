@@ -197,8 +197,11 @@ def _status_command(parser: argparse.ArgumentParser) -> Handler:
             # there) is no bad argument: it exits 1 too.
             if isinstance(exc, KinesisConnectorError) and not isinstance(exc, ConfigurationError):
                 raise
+            hint = ""
+            if isinstance(exc, ConfigurationError) and exc.field == "application_name":
+                hint = " (give --application the name of the application whose table it is)"
             raise KinesisConnectorError(
-                f"cannot read the status of stream {args.stream!r}: {exc}"
+                f"cannot read the status of stream {args.stream!r}: {exc}{hint}"
             ) from exc
         return 0
 

@@ -33,6 +33,7 @@ import botocore.session
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
 from botocore.config import Config
+from botocore.configprovider import ConfiguredEndpointProvider
 from botocore.exceptions import (
     ConnectionClosedError,
     ConnectionError as BotoConnectionError,
@@ -215,8 +216,26 @@ def check_region(region: str, source: str = "") -> None:
         )
 
 
+_USERINFO = re.compile(r"^([^:/?#]*:?//)?([^/?#]*)@")
+"""The ``user[:password]@`` part of a URL's authority (with or without a scheme)."""
+
+
+def _without_userinfo(url: str) -> str:
+    """``url`` with any ``user:password@`` before its host shown as ``***@`` (for messages)."""
+    return _USERINFO.sub(lambda m: f"{m.group(1) or ''}***@", url, count=1)
+
+
 def _check_endpoint(name: str, url: str) -> None:
-    """An endpoint URL botocore can connect to: http(s), a host, a valid port."""
+    """An endpoint URL botocore can connect to: http(s), a host, a valid port, and no
+    ``user:password@`` (botocore would print it in its DEBUG lines and sign no request with
+    it: every call fails after its retries). A message never shows a password."""
+    if _USERINFO.match(url):
+        raise ConfigurationError(
+            name,
+            "must not carry credentials (user:password@ before the host): Kinesis and DynamoDB "
+            "take AWS credentials (aws_access_key_id and aws_secret_access_key, a profile, or "
+            f"the default chain), and a proxy's go in HTTPS_PROXY; got {_without_userinfo(url)!r}",
+        )
     if not url.startswith(("http://", "https://")):
         raise ConfigurationError(name, f"must start with http:// or https://, got {url!r}")
     parts = urllib.parse.urlsplit(url)
@@ -259,6 +278,28 @@ def _check_local_files(config: ClientConfig, session: botocore.session.Session) 
         )
 
 
+def _check_configured_endpoint(
+    config: ClientConfig, service: Service, session: botocore.session.Session
+) -> None:
+    """The endpoint botocore finds itself when the config names none (``AWS_ENDPOINT_URL*``
+    or the AWS config file's ``services`` section) is checked as the field would be."""
+    if session.get_config_variable("ignore_configured_endpoint_urls"):
+        return
+    configured = ConfiguredEndpointProvider(
+        full_config=session.full_config,
+        scoped_config=session.get_scoped_config(),
+        client_name=service,
+    ).provide()
+    if configured:
+        name = "endpoint_url" if service == "kinesis" else "dynamodb_endpoint_url"
+        try:
+            _check_endpoint(name, configured)
+        except ConfigurationError as exc:
+            raise ConfigurationError(
+                name, f"{exc.reason} (from AWS_ENDPOINT_URL* or the AWS config file)"
+            ) from None
+
+
 def _client_kwargs(
     config: ClientConfig,
     service: Service,
@@ -281,6 +322,8 @@ def _client_kwargs(
     if region != config.region_name:
         check_region(region, " (from the environment or the AWS config profile)")
     endpoint_url = config.endpoint_for(service)
+    if endpoint_url is None:
+        _check_configured_endpoint(config, service, session)
     if config.verify is False:
         LOG.warning(
             "TLS certificate verification is OFF for the %s client (%s): use this only against "

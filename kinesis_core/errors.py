@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kinesis_core.classify import ErrorKind, classify, error_details, error_message
+from kinesis_core.classify import (
+    CERTIFICATE_VERIFY_FAILED,
+    ErrorKind,
+    classify,
+    error_details,
+    error_message,
+)
 
 
 class KinesisConnectorError(Exception):
@@ -110,11 +116,16 @@ class KinesisServiceError(KinesisConnectorError):
         code, status = error_details(exc)
         kind = classify(code, status)
         what = f"{code}: {error_message(exc)}" if code else error_message(exc)
-        hint = _HINTS.get(kind, "")
+        hint = CERTIFICATE_HINT if code == CERTIFICATE_VERIFY_FAILED else _HINTS.get(kind, "")
         notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
         return cls(f"{doing} failed: {what}{hint}{notes}", code=code, kind=kind, http_status=status)
 
 
+CERTIFICATE_HINT = (
+    " (the endpoint's TLS certificate is not trusted: give the bundle of the CA that signed it"
+    " as ClientConfig(verify=...) or AWS_CA_BUNDLE; no retry fixes that)"
+)
+"""What to do about a :data:`~.classify.CERTIFICATE_VERIFY_FAILED` failure."""
 _HINTS = {
     ErrorKind.AUTH: " (check the credentials and the IAM permissions of this process)",
     ErrorKind.NOT_FOUND: " (check the stream name or ARN, and the region)",

@@ -15,7 +15,9 @@ A shard reader's calls name no stream or shard: a link (:meth:`AsyncExecutor.lin
 at the stream: the answer to :class:`~.consumer.transport.CheckStream` (a listing and the
 stream's creation time, one for every reader for ``view_max_age`` seconds: when many shards
 meet a refusal at once, one look answers them all) and the listing that tells a fan-out
-reader its shard closed (:class:`~.consumer.subscription.CheckShard`, ``listing_max_age``).
+reader its shard closed (:class:`~.consumer.subscription.CheckShard`, ``listing_max_age``);
+the fan-out readers' periodic looks at their stream consumer
+(:class:`~.consumer.subscription.CheckConsumer` ``shared``) share one answer the same way.
 """
 
 from __future__ import annotations
@@ -75,7 +77,8 @@ _T = TypeVar("_T")
 VIEW_MAX_AGE = 1.0
 """Seconds a :class:`~.consumer.transport.StreamView` serves every reader of an executor."""
 LISTING_MAX_AGE = 15.0
-"""Seconds a listing serves the fan-out readers' look-ups of their shards (half the default
+"""Seconds a listing serves the fan-out readers' look-ups of their shards, and a
+DescribeStreamConsumer answer their periodic looks at their consumer (half the default
 ``closed_check_interval``)."""
 
 
@@ -184,6 +187,7 @@ class AsyncExecutor:
         self._listing_max_age = listing_max_age
         self._views: dict[StreamRef, _Shared[StreamView]] = {}
         self._listings: dict[StreamRef, _Shared[list[ShardInfo]]] = {}
+        self._consumer_looks: dict[str, _Shared[ConsumerCheck]] = {}
 
     async def execute(self, call: ApiCall, retry: RetryPolicy | Retry | None = None) -> Any:
         """The answer to ``call`` (every page of it), each request under ``retry`` (once
@@ -244,9 +248,19 @@ class AsyncExecutor:
             )
         return shard_check(await shared.get(), shard_id)
 
-    async def consumer_check(self, consumer_arn: str) -> ConsumerCheck:
+    async def consumer_check(self, consumer_arn: str, *, shared: bool = False) -> ConsumerCheck:
         """DescribeStreamConsumer, as a fan-out reader's machine takes it: its status, or
-        None when it is not found; other errors raise."""
+        None when it is not found; other errors raise. ``shared``: an answer at most
+        ``listing_max_age`` seconds old serves."""
+        if shared:
+            look = self._consumer_looks.get(consumer_arn)
+            if look is None:
+                look = self._consumer_looks[consumer_arn] = _Shared(
+                    functools.partial(self.consumer_check, consumer_arn),
+                    self._listing_max_age,
+                    self.clock,
+                )
+            return await look.get()
         try:
             description = await self.execute(DescribeStreamConsumer(consumer_arn))
         except Exception as exc:
@@ -350,7 +364,7 @@ class AsyncShardLink:
         if isinstance(call, CheckShard):
             return await self._executor.shard_check(self._stream, self._shard_id)
         if isinstance(call, CheckConsumer):
-            return await self._executor.consumer_check(self._arn())
+            return await self._executor.consumer_check(self._arn(), shared=call.shared)
         raise TypeError(f"a shard reader's link cannot execute {call!r}")
 
     async def _next_event(self) -> Any:
@@ -410,6 +424,7 @@ class SyncExecutor:
         self._listing_max_age = listing_max_age
         self._views: dict[StreamRef, tuple[float, StreamView]] = {}
         self._listings: dict[StreamRef, tuple[float, list[ShardInfo]]] = {}
+        self._consumer_looks: dict[str, tuple[float, ConsumerCheck]] = {}
         self._loop_timeout = loop_timeout
 
     def execute(self, call: ApiCall, retry: RetryPolicy | Retry | None = None) -> Any:
@@ -458,8 +473,15 @@ class SyncExecutor:
             self._listings[stream] = (self.clock.now(), shards)
         return shard_check(shards, shard_id)
 
-    def consumer_check(self, consumer_arn: str) -> ConsumerCheck:
-        """DescribeStreamConsumer, as a fan-out reader's machine takes it."""
+    def consumer_check(self, consumer_arn: str, *, shared: bool = False) -> ConsumerCheck:
+        """DescribeStreamConsumer, as a fan-out reader's machine takes it. ``shared``: an
+        answer at most ``listing_max_age`` seconds old serves."""
+        if shared:
+            at, check = self._consumer_looks.get(consumer_arn, (float("-inf"), None))
+            if check is None or self.clock.now() - at > self._listing_max_age:
+                check = self.consumer_check(consumer_arn)
+                self._consumer_looks[consumer_arn] = (self.clock.now(), check)
+            return check
         try:
             description = self.execute(DescribeStreamConsumer(consumer_arn))
         except Exception as exc:
@@ -538,7 +560,7 @@ class SyncShardLink:
         if isinstance(call, CheckShard):
             return self._executor.shard_check(self._stream, self._shard_id)
         if isinstance(call, CheckConsumer) and self._fan_out is not None:
-            return self._executor.consumer_check(self._fan_out.consumer_arn)
+            return self._executor.consumer_check(self._fan_out.consumer_arn, shared=call.shared)
         raise TypeError(f"a shard reader's link cannot execute {call!r}")
 
     def _subscribing(self) -> _Subscriber:

@@ -122,6 +122,7 @@ class ResponseParser:
                 end = data.find(b"\r\n\r\n")
                 if end < 0:
                     return self._wait(data, "the status line and headers")
+                self._within_cap(end, "the status line and headers")
                 self._head(data[:end])
                 data = data[end + 4 :]
             elif state is State.LENGTH or state is State.CHUNK_DATA:
@@ -138,6 +139,7 @@ class ResponseParser:
                 end = data.find(b"\r\n")
                 if end < 0:
                     return self._wait(data, "a chunk-size line")
+                self._within_cap(end, "a chunk-size line")
                 self._chunk_size(data[:end])
                 data = data[end + 2 :]
             elif state is State.CHUNK_END:
@@ -152,6 +154,7 @@ class ResponseParser:
                 end = data.find(b"\r\n")
                 if end < 0:
                     return self._wait(data, "the trailer")
+                self._within_cap(end, "the trailer")
                 if end == 0:
                     self.state = State.DONE
                 data = data[end + 2 :]
@@ -172,10 +175,15 @@ class ResponseParser:
         return self.state is State.DONE
 
     def _wait(self, data: bytes, what: str) -> bool:
-        if len(data) > MAX_HEAD_BYTES:
-            raise MalformedAnswer(f"{what} took more than {MAX_HEAD_BYTES} bytes")
+        self._within_cap(len(data), what)
         self._buffer = data
         return False
+
+    @staticmethod
+    def _within_cap(size: int, what: str) -> None:
+        """The cap holds whether the bytes came in one piece or in several."""
+        if size > MAX_HEAD_BYTES:
+            raise MalformedAnswer(f"{what} took more than {MAX_HEAD_BYTES} bytes")
 
     def _head(self, head: bytes) -> None:
         lines = head.decode("latin-1").split("\r\n")

@@ -9,7 +9,9 @@ just after the checkpoint: the figure the consumer itself would see on its next 
 one the KCL reports. It is a time, not a record count: Kinesis has no call that counts the
 records after a position, and sequence numbers are not dense. ``caught_up`` says whether that
 call found a record at all (a record written in the same millisecond as the newest one is
-0 ms behind but still unread).
+0 ms behind but still unread). Rows of an earlier incarnation of the stream (deleted and
+created again under its name) show as ``earlier_stream``, with no lag: their positions are of
+a stream that no longer exists, and a consumer refuses them at start.
 
 Nothing here writes: shards come from ListShards, rows from the store's ``list`` (open a
 SQLite store with ``read_only=True``, a DynamoDB one with ``create_table=False``), and the
@@ -27,6 +29,7 @@ from typing import Any
 
 from kinesis_core.checkpoint.base import Checkpoint, CheckpointStore, CheckpointValue, Sentinel
 from kinesis_core.classify import error_details
+from kinesis_core.consumer.incarnation import StreamFacts, stale_rows
 from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
 from kinesis_core.consumer.positions import TRIM_HORIZON
 from kinesis_core.executor import list_all_shards
@@ -41,6 +44,7 @@ FINISHED = "finished"
 READING = "reading"
 READY = "ready"
 WAITING_FOR_PARENT = "waiting_for_parent"
+EARLIER_STREAM = "earlier_stream"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +67,10 @@ class ShardView:
     parents: tuple[str, ...]
     children: tuple[str, ...]
     progress: str | None
-    """None without a store; else finished (SHARD_END stored, or implied by a child that
-    started), reading (a position is stored), ready (no position yet, every parent finished)
-    or waiting_for_parent."""
+    """None without a store; else earlier_stream (the row is of an earlier incarnation of the
+    stream), finished (SHARD_END stored, or implied by a child that started), reading (a
+    position is stored), ready (no position yet, every parent finished) or
+    waiting_for_parent."""
     row: Checkpoint | None
     lag: Lag | None
 
@@ -140,9 +145,11 @@ def build_status(
     rows: Iterable[Checkpoint],
     lags: Mapping[str, Lag],
     taken_at: datetime,
+    stream_created_ms: int | None = None,
 ) -> StreamStatus:
     """Put listed shards, stored rows and measured lags together (no I/O). ``store`` None:
-    no store was read, and the view has the shards only."""
+    no store was read, and the view has the shards only. ``stream_created_ms``: the stream's
+    creation time, against which each row's incarnation is checked (None: not checked)."""
     by_id = {row.shard_id: row for row in rows}
     listed = {info.shard_id: info for info in shards}
     children: dict[str, list[str]] = {}
@@ -153,7 +160,8 @@ def build_status(
         for child in row.child_shard_ids:
             if child not in children.setdefault(row.shard_id, []):
                 children[row.shard_id].append(child)
-    progress = _progress(shards, by_id) if store is not None else {}
+    earlier = earlier_rows(by_id.values(), stream_created_ms, shards)
+    progress = _progress(shards, by_id, earlier) if store is not None else {}
     views = tuple(
         ShardView(
             shard_id=info.shard_id,
@@ -171,21 +179,35 @@ def build_status(
     return StreamStatus(stream, application, store, taken_at, views, unlisted)
 
 
-def _progress(shards: Sequence[ShardInfo], rows: Mapping[str, Checkpoint]) -> dict[str, str]:
+def earlier_rows(
+    rows: Iterable[Checkpoint], stream_created_ms: int | None, shards: Sequence[ShardInfo]
+) -> set[str]:
+    """The shards whose rows belong to an earlier incarnation of the stream (the consumer's
+    rule at start: another creation time, or a position outside the listed shard)."""
+    if stream_created_ms is None:
+        return set()
+    return {row.shard_id for row in stale_rows(rows, stream_created_ms, shards)}
+
+
+def _progress(
+    shards: Sequence[ShardInfo], rows: Mapping[str, Checkpoint], earlier: set[str]
+) -> dict[str, str]:
     """Where the application is on each shard, by the consumer's own lineage rules (a shard
     without a row whose child has started was finished, its row since deleted, as the KCL
-    deletes finished leases)."""
+    deletes finished leases). A row of an earlier stream says nothing of this one."""
     lineage = Lineage(TRIM_HORIZON)
     lineage.update(
         [ShardNode.from_shard_info(info) for info in shards],
-        {shard_id: row.value for shard_id, row in rows.items()},
+        {shard_id: row.value for shard_id, row in rows.items() if shard_id not in earlier},
     )
     lineage.take_ready()
     result = {}
     for info in shards:
         state = lineage.state(info.shard_id)
         row = rows.get(info.shard_id)
-        if state is ShardState.ENDED:
+        if info.shard_id in earlier:
+            result[info.shard_id] = EARLIER_STREAM
+        elif state is ShardState.ENDED:
             result[info.shard_id] = FINISHED
         elif state is ShardState.WAITING_FOR_PARENT:
             result[info.shard_id] = WAITING_FOR_PARENT
@@ -245,13 +267,17 @@ async def read_status(
     store_label: str | None = None,
     measure_lags: bool = True,
 ) -> StreamStatus:
-    """List the shards, read the rows and measure the lags (concurrently, one GetRecords per
-    shard), then :func:`build_status`. ``client`` is an aiobotocore Kinesis client."""
+    """Describe the stream, list the shards, read the rows and measure the lags
+    (concurrently, one GetRecords per shard), then :func:`build_status`. ``client`` is an
+    aiobotocore Kinesis client."""
+    ref = StreamRef.of(stream)
+    summary = await client.describe_stream_summary(**ref.params())
+    created_ms = StreamFacts.from_response(summary).created_ms
     shards = await list_all_shards(client, stream)
     # Rows are stored under the stream's name, whether it was given by name or by ARN.
-    rows = await store.list(application, StreamRef.of(stream).name) if store is not None else []
+    rows = await store.list(application, ref.name) if store is not None else []
     taken_at = datetime.now(timezone.utc)
-    listed = {info.shard_id for info in shards}
+    listed = {info.shard_id for info in shards} - earlier_rows(rows, created_ms, shards)
     targets = {
         row.shard_id: iterator
         for row in rows
@@ -263,7 +289,7 @@ async def read_status(
             *(measure_lag(client, stream, shard, it) for shard, it in targets.items())
         )
         lags = dict(zip(targets, measured, strict=True))
-    return build_status(stream, application, store_label, shards, rows, lags, taken_at)
+    return build_status(stream, application, store_label, shards, rows, lags, taken_at, created_ms)
 
 
 # -- output --------------------------------------------------------------------------------------
@@ -410,6 +436,12 @@ def _text_lines(status: StreamStatus, previous: StreamStatus | None) -> list[str
             f"{owner} holds {len(shards)}" for owner, shards in sorted(workers.items())
         )
         lines += ["", f"leases: {held}"]
+    if any(view.progress == EARLIER_STREAM for view in status.shards):
+        lines += [
+            "",
+            "earlier stream: rows written for a stream of this name that was deleted and "
+            "created again since; a consumer refuses them at start (on_stream_recreated)",
+        ]
     if status.unlisted_rows:
         lines += ["", "rows of shards the stream does not list:"]
         for row in status.unlisted_rows:

@@ -44,9 +44,23 @@ CARRIER_KEY = "_otel"
 _MARK = b'"' + CARRIER_KEY.encode() + b'"'
 
 
+_API_MODULES = ("opentelemetry.context", "opentelemetry.metrics", "opentelemetry.propagate")
+"""The modules of opentelemetry-api that the connectors import."""
+
+
+def _api_installed() -> bool:
+    """Whether opentelemetry-api's modules can be imported: not just a namespace package named
+    ``opentelemetry``, which another distribution (opentelemetry-proto, the semantic
+    conventions) can leave without the API."""
+    try:
+        return all(importlib.util.find_spec(name) is not None for name in _API_MODULES)
+    except (ImportError, ValueError):
+        return False
+
+
 def require_opentelemetry(field: str) -> None:
     """ConfigurationError naming ``field`` when the ``otel`` extra is not installed."""
-    if importlib.util.find_spec("opentelemetry") is None:
+    if not _api_installed():
         raise ConfigurationError(
             field, "needs the opentelemetry-api package (pip install 'kinesis-connectors[otel]')"
         )

@@ -855,6 +855,11 @@ async def _bad_configuration(env: Env) -> list[Check]:
         ),
         (
             "ClientConfig",
+            lambda: ClientConfig(endpoint_url="http://user:hunter2@127.0.0.1:4567"),
+            ("ConfigurationError", "endpoint_url", "user:password@", "'http://***@127.0.0.1:4567'"),
+        ),
+        (
+            "ClientConfig",
             lambda: ClientConfig(region_name="us east 1"),
             ("ConfigurationError", "region_name", "letters, digits and hyphens", "'us east 1'"),
         ),

@@ -119,6 +119,18 @@ class CheckpointConflictError(KinesisConnectorError):
         self.current = current
 
 
+class CheckpointTableGoneError(KinesisConnectorError):
+    """The table a store opened is gone: the DynamoDB lease table was deleted, or the SQLite
+    file was deleted or replaced by another file at its path, since this store first used it.
+    Its rows, and every lease in them, went with it; another worker starting on the new table
+    would read every shard again. No retry fixes it: a consumer stops delivering and raises
+    it. ``table`` names the table or file."""
+
+    def __init__(self, table: str, message: str) -> None:
+        super().__init__(message)
+        self.table = table
+
+
 def _check_expected(current: Checkpoint | None, shard_id: str, expected: Checkpoint) -> Checkpoint:
     """The stored row, if it is still the one the writer expected (same counter, owner and
     checkpoint owner)."""

@@ -25,6 +25,9 @@ startingHashKey, endingHashKey  S     the shard's hash range, written when the r
 streamCreatedMillis             N     creation time (epoch ms) of the stream the checkpoint is
                                       of; not a KCL attribute: KCL readers skip it and KCL
                                       writes (UpdateItem of their own attributes) keep it
+applicationName, kinesisStream  S     the application and the stream (by name) whose lease the
+                                      row is; written with every write, which is conditional on
+                                      them (absent: a KCL's row, anyone's); not KCL attributes
 pendingCheckpoint*              S/N/B never written; removed by each checkpoint (as the KCL)
 checkpointOwner                 S     KCL 3.x hand-off marker: the worker handing the lease over
                                       (``leaseOwner`` is then the taker); set by a hand-off
@@ -35,8 +38,15 @@ entityType                      S     LEASE on the rows this store creates; othe
 ==============================  ====  ==========================================================
 
 Worker rows (``entityType`` ``WORKER``, ``leaseKey`` ``worker:`` + the worker id, a
-``leaseCounter`` bumped at every renewal round) say which workers are alive before they hold
-a lease; lease readers skip them as they skip every non-``LEASE`` row.
+``leaseCounter`` bumped at every renewal round, ``applicationName`` and ``kinesisStream``) say
+which workers are alive before they hold a lease; lease readers skip them as they skip every
+non-``LEASE`` row.
+
+A row of another application or stream, read or met by a write's condition, raises a
+ConfigurationError naming the table and both applications (or streams): two applications on
+one table would each take the other's leases and read part of the stream. Once the table was
+found, a ResourceNotFoundException means it was deleted under the worker:
+:class:`~kinesis_core.checkpoint.base.CheckpointTableGoneError`, naming the table.
 """
 
 from __future__ import annotations
@@ -46,7 +56,7 @@ import contextlib
 import dataclasses
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -55,6 +65,7 @@ from kinesis_core.backoff import Jitter
 from kinesis_core.checkpoint.base import (
     Checkpoint,
     CheckpointConflictError,
+    CheckpointTableGoneError,
     CheckpointValue,
     Sentinel,
     apply_lease,
@@ -78,6 +89,8 @@ WORKER = "WORKER"
 WORKER_KEY = "worker:"
 """The ``leaseKey`` prefix of worker rows (never a shard id)."""
 STREAM_CREATED = "streamCreatedMillis"
+APPLICATION = "applicationName"
+STREAM = "kinesisStream"
 _OPTIONAL = ("parentShardId", "childShardIds", "startingHashKey", "endingHashKey")
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
 TABLE_POLL = RetryPolicy(base=0.1, cap=2.0, jitter=Jitter.EQUAL, attempts=None)
@@ -217,12 +230,16 @@ def _normalized(row: Checkpoint) -> Checkpoint:
 class _Update:
     """An UpdateExpression with its placeholders, built clause by clause."""
 
-    def __init__(self, expected: Checkpoint) -> None:
+    def __init__(self, expected: Checkpoint, scope: _Scope) -> None:
         self.names: dict[str, str] = {}
         self.values: dict[str, Any] = {":counter": {"N": str(expected.counter)}}
         self._set: list[str] = []
         self._remove: list[str] = []
         self._add: list[str] = []
+        mine = []
+        for attribute, value in scope.attributes().items():
+            self.set(attribute, value)
+            mine.append(f"(attribute_not_exists(#{attribute}) OR #{attribute} = :{attribute})")
         owner = "attribute_not_exists(#leaseOwner)"
         self.names["#leaseOwner"] = "leaseOwner"
         self.names["#leaseCounter"] = "leaseCounter"
@@ -234,7 +251,9 @@ class _Update:
         if expected.checkpoint_owner is not None:
             handing = f"#{CHECKPOINT_OWNER} = :expectedCheckpointOwner"
             self.values[":expectedCheckpointOwner"] = {"S": expected.checkpoint_owner}
-        self.condition = f"#leaseCounter = :counter AND {owner} AND {handing}"
+        self.condition = " AND ".join(
+            [f"#leaseCounter = :counter AND {owner} AND {handing}", *mine]
+        )
 
     def _name(self, attribute: str) -> str:
         self.names[f"#{attribute}"] = attribute
@@ -258,6 +277,54 @@ class _Update:
             if clauses:
                 parts.append(f"{keyword} {', '.join(clauses)}")
         return " ".join(parts)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Scope:
+    """Whose rows a call reads and writes: a table, an application and a stream (by name)."""
+
+    table: str
+    application: str
+    stream: str
+
+    def attributes(self) -> dict[str, Any]:
+        return {APPLICATION: {"S": self.application}, STREAM: {"S": self.stream}}
+
+    def check(self, item: Item) -> None:
+        """Refuse a row of another application or stream (absent: a KCL's row, anyone's)."""
+        application, stream = _string(item, APPLICATION), _string(item, STREAM)
+        if application not in (None, self.application):
+            raise ConfigurationError(
+                "application_name",
+                f"lease table {self.table!r} holds the leases of application {application!r}, "
+                f"not {self.application!r}: a lease table serves one application (two on one "
+                "table would each read only the shards it took from the other); give this "
+                "application its own table (table_name, or None for one named after it)",
+            )
+        if stream not in (None, self.stream):
+            raise ConfigurationError(
+                "stream",
+                f"lease table {self.table!r} already holds the leases of stream {stream!r}; a "
+                "KCL lease table serves one stream: give each stream its own application "
+                "name or table_name",
+            )
+
+    @contextlib.contextmanager
+    def present(self) -> Iterator[None]:
+        """A ResourceNotFoundException from a table this store found or created: it was
+        deleted since. CheckpointTableGoneError, naming it."""
+        try:
+            yield
+        except ClientError as exc:
+            if error_details(exc)[0] != "ResourceNotFoundException":
+                raise
+            raise CheckpointTableGoneError(
+                self.table,
+                f"DynamoDB lease table {self.table!r} no longer exists (deleted while this "
+                f"worker of application {self.application!r} used it): its checkpoints and "
+                "leases are gone, and a worker that creates it again reads every shard from "
+                "its initial position; stop every worker before deleting a lease table",
+            ) from exc
 
 
 def _failed_condition(exc: ClientError) -> bool:
@@ -314,8 +381,9 @@ class DynamoDBCheckpointStore:
             )
         return self._client
 
-    async def _table(self, application: str, stream: str) -> tuple[DynamoDBClient, str]:
-        """The client and the table of ``application``, created and ACTIVE."""
+    async def _table(self, application: str, stream: str) -> tuple[DynamoDBClient, _Scope]:
+        """The client and the table of ``application`` (created and ACTIVE), with whose rows
+        are wanted."""
         client = await self._dynamodb()
         table = self.table_name or application
         served = self._tables.get(table)
@@ -327,14 +395,14 @@ class DynamoDBCheckpointStore:
                     "KCL lease table serves one stream: give each stream its own application "
                     "name or table_name",
                 )
-            return client, table
+            return client, _Scope(table, application, _stream_name(stream))
         if self.table_name is None:
             _check_table_name("application_name", table)
         async with self._table_locks.setdefault(table, asyncio.Lock()):
             if table not in self._tables:
                 await self._ensure_table(client, table)
                 self._tables[table] = stream
-        return client, table
+        return client, _Scope(table, application, _stream_name(stream))
 
     async def _ensure_table(self, client: DynamoDBClient, table: str) -> None:
         try:
@@ -368,7 +436,7 @@ class DynamoDBCheckpointStore:
     async def _conflict(
         self,
         client: DynamoDBClient,
-        table: str,
+        scope: _Scope,
         exc: ClientError,
         intended: Checkpoint,
         *,
@@ -377,14 +445,20 @@ class DynamoDBCheckpointStore:
         """A failed condition: CheckpointConflictError with the row as stored. An update
         whose intended row is already there succeeded after all: a retried request whose
         first attempt went through (the KCL's "spurious failure"); its counter and owner make
-        it that request's result. Not so for a create, which any worker may make alike."""
+        it that request's result. Not so for a create, which any worker may make alike. A row
+        of another application or stream raises ConfigurationError."""
         item = exc.response.get("Item")
         if item is None:
             # Not every DynamoDB (DynamoDB Local, old emulators) returns the item; read it.
-            response = await client.get_item(
-                TableName=table, Key={LEASE_KEY: {"S": intended.shard_id}}, ConsistentRead=True
-            )
+            with scope.present():
+                response = await client.get_item(
+                    TableName=scope.table,
+                    Key={LEASE_KEY: {"S": intended.shard_id}},
+                    ConsistentRead=True,
+                )
             item = response.get("Item")
+        if item:
+            scope.check(item)
         current = None if not item else decode_lease(item)
         if created:
             reason = "a row exists, none was expected"
@@ -401,27 +475,27 @@ class DynamoDBCheckpointStore:
 
     async def _update(
         self,
-        application: str,
-        stream: str,
+        client: DynamoDBClient,
+        scope: _Scope,
         intended: Checkpoint,
         update: _Update,
     ) -> Checkpoint:
-        client, table = await self._table(application, stream)
         try:
-            response = await client.update_item(
-                TableName=table,
-                Key={LEASE_KEY: {"S": intended.shard_id}},
-                UpdateExpression=update.expression,
-                ConditionExpression=update.condition,
-                ExpressionAttributeNames=update.names,
-                ExpressionAttributeValues=update.values,
-                ReturnValues="ALL_NEW",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
+            with scope.present():
+                response = await client.update_item(
+                    TableName=scope.table,
+                    Key={LEASE_KEY: {"S": intended.shard_id}},
+                    UpdateExpression=update.expression,
+                    ConditionExpression=update.condition,
+                    ExpressionAttributeNames=update.names,
+                    ExpressionAttributeValues=update.values,
+                    ReturnValues="ALL_NEW",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
         except ClientError as exc:
             if not _failed_condition(exc):
                 raise
-            return await self._conflict(client, table, exc, intended, created=False)
+            return await self._conflict(client, scope, exc, intended, created=False)
         row = decode_lease(response["Attributes"])
         if row is None:
             raise CheckpointConflictError(intended.shard_id, None, "the item is not a lease")
@@ -430,21 +504,27 @@ class DynamoDBCheckpointStore:
     # -- the CheckpointStore protocol ---------------------------------------------------------
 
     async def get(self, application: str, stream: str, shard_id: str) -> Checkpoint | None:
-        client, table = await self._table(application, stream)
-        response = await client.get_item(
-            TableName=table, Key={LEASE_KEY: {"S": shard_id}}, ConsistentRead=True
-        )
+        client, scope = await self._table(application, stream)
+        with scope.present():
+            response = await client.get_item(
+                TableName=scope.table, Key={LEASE_KEY: {"S": shard_id}}, ConsistentRead=True
+            )
         item = response.get("Item")
-        return None if not item else decode_lease(item)
+        if not item:
+            return None
+        scope.check(item)
+        return decode_lease(item)
 
     async def list(self, application: str, stream: str) -> list[Checkpoint]:
         """Every lease of the table (a consistent scan, all pages)."""
-        client, table = await self._table(application, stream)
+        client, scope = await self._table(application, stream)
         rows: list[Checkpoint] = []
-        kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
+        kwargs: dict[str, Any] = {"TableName": scope.table, "ConsistentRead": True}
         while True:
-            page = await client.scan(**kwargs)
+            with scope.present():
+                page = await client.scan(**kwargs)
             for item in page.get("Items", ()):
+                scope.check(item)
                 row = decode_lease(item)
                 if row is not None:
                     rows.append(row)
@@ -482,7 +562,8 @@ class DynamoDBCheckpointStore:
         )
         if expected is None:
             return await self._create(application, stream, intended)
-        update = _Update(expected)
+        client, scope = await self._table(application, stream)
+        update = _Update(expected, scope)
         for name, attribute in _checkpoint_attributes(intended.value).items():
             update.set(name, attribute)
         update.set("ownerSwitchesSinceCheckpoint", {"N": "0"})
@@ -498,22 +579,23 @@ class DynamoDBCheckpointStore:
             removed += [name for name in _OPTIONAL if name not in given] + [THROUGHPUT]
         for name in removed:
             update.remove(name)
-        return await self._update(application, stream, intended, update)
+        return await self._update(client, scope, intended, update)
 
     async def _create(self, application: str, stream: str, row: Checkpoint) -> Checkpoint:
-        client, table = await self._table(application, stream)
+        client, scope = await self._table(application, stream)
         try:
-            await client.put_item(
-                TableName=table,
-                Item=encode_lease(row),
-                ConditionExpression="attribute_not_exists(#key)",
-                ExpressionAttributeNames={"#key": LEASE_KEY},
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
+            with scope.present():
+                await client.put_item(
+                    TableName=scope.table,
+                    Item={**encode_lease(row), **scope.attributes()},
+                    ConditionExpression="attribute_not_exists(#key)",
+                    ExpressionAttributeNames={"#key": LEASE_KEY},
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
         except ClientError as exc:
             if not _failed_condition(exc):
                 raise
-            return await self._conflict(client, table, exc, row, created=True)
+            return await self._conflict(client, scope, exc, row, created=True)
         return _normalized(row)
 
     async def update_lease(
@@ -534,7 +616,8 @@ class DynamoDBCheckpointStore:
         intended = apply_lease(
             expected, shard_id, expected, owner, checkpoint_owner, throughput_kbps
         )
-        update = _Update(expected)
+        client, scope = await self._table(application, stream)
+        update = _Update(expected, scope)
         update.set("leaseCounter", {"N": str(intended.counter)})
         if owner is None:
             update.remove("leaseOwner")
@@ -548,64 +631,73 @@ class DynamoDBCheckpointStore:
             update.set(CHECKPOINT_OWNER, {"S": checkpoint_owner})
         if throughput_kbps is not None:
             update.set(THROUGHPUT, {"N": repr(throughput_kbps)})
-        return await self._update(application, stream, intended, update)
+        return await self._update(client, scope, intended, update)
 
     async def heartbeat(
         self, application: str, stream: str, worker_id: str, *, leaving: bool = False
     ) -> None:
         """The worker row of ``worker_id``: counter +1 (created at 1), or deleted."""
-        client, table = await self._table(application, stream)
+        client, scope = await self._table(application, stream)
         key = {LEASE_KEY: {"S": WORKER_KEY + worker_id}}
-        if leaving:
-            await client.delete_item(TableName=table, Key=key)
-            return
-        await client.update_item(
-            TableName=table,
-            Key=key,
-            UpdateExpression="SET #type = :type, #worker = :worker ADD #counter :one",
-            ExpressionAttributeNames={
-                "#type": "entityType",
-                "#worker": "workerId",
-                "#counter": "leaseCounter",
-            },
-            ExpressionAttributeValues={
-                ":type": {"S": WORKER},
-                ":worker": {"S": worker_id},
-                ":one": {"N": "1"},
-            },
-        )
+        with scope.present():
+            if leaving:
+                await client.delete_item(TableName=scope.table, Key=key)
+                return
+            await client.update_item(
+                TableName=scope.table,
+                Key=key,
+                UpdateExpression="SET #type = :type, #worker = :worker, #app = :app, "
+                "#stream = :stream ADD #counter :one",
+                ExpressionAttributeNames={
+                    "#type": "entityType",
+                    "#worker": "workerId",
+                    "#counter": "leaseCounter",
+                    "#app": APPLICATION,
+                    "#stream": STREAM,
+                },
+                ExpressionAttributeValues={
+                    ":type": {"S": WORKER},
+                    ":worker": {"S": worker_id},
+                    ":one": {"N": "1"},
+                    ":app": {"S": scope.application},
+                    ":stream": {"S": scope.stream},
+                },
+            )
 
     async def forget_worker(
         self, application: str, stream: str, worker_id: str, counter: int
     ) -> None:
         """Delete the worker row of ``worker_id`` if its counter is still ``counter``."""
-        client, table = await self._table(application, stream)
+        client, scope = await self._table(application, stream)
         try:
-            await client.delete_item(
-                TableName=table,
-                Key={LEASE_KEY: {"S": WORKER_KEY + worker_id}},
-                ConditionExpression="#counter = :counter",
-                ExpressionAttributeNames={"#counter": "leaseCounter"},
-                ExpressionAttributeValues={":counter": {"N": str(counter)}},
-            )
+            with scope.present():
+                await client.delete_item(
+                    TableName=scope.table,
+                    Key={LEASE_KEY: {"S": WORKER_KEY + worker_id}},
+                    ConditionExpression="#counter = :counter",
+                    ExpressionAttributeNames={"#counter": "leaseCounter"},
+                    ExpressionAttributeValues={":counter": {"N": str(counter)}},
+                )
         except ClientError as exc:
             if not _failed_condition(exc):
                 raise
 
     async def workers(self, application: str, stream: str) -> dict[str, int]:
         """Every worker row (a consistent scan of the worker rows, all pages)."""
-        client, table = await self._table(application, stream)
+        client, scope = await self._table(application, stream)
         out: dict[str, int] = {}
         kwargs: dict[str, Any] = {
-            "TableName": table,
+            "TableName": scope.table,
             "ConsistentRead": True,
             "FilterExpression": "#type = :type",
             "ExpressionAttributeNames": {"#type": "entityType"},
             "ExpressionAttributeValues": {":type": {"S": WORKER}},
         }
         while True:
-            page = await client.scan(**kwargs)
+            with scope.present():
+                page = await client.scan(**kwargs)
             for item in page.get("Items", ()):
+                scope.check(item)
                 worker, counter = _string(item, "workerId"), _number(item, "leaseCounter")
                 if worker is not None and counter is not None:
                     out[worker] = counter

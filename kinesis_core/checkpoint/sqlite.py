@@ -6,6 +6,13 @@ a busy timeout waits out the other writers, and every write is a read-check-writ
 ``apply_put`` and ``apply_lease`` (:mod:`kinesis_core.checkpoint.base`) holds across processes:
 the rows serve as leases between the consumer processes of one host. The blocking sqlite3
 calls run on one dedicated thread, never on the event loop.
+
+Before every call the store checks that the path still names the file it opened (device and
+inode): a file deleted or replaced under running workers would leave each on a table of its
+own, every one of them reading every shard. So the call raises
+:class:`~kinesis_core.checkpoint.base.CheckpointTableGoneError` instead, as does every later
+one. A file the store creates is readable and writable by its owner only (0600; SQLite gives
+its ``-wal`` and ``-shm`` files the same mode).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from typing import TypeVar
 
 from kinesis_core.checkpoint.base import (
     Checkpoint,
+    CheckpointTableGoneError,
     CheckpointValue,
     Sentinel,
     apply_lease,
@@ -106,6 +114,8 @@ _Row = tuple[
 ]
 
 
+_NOT_FILES = frozenset({"", ":memory:"})
+"""Paths SQLite opens as a private in-memory or temporary database, not a file at the path."""
 _ONE = "application = ? AND stream = ? AND shard_id = ?"
 
 
@@ -148,6 +158,27 @@ def _naming(exc: sqlite3.Error, path: str) -> sqlite3.Error:
         if hasattr(exc, attribute):
             setattr(named, attribute, getattr(exc, attribute))
     return named
+
+
+def _file_identity(path: str) -> tuple[int, int] | None:
+    """The device and inode of the file at ``path``; None if there is none."""
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+def _create_private(path: str) -> None:
+    """Create an empty file at ``path`` with mode 0600 unless one exists (an empty file is an
+    empty SQLite database). Checkpoints name the application's streams and shards; other users
+    of the host have no business reading or changing them. A file that cannot be made here is
+    left to SQLite, whose error names it."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:
+        return
+    os.close(fd)
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
@@ -194,14 +225,46 @@ class SQLiteCheckpointStore:
         self._columns = _COLUMNS
         """What reads select: every column, or NULL for one a read-only file lacks."""
         self._closed = False
+        self._identity: tuple[int, int] | None = None
+        """Device and inode of the file the connection has open (None: none open yet)."""
+        self._gone: CheckpointTableGoneError | None = None
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
             conn = self._open_read_only() if self.read_only else self._open()
             self._conn = conn
+            self._identity = _file_identity(self.path)
+        self._check_same_file(self._conn)
         return self._conn
 
+    def _check_same_file(self, conn: sqlite3.Connection) -> None:
+        """Raise CheckpointTableGoneError if the path no longer names the file ``conn`` has
+        open (deleted, or another file put in its place); the store stays unusable."""
+        if self.path in _NOT_FILES:
+            return
+        if self._gone is None:
+            now = _file_identity(self.path)
+            if now is not None and now == self._identity:
+                return
+            what = "deleted" if now is None else "replaced by another file"
+            self._gone = CheckpointTableGoneError(
+                self.path,
+                f"SQLite checkpoint file {self.path!r} was {what} while this store had it "
+                "open: its checkpoints and leases are gone (a worker starting on a new file "
+                "reads every shard again); stop every consumer of a file before deleting or "
+                "moving it",
+            )
+            # Closing the last connection of a WAL file checkpoints it and deletes the -wal
+            # and -shm files by name: those may now be the new file's.
+            no_checkpoint = getattr(sqlite3, "SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE", None)
+            setconfig = getattr(conn, "setconfig", None)
+            if no_checkpoint is not None and setconfig is not None:
+                setconfig(no_checkpoint, True)
+        raise self._gone
+
     def _open(self) -> sqlite3.Connection:
+        if self.path not in _NOT_FILES:
+            _create_private(self.path)
         conn = sqlite3.connect(
             self.path,
             timeout=self._busy_timeout,

@@ -55,7 +55,8 @@ class EnhancedFanOut:
     - ``max_failures``: failed subscribes or cut streams in a row (no event in between) before
       a shard's reader gives up with an error.
     - ``closed_check_interval``: seconds between listings of a caught-up shard, for servers
-      that do not end a closed shard's subscription (kinesis-mock).
+      that do not end a closed shard's subscription (kinesis-mock), and between looks at the
+      stream consumer while a subscription is open (a deregistered one fails the reader).
     - ``tags``: tags (a mapping, kept as ``(key, value)`` pairs) of the consumer when this
       reader registers it (RegisterStreamConsumer ``Tags``, which needs kinesis:TagResource
       too); a consumer of that name that exists already keeps its own.

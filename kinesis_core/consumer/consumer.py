@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from kinesis_core.checkpoint.base import (
     SHARD_END,
     Checkpoint,
     CheckpointStore,
+    CheckpointTableGoneError,
     LeaseStore,
 )
 from kinesis_core.checkpoint.sqlite import SQLiteCheckpointStore
@@ -72,6 +74,7 @@ from kinesis_core.lifecycle import Event, Lifecycle, State
 from kinesis_core.overrides import with_overrides
 from kinesis_core.records import KinesisRecord
 from kinesis_core.retry import RetryPolicy
+from kinesis_core.serde import RecordDeserializer
 from kinesis_core.stream import StreamRef
 from kinesis_core.telemetry.recorder import NO_RECORDER, ConsumerRecorder
 
@@ -143,7 +146,9 @@ class Consumer:
     acked (it is read again after a restart). Checkpoints are keyed by
     (``application_name``, stream name, shard), so a stream named by its ARN or by its name
     shares them; the default store is a SQLite file, ``kinesis-checkpoints.sqlite3`` in the
-    working directory. Acks must come from the event loop's thread.
+    working directory, and ``checkpoint_store`` a path (``str`` or ``os.PathLike``) is a SQLite
+    file there (the consumer closes the stores it made). Acks must come from the event loop's
+    thread.
 
     ``leases`` (a :class:`~kinesis_core.lease.LeaseConfig`, or True for the KCL's defaults)
     lets several consumers with the same ``application_name`` share the stream, each reading
@@ -160,6 +165,9 @@ class Consumer:
     asked for is written, and ``on_lease_lost`` when a lease was taken without a hand-off
     (the shard's undelivered records are dropped; what was delivered and not acked is read
     again by the new owner).
+
+    ``deserializer`` (:class:`~kinesis_core.serde.RecordDeserializer`, e.g.
+    ``kinesis_schema_registry.GlueDeserializer``) decodes each batch before it is delivered.
     """
 
     def __init__(
@@ -169,16 +177,18 @@ class Consumer:
         consumer_config: ConsumerConfig | None = None,
         client_config: ClientConfig | None = None,
         client: Any = None,
-        checkpoint_store: CheckpointStore | None = None,
+        checkpoint_store: CheckpointStore | str | os.PathLike[str] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         on_shard_ended: Callable[[str], None] | None = None,
         on_lease_handed_over: Callable[[str], None] | None = None,
         on_lease_lost: Callable[[str], None] | None = None,
+        deserializer: RecordDeserializer | None = None,
         **options: Any,
     ) -> None:
         self.stream = StreamRef.of(stream)
         """The stream (a :class:`StreamRef`, as the producer's); checkpoints are kept under its
         name."""
+        self._deserializer = deserializer
         config = with_overrides(consumer_config or ConsumerConfig(), options, "Consumer")
         self.config = config
         self._life = Lifecycle(f"Consumer({str(self.stream)!r})")
@@ -189,8 +199,8 @@ class Consumer:
         self._client = client
         self._clock = clock
         self._executor: AsyncExecutor | None = None
-        self._owns_store = checkpoint_store is None
-        store = checkpoint_store or SQLiteCheckpointStore(DEFAULT_CHECKPOINT_PATH)
+        self._owns_store = not isinstance(checkpoint_store, CheckpointStore)
+        store = _checkpoint_store(checkpoint_store)
         self._recorder = self._make_recorder(config)
         self._store: CheckpointStore = self._recorder.store(store)
         self._checkpointer: Checkpointer | LeaseManager
@@ -228,6 +238,7 @@ class Consumer:
                 on_scan=self._on_lease_scan,
                 on_handoff=self._hand_off,
                 throughput=(self._throughput if lease_config.assignment == "throughput" else None),
+                on_failure=self._fail,
                 clock=clock,
                 recorder=self._recorder,
             )
@@ -536,6 +547,8 @@ class Consumer:
         if self._recorder.enabled and self._handed_at is not None:
             self._recorder.processed(time.perf_counter() - self._handed_at)
         batch = await self._queue.get()
+        if batch is not None and self._deserializer is not None:
+            await self._deserializer.deserialize(batch)
         if batch is None:
             self._queue.put_nowait(None)
             if self._failure is not None:
@@ -630,7 +643,8 @@ class Consumer:
             self._refresh.clear()
             try:
                 await self._discover()
-            except StreamRecreatedError as exc:
+            except (StreamRecreatedError, CheckpointTableGoneError, ConfigurationError) as exc:
+                # The stream or the store is not the one this consumer started on.
                 self._fail(exc)
                 return
             except Exception as exc:
@@ -819,6 +833,9 @@ class Consumer:
             await self._clock.sleep(self.config.checkpoint_interval)
             try:
                 await self._flush()
+            except CheckpointTableGoneError as exc:
+                self._fail(exc)
+                return
             except Exception:
                 logger.warning("checkpoint flush of %s failed", self.stream, exc_info=True)
 
@@ -904,3 +921,19 @@ class Consumer:
             return states
         mine = set(self._leases.held()) | set(self._shards)
         return {shard_id: state for shard_id, state in states.items() if shard_id in mine}
+
+
+def _checkpoint_store(given: object) -> CheckpointStore:
+    """The store a Consumer was given: a store, a path to a SQLite file, or None (the default
+    file); anything else is refused, naming the argument."""
+    if given is None:
+        return SQLiteCheckpointStore(DEFAULT_CHECKPOINT_PATH)
+    if isinstance(given, (str, os.PathLike)):
+        return SQLiteCheckpointStore(given)
+    if isinstance(given, CheckpointStore):
+        return given
+    raise ConfigurationError(
+        "checkpoint_store",
+        "must be a checkpoint store (SQLiteCheckpointStore, DynamoDBCheckpointStore, "
+        f"MemoryCheckpointStore, ...) or the path of a SQLite file, got {type(given).__name__}",
+    )

@@ -122,7 +122,9 @@ class SubscriptionOptions:
     """Failures in a row (no event in between) before the reader gives up with an error."""
     closed_check_interval: float = 30.0
     """Seconds between listings of a caught-up shard, to learn that it closed when the server
-    does not say so in an event."""
+    does not say so in an event; and between looks at the stream consumer while a subscription
+    is open, to learn that it was deregistered (the service may keep a live subscription open
+    until it ends)."""
 
     def __post_init__(self) -> None:
         if self.subscribe_interval < 1.0:
@@ -174,8 +176,14 @@ class ShardCheck:
 
 @dataclass(frozen=True, slots=True)
 class CheckConsumer(Call):
-    """Describe the stream consumer the subscriptions are made as (DescribeStreamConsumer),
-    after a ResourceNotFoundException: is it gone? The response is a :class:`ConsumerCheck`."""
+    """Describe the stream consumer the subscriptions are made as (DescribeStreamConsumer):
+    is it gone? The response is a :class:`ConsumerCheck`. After a ResourceNotFoundException
+    the look is fresh; the periodic look and the one before a renewal are ``shared``: an answer
+    the executor got for another shard's reader of the same consumer serves while it is
+    recent (``listing_max_age``), so a stream of many shards does not spend the
+    DescribeStreamConsumer rate."""
+
+    shared: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +260,12 @@ class SubscriptionRead(ShardRead):
         self._next_check_at = 0.0
         self._at_tip = False
         """The last event was empty and at the tip: a look-up may tell that the shard closed."""
+        self._next_consumer_check_at: float | None = None
+        """When to look at the stream consumer next while reading (set at the first
+        subscription: the consumer was described just before it)."""
+        self._renewing = False
+        """A subscription ended or was cut: look at the stream consumer before subscribing
+        again."""
 
     def next_action(self, now: float) -> Action:
         finished = self._finished() or self._check_action(now)
@@ -260,6 +274,9 @@ class SubscriptionRead(ShardRead):
         if self._state is ReadState.READING:
             if now < self._not_before:
                 return Wait(self._not_before)
+            if self._next_consumer_check_at is not None and now >= self._next_consumer_check_at:
+                self._next_consumer_check_at = now + self.options.closed_check_interval
+                return CheckConsumer(shared=True)
             if self._at_tip and not self._closed and now >= self._next_check_at:
                 self._next_check_at = now + self.options.closed_check_interval
                 return CheckShard()
@@ -267,6 +284,10 @@ class SubscriptionRead(ShardRead):
         if self._state is ReadState.CHECKING_CONSUMER:
             # Before the backoff: a consumer that is gone should fail the reader at once.
             return CheckConsumer()
+        if self._renewing:
+            if now < self._not_before:
+                return Wait(self._not_before)
+            return CheckConsumer(shared=True)
         due = max(self._not_before, self._next_subscribe_at)
         if now < due:
             return Wait(due)
@@ -289,6 +310,8 @@ class SubscriptionRead(ShardRead):
             self._paced(now)
             self._not_before = 0.0
             self._at_tip = False
+            if self._next_consumer_check_at is None:
+                self._next_consumer_check_at = now + self.options.closed_check_interval
             return NOTHING
         if isinstance(call, CheckShard):
             return self.on_check(response)
@@ -298,8 +321,10 @@ class SubscriptionRead(ShardRead):
             return self.on_stream_view(now, response)
         if response is None:
             # The subscription ended (five minutes, or the server closed it): renew it from
-            # the continuation, as soon as the subscribe rate allows.
+            # the continuation, as soon as the subscribe rate allows, once the stream consumer
+            # is known to be still there.
             self._handle(ReadEvent.DISCONNECTED)
+            self._renewing = True
             return NOTHING
         return self.on_event(response, ack)
 
@@ -336,9 +361,10 @@ class SubscriptionRead(ShardRead):
         )
 
     def on_consumer(self, check: ConsumerCheck) -> Outcome:
-        """DescribeStreamConsumer's answer after a ResourceNotFoundException: a consumer that
-        is gone fails the reader now; when it is still there, the shard or the stream was not
-        found: look at the stream."""
+        """DescribeStreamConsumer's answer: a consumer that is gone fails the reader now. When
+        it is still there after a ResourceNotFoundException, the shard or the stream was not
+        found: look at the stream; after a periodic look, or one before a renewal, the reader
+        goes on."""
         if check.gone:
             self._fail(
                 f"stream consumer {check.consumer_name!r} of stream {check.stream!r} is gone "
@@ -346,8 +372,11 @@ class SubscriptionRead(ShardRead):
                 f"{check.consumer_arn}): it was deregistered, or its stream deleted, while this "
                 "reader subscribed as it"
             )
-        else:
+        elif self._state is ReadState.CHECKING_CONSUMER:
             self._handle(ReadEvent.CONSUMER_THERE)
+        else:
+            self._renewing = False
+            self._handle(ReadEvent.LOOKED_UP)
         return NOTHING
 
     def on_check(self, check: ShardCheck) -> Outcome:
@@ -384,7 +413,9 @@ class SubscriptionRead(ShardRead):
             self._paced(now)
         self._failures += 1
         if self._failures >= self.options.max_failures:
-            what = "SubscribeToShard" if isinstance(call, Subscribe) else "the subscription"
+            what = {Subscribe: "SubscribeToShard", CheckConsumer: "DescribeStreamConsumer"}.get(
+                type(call), "the subscription"
+            )
             self._fail(
                 f"{what} failed {self._failures} times in a row ({kind.value})"
                 + (
@@ -399,10 +430,16 @@ class SubscriptionRead(ShardRead):
         elif kind is ErrorKind.INVALID:
             self._refused = self.refused_position(call)
             self._handle(ReadEvent.REFUSED)
+        elif isinstance(call, CheckConsumer) and self._state is ReadState.READING:
+            # The periodic look failed: the subscription goes on, and the look comes again
+            # after the backoff.
+            self._next_consumer_check_at = now
+            self._handle(ReadEvent.RETRY)
+            self._hold(now)
         else:
-            self._handle(
-                ReadEvent.DISCONNECTED if self._state is ReadState.READING else ReadEvent.RETRY
-            )
+            cut = self._state is ReadState.READING
+            self._handle(ReadEvent.DISCONNECTED if cut else ReadEvent.RETRY)
+            self._renewing = self._renewing or cut
             self._hold(now)
         return Outcome([], error=kind)
 

@@ -141,7 +141,8 @@ class ReadEvent(enum.Enum):
     DATA = "data"
     """Records (or their absence) came, and the shard goes on."""
     LOOKED_UP = "looked_up"
-    """A look-up while reading (is the shard closed?) was answered; the shard goes on."""
+    """A look-up while reading or connecting (is the shard closed? is the stream consumer
+    still there?) was answered; the reader goes on."""
     DISCONNECTED = "disconnected"
     """The iterator expired, or the subscription ended or was cut: connect again."""
     RETRY = "retry"
@@ -165,6 +166,7 @@ TRANSITIONS: Mapping[ReadState, Mapping[ReadEvent, ReadState]] = MappingProxyTyp
     {
         _S.CONNECTING: {
             _E.CONNECTED: _S.READING,
+            _E.LOOKED_UP: _S.CONNECTING,
             _E.DISCONNECTED: _S.CONNECTING,
             _E.RETRY: _S.CONNECTING,
             _E.REFUSED: _S.CHECKING,

@@ -14,6 +14,12 @@ from collections.abc import Sequence
 import h11
 
 from kinesis_core.fanout.errors import FanOutTransportError
+from kinesis_core.http1 import MAX_HEAD_BYTES
+
+
+def _head_bytes(headers: Sequence[tuple[bytes, bytes]]) -> int:
+    """The bytes header lines take on the wire (``name: value`` and a line break each)."""
+    return sum(len(name) + len(value) + 4 for name, value in headers)
 
 
 class Http11ClientProtocol:
@@ -24,7 +30,7 @@ class Http11ClientProtocol:
             raise ValueError(f"max_buffered_bytes must be >= 1, got {max_buffered_bytes}")
         self.peer = peer
         self._budget = max_buffered_bytes
-        self._conn = h11.Connection(h11.CLIENT)
+        self._conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
         self._out = bytearray()
         self.status: int | None = None
         self.headers: list[tuple[str, str]] = []
@@ -66,6 +72,14 @@ class Http11ClientProtocol:
                 event = self._conn.next_event()
                 if event is h11.NEED_DATA or event is h11.PAUSED:
                     return
+                if isinstance(event, (h11.Response, h11.EndOfMessage)):
+                    # h11 caps only what it buffers while incomplete; the cap holds for
+                    # headers and trailers that came whole in one piece too.
+                    size = _head_bytes(event.headers)
+                    if size > MAX_HEAD_BYTES:
+                        what = "headers" if isinstance(event, h11.Response) else "trailers"
+                        self._fail(f"sent {what} of {size} bytes, over {MAX_HEAD_BYTES}")
+                        return
                 if isinstance(event, h11.Response):
                     self.status = event.status_code
                     self.headers = [

@@ -7,6 +7,10 @@ last wrote: a write that loses its condition means another worker holds the leas
 lease is dropped at once and ``on_lost`` tells the consumer to stop the shard. A lease whose
 renewals keep failing (no answer from the store) is dropped the same way once the failover time
 has passed since its last successful write, since other workers may take it from then on.
+A store that says no retry will help (its table was deleted or replaced:
+:class:`~kinesis_core.checkpoint.base.CheckpointTableGoneError`; the table belongs to another
+application or stream: :class:`~kinesis_core.errors.ConfigurationError`) ends every lease at
+once, at the first renewal, scan or checkpoint that meets it, and ``on_failure`` is told.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 from kinesis_core.checkpoint.base import (
     Checkpoint,
     CheckpointConflictError,
+    CheckpointTableGoneError,
     CheckpointValue,
     LeaseStore,
     checkpoint_order,
@@ -30,11 +35,15 @@ from kinesis_core.checkpoint.base import (
 )
 from kinesis_core.clock import SYSTEM_CLOCK, Clock, wait_event
 from kinesis_core.consumer.checkpointer import landed
+from kinesis_core.errors import ConfigurationError
 from kinesis_core.lease.coordinator import LeaseConfig, LeaseCoordinator, Take
 from kinesis_core.telemetry.names import LeaseChange
 from kinesis_core.telemetry.recorder import NO_RECORDER, ConsumerRecorder
 
 logger = logging.getLogger(__name__)
+
+FATAL = (CheckpointTableGoneError, ConfigurationError)
+"""What a store raises when no retry can help: the leases end at once."""
 
 
 def default_worker_id() -> str:
@@ -60,6 +69,9 @@ class LeaseManager:
 
     ``throughput(shard_id)``: the KiB/s read from a held shard since the last call, written
     into the lease at each renewal (``throughputKBps``) for the throughput assignment.
+
+    ``on_failure(exc)`` is called once when the store raises one of :data:`FATAL`: every held
+    lease was dropped (``on_lost`` for each) and no lease is taken any more.
     """
 
     def __init__(
@@ -75,6 +87,7 @@ class LeaseManager:
         on_scan: Callable[[list[Checkpoint]], None] | None = None,
         on_handoff: Callable[[str], None] | None = None,
         throughput: Callable[[str], float | None] | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         recorder: ConsumerRecorder = NO_RECORDER,
@@ -92,6 +105,9 @@ class LeaseManager:
         self._on_scan = on_scan
         self._on_handoff = on_handoff
         self._throughput = throughput
+        self._on_failure = on_failure
+        self.failure: BaseException | None = None
+        """The error that ended every lease (one of :data:`FATAL`), if any."""
         self._clock = clock
         self.recorder = recorder
         """Told of every checkpoint written and every lease taken, stolen, lost or released
@@ -203,6 +219,9 @@ class LeaseManager:
         except CheckpointConflictError:
             self._known.add(shard_id)
             return False
+        except FATAL as exc:
+            self._fail(exc)
+            raise
         self._known.add(shard_id)
         logger.info("created the lease of %s at %s", shard_id, value)
         return True
@@ -251,6 +270,9 @@ class LeaseManager:
             except CheckpointConflictError as exc:
                 self._refused(shard_id, exc, "checkpoint")
                 return False
+            except FATAL as exc:
+                self._fail(exc)
+                raise
             self.recorder.checkpoint(shard_id)
             return True
 
@@ -324,6 +346,8 @@ class LeaseManager:
         async def run() -> None:
             try:
                 await work
+            except FATAL as exc:
+                self._fail(exc)
             except Exception as exc:
                 logger.warning("%s failed: %r", what, exc)
 
@@ -358,6 +382,24 @@ class LeaseManager:
         """:meth:`hand_over` at the stored checkpoint, in the background (a lease whose shard
         this worker does not read)."""
         self._spawn(self.hand_over(shard_id, None), f"handing the lease of {shard_id} over")
+
+    def _fail(self, exc: BaseException) -> None:
+        """The store raised an error no retry fixes: drop every lease now (their shards stop),
+        take no more, and tell ``on_failure``."""
+        if self.failure is not None:
+            return
+        self.failure = exc
+        logger.error("the leases of %s on %s end: %s", self.worker_id, self.stream, exc)
+        self._no_takes.set()
+        self._poke.set()
+        self._pending.clear()
+        self._handing.clear()
+        for shard_id in self.coordinator.held:
+            self.coordinator.dropped(shard_id)
+            self.recorder.lease(LeaseChange.LOST)
+            self._on_lost(shard_id)
+        if self._on_failure is not None:
+            self._on_failure(exc)
 
     def _lose(self, shard_id: str, reason: str) -> None:
         self.coordinator.dropped(shard_id)
@@ -394,12 +436,16 @@ class LeaseManager:
         """This worker's row: alive (other workers count it before it holds a lease)."""
         try:
             await self.store.heartbeat(self.application, self.stream, self.worker_id)
+        except FATAL as exc:
+            self._fail(exc)
         except Exception as exc:
             logger.warning("writing the worker row of %s failed: %r", self.worker_id, exc)
 
     async def _renew(self, shard_id: str) -> None:
         try:
             await self._renew_once(shard_id)
+        except FATAL as exc:
+            self._fail(exc)
         except Exception as exc:
             logger.warning("renewing the lease of %s failed (%r); trying again", shard_id, exc)
         finally:
@@ -515,6 +561,8 @@ class LeaseManager:
             started = self._clock.now()
             try:
                 await self.take_round()
+            except FATAL as exc:
+                self._fail(exc)
             except Exception:
                 logger.warning("scanning the lease table failed; retrying", exc_info=True)
             left = started + self.config.take_every - self._clock.now()
@@ -569,6 +617,9 @@ class LeaseManager:
                         self._lost_take(asked, exc.current)
                         return False
                     take = retry
+                except FATAL as exc:
+                    self._fail(exc)
+                    return False
                 except Exception as exc:
                     logger.warning("taking the lease of %s failed: %r", shard_id, exc)
                     return False

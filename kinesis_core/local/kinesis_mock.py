@@ -5,10 +5,11 @@ UpdateShardCount with lineage, ChildShards at SHARD_END, ListShards filters). It
 ``main.js`` run by Node.js; we install the pinned version once into a user cache folder with npm.
 
 Its quirks, handled here: it crashes unless ``KINESIS_MOCK_CERT_PATH`` points at the
-``server.json`` of its package; it always binds 0.0.0.0 (we only ever connect to 127.0.0.1) and
-serves TLS and plain HTTP on two ports; streams stay CREATING/UPDATING for 500 ms unless the
-``*_DURATION`` variables say otherwise; ``SHARD_LIMIT`` counts closed shards; on SIGTERM it
-waits for open connections for up to 30 s, so we stop it through its stdin guard instead.
+``server.json`` of its package; it binds 0.0.0.0 and has no setting for that (the guard below
+makes its servers listen on 127.0.0.1 only); it serves TLS and plain HTTP on two ports;
+streams stay CREATING/UPDATING for 500 ms unless the ``*_DURATION`` variables say otherwise;
+``SHARD_LIMIT`` counts closed shards; on SIGTERM it waits for open connections for up to 30 s,
+so we stop it through its stdin guard instead.
 
 With persistence, a write acknowledged after the last snapshot is lost by an exit. So ``stop()``
 first has the guard cut every connection and refuse new ones ("drain"): no write can be
@@ -53,7 +54,8 @@ DRAINED = "kinesis-connectors: draining, every connection closed"
 # replaces process.exit with a graceful exit that can hang for 30 s, hence the saved original.
 # Every server main.js makes (plain and TLS: both net.createServer) is watched: on the line
 # "drain" on stdin, every open connection is destroyed and every new one too, so nothing more
-# is acknowledged while the last snapshot is written.
+# is acknowledged while the last snapshot is written. Every server listens on 127.0.0.1 only
+# (kinesis-mock has no host setting and asks for 0.0.0.0).
 _NODE_GUARD = (
     "const hardExit = process.exit.bind(process);"
     "const net = require('net');"
@@ -67,6 +69,17 @@ _NODE_GUARD = (
     "    sockets.add(socket);"
     "    socket.on('close', () => sockets.delete(socket));"
     "  });"
+    "  const listen = server.listen;"
+    "  server.listen = function (...rest) {"
+    "    if (rest[0] !== null && typeof rest[0] === 'object') {"
+    f"      rest[0] = Object.assign({{}}, rest[0], {{ host: '{LOOPBACK}' }});"
+    "    } else if (typeof rest[1] === 'string') {"
+    f"      rest[1] = '{LOOPBACK}';"
+    "    } else {"
+    f"      rest.splice(1, 0, '{LOOPBACK}');"
+    "    }"
+    "    return listen.apply(this, rest);"
+    "  };"
     "  return server;"
     "};"
     "process.stdin.setEncoding('utf8');"

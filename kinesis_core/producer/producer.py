@@ -22,8 +22,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from kinesis_core.backoff import Backoff, BackoffTracker
-from kinesis_core.classify import ErrorKind, classify
-from kinesis_core.errors import ConfigurationError, KinesisConnectorError
+from kinesis_core.classify import CERTIFICATE_VERIFY_FAILED, ErrorKind, classify
+from kinesis_core.errors import CERTIFICATE_HINT, ConfigurationError, KinesisConnectorError
 from kinesis_core.hashing import MAX_PUT_RECORDS_BYTES, MAX_RECORD_BYTES
 from kinesis_core.heap import freeze_start_up_heap
 from kinesis_core.lifecycle import Event, Lifecycle, State
@@ -42,6 +42,7 @@ from kinesis_core.producer.result import (
     RecordResult,
 )
 from kinesis_core.producer.sender import LeanPutRecords, error_of, send_batch
+from kinesis_core.serde import RecordSerializer, serialized
 from kinesis_core.shard_map_driver import ShardMapDriver, ShardMapTimeoutError
 from kinesis_core.stream import StreamRef
 from kinesis_core.timeouts import within
@@ -72,6 +73,11 @@ class Producer:
 
     ``client``, when given, is used instead of creating one from ``client_config`` (it must
     have botocore's retries off) and is not closed by the producer.
+
+    ``serializer`` (:class:`~kinesis_core.serde.RecordSerializer`, e.g.
+    ``kinesis_schema_registry.GlueSerializer``) turns the values given to ``put``, ``submit``,
+    ``put_many`` and ``submit_many`` into the records' data; ``hand_over`` (the blocking
+    producer's way in) takes bytes as they are.
     """
 
     def __init__(
@@ -83,8 +89,10 @@ class Producer:
         client: Any = None,
         on_metrics: MetricsHook | None = None,
         clock: Callable[[], float] = time.monotonic,
+        serializer: RecordSerializer | None = None,
     ) -> None:
         self.stream = StreamRef.of(stream)
+        self._serializer = serializer
         self.stream_name = self.stream.name
         self.config = producer_config if producer_config is not None else ProducerConfig()
         if not isinstance(self.config, ProducerConfig):
@@ -190,6 +198,8 @@ class Producer:
                 + f": {message}. The credentials are wrong, expired or lack permission "
                 "(kinesis:ListShards, kinesis:PutRecords on the stream): no retry fixes that"
             )
+        if code == CERTIFICATE_VERIFY_FAILED:
+            return f"{owner} could not start: {message}{CERTIFICATE_HINT}"
         if _unreachable_at_start(cause, START_ATTEMPTS_UNREACHABLE):
             return (
                 f"{owner} could not start: no answer from the endpoint after "
@@ -308,6 +318,8 @@ class Producer:
         A record over the stream's maximum record size as last known waits for the stream to
         be asked again (a limit raised since lets it in) before it is refused."""
         self._require_open()
+        if self._serializer is not None:
+            (data,) = await self._serializer.serialize((data,))
         future: asyncio.Future[RecordResult] = self._require_loop().create_future()
         sub = self.hand_over(((data, partition_key, explicit_hash_key),), future, single=True)
         if sub.unsettled:
@@ -332,6 +344,8 @@ class Producer:
         self._require_open()
         if not isinstance(records, Sequence):
             records = list(records)
+        if self._serializer is not None:
+            records = await serialized(self._serializer, records)
         future: asyncio.Future[BatchResult] = self._require_loop().create_future()
         sub = self.hand_over(records, future)
         if sub.unsettled:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
 from kinesis_core.errors import ConfigurationError
+from kinesis_core.tracing import require_opentelemetry
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,4 @@ class Telemetry:
             raise ConfigurationError(
                 "telemetry.shard_attribute", f"must be a bool, got {self.shard_attribute!r}"
             )
-        if importlib.util.find_spec("opentelemetry") is None:
-            raise ConfigurationError(
-                "telemetry",
-                "needs the opentelemetry-api package (pip install 'kinesis-connectors[otel]')",
-            )
+        require_opentelemetry("telemetry")

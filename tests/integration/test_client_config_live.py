@@ -1,12 +1,14 @@
 """ClientConfig values that only the machine making a client can check (a profile, a CA bundle):
 ``start()`` of a consumer and of a producer refuses them at once, against moto, with a
 ConfigurationError naming the field, before any call is made (they raised botocore's
-ProfileNotFound, or retried a missing CA bundle's error for the whole ``start_timeout``)."""
+ProfileNotFound, or retried a missing CA bundle's error for the whole ``start_timeout``).
+A server whose TLS certificate fails verification is reported at once too."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,8 @@ import pytest
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.client import ClientConfig
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
-from kinesis_core.errors import ConfigurationError
+from kinesis_core.errors import ConfigurationError, KinesisConnectorError
+from kinesis_core.local import KinesisMock, local_client_config
 from kinesis_core.producer import Producer
 
 pytestmark = pytest.mark.integration
@@ -64,3 +67,29 @@ def test_a_missing_profile_or_ca_bundle_fails_start_at_once(
     assert named in str(info.value)
     # The same config with the field put right reaches the stream.
     asyncio.run(start(stream.name, stream.client_config))
+
+
+@pytest.mark.parametrize("start", [start_consumer, start_producer])
+def test_a_certificate_that_fails_verification_fails_start_at_once(
+    kinesis_mock: KinesisMock, start: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kinesis-mock's TLS port has a self-signed certificate: with verification on, ``start()``
+    raises CERTIFICATE_VERIFY_FAILED and what to do after the first attempt, with no retry
+    (before, both retried it for 30 s: 23 attempts by the consumer, 5 ListShards by the
+    producer's shard map)."""
+    stream = kinesis_mock.create_stream("tls-refused", 1)
+    config = local_client_config(kinesis_mock.tls_endpoint_url, verify=True)
+    try:
+        with (
+            caplog.at_level(logging.WARNING, logger="kinesis_core"),
+            pytest.raises(KinesisConnectorError) as info,
+        ):
+            asyncio.run(start(stream.name, config))
+    finally:
+        stream.delete()
+        stream.close()
+    message = str(info.value)
+    assert "CERTIFICATE_VERIFY_FAILED" in message
+    assert "ClientConfig(verify=...) or AWS_CA_BUNDLE" in message
+    assert "retried" not in message
+    assert [r.getMessage() for r in caplog.records if "retrying in" in r.getMessage()] == []

@@ -229,20 +229,34 @@ def test_polling_then_fan_out_then_polling_on_one_store(kinesis_stream: Any, tmp
     assert len(one) + len(two) + len(three) == 36
 
 
-def test_a_consumer_deregistered_while_reading_fails_fast_naming_it(kinesis_stream: Any) -> None:
-    """The stream consumer is deregistered under a running fan-out reader: the next
-    SubscribeToShard gets ResourceNotFoundException, DescribeStreamConsumer says the consumer is
-    gone, and the iteration raises at once, naming the consumer and the stream (it took 20
-    backed-off resubscriptions, about 109 s, before); the records read before stay read."""
+@pytest.mark.parametrize(
+    ("efo", "deadline"),
+    [
+        # Renewed every 2 s: the next SubscribeToShard gets ResourceNotFoundException, and
+        # DescribeStreamConsumer says the consumer is gone (it took 20 backed-off
+        # resubscriptions, about 109 s, before).
+        (fan_out(consumer_name="deregistered", max_subscription_seconds=2.0), 20),
+        # The defaults: kinesis-mock keeps the live subscription open for its five minutes;
+        # the reader's periodic look at its consumer (every closed_check_interval, 30 s, an
+        # answer up to 15 s old) finds it gone (before, nothing came for those 300 s; the
+        # deadline is the documented bound with a margin).
+        (EnhancedFanOut(consumer_name="deregistered"), 90),
+    ],
+    ids=["renewed-every-2s", "defaults"],
+)
+def test_a_consumer_deregistered_while_reading_fails_naming_it(
+    kinesis_stream: Any, efo: EnhancedFanOut, deadline: float
+) -> None:
+    """The stream consumer is deregistered under a running fan-out reader: the iteration
+    raises, naming the consumer, its stream and its ARN; the records read before stay read."""
     from kinesis_core.consumer.reading import ShardReadError
     from kinesis_core.fanout import deregister_consumer
 
     stream = kinesis_stream(shards=1)
     stream.put(b"before", "k")
 
-    async def run() -> tuple[list[bytes], ShardReadError]:
+    async def run() -> tuple[list[bytes], str, ShardReadError]:
         got: list[bytes] = []
-        efo = fan_out(consumer_name="deregistered", max_subscription_seconds=2.0)
         async with consumer(stream, MemoryCheckpointStore(), efo) as c:
             iterator = c.__aiter__()
             record = await asyncio.wait_for(iterator.__anext__(), 30)
@@ -252,14 +266,11 @@ def test_a_consumer_deregistered_while_reading_fails_fast_naming_it(kinesis_stre
             async with create_kinesis_client(stream.client_config) as client:
                 await deregister_consumer(client, c.consumer_arn)
             with pytest.raises(ShardReadError) as raised:
-                # Well within the 20 resubscriptions (about 109 s) it took before.
-                await asyncio.wait_for(iterator.__anext__(), 20)
-        return got, raised.value
+                await asyncio.wait_for(iterator.__anext__(), deadline)
+        return got, c.consumer_arn, raised.value
 
-    got, error = asyncio.run(run())
+    got, arn, error = asyncio.run(run())
     assert got == [b"before"]
     message = str(error)
-    assert "stream consumer 'deregistered' of stream" in message
-    assert repr(stream.name) in message
-    assert "is gone" in message
-    assert "deregistered" in message
+    assert f"stream consumer 'deregistered' of stream {stream.name!r} is gone" in message
+    assert arn in message

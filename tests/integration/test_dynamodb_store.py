@@ -233,7 +233,7 @@ def test_table_on_demand_existing_or_required(moto_server: Any) -> None:
             await store.put(app, "s", "shard-1", Sentinel.TRIM_HORIZON, expected=None)
         async with DynamoDBCheckpointStore(existing, client_config=config) as store:
             await store.put("any-app", "s", "shard-1", Sentinel.TRIM_HORIZON, expected=None)
-            assert [r.shard_id for r in await store.list("other-app", "s")] == ["shard-1"]
+            assert [r.shard_id for r in await store.list("any-app", "s")] == ["shard-1"]
         async with DynamoDBCheckpointStore(client_config=config, create_table=False) as store:
             with pytest.raises(ConfigurationError, match="does not exist"):
                 await store.list(missing, "s")
@@ -545,3 +545,39 @@ def test_a_kcl_table_is_handed_over_and_back(kinesis_stream: Any, moto_server: A
     assert row.position == (sequences[2], 4)
     # A KCL worker taking this lease now would read exactly the rest.
     assert asyncio.run(kcl_resume(kinesis, stream.name, shard, row)) == data[PER_AGGREGATE + 15 :]
+
+
+def test_rows_are_scoped_by_application_and_stream_across_processes(moto_server: Any) -> None:
+    """Two applications (or two streams) on one table, each in its own process (store), are
+    refused with the table and both names: by the rows they read, and by the condition of
+    every write (two creating leases at the same moment). A KCL's rows, which carry neither
+    attribute, are anyone's; our writes mark them."""
+    config = moto_server.client_config()
+    table = app_name()
+
+    async def main() -> None:
+        async with (
+            DynamoDBCheckpointStore(table, client_config=config) as one,
+            DynamoDBCheckpointStore(table, client_config=config) as two,
+            DynamoDBCheckpointStore(table, client_config=config) as other_stream,
+        ):
+            row = await one.put("appOne", "s", "shard-1", Sentinel.TRIM_HORIZON, expected=None)
+            with pytest.raises(ConfigurationError, match="'appOne', not 'appTwo'") as refused:
+                await two.list("appTwo", "s")
+            assert refused.value.field == "application_name"
+            assert f"lease table {table!r}" in str(refused.value)
+            # A write that never read the row: refused by its condition, named the same way.
+            with pytest.raises(ConfigurationError, match="'appOne', not 'appTwo'"):
+                await two.put("appTwo", "s", "shard-1", Sentinel.TRIM_HORIZON, expected=None)
+            with pytest.raises(ConfigurationError, match="'appOne', not 'appTwo'"):
+                await two.update_lease("appTwo", "s", "shard-1", expected=row, owner="two")
+            with pytest.raises(ConfigurationError, match="one stream") as stream_refused:
+                await other_stream.update_lease(
+                    "appOne", "other", "shard-1", expected=row, owner="x"
+                )
+            assert stream_refused.value.field == "stream"
+            assert await one.get("appOne", "s", "shard-1") == row  # nothing was written
+
+    asyncio.run(main())
+    item = items(config, table)["shard-1"]
+    assert (item["applicationName"], item["kinesisStream"]) == ({"S": "appOne"}, {"S": "s"})

@@ -25,6 +25,7 @@ from botocore.exceptions import (
 )
 
 from kinesis_core.client import DirectHttp, create_kinesis_client, direct_http
+from kinesis_core.http1 import MAX_HEAD_BYTES
 from kinesis_core.http1_pool import Endpoint, Http1Pool
 from kinesis_core.local import local_client_config
 from tests.helpers.tls import self_signed_certificate
@@ -318,6 +319,24 @@ def test_a_malformed_answer_is_a_closed_connection() -> None:
         return server
 
     assert asyncio.run(main()).connections == 1
+
+
+def test_headers_over_the_cap_are_refused_however_they_arrive() -> None:
+    """An answer whose headers take more than 64 KiB (MAX_HEAD_BYTES), written at once: the
+    call fails with the cap named, as when they come in pieces (before, headers that arrived
+    complete passed whatever their size)."""
+
+    async def handle(_: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(answer(b"{}", "X-Padding: " + "p" * MAX_HEAD_BYTES))
+
+    async def main() -> None:
+        async with Loopback(handle) as server, direct(server.url) as http:
+            with pytest.raises(ConnectionClosedError) as closed:
+                await post(http, server.url, b"x")
+            assert f"took more than {MAX_HEAD_BYTES} bytes" in str(closed.value.__cause__)
+
+    asyncio.run(main())
 
 
 @pytest.fixture(scope="module")

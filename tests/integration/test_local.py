@@ -418,6 +418,17 @@ class Cli:
             self.proc.wait()
 
 
+def listening_addresses(pid: int) -> set[str]:
+    """The addresses that process ``pid`` and its descendants listen on (TCP, IPv4 and IPv6)."""
+    root = psutil.Process(pid)
+    return {
+        conn.laddr.ip
+        for proc in (root, *root.children(recursive=True))
+        for conn in proc.net_connections(kind="inet")
+        if conn.status == psutil.CONN_LISTEN
+    }
+
+
 def wait_gone(pid: int, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -446,6 +457,9 @@ def test_cli_up_serves_streams_and_stops_cleanly(server: str, stop_signal: int) 
         assert exports["AWS_DEFAULT_REGION"] == "us-east-1"
         assert exports["AWS_ACCESS_KEY_ID"] == exports["AWS_SECRET_ACCESS_KEY"] == "testing"
         assert ("AWS_ENDPOINT_URL_DYNAMODB" in exports) == (server == "moto")
+        # Nothing the launcher started listens beyond loopback (kinesis-mock asks for 0.0.0.0,
+        # its plain and TLS ports both: before, both were reachable from the network).
+        assert listening_addresses(cli.proc.pid) == {LOOPBACK}
 
         stream = LocalStream("demo", local_client_config(endpoint))
         try:

@@ -31,10 +31,12 @@ from kinesis_core.checkpoint import (
     Checkpoint,
     CheckpointStore,
     DynamoDBCheckpointStore,
+    Sentinel,
     SQLiteCheckpointStore,
 )
 from kinesis_core.client import ClientConfig
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
+from kinesis_core.consumer.incarnation import StreamFacts
 from kinesis_core.hashing import MAX_HASH_KEY
 from kinesis_core.lease import LeaseConfig
 from kinesis_core.local import KinesisMock, LocalStream, MotoServer
@@ -417,6 +419,24 @@ def test_status_exit_codes_follow_the_documented_scheme(
     assert missing_table.returncode == 1, missing_table.stderr
     assert f"lease table {table!r} does not exist" in missing_table.stderr
 
+    orders_table = f"orders-leases-{uuid.uuid4().hex[:8]}"
+
+    async def write_orders_row() -> None:
+        async with DynamoDBCheckpointStore(
+            orders_table, client_config=moto_server.client_config()
+        ) as store:
+            await store.put("orders", stream.name, "shardId-000000000000", (1, 0), expected=None)
+
+    asyncio.run(write_orders_row())
+    table_args = ["--dynamodb-table", orders_table]
+    table_args += ["--dynamodb-endpoint-url", moto_server.endpoint_url]
+    other_application = status(env, stream.name, *table_args)
+    assert other_application.returncode == 1, other_application.stderr
+    assert "'orders'" in other_application.stderr
+    assert "give --application the name of the application" in other_application.stderr
+    named = status(env, stream.name, *table_args, "--application", "orders", "--json")
+    assert named.returncode == 0, named.stderr
+
     empty_application = status(env, stream.name, "--store", str(tmp_path), "--application", "")
     assert empty_application.returncode == 2, empty_application.stderr
     assert "--application: must not be empty" in empty_application.stderr
@@ -428,3 +448,51 @@ def test_status_exit_codes_follow_the_documented_scheme(
     shown = status(env, stream.name, "--application", "billing", "--json")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["application"] == "billing"
+
+
+def test_status_shows_rows_of_an_earlier_stream_as_such(
+    moto_server: MotoServer, moto_stream: Any, tmp_path: Path
+) -> None:
+    """Issue 37, part 8: rows written for an earlier stream of the same name (deleted and
+    created again) showed as "reading", with a lag measured from a position of a stream that
+    no longer exists. They show as an earlier stream's, and a row of this one as before."""
+    stream: LocalStream = moto_stream(shards=2)
+    first, second = (shard["ShardId"] for shard in stream.shards())
+    summary = stream.boto_client().describe_stream_summary(StreamName=stream.name)
+    created_ms = StreamFacts.from_response(summary).created_ms
+    sequence = int(stream.put(b"x", "k", explicit_hash_key=10)["SequenceNumber"])
+    path = tmp_path / "c.sqlite3"
+
+    async def write() -> None:
+        async with SQLiteCheckpointStore(path) as store:
+            await store.put(
+                "app",
+                stream.name,
+                first,
+                (sequence, 0),
+                expected=None,
+                stream_created_ms=created_ms - 86_400_000,
+            )
+            await store.put(
+                "app",
+                stream.name,
+                second,
+                Sentinel.TRIM_HORIZON,
+                expected=None,
+                stream_created_ms=created_ms,
+            )
+
+    asyncio.run(write())
+    env = moto_server.client_environment()
+    shown = status(env, stream.name, "--store", str(path), "--application", "app", "--json")
+    assert shown.returncode == 0, shown.stderr
+    progress = {
+        s["shard_id"]: (s["progress"], s["lag"]) for s in json.loads(shown.stdout)["shards"]
+    }
+    assert progress[first] == ("earlier_stream", None)
+    assert progress[second][0] == "ready"
+    text = status(env, stream.name, "--store", str(path), "--application", "app")
+    assert text.returncode == 0, text.stderr
+    line = next(line for line in text.stdout.splitlines() if line.startswith(first))
+    assert "earlier stream" in line
+    assert "deleted and created again" in text.stdout

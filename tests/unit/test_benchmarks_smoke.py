@@ -52,10 +52,28 @@ def test_codec_benchmark_quick_run() -> None:
             assert (row["group"], row["baseline"]) in subjects, row
     targets = {row["group"]: row["target"] for row in rows if row["target"] is not None}
     assert targets == {
-        "codec: aggregate+encode": 3.0,
+        "codec: aggregate+encode": 4.5,
         "codec: aggregate+encode+predict": 2.0,
         "codec: deaggregate": 2.0,
     }
+
+
+@pytest.mark.slow
+def test_schema_registry_benchmark_quick_run() -> None:
+    """The Glue Schema Registry row, on moto: both serdes measured, and the registry asked
+    once per schema version for all the records."""
+    done = run_benchmarks("--quick", "--only", "schema_registry", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {
+        (row["group"].split(":")[1].split()[0], row["subject"]): row
+        for row in json.loads(done.stdout)
+    }
+    ours = rows[("Avro", "kinesis_schema_registry")]
+    assert ours["baseline"] == "aws-glue-schema-registry"
+    assert ours["target"] == 2.0
+    assert rows[("Avro", "aws-glue-schema-registry")]["value"] > 0
+    calls = rows[("registry", "kinesis_schema_registry")]
+    assert calls["value"] == calls["maximum"] == 3
 
 
 @pytest.mark.slow
@@ -235,3 +253,6 @@ def test_producer_benchmark_quick_run_measures_telemetry_on_against_off() -> Non
     assert on["value"] > 0
     assert on["group"] == off["group"]
     assert (on["baseline"], on["target"]) == (off["subject"], 0.95)
+    explicit = rows["kinesis_core Producer, explicit hash keys"]
+    assert explicit["value"] > 0
+    assert (explicit["baseline"], explicit["target"]) == ("kinesis_core Producer", 0.8)

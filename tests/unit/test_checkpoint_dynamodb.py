@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kinesis_core.checkpoint import Checkpoint, Sentinel
-from kinesis_core.checkpoint.dynamodb import _Update, decode_lease, encode_lease
+from kinesis_core.checkpoint.dynamodb import _Scope, _Update, decode_lease, encode_lease
 from kinesis_core.errors import ValidationError
 
 BIG = 49_680_446_358_758_688_350_039_136_273_873_520_000_000_000_000_000_002  # 56 digits
@@ -175,20 +175,31 @@ def test_the_stream_incarnation_is_an_attribute_the_kcl_reads_past() -> None:
     assert legacy.stream_created_ms is None
 
 
+SCOPED = (
+    " AND (attribute_not_exists(#applicationName) OR #applicationName = :applicationName)"
+    " AND (attribute_not_exists(#kinesisStream) OR #kinesisStream = :kinesisStream)"
+)
+
+
 def test_update_expressions_are_conditional_on_the_counter_and_the_owners() -> None:
+    scope = _Scope("table", "app", "orders")
     held = Checkpoint("s", (5, 0), 8, "me")
-    update = _Update(held)
+    update = _Update(held, scope)
     update.set("leaseCounter", {"N": "9"})
     update.remove("checkpointOwner")
     update.add("ownerSwitchesSinceCheckpoint", {"N": "1"})
     assert update.condition == (
         "#leaseCounter = :counter AND #leaseOwner = :expectedOwner AND "
-        "attribute_not_exists(#checkpointOwner)"
+        "attribute_not_exists(#checkpointOwner)" + SCOPED
     )
     assert update.values[":counter"] == {"N": "8"}
+    # Every write says whose row it is, and is refused on a row of another application.
+    assert update.values[":applicationName"] == {"S": "app"}
+    assert update.values[":kinesisStream"] == {"S": "orders"}
     assert update.values[":expectedOwner"] == {"S": "me"}
     assert update.expression == (
-        "SET #leaseCounter = :leaseCounter REMOVE #checkpointOwner "
+        "SET #applicationName = :applicationName, #kinesisStream = :kinesisStream, "
+        "#leaseCounter = :leaseCounter REMOVE #checkpointOwner "
         "ADD #ownerSwitchesSinceCheckpoint :ownerSwitchesSinceCheckpoint"
     )
     assert set(update.names.values()) == {
@@ -196,15 +207,17 @@ def test_update_expressions_are_conditional_on_the_counter_and_the_owners() -> N
         "leaseOwner",
         "checkpointOwner",
         "ownerSwitchesSinceCheckpoint",
+        "applicationName",
+        "kinesisStream",
     }
-    unowned = _Update(Checkpoint("s", Sentinel.LATEST, 1, None))
+    unowned = _Update(Checkpoint("s", Sentinel.LATEST, 1, None), scope)
     assert unowned.condition == (
         "#leaseCounter = :counter AND attribute_not_exists(#leaseOwner) AND "
-        "attribute_not_exists(#checkpointOwner)"
+        "attribute_not_exists(#checkpointOwner)" + SCOPED
     )
-    handing = _Update(Checkpoint("s", (5, 0), 8, "taker", checkpoint_owner="me"))
+    handing = _Update(Checkpoint("s", (5, 0), 8, "taker", checkpoint_owner="me"), scope)
     assert handing.condition == (
         "#leaseCounter = :counter AND #leaseOwner = :expectedOwner AND "
-        "#checkpointOwner = :expectedCheckpointOwner"
+        "#checkpointOwner = :expectedCheckpointOwner" + SCOPED
     )
     assert handing.values[":expectedCheckpointOwner"] == {"S": "me"}

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
+import shutil
 import sqlite3
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +19,7 @@ from kinesis_core.checkpoint import (
     Checkpoint,
     CheckpointConflictError,
     CheckpointStore,
+    CheckpointTableGoneError,
     MemoryCheckpointStore,
     Sentinel,
     SQLiteCheckpointStore,
@@ -404,3 +408,70 @@ def test_stores_opening_a_new_file_at_the_same_moment_all_open_it(tmp_path: Path
         for store in stores:
             asyncio.run(store.close())
         assert errors == [], f"trial {trial}"
+
+
+@pytest.mark.parametrize("fault", ["deleted", "replaced"])
+def test_sqlite_a_file_deleted_or_replaced_under_the_store_stops_it(
+    tmp_path: Path, fault: str
+) -> None:
+    """A worker must not go on with a file nobody else sees (deleted), nor write a file that
+    is no longer the one at the path (replaced, e.g. restored from a copy): every call raises,
+    naming the file, and keeps raising."""
+    path = tmp_path / "checkpoints.sqlite3"
+
+    async def main() -> None:
+        async with SQLiteCheckpointStore(path) as store:
+            row = await store.put("app", "s", "shard-1", (1, 0), expected=None)
+            if fault == "deleted":
+                for suffix in ("", "-wal", "-shm"):
+                    (tmp_path / f"checkpoints.sqlite3{suffix}").unlink(missing_ok=True)
+            else:
+                shutil.copy(path, tmp_path / "copy.sqlite3")
+                os.replace(tmp_path / "copy.sqlite3", path)
+            for call in (
+                store.update_lease("app", "s", "shard-1", expected=row, owner="a"),
+                store.list("app", "s"),
+            ):
+                with pytest.raises(CheckpointTableGoneError, match=fault) as gone:
+                    await call
+                assert gone.value.table == str(path)
+                assert str(path) in str(gone.value)
+        # A file put back at the path is left alone by the store that gave up on the old one.
+        if fault == "replaced":
+            async with SQLiteCheckpointStore(path) as again:
+                assert [r.value for r in await again.list("app", "s")] == [(1, 0)]
+
+    asyncio.run(main())
+
+
+def test_sqlite_files_the_store_creates_are_private(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoints.sqlite3"
+    existing = tmp_path / "shared.sqlite3"
+    existing.touch(mode=0o664)
+    existing.chmod(0o664)
+
+    def modes(where: Path) -> dict[str, int]:
+        return {
+            f.name: stat.S_IMODE(f.stat().st_mode)
+            for f in tmp_path.iterdir()
+            if f.name.startswith(where.name)
+        }
+
+    async def main() -> None:
+        for where in (path, existing):
+            async with SQLiteCheckpointStore(where) as store:
+                await store.put("app", "s", "shard-1", (1, 0), expected=None)
+                expected = 0o600 if where == path else 0o664
+                # SQLite gives the -wal and -shm files the mode of the database file.
+                assert modes(where) == {
+                    where.name: expected,
+                    f"{where.name}-wal": expected,
+                    f"{where.name}-shm": expected,
+                }
+        # In memory: no file of that name is made.
+        async with SQLiteCheckpointStore(":memory:") as memory:
+            await memory.put("app", "s", "shard-1", (1, 0), expected=None)
+            assert await memory.get("app", "s", "shard-1")
+
+    asyncio.run(main())
+    assert not Path(":memory:").exists()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
+from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError, SSLError
 
 from kinesis_core.classify import (
+    CERTIFICATE_VERIFY_FAILED,
     ERROR_CODES,
     INTERNAL,
     RECORD_COUNT_MISMATCH,
@@ -81,6 +83,7 @@ EXPECTED: dict[str, ErrorKind] = {
     "MissingParameter": V,
     "InvalidParameterValue": V,
     "InvalidParameterCombination": V,
+    CERTIFICATE_VERIFY_FAILED: F,
     "KMSDisabledException": F,
     "KMSInvalidStateException": F,
     "KMSNotFoundException": F,
@@ -161,3 +164,20 @@ def test_transport_errors_are_transient_and_bugs_are_not_classified() -> None:
     assert error_kind(asyncio.TimeoutError()) is R
     assert error_kind(KeyError("Records")) is None
     assert error_kind(TypeError("bug")) is None
+
+
+def test_a_certificate_that_failed_verification_is_fatal_wherever_it_is_wrapped() -> None:
+    """OpenSSL's CERTIFICATE_VERIFY_FAILED, in botocore's SSLError or raised from by another
+    exception: no retry fixes it (before, it was a transient transport error, retried for 30 s
+    by every caller)."""
+    refused = ssl.SSLCertVerificationError(
+        1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate"
+    )
+    botocore_error = SSLError(endpoint_url="https://127.0.0.1:1", error=refused)
+    assert error_details(botocore_error) == (CERTIFICATE_VERIFY_FAILED, None)
+    assert error_kind(botocore_error) is F
+    wrapped = ConnectionError("TLS handshake failed")
+    wrapped.__cause__ = refused
+    assert error_kind(wrapped) is F
+    other_tls_failure = SSLError(endpoint_url="https://127.0.0.1:1", error=ssl.SSLError(1, "EOF"))
+    assert error_kind(other_tls_failure) is R

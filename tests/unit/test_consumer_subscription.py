@@ -101,6 +101,8 @@ def test_renewal_starts_after_the_continuation_and_respects_the_subscribe_rate()
     ended = machine.on_response(10.3, NextEvent(), None)  # the subscription ended
     assert machine.state is ReadState.CONNECTING
     assert not ended.data
+    assert machine.next_action(10.4) == CheckConsumer(shared=True)  # still registered?
+    machine.on_response(10.4, CheckConsumer(shared=True), ACTIVE)
     assert machine.next_action(10.5) == Wait(11.1)  # 1.1 s after the subscribe was answered
     again = machine.next_action(11.1)
     assert again == Subscribe({"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": "77"})
@@ -123,6 +125,8 @@ def test_subscribe_calls_are_paced_from_the_answer_to_the_previous_one(seed: int
         action = machine.next_action(now)
         if isinstance(action, Wait):
             now = action.until
+        elif isinstance(action, CheckConsumer):
+            machine.on_response(now, action, ACTIVE)
         elif isinstance(action, Subscribe):
             sent, now = now, now + draw.uniform(0.0, 0.8)  # the call takes its time
             calls.append((sent, now))
@@ -204,6 +208,11 @@ def test_errors_back_off_and_resubscribe_from_where_the_events_left_off(kind: Er
         machine.on_response(100.2, CheckConsumer(), ACTIVE)
         assert machine.next_action(100.2) == CheckStream()
         machine.on_response(100.2, CheckStream(), LISTED)  # listed: the backoff holds
+    else:  # the subscription was cut: is the consumer still registered? (after the backoff)
+        check = machine.next_action(100.2)
+        assert isinstance(check, Wait)
+        assert machine.next_action(check.until) == CheckConsumer(shared=True)
+        machine.on_response(check.until, CheckConsumer(shared=True), ACTIVE)
     assert machine.state is ReadState.CONNECTING
     assert machine.last_error is kind
     assert machine.next_action(100.2) == Wait(101.1)  # the subscribe rate holds
@@ -309,6 +318,62 @@ def test_a_failed_consumer_check_backs_off_and_is_not_repeated_until_the_next_no
     assert isinstance(machine.next_action(action.until), Wait)
 
 
+def test_a_consumer_deregistered_under_an_open_subscription_fails_within_the_interval() -> None:
+    """A server may keep a live subscription open after its consumer was deregistered
+    (kinesis-mock does, for up to the subscription's five minutes): every
+    ``closed_check_interval`` seconds of reading, the reader looks at its consumer between
+    events, and one that is gone fails it naming the ARN (before, nothing noticed it until
+    the subscription ended)."""
+    machine = SubscriptionRead(NODE, TRIM_HORIZON)
+    subscribed(machine, now=0.0)
+    looks = []
+    now, status = 0.0, "ACTIVE"
+    while machine.state is ReadState.READING:
+        action = machine.next_action(now)
+        if isinstance(action, CheckConsumer):
+            assert action.shared
+            looks.append(now)
+            status = "ACTIVE" if now < 60 else "DELETING"
+            machine.on_response(now, action, ConsumerCheck(ARN, "reader", "orders", status))
+        else:
+            assert action == NextEvent()
+            machine.on_response(now, action, event(millis=1000))  # an open shard, events
+            now += 1.0
+    assert looks == [30.0, 60.0]
+    failed = machine.next_action(now)
+    assert isinstance(failed, Failed)
+    assert ARN in failed.reason
+    assert "stream consumer 'reader' of stream 'orders' is gone (DELETING" in failed.reason
+
+
+def test_a_renewal_looks_at_the_consumer_before_subscribing_again() -> None:
+    machine = SubscriptionRead(NODE, TRIM_HORIZON)
+    subscribed(machine, now=0.0)
+    machine.on_response(0.5, NextEvent(), event(raw(1, b"x"), cont="1"))
+    machine.on_response(2.0, NextEvent(), None)  # the subscription ended
+    assert machine.next_action(2.0) == CheckConsumer(shared=True)
+    machine.on_response(2.1, CheckConsumer(shared=True), ConsumerCheck(ARN, "r", "orders", None))
+    failed = machine.next_action(2.1)
+    assert isinstance(failed, Failed)
+    assert f"not found by DescribeStreamConsumer, {ARN}" in failed.reason
+    assert machine.connects == 1
+
+
+def test_a_failed_periodic_look_keeps_the_subscription_and_comes_again() -> None:
+    options = SubscriptionOptions(closed_check_interval=10.0)
+    machine = SubscriptionRead(NODE, TRIM_HORIZON, options, rng=lambda: 0.0)
+    subscribed(machine, now=0.0)
+    assert machine.next_action(10.0) == CheckConsumer(shared=True)
+    machine.on_error(10.0, CheckConsumer(shared=True), ErrorKind.THROTTLED)
+    assert machine.state is ReadState.READING
+    wait = machine.next_action(10.0)
+    assert isinstance(wait, Wait)
+    assert machine.next_action(wait.until) == CheckConsumer(shared=True)
+    machine.on_response(wait.until, CheckConsumer(shared=True), ACTIVE)
+    assert machine.next_action(wait.until) == NextEvent()
+    assert machine.connects == 1
+
+
 @pytest.mark.parametrize("kind", [ErrorKind.AUTH, ErrorKind.INVALID, ErrorKind.FATAL])
 def test_errors_no_retry_fixes_belong_to_the_driver(kind: ErrorKind) -> None:
     machine = SubscriptionRead(NODE, TRIM_HORIZON)
@@ -352,6 +417,8 @@ def test_a_server_that_never_ends_the_shard_is_covered_by_a_listing() -> None:
     machine.on_response(3.0, NextEvent(), event(millis=0))
     assert machine.next_action(3.0) == NextEvent()  # the next look-up is due at 7.0
     machine.on_response(7.0, NextEvent(), event(millis=0))
+    assert machine.next_action(7.0) == CheckConsumer(shared=True)  # due at 5.0: still there
+    machine.on_response(7.0, CheckConsumer(shared=True), ACTIVE)
     assert machine.next_action(7.0) == CheckShard()
     machine.on_response(7.1, CheckShard(), ShardCheck(listed=True, closed=True, children=(CHILD,)))
     # Records written before the close may still come: the shard ends only at the tip.

@@ -136,3 +136,33 @@ def test_a_consumer_check_of_a_consumer_not_found_says_so() -> None:
         "reader",
         "orders",
     )
+
+
+def test_shared_consumer_looks_are_one_call_per_listing_max_age_and_fresh_ones_always_call() -> (
+    None
+):
+    """The fan-out readers' periodic looks at their consumer share one DescribeStreamConsumer
+    answer for ``listing_max_age`` seconds (a stream of many shards would spend the call's
+    rate otherwise); a look after a ResourceNotFound is always fresh."""
+    arn = "arn:aws:kinesis:us-east-1:123456789012:stream/orders/consumer/reader:1700000000"
+    calls: list[str] = []
+
+    class Kinesis:
+        async def describe_stream_consumer(self, **params: Any) -> Any:
+            calls.append(params["ConsumerARN"])
+            return {"ConsumerDescription": {"ConsumerStatus": "ACTIVE", "ConsumerARN": arn}}
+
+    clock = FakeClock()
+
+    async def main() -> None:
+        executor = AsyncExecutor(Kinesis(), clock=clock, listing_max_age=15.0)
+        looks = [await executor.consumer_check(arn, shared=True) for _ in range(5)]
+        assert {look.status for look in looks} == {"ACTIVE"}
+        assert len(calls) == 1
+        await executor.consumer_check(arn)
+        assert len(calls) == 2
+        await asyncio.sleep(16)
+        await executor.consumer_check(arn, shared=True)
+        assert len(calls) == 3
+
+    clock.run(main())

@@ -7,6 +7,7 @@ import pytest
 
 from kinesis_core.fanout.errors import FanOutTransportError
 from kinesis_core.fanout.http11 import Http11ClientProtocol
+from kinesis_core.http1 import MAX_HEAD_BYTES
 from tests.fakes.fanout import DATA
 
 EVENTS = (DATA / "kinesis_mock_h11_events.bin").read_bytes()
@@ -111,3 +112,30 @@ def test_budget_tells_the_driver_when_to_stop_reading() -> None:
 def test_budget_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_buffered_bytes"):
         Http11ClientProtocol(max_buffered_bytes=0)
+
+
+@pytest.mark.parametrize("pieces", [1, 7], ids=["one-piece", "in-pieces"])
+@pytest.mark.parametrize("where", ["headers", "trailers"])
+def test_headers_or_trailers_over_the_cap_are_a_transport_error(pieces: int, where: str) -> None:
+    """Over MAX_HEAD_BYTES (64 KiB), whole in one piece or not (before: h11 capped only what
+    it buffered while incomplete, at 16 KiB, so headers that came whole passed at any size)."""
+    padding = b"X-Padding: " + b"p" * MAX_HEAD_BYTES + b"\r\n"
+    if where == "headers":
+        raw = b"HTTP/1.1 200 OK\r\n" + padding + b"Content-Length: 0\r\n\r\n"
+    else:
+        raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n" + padding + b"\r\n"
+    protocol = started()
+    step = -(-len(raw) // pieces)
+    for start in range(0, len(raw), step):
+        protocol.receive_data(raw[start : start + step])
+    assert isinstance(protocol.error, FanOutTransportError)
+    assert not protocol.ended
+
+
+def test_headers_within_the_cap_pass_whole() -> None:
+    protocol = started()
+    padding = b"X-Padding: " + b"p" * (MAX_HEAD_BYTES // 2) + b"\r\n"
+    protocol.receive_data(b"HTTP/1.1 200 OK\r\n" + padding + b"Content-Length: 2\r\n\r\n{}")
+    assert protocol.error is None
+    assert protocol.ended
+    assert bytes(protocol.body) == b"{}"

@@ -58,6 +58,20 @@ def test_initial_position_follows_faust() -> None:
     assert start_position("latest") == LATEST
 
 
+def test_an_unknown_keyword_is_refused_by_the_channel_naming_it(tmp_path: Path) -> None:
+    """A keyword neither KinesisChannel nor Faust's Channel takes: a ConfigurationError naming
+    it and the close match (before: a TypeError from inside Faust's ``Channel.__init__``).
+    Faust's own keywords still pass through, as clones need."""
+    app = make_app(tmp_path)
+    with pytest.raises(ConfigurationError) as raised:
+        KinesisChannel(app, "s", consumer_options={})
+    assert raised.value.field == "consumer_options"
+    assert str(raised.value).startswith(
+        "consumer_options: KinesisChannel takes no such keyword (did you mean consumer_config?)"
+    )
+    assert KinesisChannel(app, "s", is_iterator=True).is_iterator
+
+
 def test_bad_arguments(tmp_path: Path) -> None:
     app = make_app(tmp_path)
     with pytest.raises(ConfigurationError, match="stream"):

@@ -169,6 +169,23 @@ def test_a_large_body_in_pieces() -> None:
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nabc", "no line break"),
         (b"HTTP/1.1 101 Switching Protocols\r\n\r\n", "switched protocols"),
         (b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * MAX_HEAD_BYTES, "took more than"),
+        # The same caps when the line or head is whole in one piece (it passed before).
+        (
+            b"HTTP/1.1 200 OK\r\nX: " + b"y" * MAX_HEAD_BYTES + b"\r\nContent-Length: 0\r\n\r\n",
+            "the status line and headers took more than 65536 bytes",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + b"0" * MAX_HEAD_BYTES
+            + b"1\r\nx\r\n0\r\n\r\n",
+            "a chunk-size line took more than",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: "
+            + b"y" * MAX_HEAD_BYTES
+            + b"\r\n\r\n",
+            "the trailer took more than",
+        ),
     ],
 )
 def test_a_malformed_answer_is_a_clear_error(raw: bytes, message: str) -> None:

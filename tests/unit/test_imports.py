@@ -39,6 +39,7 @@ PURE = [
     "kinesis_core.record_size",
     "kinesis_core.records",
     "kinesis_core.retry",
+    "kinesis_core.serde",
     "kinesis_core.shard_map",
     "kinesis_core.shards",
     "kinesis_core.skew",
@@ -130,6 +131,7 @@ PACKAGES = [
     "kinesis_core.local",
     "kinesis_core.producer",
     "kinesis_core.telemetry",
+    "kinesis_schema_registry",
     "spark_kinesis",
 ]
 """The packages that export lazily (kinesis_core/_lazy.py)."""

@@ -6,7 +6,12 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from kinesis_core.checkpoint import Checkpoint, MemoryCheckpointStore, Sentinel
+from kinesis_core.checkpoint import (
+    Checkpoint,
+    CheckpointTableGoneError,
+    MemoryCheckpointStore,
+    Sentinel,
+)
 from kinesis_core.lease import LeaseConfig, LeaseManager
 from kinesis_core.telemetry import ConsumerRecorder, LeaseChange
 from tests.fakes.clock import FakeClock
@@ -144,6 +149,44 @@ def test_renewals_keep_the_lease_and_failures_expire_it() -> None:
         assert m.events["lost"] == ["s1"]  # type: ignore[attr-defined]
         assert m.held() == {}
         store.delay = 0.0
+        await m.close()
+
+    clock.run(main())
+
+
+class GoneStore(MemoryCheckpointStore):
+    """Every call raises once ``gone`` is set: the table was deleted."""
+
+    gone = False
+
+    async def update_lease(self, *args: Any, **kwargs: Any) -> Checkpoint:
+        if self.gone:
+            raise CheckpointTableGoneError("t", "lease table 't' no longer exists")
+        return await super().update_lease(*args, **kwargs)
+
+
+def test_a_table_gone_ends_every_lease_at_the_next_renewal_and_says_so_once() -> None:
+    """Not after the failover time, as a store that does not answer: the first renewal that
+    meets the missing table drops every lease, stops taking and tells ``on_failure``."""
+    clock = FakeClock()
+
+    async def main() -> None:
+        store = GoneStore()
+        failures: list[BaseException] = []
+        m = manager(store, renew_interval=0.02, clock=clock, on_failure=failures.append)
+        for shard_id in ("s1", "s2"):
+            await m.create(shard_id, Sentinel.TRIM_HORIZON, [], None)
+        await m.take_round()
+        m.start()
+        await asyncio.sleep(0.1)
+        store.gone = True
+        await asyncio.sleep(0.1)  # a few renewal intervals, far below the failover time (5 s)
+        assert sorted(m.events["lost"]) == ["s1", "s2"]  # type: ignore[attr-defined]
+        assert m.held() == {}
+        assert len(failures) == 1
+        assert isinstance(failures[0], CheckpointTableGoneError)
+        assert m.failure is failures[0]
+        assert not await m.write("s1", (5, 0))  # no lease: nothing written
         await m.close()
 
     clock.run(main())

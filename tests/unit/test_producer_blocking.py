@@ -137,7 +137,8 @@ def test_single_submits_from_threads_stay_within_the_budget() -> None:
 def test_threads_hand_records_over_without_waiting_for_the_loop() -> None:
     """``submit_many`` and ``submit`` return while the loop thread is busy elsewhere: a thread
     admits its records under a lock and the loop takes them when it comes round. (Every batch
-    call used to wait for the loop to take it: most of a Beam DoFn's time, docs/performance.md.)"""
+    call used to wait for the loop to take it: most of a Beam DoFn's time,
+    docs/performance-history.md.)"""
     fake = FakeKinesis(shards=2)
     with BlockingProducer("stream", client=fake, producer_config=CONFIG) as producer:
         busy, release, done = threading.Event(), threading.Event(), threading.Event()

@@ -17,6 +17,7 @@ import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import apache_beam as beam
 import faust
@@ -24,7 +25,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms.display import DisplayData
 
-from beam_kinesis import ReadFromKinesis, WriteToKinesis
+from beam_kinesis import ReadFromKinesis, WriteToKinesis, compat
 from beam_kinesis.options import CredentialsInPipelineWarning, client_config_from_options
 from faust_kinesis import KinesisChannel, KinesisSink
 from kinesis_core.client import ClientConfig, create_botocore_client, create_kinesis_client
@@ -141,6 +142,73 @@ def test_configuration_errors_never_quote_secrets(fields: dict[str, object]) -> 
         ClientConfig(**fields)  # type: ignore[arg-type]
     text = "".join(traceback.format_exception(caught.value))
     assert not shows_a_secret(text)
+
+
+URL_PASSWORD = "urlpw-" + uuid.uuid4().hex
+WITH_PASSWORD = f"http://alice:{URL_PASSWORD}@127.0.0.1:4567"
+
+
+@pytest.mark.parametrize(
+    ("enter", "field"),
+    [
+        (lambda: ClientConfig(endpoint_url=WITH_PASSWORD), "endpoint_url"),
+        (lambda: ClientConfig(dynamodb_endpoint_url=WITH_PASSWORD), "dynamodb_endpoint_url"),
+        (lambda: ClientConfig.from_env({"AWS_ENDPOINT_URL": WITH_PASSWORD}), "endpoint_url"),
+        (
+            lambda: ClientConfig.from_env({"AWS_ENDPOINT_URL_DYNAMODB": WITH_PASSWORD}),
+            "dynamodb_endpoint_url",
+        ),
+        (
+            lambda: client_config_from_options(
+                PipelineOptions([f"--kinesis_endpoint_url={WITH_PASSWORD}"])
+            ),
+            "--kinesis_endpoint_url",
+        ),
+        (
+            lambda: client_config_from_options(
+                PipelineOptions([f"--kinesis_dynamodb_endpoint_url={WITH_PASSWORD}"])
+            ),
+            "--kinesis_dynamodb_endpoint_url",
+        ),
+        (
+            lambda: compat.ReadDataFromKinesis(
+                "clicks", None, None, "us-east-1", service_endpoint=WITH_PASSWORD
+            ),
+            "service_endpoint",
+        ),
+    ],
+    ids=["field", "dynamodb-field", "env", "dynamodb-env", "beam", "beam-dynamodb", "compat"],
+)
+def test_an_endpoint_with_a_password_is_refused_where_it_enters_without_showing_it(
+    enter: Any, field: str
+) -> None:
+    """``user:password@`` in an endpoint URL: refused when the config is made, naming the
+    field and never the password (before, it was accepted, printed by the config's repr and
+    botocore's DEBUG lines, and every call failed after 30 s of retries)."""
+    with pytest.raises(ConfigurationError) as raised:
+        enter()
+    assert raised.value.field == field
+    assert "user:password@" in str(raised.value)
+    assert "http://***@127.0.0.1:4567" in str(raised.value)
+    shown = "".join(traceback.format_exception(raised.value))
+    assert URL_PASSWORD not in shown
+
+
+@pytest.mark.parametrize("service", ["kinesis", "dynamodb"])
+def test_an_endpoint_with_a_password_that_botocore_would_find_itself_is_refused(
+    service: str, monkeypatch: pytest.MonkeyPatch, all_logs: Everything
+) -> None:
+    """A config that names no endpoint lets botocore find one (``AWS_ENDPOINT_URL_<SERVICE>``,
+    ``AWS_ENDPOINT_URL``, the AWS config file): making the client checks it as the field."""
+    monkeypatch.setenv(f"AWS_ENDPOINT_URL_{service.upper()}", WITH_PASSWORD)
+    with pytest.raises(ConfigurationError) as raised:
+        create_botocore_client(ClientConfig(region_name="us-east-1"), service)  # type: ignore[arg-type]
+    assert raised.value.field == (
+        "endpoint_url" if service == "kinesis" else "dynamodb_endpoint_url"
+    )
+    assert "from AWS_ENDPOINT_URL" in str(raised.value)
+    assert URL_PASSWORD not in "".join(traceback.format_exception(raised.value))
+    assert [name for name, text in all_logs.lines if URL_PASSWORD in text] == []
 
 
 def test_failed_calls_and_their_logs_never_show_secrets(all_logs: Everything) -> None:

@@ -269,3 +269,27 @@ def test_the_watched_text_view_shows_how_each_lag_moved() -> None:
         "s4": "caught up (was 2100 ms)",
     }
     assert lag_column(third.format_text(second)) == {"s2": "15.0 s (+12.8 s)", "s4": "caught up"}
+
+
+def test_rows_of_an_earlier_stream_are_shown_as_such_and_block_nothing() -> None:
+    """A row stored for another creation time of the stream is an earlier stream's, not a
+    position being read, and no lag is measured from it. Without the creation time nothing
+    is checked."""
+    created = 1_700_000_000_000
+    rows = [
+        Checkpoint("s0", SHARD_END, 3, stream_created_ms=created - 1),
+        Checkpoint("s1", (12, 0), 2, stream_created_ms=created - 1),
+        Checkpoint("s2", (11, 0), 2, stream_created_ms=created),
+    ]
+    status = build_status("orders", "app", "c.db", LINEAGE, rows, {}, AT, created)
+    progress = {view.shard_id: view.progress for view in status.shards}
+    assert progress == {
+        "s0": "earlier_stream",
+        "s1": "earlier_stream",
+        "s2": "reading",
+        "s3": "ready",
+        "s4": "waiting_for_parent",
+    }
+    assert "earlier stream: rows written for a stream of this name" in status.format_text()
+    unchecked = build_status("orders", "app", "c.db", LINEAGE, rows, {}, AT)
+    assert {view.shard_id: view.progress for view in unchecked.shards}["s1"] == "reading"

@@ -22,7 +22,7 @@ from kinesis_core.checkpoint import CheckpointConflictError
 from kinesis_core.consumer import ConsumerConfig
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.producer import MetricsSnapshot, ProducerConfig
-from kinesis_core.telemetry import METRICS, Instrument, Telemetry, config as telemetry_config
+from kinesis_core.telemetry import METRICS, Instrument, Telemetry
 from kinesis_core.telemetry.figures import producer_figures
 from kinesis_core.telemetry.metered import MeteredStore, MeteredTransport, error_type
 from kinesis_core.telemetry.names import (
@@ -182,12 +182,48 @@ def test_settings_are_checked() -> None:
     assert ProducerConfig(telemetry=Telemetry()).telemetry == Telemetry()
 
 
-def test_telemetry_without_opentelemetry_installed_says_what_to_install(
-    monkeypatch: pytest.MonkeyPatch,
+WITHOUT_THE_API = """
+from kinesis_core.errors import ConfigurationError
+from kinesis_core.producer.config import ProducerConfig
+from kinesis_core.telemetry import Telemetry
+for make in (Telemetry, lambda: ProducerConfig(trace_context=True)):
+    try:
+        make()
+    except ConfigurationError as exc:
+        print(exc)
+    else:
+        print("accepted")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("namespace", [False, True], ids=["none", "namespace-only"])
+def test_telemetry_without_the_opentelemetry_api_says_what_to_install(
+    tmp_path: Path, namespace: bool
 ) -> None:
-    monkeypatch.setattr(telemetry_config.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(ConfigurationError, match=r"kinesis-connectors\[otel\]"):
-        Telemetry()
+    """No OpenTelemetry at all, or only a namespace package ``opentelemetry`` that another
+    distribution left (opentelemetry-proto): ``Telemetry()`` and ``trace_context=True`` name
+    the ``otel`` extra (with only the namespace, both were accepted and the producer's start
+    raised a bare ``ModuleNotFoundError: No module named 'opentelemetry.metrics'``)."""
+    if namespace:
+        (tmp_path / "opentelemetry" / "proto").mkdir(parents=True)
+        (tmp_path / "opentelemetry" / "proto" / "__init__.py").write_text("")
+    root = Path(__file__).resolve().parents[2]
+    # -S: no site-packages, so the installed opentelemetry-api is out of reach.
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", WITHOUT_THE_API],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": f"{tmp_path}:{root}"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "telemetry: needs the opentelemetry-api package (pip install 'kinesis-connectors[otel]')",
+        "trace_context: needs the opentelemetry-api package "
+        "(pip install 'kinesis-connectors[otel]')",
+    ]
 
 
 OFF = """
