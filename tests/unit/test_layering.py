@@ -17,7 +17,13 @@ import pytest
 
 from tests.helpers.source import imports, make_package, package_modules
 
-PACKAGES = ["kinesis_core", "beam_kinesis", "faust_kinesis", "kinesis_schema_registry", "spark_kinesis"]
+PACKAGES = [
+    "kinesis_core",
+    "beam_kinesis",
+    "faust_kinesis",
+    "kinesis_schema_registry",
+    "spark_kinesis",
+]
 
 PRIVATE_ACCESS_ALLOWED = {
     "faust_kinesis": {"faust_kinesis.faust_internals"},
