@@ -153,7 +153,12 @@ def admit(
 ) -> dict[str, str]:
     """The start marks of the shards that may join after ``offset`` (the start of the batch
     being planned): those not in it whose parents are all ``SHARD_END`` in it (or were
-    finished before: ancestors of shards in it, or gone from the listing)."""
+    finished before: ancestors of shards in it, or gone from the listing). A joining shard is
+    read whole (TRIM_HORIZON), or from the query's AT_TIMESTAMP ``initial``: a child's records
+    all come after its parents', which were read. LATEST stands for TRIM_HORIZON here (it was
+    the query's start, and a restarted driver must not take its own start for it)."""
+    if initial.sentinel is Sentinel.LATEST:
+        initial = TRIM_HORIZON
     lineage = _lineage(initial, nodes, offset.shards)
     return {
         start.node.shard_id: start_mark(start.start)

@@ -186,7 +186,7 @@ class KinesisStreamReader(DataSourceStreamReader):
             offset, self._nodes.values()
         ):
             self._list()
-        joining = admit(offset, self._nodes.values(), self._initial())
+        joining = admit(offset, self._nodes.values(), self.spec.initial_position)
         reading = {s: m for s, m in offset.shards.items() if m != SHARD_END}
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         peeks = fetcher.look(reading, self._nodes, cap)

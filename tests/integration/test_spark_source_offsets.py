@@ -5,6 +5,7 @@ the read limit holds; a split's children join only after their parent's end is i
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
 import pytest
@@ -85,6 +86,33 @@ def test_children_join_the_offsets_only_after_their_parent_ended_in_a_batch(
         assert all(v.startswith("before") for v in values[:10]), values
     finally:
         reader.stop()
+
+
+def test_a_restarted_query_started_at_latest_reads_children_whole(
+    kinesis_stream: StreamFactory,
+) -> None:
+    stream = kinesis_stream(1)
+    (parent,) = [s["ShardId"] for s in stream.shards()]
+    first = reader_of(stream, initialPosition="LATEST")
+    start = first.initialOffset()
+    first.stop()
+    for i in range(5):
+        stream.put(f"parent{i}".encode(), f"k{i}")
+    stream.split(parent)
+    for i in range(5):
+        stream.put(f"child{i}".encode(), f"k{i}")
+    time.sleep(1.1)  # the restart comes later than every record (arrival times in seconds)
+    restarted = reader_of(stream, initialPosition="LATEST")
+    try:
+        offsets = [start]
+        for _ in range(5):
+            offsets.append(restarted.latestOffset(offsets[-1], ReadAllAvailable()))
+        values = [v for a, b in itertools.pairwise(offsets) for v in batch(restarted, a, b)]
+    finally:
+        restarted.stop()
+    assert sorted(values) == sorted(
+        [f"parent{i}" for i in range(5)] + [f"child{i}" for i in range(5)]
+    )
 
 
 def test_an_offset_of_another_incarnation_is_refused(kinesis_stream: StreamFactory) -> None:

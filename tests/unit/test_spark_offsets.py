@@ -94,6 +94,15 @@ def test_a_child_joins_only_once_every_parent_is_at_shard_end_in_the_start() -> 
     assert admit(start, NODES, TRIM_HORIZON) == {"s4": "TRIM_HORIZON"}
 
 
+def test_children_of_a_query_started_at_latest_are_read_whole() -> None:
+    # A driver restarted long after the split must not start the children at its own start.
+    joined = admit(offset(s0=SHARD_END, s3="9:3"), NODES, LATEST)
+    assert joined == {"s1": "TRIM_HORIZON", "s2": "TRIM_HORIZON"}
+    at = AtTimestamp(datetime(2026, 1, 31, tzinfo=timezone.utc))
+    joined = admit(offset(s0=SHARD_END, s3="9:3"), NODES, at)
+    assert joined == {"s1": start_mark(at), "s2": start_mark(at)}
+
+
 def test_ancestors_left_out_of_the_offsets_count_as_finished() -> None:
     # Started at a timestamp after the split: s0 is not in the offsets; s2's end lets s4
     # join once s3 ends too.
