@@ -10,6 +10,7 @@ rules (parents before children, the read limit).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from operator import attrgetter
@@ -36,6 +37,7 @@ from pyspark.sql.types import (
 )
 
 from kinesis_core.consumer.lineage import ShardNode
+from kinesis_core.consumer.positions import InitialPosition
 from kinesis_core.records import KinesisRecord
 from spark_kinesis._cache import shared
 from spark_kinesis._shards import Fetcher, Shards, read_slice
@@ -113,6 +115,11 @@ def record_batch(records: Sequence[KinesisRecord], stream: str) -> pa.RecordBatc
     )
 
 
+LISTING_INTERVAL = 5.0
+"""Seconds between two listings while a shard at SHARD_END has no known child (its children
+may be gone past retention; Spark asks for offsets every few milliseconds when idle)."""
+
+
 class ShardPartition(InputPartition):
     """One task: a shard (its lineage node) from the ``start`` mark through the ``end`` mark
     (None: until caught up)."""
@@ -145,6 +152,7 @@ class KinesisStreamReader(DataSourceStreamReader):
         self._shards: Shards | None = None
         self._fetcher: Fetcher | None = None
         self._nodes: dict[str, ShardNode] = {}
+        self._listed = -LISTING_INTERVAL
 
     def __getstate__(self) -> dict[str, Any]:
         # The tasks get the spec only: clients and readers stay on the driver.
@@ -159,7 +167,7 @@ class KinesisStreamReader(DataSourceStreamReader):
             self._fetcher = Fetcher(self._shards, self._shards.created_ms())
         return self._shards, self._fetcher
 
-    def _initial(self) -> Any:
+    def _initial(self) -> InitialPosition:
         return resolve_initial(self.spec.initial_position, self._started)
 
     def _list(self) -> None:
@@ -182,10 +190,13 @@ class KinesisStreamReader(DataSourceStreamReader):
         _, fetcher = self._driver()
         offset = StreamOffset.from_json(start)
         offset.check(self.spec.stream.name, fetcher.created_ms)
-        if any(s not in self._nodes for s in offset.shards) or unknown_children(
-            offset, self._nodes.values()
+        now = time.monotonic()
+        if any(s not in self._nodes for s in offset.shards) or (
+            unknown_children(offset, self._nodes.values())
+            and now - self._listed >= LISTING_INTERVAL
         ):
             self._list()
+            self._listed = now
         joining = admit(offset, self._nodes.values(), self.spec.initial_position)
         reading = {s: m for s, m in offset.shards.items() if m != SHARD_END}
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
