@@ -10,10 +10,13 @@ iterators, throttling and the per-shard pacing (5 GetRecords calls/s, 2 MiB/s) a
 
 from __future__ import annotations
 
+import itertools
+import math
 import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from kinesis_core.calls import Call, DescribeStreamSummary, ListShards, Wait
@@ -76,6 +79,14 @@ class _Peek:
     ended: Ended | None = None
     done: bool = False
     """Nothing more to read in this look: caught up, ended or full."""
+    past: bool = False
+    """Read up to :attr:`Fetcher.until` (a Trigger.AvailableNow query): nothing more to read
+    in this query."""
+
+
+def _before(until: float, record: KinesisRecord) -> bool:
+    arrival = record.approximate_arrival_seconds
+    return arrival is None or arrival <= until
 
 
 class Fetcher:
@@ -86,18 +97,23 @@ class Fetcher:
         self.shards = shards
         self.created_ms = created_ms
         self._peeks: dict[str, _Peek] = {}
+        self.until: float | None = None
+        """Set (epoch seconds) for a Trigger.AvailableNow query: the looks take the records
+        that arrived until then, with no time limit, and nothing after."""
 
     def look(
         self, marks: dict[str, str], nodes: dict[str, ShardNode], cap: int | None
     ) -> dict[str, _Peek]:
         """Read the shards of ``marks`` (not at SHARD_END) for at most the spec's
-        ``max_fetch_seconds``, until each is caught up, ended, or has ``cap`` records."""
+        ``max_fetch_seconds``, until each is caught up, ended, or has ``cap`` records (with
+        :attr:`until`: no time limit, and a shard is finished at its first record that arrived
+        later, or once it is caught up)."""
         for shard_id in [s for s in self._peeks if s not in marks]:
             self._peeks.pop(shard_id).reader.close()
         for shard_id, mark in marks.items():
             peek = self._peeks.get(shard_id)
             if peek is not None and peek.after == mark:
-                peek.done = peek.ended is not None
+                peek.done = peek.ended is not None or peek.past
                 continue
             if peek is not None:
                 peek.reader.close()
@@ -105,7 +121,9 @@ class Fetcher:
             assert start is not None  # the caller leaves out the shards at SHARD_END
             reader = self.shards.reader(nodes[shard_id], start, self.created_ms)
             self._peeks[shard_id] = _Peek(reader, mark)
-        deadline = time.monotonic() + self.shards.spec.max_fetch_seconds
+        until = self.until
+        limit = self.shards.spec.max_fetch_seconds if until is None else math.inf
+        deadline = time.monotonic() + limit
         called = False
         while True:
             now = time.monotonic()
@@ -127,9 +145,15 @@ class Fetcher:
                 else:
                     round_called = True
                     outcome = peek.reader.step(action)
-                    peek.positions.extend(record.position for record in outcome.records)
+                    records = outcome.records
+                    if until is not None:
+                        records = list(itertools.takewhile(partial(_before, until), records))
+                        peek.past = len(records) < len(outcome.records)
+                    peek.positions.extend(record.position for record in records)
                     if outcome.data and outcome.caught_up:
                         peek.done = True
+                        peek.past = peek.past or until is not None
+                    peek.done = peek.done or peek.past
                     now = time.monotonic()
             called = called or round_called
             if all(p.done for p in self._peeks.values()) or now >= deadline:

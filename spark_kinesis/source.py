@@ -26,7 +26,12 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import (
     BinaryType,
     LongType,
@@ -143,7 +148,7 @@ def _read(spec: SourceSpec, partition: InputPartition) -> Iterator[pa.RecordBatc
         yield record_batch(records, spec.stream.name)
 
 
-class KinesisStreamReader(DataSourceStreamReader):
+class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Structured Streaming's reader: offsets per shard, a task per shard and batch."""
 
     def __init__(self, spec: SourceSpec) -> None:
@@ -181,6 +186,12 @@ class KinesisStreamReader(DataSourceStreamReader):
             self.spec.stream.name, fetcher.created_ms, self._nodes.values(), self._initial()
         )
         return offset.to_json()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: the query takes the records that arrived until now (children
+        of shards that end included), in as many batches as the read limit makes, and stops."""
+        _, fetcher = self._driver()
+        fetcher.until = time.time()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.spec.max_records_per_trigger

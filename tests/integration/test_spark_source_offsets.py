@@ -115,6 +115,32 @@ def test_a_restarted_query_started_at_latest_reads_children_whole(
     )
 
 
+def test_available_now_takes_what_arrived_before_it_in_batches_of_the_limit(
+    kinesis_stream: StreamFactory,
+) -> None:
+    stream = kinesis_stream(2)
+    for i in range(30):
+        stream.put(f"early{i}".encode(), f"k{i}")
+    time.sleep(1.1)  # arrival times come in seconds
+    reader = reader_of(stream, maxRecordsPerTrigger="10")
+    try:
+        offsets = [reader.initialOffset()]
+        reader.prepareForTriggerAvailableNow()
+        time.sleep(1.1)
+        for i in range(10):
+            stream.put(f"late{i}".encode(), f"k{i}")
+        while len(offsets) < 10:
+            offsets.append(reader.latestOffset(offsets[-1], reader.getDefaultReadLimit()))
+            if offsets[-1] == offsets[-2]:
+                break
+        sizes = [len(batch(reader, a, b)) for a, b in itertools.pairwise(offsets)]
+        values = [v for a, b in itertools.pairwise(offsets) for v in batch(reader, a, b)]
+    finally:
+        reader.stop()
+    assert sizes == [10, 10, 10, 0], sizes
+    assert sorted(values) == sorted(f"early{i}" for i in range(30))
+
+
 def test_an_offset_of_another_incarnation_is_refused(kinesis_stream: StreamFactory) -> None:
     from kinesis_core.consumer.incarnation import StreamRecreatedError
 
