@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from kinesis_core.local import LocalStream, StreamFactory
 from spark_kinesis.offsets import SHARD_END
@@ -33,6 +33,24 @@ def batch(reader: KinesisStreamReader, start: dict[str, Any], end: dict[str, Any
         for arrow in reader.read(partition):
             values += [bytes(d).decode() for d in arrow.column("data").to_pylist()]
     return values
+
+
+def offsets_from(
+    reader: KinesisStreamReader, start: dict[str, Any], limit: ReadLimit, most: int = 6
+) -> list[dict[str, Any]]:
+    """``start`` and the offsets Spark would ask for after it, until one is the same as the one
+    before (nothing new) or ``most`` were asked."""
+    offsets = [start]
+    for _ in range(most):
+        offsets.append(reader.latestOffset(offsets[-1], limit))
+        if offsets[-1] == offsets[-2]:
+            break
+    return offsets
+
+
+def read_all(reader: KinesisStreamReader, offsets: list[dict[str, Any]]) -> list[str]:
+    """The data of every batch between ``offsets``, batch after batch."""
+    return [v for a, b in itertools.pairwise(offsets) for v in batch(reader, a, b)]
 
 
 def test_a_batch_read_again_gives_the_same_records(kinesis_stream: StreamFactory) -> None:
@@ -69,17 +87,13 @@ def test_children_join_the_offsets_only_after_their_parent_ended_in_a_batch(
         stream.put(f"after{i}".encode(), f"k{i}")
     reader = reader_of(stream)
     try:
-        offsets = [reader.initialOffset()]
-        for _ in range(6):
-            offsets.append(reader.latestOffset(offsets[-1], ReadMaxRows(100)))
+        offsets = offsets_from(reader, reader.initialOffset(), ReadMaxRows(100))
         marks = [o["shards"] for o in offsets]
         ended_at = next(i for i, m in enumerate(marks) if m.get(parent) == SHARD_END)
         joined_at = next(i for i, m in enumerate(marks) if children[0] in m)
         assert joined_at == ended_at + 1, marks
         assert set(children) <= set(marks[joined_at])
-        values = [
-            v for start, end in itertools.pairwise(offsets) for v in batch(reader, start, end)
-        ]
+        values = read_all(reader, offsets)
         assert sorted(values) == sorted(
             [f"before{i}" for i in range(10)] + [f"after{i}" for i in range(10)]
         )
@@ -104,10 +118,7 @@ def test_a_restarted_query_started_at_latest_reads_children_whole(
     time.sleep(1.1)  # the restart comes later than every record (arrival times in seconds)
     restarted = reader_of(stream, initialPosition="LATEST")
     try:
-        offsets = [start]
-        for _ in range(5):
-            offsets.append(restarted.latestOffset(offsets[-1], ReadAllAvailable()))
-        values = [v for a, b in itertools.pairwise(offsets) for v in batch(restarted, a, b)]
+        values = read_all(restarted, offsets_from(restarted, start, ReadAllAvailable()))
     finally:
         restarted.stop()
     assert sorted(values) == sorted(
@@ -124,17 +135,14 @@ def test_available_now_takes_what_arrived_before_it_in_batches_of_the_limit(
     time.sleep(1.1)  # arrival times come in seconds
     reader = reader_of(stream, maxRecordsPerTrigger="10")
     try:
-        offsets = [reader.initialOffset()]
+        start = reader.initialOffset()
         reader.prepareForTriggerAvailableNow()
         time.sleep(1.1)
         for i in range(10):
             stream.put(f"late{i}".encode(), f"k{i}")
-        while len(offsets) < 10:
-            offsets.append(reader.latestOffset(offsets[-1], reader.getDefaultReadLimit()))
-            if offsets[-1] == offsets[-2]:
-                break
+        offsets = offsets_from(reader, start, reader.getDefaultReadLimit(), most=10)
         sizes = [len(batch(reader, a, b)) for a, b in itertools.pairwise(offsets)]
-        values = [v for a, b in itertools.pairwise(offsets) for v in batch(reader, a, b)]
+        values = read_all(reader, offsets)
     finally:
         reader.stop()
     assert sizes == [10, 10, 10, 0], sizes
