@@ -228,6 +228,14 @@ def test_nobody_listening_is_a_transport_error() -> None:
     asyncio.run(run())
 
 
+class _ActiveConsumer:
+    """The one Kinesis call a fan-out reader makes besides its subscriptions: the look at its
+    stream consumer before each renewal, answered ACTIVE."""
+
+    async def describe_stream_consumer(self, **_: Any) -> dict[str, Any]:
+        return {"ConsumerDescription": {"ConsumerARN": CONSUMER_ARN, "ConsumerStatus": "ACTIVE"}}
+
+
 def test_renewals_are_paced_from_where_the_previous_subscribe_landed() -> None:
     """A shard's reader against a server that refuses a SubscribeToShard arriving within 1 s
     of the previous one (as AWS does, with LimitExceededException) and ends every subscription
@@ -241,7 +249,7 @@ def test_renewals_are_paced_from_where_the_previous_subscribe_landed() -> None:
         async with server as endpoint, FanOutClient(config(endpoint), http_version="h2") as client:
             node = ShardNode(SHARD, (), (0, MAX_HASH_KEY), True)
             machine = SubscriptionRead(node, TRIM_HORIZON_START)
-            executor = AsyncExecutor(None, fanout=client)  # subscriptions only: no client
+            executor = AsyncExecutor(_ActiveConsumer(), fanout=client)
             transport = executor.link(StreamRef.of("orders"), SHARD, CONSUMER_ARN)
             frontier = ShardFrontier(SHARD, Sentinel.TRIM_HORIZON)
 

@@ -114,7 +114,7 @@ def test_table_progress_and_legend() -> None:
     assert progress[0] == "[1/1] codec ..."
     assert progress[1].startswith("[1/1] codec: ")
     assert "kinesis_core" in progress[1]
-    assert "x aws-kinesis-agg (>= 3x " in progress[1]
+    assert "x aws-kinesis-agg (>= 4.5x " in progress[1]
     assert "WARNING" not in done.stderr  # no third-party noise (Beam's apitools line)
 
 
