@@ -54,6 +54,9 @@ INTERNAL = "Internal"
 """Our own code for a failure with no AWS answer (a network error, a timeout)."""
 RECORD_COUNT_MISMATCH = "RecordCountMismatch"
 """Our own code for a PutRecords response whose record count differs from the request's."""
+MALFORMED_RESPONSE = "MalformedResponse"
+"""Our own code for an answer that is not one: a body cut short, not the operation's JSON, an
+error body that is not text, a GetRecords answer that neither goes on nor ends the shard."""
 
 _CODES: dict[str, ErrorKind] = {}
 
@@ -81,6 +84,7 @@ _kind(
     ErrorKind.TRANSIENT,
     INTERNAL,
     RECORD_COUNT_MISMATCH,
+    MALFORMED_RESPONSE,
     "InternalFailure",  # Kinesis, also per PutRecords record
     "InternalFailureException",
     "InternalServerError",  # DynamoDB

@@ -84,7 +84,7 @@ def shard_check(shards: list[ShardInfo], shard_id: str) -> ShardCheck:
     info = next((s for s in shards if s.shard_id == shard_id), None)
     if info is None:
         return ShardCheck(listed=False, closed=False)
-    children = tuple(ShardNode.from_shard_info(s) for s in shards if shard_id in s.parents)
+    children = ShardNode.children_of(shard_id, shards)
     return ShardCheck(listed=True, closed=not info.is_open, children=children)
 
 

@@ -11,6 +11,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeou
 from kinesis_core.classify import (
     ERROR_CODES,
     INTERNAL,
+    MALFORMED_RESPONSE,
     RECORD_COUNT_MISMATCH,
     ErrorKind,
     classify,
@@ -45,6 +46,7 @@ EXPECTED: dict[str, ErrorKind] = {
     "SlowDown": T,
     INTERNAL: R,
     RECORD_COUNT_MISMATCH: R,
+    MALFORMED_RESPONSE: R,
     "InternalFailure": R,
     "InternalFailureException": R,
     "InternalServerError": R,
