@@ -416,7 +416,8 @@ def test_each_malformed_answer_is_what_its_name_says(kind: FaultKind) -> None:
     if kind is FaultKind.DRIP:
         assert (decision.action, decision.drip_seconds) == (Action.DRIP, 0.5)
         return
-    assert decision.action is Action.RESPOND and decision.response is not None
+    assert decision.action is Action.RESPOND
+    assert decision.response is not None
     body = decision.response.body
     if kind is FaultKind.BINARY_5XX:
         assert decision.response.status == 500
@@ -445,7 +446,8 @@ def test_a_subscription_gets_its_malformed_answer_as_one_event(kind: FaultKind) 
         body = body[wanted:]
     if kind is FaultKind.EMPTY_ANSWER:
         event = decoder.next_event()
-        assert event is not None and event.continuation_sequence_number is None
+        assert event is not None
+        assert event.continuation_sequence_number is None
     else:
         with pytest.raises(FanOutTransportError, match="malformed SubscribeToShardEvent"):
             decoder.next_event()
