@@ -55,11 +55,12 @@ def read_all(
     kind: FaultKind,
     read_timeout: float = READ_TIMEOUT,
     **options: Any,
-) -> tuple[set[bytes], MemoryCheckpointStore]:
+) -> tuple[set[bytes], MemoryCheckpointStore, int]:
     """Read ``before`` (written first) through the faults, then ``after`` (written once the
-    faults stopped); the records delivered and the store."""
+    faults stopped); the records delivered, the store, and the bad answers counted."""
     store = MemoryCheckpointStore()
     seen: set[bytes] = set()
+    bad_answers: list[int] = []
 
     async def main() -> None:
         async with Consumer(
@@ -82,10 +83,11 @@ def read_all(
             await asyncio.wait_for(take(b"before"), HANG)
             await asyncio.to_thread(stream.put, b"after", "k")
             await asyncio.wait_for(take(b"after"), HANG)
+            bad_answers.extend(s.bad_answers for s in consumer.status())
 
     stream.put(b"before", "k")
     asyncio.run(main())
-    return seen, store
+    return seen, store, sum(bad_answers)
 
 
 def stored(store: MemoryCheckpointStore, stream: LocalStream) -> list[Any]:
@@ -103,7 +105,7 @@ def test_a_bad_get_records_answer_is_retried_and_never_ends_the_shard(
 ) -> None:
     stream = moto_stream(1)
     proxy = fault_proxy(stream.endpoint_url, config_of(kind, "GetRecords"))
-    seen, store = read_all(stream, proxy, kind, lean_get_records=lean)
+    seen, store, _ = read_all(stream, proxy, kind, lean_get_records=lean)
     assert seen == {b"before", b"after"}
     assert SHARD_END not in stored(store, stream)
 
@@ -116,9 +118,11 @@ def test_a_bad_get_shard_iterator_answer_is_retried_and_never_ends_the_shard(
 ) -> None:
     stream = moto_stream(1)
     proxy = fault_proxy(stream.endpoint_url, config_of(kind, "GetShardIterator"))
-    seen, store = read_all(stream, proxy, kind)
+    seen, store, bad_answers = read_all(stream, proxy, kind)
     assert seen == {b"before", b"after"}
     assert SHARD_END not in stored(store, stream)
+    if kind is FaultKind.EMPTY_ANSWER:  # no iterator, the shard open: counted in the status
+        assert bad_answers >= FAULTS
 
 
 FAN_OUT_KINDS = [k for k in MALFORMED_KINDS if k not in (FaultKind.SHORT_BODY, FaultKind.DRIP)]
@@ -135,7 +139,7 @@ def test_a_bad_subscription_answer_is_retried_and_never_ends_the_shard(
     proxy = fault_proxy(stream.endpoint_url, config_of(kind, "SubscribeToShard"))
     efo = EnhancedFanOut(consumer_name=f"malformed-{kind.value}", deregister_on_close=True)
     # kinesis-mock sends an event a second: a read timeout of a second would cut them.
-    seen, store = read_all(stream, proxy, kind, read_timeout=10.0, enhanced_fan_out=efo)
+    seen, store, _ = read_all(stream, proxy, kind, read_timeout=10.0, enhanced_fan_out=efo)
     assert seen == {b"before", b"after"}
     assert SHARD_END not in stored(store, stream)
 
