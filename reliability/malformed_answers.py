@@ -84,7 +84,7 @@ async def _leg(
             consumer_name="malformed",
             deregister_on_close=True,
             max_failures=60,
-            max_subscription_seconds=1.0,  # many subscriptions: many faults
+            max_subscription_seconds=5.0,  # renewals: more subscriptions to fault
         )
     written = await _produce(stream, 0, records // 2)
     producing = asyncio.create_task(_produce(stream, records // 2, records - records // 2))
