@@ -63,6 +63,7 @@ def read_all(
     bad_answers: list[int] = []
 
     async def main() -> None:
+        faults = asyncio.create_task(wait_for_faults(proxy, kind))  # start() may meet them
         async with Consumer(
             stream.name,
             client_config=via(stream.client_config, proxy.endpoint_url, read_timeout=read_timeout),
@@ -79,7 +80,7 @@ def read_all(
                     seen.add(record.data)
                     record.ack()
 
-            await asyncio.wait_for(wait_for_faults(proxy, kind), HANG)
+            await asyncio.wait_for(faults, HANG)
             await asyncio.wait_for(take(b"before"), HANG)
             await asyncio.to_thread(stream.put, b"after", "k")
             await asyncio.wait_for(take(b"after"), HANG)
@@ -169,3 +170,16 @@ def test_a_bad_put_records_answer_is_retried_and_every_record_lands_once_at_leas
     assert any(len(r.attempts) > 1 for r in results)
     landed = {r.data for r in deaggregate(stream.records(), stream.name)}
     assert landed == {b"r%d" % i for i in range(20)}
+
+
+@pytest.mark.parametrize("kind", [FaultKind.EMPTY_ANSWER, FaultKind.NOT_JSON])
+def test_a_bad_listing_never_makes_a_shard_look_gone(
+    moto_stream: Callable[..., LocalStream],
+    fault_proxy: Callable[..., FaultProxy],
+    kind: FaultKind,
+) -> None:
+    stream = moto_stream(1)
+    proxy = fault_proxy(stream.endpoint_url, config_of(kind, "ListShards"))
+    seen, store, _ = read_all(stream, proxy, kind, shard_refresh_interval=0.5)
+    assert seen == {b"before", b"after"}
+    assert SHARD_END not in stored(store, stream)
