@@ -374,7 +374,7 @@ class ReadLoop:
             # No ChildShards (a vanished shard, or a service that does not send them): ask
             # ListShards who the children are.
             listing = self.shard_readers.list_shards()
-            children = tuple(ShardNode.from_shard_info(s) for s in listing if shard_id in s.parents)
+            children = ShardNode.children_of(shard_id, listing)
             known = tuple(ShardRef(s.shard_id, s.start_hash_key, s.end_hash_key) for s in listing)
         if not self.tracker.try_claim(EndClaim(shard_id, children, known)):
             return False

@@ -19,6 +19,7 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from kinesis_core.errors import MalformedResponseError
 from kinesis_core.shards import ShardInfo
 from kinesis_core.stream import StreamRef
 
@@ -94,7 +95,12 @@ class ListShards(ApiCall):
         return kwargs
 
     def parse(self, response: Mapping[str, Any]) -> tuple[list[ShardInfo], str | None]:
-        shards = [ShardInfo.from_api(shard) for shard in response.get("Shards", ())]
+        """One page; :class:`MalformedResponseError` (transient) for an answer without a list
+        of ``Shards``: taken for an empty page, it would make every shard look gone."""
+        listed = response.get("Shards")
+        if not isinstance(listed, list):
+            raise MalformedResponseError("ListShards", f"no list of Shards: {response!r:.200}")
+        shards = [ShardInfo.from_api(shard) for shard in listed]
         return shards, response.get("NextToken") or None
 
     @property

@@ -57,6 +57,9 @@ RECORD_COUNT_MISMATCH = "RecordCountMismatch"
 CERTIFICATE_VERIFY_FAILED = "CERTIFICATE_VERIFY_FAILED"
 """Our own code (OpenSSL's reason) for a connection whose TLS certificate this client does not
 trust: no retry fixes that."""
+MALFORMED_RESPONSE = "MalformedResponse"
+"""Our own code for an answer that is not one: a body cut short, not the operation's JSON, an
+error body that is not text, a GetRecords answer that neither goes on nor ends the shard."""
 
 _CODES: dict[str, ErrorKind] = {}
 
@@ -84,6 +87,7 @@ _kind(
     ErrorKind.TRANSIENT,
     INTERNAL,
     RECORD_COUNT_MISMATCH,
+    MALFORMED_RESPONSE,
     "InternalFailure",  # Kinesis, also per PutRecords record
     "InternalFailureException",
     "InternalServerError",  # DynamoDB

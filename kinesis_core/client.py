@@ -49,7 +49,7 @@ from botocore.utils import get_environ_proxies
 from kinesis_core.classify import ErrorKind, classify, error_details
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.http1 import ConnectionBroken, ConnectTimeout, MalformedAnswer, ReadTimeout
-from kinesis_core.http1_pool import Endpoint, Http1Pool
+from kinesis_core.http1_pool import ANSWER_TIMEOUT_READS, Endpoint, Http1Pool
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb.client import DynamoDBClient
@@ -599,6 +599,19 @@ TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
     aiohttp.ClientError,
 )
 """No answer from the service (connection refused or reset, timeouts): worth retrying."""
+
+
+def call_deadline(client: Any) -> float | None:
+    """Seconds one call of ``client`` may take in all: its connect timeout plus
+    :data:`~kinesis_core.http1_pool.ANSWER_TIMEOUT_READS` read timeouts (botocore's read
+    timeout bounds each read of the socket, not the answer: one dripped a byte a second never
+    ends). None for a client without botocore's config."""
+    config = getattr(getattr(client, "meta", None), "config", None)
+    connect = getattr(config, "connect_timeout", None)
+    read = getattr(config, "read_timeout", None)
+    if not isinstance(connect, (int, float)) or not isinstance(read, (int, float)):
+        return None
+    return connect + ANSWER_TIMEOUT_READS * read
 
 
 def error_kind(exc: BaseException) -> ErrorKind | None:

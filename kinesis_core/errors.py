@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from kinesis_core.classify import (
     CERTIFICATE_VERIFY_FAILED,
+    MALFORMED_RESPONSE,
     ErrorKind,
     classify,
     error_details,
@@ -85,6 +86,22 @@ class NotAckableError(KinesisConnectorError, RuntimeError):
 
 class EmulatorError(KinesisConnectorError, RuntimeError):
     """The local Kinesis emulator could not be installed, started or reached."""
+
+
+class MalformedResponseError(KinesisConnectorError, ValueError):
+    """An answer of ``operation`` that is not one (a proxy's page, a body cut short or not
+    the operation's JSON, an error body that is not text, a GetRecords answer that neither goes
+    on nor ends the shard). It has botocore's error shape (``response``), with the code
+    :data:`~kinesis_core.classify.MALFORMED_RESPONSE` and the answer's HTTP ``status``: the
+    error table calls it transient, so it is retried as a 5xx is."""
+
+    def __init__(self, operation: str, message: str, status: int = 200) -> None:
+        super().__init__(f"malformed {operation} answer (HTTP {status}): {message}")
+        self.operation = operation
+        self.response = {
+            "Error": {"Code": MALFORMED_RESPONSE, "Message": str(self)},
+            "ResponseMetadata": {"HTTPStatusCode": status},
+        }
 
 
 class KinesisServiceError(KinesisConnectorError):

@@ -42,7 +42,7 @@ from kinesis_core.calls import (
     ListShards,
 )
 from kinesis_core.classify import ErrorKind, error_details, error_message
-from kinesis_core.client import error_kind, unreachable
+from kinesis_core.client import call_deadline, error_kind, unreachable
 from kinesis_core.clock import (
     SYSTEM_BLOCKING_CLOCK,
     SYSTEM_CLOCK,
@@ -69,6 +69,7 @@ from kinesis_core.lean_get_shard_iterator import LeanGetShardIterator
 from kinesis_core.retry import Retry, RetryPolicy
 from kinesis_core.shards import ShardInfo
 from kinesis_core.stream import StreamRef
+from kinesis_core.timeouts import within
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ def shard_check(shards: list[ShardInfo], shard_id: str) -> ShardCheck:
     info = next((s for s in shards if s.shard_id == shard_id), None)
     if info is None:
         return ShardCheck(listed=False, closed=False)
-    children = tuple(ShardNode.from_shard_info(s) for s in shards if shard_id in s.parents)
+    children = ShardNode.children_of(shard_id, shards)
     return ShardCheck(listed=True, closed=not info.is_open, children=children)
 
 
@@ -182,6 +183,9 @@ class AsyncExecutor:
         self.fanout = fanout
         self.lean = LeanGetRecords.of(client) if lean_get_records else None
         self.lean_iterators = LeanGetShardIterator.of(client) if lean_get_records else None
+        self.call_deadline = call_deadline(client)
+        """Seconds a polling reader's call may take in all (:func:`~.client.call_deadline`);
+        past it, it fails with asyncio.TimeoutError, a transient error."""
         self._rng = rng
         self._view_max_age = view_max_age
         self._listing_max_age = listing_max_age
@@ -350,7 +354,11 @@ class AsyncShardLink:
     async def call(self, call: Call) -> Any:
         polled = self._requests.send(call)
         if polled is not None:
-            return await polled
+            deadline = self._executor.call_deadline
+            if deadline is None:
+                return await polled
+            async with within(deadline):
+                return await polled
         if isinstance(call, NextEvent):
             return await self._next_event()
         if isinstance(call, CheckStream):

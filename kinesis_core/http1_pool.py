@@ -6,7 +6,10 @@ parsed as it arrives (:class:`~kinesis_core.http1.ResponseParser`), and the conn
 back to the pool (at most ``limit`` connections open, an idle one closed after
 ``keepalive_timeout``). A request on a reused connection whose answer had not begun when the
 connection failed (the server had closed it while idle) is sent once more on a new
-connection. A cancelled request closes its connection. Failures are
+connection. A request whose answer is not whole ``answer_timeout`` seconds after it was sent
+fails with :class:`~kinesis_core.http1.ReadTimeout`, however steadily its bytes trickle in (a
+body dripped a byte a second never ends otherwise). A cancelled request closes its connection.
+Failures are
 :class:`~kinesis_core.http1.HttpError`\\ s, ``ssl.SSLError`` or ``OSError`` (connecting).
 """
 
@@ -31,7 +34,10 @@ from kinesis_core.http1 import (
 )
 from kinesis_core.timeouts import within
 
-__all__ = ["Endpoint", "Http1Pool"]
+__all__ = ["ANSWER_TIMEOUT_READS", "Endpoint", "Http1Pool"]
+
+ANSWER_TIMEOUT_READS = 2
+"""A whole answer's deadline, in read timeouts from its request."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,8 @@ class _Connection(asyncio.Protocol):
         self.waiter: asyncio.Future[ResponseParser] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.last_read = 0.0
+        self.deadline = 0.0
+        """When the answer in flight must be whole."""
         self.idle_since = 0.0
         self.closed = False
 
@@ -83,7 +91,10 @@ class _Connection(asyncio.Protocol):
         self.waiter = waiter = loop.create_future()
         self.transport.write(request)
         self.last_read = now = loop.time()
-        self.timer = loop.call_at(now + self.pool.read_timeout, self._check_timeout)
+        self.deadline = now + self.pool.answer_timeout
+        self.timer = loop.call_at(
+            min(now + self.pool.read_timeout, self.deadline), self._check_timeout
+        )
         return waiter
 
     def data_received(self, data: bytes) -> None:
@@ -160,11 +171,15 @@ class _Connection(asyncio.Protocol):
         loop = self.pool.loop
         now = loop.time()
         timeout = self.pool.read_timeout
+        if now >= self.deadline:
+            whole = self.pool.answer_timeout
+            self._fail(ReadTimeout(f"the answer was not whole {whole:g} s after the request"))
+            return
         if transport.get_write_buffer_size():  # the request is still going out
             self.last_read = now
         due = self.last_read + timeout
         if due > now:
-            self.timer = loop.call_at(due, self._check_timeout)
+            self.timer = loop.call_at(min(due, self.deadline), self._check_timeout)
             return
         self._fail(ReadTimeout(f"no byte of the answer for {timeout:g} s"))
 
@@ -172,8 +187,9 @@ class _Connection(asyncio.Protocol):
 class Http1Pool:
     """HTTP/1.1 POSTs on kept-alive connections: at most ``limit`` connections open, an idle
     one closed after ``keepalive_timeout`` seconds. ``connect_timeout`` bounds the TCP and TLS
-    handshakes; ``read_timeout`` the wait for each next byte of an answer. Made and used on one
-    event loop."""
+    handshakes; ``read_timeout`` the wait for each next byte of an answer, and
+    ``answer_timeout`` (by default twice ``read_timeout``) the whole answer, from the request.
+    Made and used on one event loop."""
 
     def __init__(
         self,
@@ -182,10 +198,14 @@ class Http1Pool:
         connect_timeout: float,
         read_timeout: float,
         keepalive_timeout: float,
+        answer_timeout: float | None = None,
     ) -> None:
         self.limit = limit
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
+        self.answer_timeout = (
+            ANSWER_TIMEOUT_READS * read_timeout if answer_timeout is None else answer_timeout
+        )
         self.keepalive_timeout = keepalive_timeout
         self.loop = asyncio.get_running_loop()
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}

@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from kinesis_core.errors import MalformedResponseError
 from kinesis_core.lean_requests import LeanRequests, Route, response_metadata
 
 STREAM_FIELDS = ("StreamName", "StreamARN", "StreamId")
@@ -55,7 +56,12 @@ class LeanGetShardIterator(LeanRequests):
 
         async def lean(route: Route) -> dict[str, Any]:
             raw, headers = await self.post(route, msgspec.json.encode(params))
-            answer: dict[str, Any] = msgspec.json.decode(raw)
+            try:
+                answer: Any = msgspec.json.decode(raw)
+            except msgspec.DecodeError as exc:
+                raise MalformedResponseError(self.OPERATION, f"{exc}: {raw[:60]!r}") from None
+            if not isinstance(answer, dict):
+                raise MalformedResponseError(self.OPERATION, f"not a JSON object: {raw[:60]!r}")
             answer["ResponseMetadata"] = response_metadata(headers)
             return answer
 

@@ -115,14 +115,15 @@ def error_response(status: int, headers: Mapping[str, str], body: bytes) -> dict
     an empty or HTML 5xx answer has the status as its code and the reason phrase as its
     message; otherwise the code is ``__type`` (after any ``#``), else the status, and the
     message is the body's ``message`` (or ``Message``), or the body itself when it is not
-    JSON."""
+    JSON (a body that is not UTF-8 decoded with replacement characters, where botocore would
+    raise UnicodeDecodeError)."""
     stripped = body.strip()
     if status >= 500 and (not stripped or stripped.startswith(b"<html>")):
         code, message = str(status), http.client.responses.get(status, "")
     else:
         document: Any = {}
         if body:
-            text = body.decode("utf-8")
+            text = body.decode("utf-8", "replace")
             try:
                 document = json.loads(text)
             except ValueError:

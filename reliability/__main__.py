@@ -24,6 +24,7 @@ from reliability.bad_input import bad_input
 from reliability.consumer_faults import consumer_under_faults
 from reliability.crash_loops import crash_loop
 from reliability.lease_scaleout import lease_scale_out
+from reliability.malformed_answers import consumer_under_malformed_answers
 from reliability.producer_auth import producer_auth
 from reliability.producer_faults import producer_under_faults
 from reliability.producer_outage import producer_outage
@@ -84,6 +85,9 @@ def _suites() -> dict[str, Suite]:
             c.folder("restart"), outage=pick(c, 3, 6), before=3.0, after=3.0
         ),
         "bad-input": lambda c: bad_input(c.streams(KinesisMock)),
+        "malformed": lambda c: consumer_under_malformed_answers(
+            c.streams(KinesisMock), records=pick(c, 200, 600), seed=c.seed
+        ),
         "consumer-fan-out": lambda c: consumer_under_faults(
             c.streams(KinesisMock), records=pick(c, 600, 3_000), seed=c.seed, fan_out=True
         ),

@@ -876,6 +876,7 @@ class Consumer:
                     pending_acks=run.frontier.pending if run else 0,
                     transport=run.machine.transport if run else None,
                     connects=run.machine.connects if run else 0,
+                    bad_answers=run.machine.bad_answers if run else 0,
                 )
             )
         return out

@@ -9,8 +9,12 @@ included (about 0.3 microseconds per record, a quarter of ``json`` plus ``binasc
 The lean GetRecords path and fan-out use the records as they are. Hooked into a botocore
 client's ``before-parse`` event (:func:`install`), the parser hands botocore its own shape
 instead (``Data`` bytes, ``SequenceNumber`` str, timestamps as aware datetimes, in UTC rather
-than local time), so other callers of that client see what botocore gives. Error responses,
-and any body this parser does not recognize, are left to botocore untouched.
+than local time), so other callers of that client see what botocore gives. A 200 body that
+is not a GetRecords answer (cut short, not JSON, bad base64, no ``Records``) raises
+:class:`~kinesis_core.errors.MalformedResponseError`, which the error table calls transient,
+on both paths; an error answer whose body is not UTF-8 (a proxy's binary 5xx) reaches
+botocore's parser decoded with replacement characters, where it would raise
+UnicodeDecodeError (:func:`install`, for every Kinesis operation).
 """
 
 from __future__ import annotations
@@ -21,14 +25,17 @@ from typing import Any
 
 import msgspec
 
+from kinesis_core.errors import MalformedResponseError
 from kinesis_core.records import WireRecord
 
 EVENT = "before-parse.kinesis.GetRecords"
 _UNIQUE_ID = "kinesis-connectors-fast-get-records"
+ERROR_BODY_EVENT = "before-parse.kinesis"
+_ERROR_BODY_ID = "kinesis-connectors-error-body-text"
 
 
 class _GetRecordsOutput(msgspec.Struct, rename="pascal"):
-    records: list[WireRecord] = []
+    records: list[WireRecord]
     next_shard_iterator: str | None = None
     millis_behind_latest: int | None = None
     child_shards: list[dict[str, Any]] | None = None
@@ -47,8 +54,12 @@ _SUBSCRIBE_EVENT = msgspec.json.Decoder(_SubscribeToShardEvent)
 
 def parse_get_records(body: bytes) -> dict[str, Any]:
     """The GetRecords answer: ``Records`` as :class:`WireRecord` s, the other keys as botocore
-    names them (absent when the body has none). Raises ValueError on a body that is not one."""
-    page = _GET_RECORDS.decode(body)
+    names them (absent when the body has none). Raises :class:`MalformedResponseError` (a
+    ValueError) on a body that is not one."""
+    try:
+        page = _GET_RECORDS.decode(body)
+    except msgspec.DecodeError as exc:
+        raise MalformedResponseError("GetRecords", f"{exc} ({_shown(body)})") from None
     parsed: dict[str, Any] = {"Records": page.records}
     if page.next_shard_iterator is not None:
         parsed["NextShardIterator"] = page.next_shard_iterator
@@ -60,8 +71,19 @@ def parse_get_records(body: bytes) -> dict[str, Any]:
 
 
 def parse_subscribe_event(payload: bytes) -> _SubscribeToShardEvent:
-    """A SubscribeToShardEvent's JSON payload; raises ValueError on one that is not."""
-    return _SUBSCRIBE_EVENT.decode(payload)
+    """A SubscribeToShardEvent's JSON payload; raises :class:`MalformedResponseError` (a
+    ValueError) on one that is not."""
+    try:
+        return _SUBSCRIBE_EVENT.decode(payload)
+    except msgspec.DecodeError as exc:
+        raise MalformedResponseError(
+            "SubscribeToShardEvent", f"{exc} ({_shown(payload)})"
+        ) from None
+
+
+def _shown(body: bytes) -> str:
+    """The start of a bad body, for a message."""
+    return f"{len(body)} bytes: {body[:60]!r}"
 
 
 class ArrivalTimes(dict[float, datetime]):
@@ -103,20 +125,41 @@ def _before_parse(
     body = response_dict.get("body")
     if response_dict.get("status_code") != 200 or not isinstance(body, bytes):
         return
-    try:
-        parsed = parse_get_records(body)
-    except ValueError:
-        return
+    parsed = parse_get_records(body)
     parsed["Records"] = botocore_records(parsed["Records"])
     customized_response_dict.update(parsed)
     response_dict["body"] = b"{}"
 
 
+def _error_body_as_text(response_dict: dict[str, Any], **_: Any) -> None:
+    """botocore decodes an error body as UTF-8 and raises UnicodeDecodeError on one that is
+    not (a proxy's binary 5xx): it gets the body with replacement characters instead, so the
+    answer is classified by its status."""
+    body = response_dict.get("body")
+    status = response_dict.get("status_code")
+    if not isinstance(body, bytes) or not isinstance(status, int) or status < 300:
+        return
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        response_dict["body"] = body.decode("utf-8", "replace").encode("utf-8")
+
+
+def guard_error_bodies(client: Any) -> None:
+    """Hook :func:`_error_body_as_text` into every Kinesis operation of ``client`` (once; a
+    client without an event system is left alone)."""
+    events = getattr(getattr(client, "meta", None), "events", None)
+    if events is not None:
+        events.register(ERROR_BODY_EVENT, _error_body_as_text, unique_id=_ERROR_BODY_ID)
+
+
 def install(client: Any) -> Callable[[], None]:
-    """Hook the fast parser into ``client`` (an aiobotocore or botocore Kinesis client);
-    returns the function that unhooks it. A client without an event system is left alone."""
+    """Hook the fast parser into ``client`` (an aiobotocore or botocore Kinesis client), and
+    :func:`guard_error_bodies`; returns the function that unhooks the parser. A client without
+    an event system is left alone."""
     events = getattr(getattr(client, "meta", None), "events", None)
     if events is None:
         return lambda: None
+    guard_error_bodies(client)
     events.register(EVENT, _before_parse, unique_id=_UNIQUE_ID)
     return lambda: events.unregister(EVENT, unique_id=_UNIQUE_ID)

@@ -9,7 +9,7 @@ takes the shards to start out.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,11 @@ class ShardNode:
     @classmethod
     def from_shard_info(cls, info: ShardInfo) -> ShardNode:
         return cls(info.shard_id, info.parents, info.hash_range, info.is_open)
+
+    @classmethod
+    def children_of(cls, shard_id: str, shards: Sequence[ShardInfo]) -> tuple[ShardNode, ...]:
+        """The children of ``shard_id`` in a complete listing."""
+        return tuple(cls.from_shard_info(s) for s in shards if shard_id in s.parents)
 
     @classmethod
     def from_child_shard(cls, child: Mapping[str, Any]) -> ShardNode:

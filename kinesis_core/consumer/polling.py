@@ -8,7 +8,10 @@ transient errors, re-gets an expired iterator AFTER
 the last record it read (never skipping, never re-reading), resumes AT_SEQUENCE_NUMBER of a
 checkpoint and lets :class:`~.transport.ShardRead` drop the sub-records at or below it, waits
 ``idle_interval`` after an empty response at the tip, and ends at a null NextShardIterator
-with the response's ChildShards. A GetShardIterator at a sequence number that the service
+with the response's ChildShards (without them, only when a listing shows the shard closed;
+an answer with no ``Records``, or one that ends an open shard, is a bad answer, counted and
+read again with the same iterator after a backoff: :class:`~.transport.ShardRead`). A
+GetShardIterator at a sequence number that the service
 refuses (ResourceNotFound, InvalidArgument), or a GetRecords whose shard is not found, goes to
 the common check of :class:`~.transport.ShardRead` (a listing decides what it means).
 """
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -176,10 +179,11 @@ class PollingRead(ShardRead):
         return self.on_iterator(response.get("ShardIterator"))
 
     def on_iterator(self, iterator: str | None) -> Outcome:
-        """A GetShardIterator response (None: the shard has nothing more to give)."""
+        """A GetShardIterator response (None: the shard has nothing more to give, if a
+        listing shows it closed)."""
         self._progress()
         if iterator is None:
-            self._end(None)
+            self._claim_end(None)
             return NOTHING
         self._iterator = iterator
         self._handle(ReadEvent.CONNECTED)
@@ -188,8 +192,12 @@ class PollingRead(ShardRead):
     def on_records(self, now: float, response: Any, ack: Ack | None = None) -> Outcome:
         """A GetRecords response: the user records to deliver, in shard order."""
         self._expect(ReadEvent.DATA)
+        listed = response.get("Records") if isinstance(response, Mapping) else None
+        if not isinstance(listed, list):
+            self._handle(ReadEvent.RETRY)
+            return self._bad_answer(now, f"a GetRecords answer without Records: {response!r:.200}")
         self._progress()
-        raw = wire_records(response.get("Records") or ())
+        raw = wire_records(listed)
         millis = response.get("MillisBehindLatest")
         self._millis_behind_latest = millis
         rate = self.options.max_bytes_per_second
@@ -208,8 +216,9 @@ class PollingRead(ShardRead):
             self._idle_streak = 0
         next_iterator = response.get("NextShardIterator")
         if next_iterator is None:
-            self._iterator = None
-            self._end(response.get("ChildShards"))
+            if raw:  # read on after them, with a new iterator, if the shard is open
+                self._iterator = None
+            self._claim_end(response.get("ChildShards"))
             return Outcome(records, data=True, millis_behind_latest=millis)
         self._iterator = next_iterator
         self._handle(ReadEvent.DATA)
@@ -221,6 +230,9 @@ class PollingRead(ShardRead):
             idle=caught_up and not raw,
             millis_behind_latest=millis,
         )
+
+    def _resumable(self) -> bool:
+        return self._iterator is not None
 
     def handles(self, call: Call, kind: ErrorKind | None) -> bool:
         """Also InvalidArgument for a GetShardIterator at a sequence number: AWS refuses a

@@ -26,3 +26,7 @@ class ShardStatus:
     """How the shard is read: ``"polling"`` or ``"subscription"`` (None when not read here)."""
     connects: int = 0
     """Shard iterators got (polling) or subscriptions opened, renewals included."""
+    bad_answers: int = 0
+    """Answers that ended the shard without a word of its children while a listing showed it
+    open, or had no records at all (docs/reliability.md, "Malformed answers"); answers that
+    did not parse are failed calls (error code ``MalformedResponse``)."""

@@ -9,7 +9,9 @@ ContinuationSequenceNumber so nothing is lost or read twice, backs off on Resour
 previous subscription is still open), LimitExceeded, ResourceNotFound, internal failures and
 connections cut mid-stream, and gives up (:class:`~.transport.Failed`) after
 ``max_failures`` failures in a row with no event in between. A shard ends at an event with
-no ContinuationSequenceNumber, whose ChildShards go to the lineage as with polling. The start
+no ContinuationSequenceNumber, whose ChildShards go to the lineage as with polling (an event
+without either ends the shard only if a listing shows it closed; on an open shard it is a
+bad answer, counted, and the reader subscribes again from the last continuation). The start
 point, the skip past a checkpoint inside an aggregate and the hash-range filter are the
 common part (:class:`~.transport.ShardRead`), so checkpoints mean the same in both modes.
 
@@ -222,8 +224,10 @@ class SubscribeEvent:
 
     @property
     def shard_ended(self) -> bool:
-        """The shard is closed and this was its last event (AWS; kinesis-mock 0.6.2 never
-        says so over a subscription, see docs/efo.md)."""
+        """The event says the shard is closed and this was its last event (AWS: no
+        ContinuationSequenceNumber; kinesis-mock 0.6.2 never says so over a subscription, see
+        docs/efo.md). The reader trusts it only with ChildShards, or when a listing shows the
+        shard closed."""
         return bool(self.child_shards) or self.continuation_sequence_number is None
 
 
@@ -339,7 +343,11 @@ class SubscriptionRead(ShardRead):
         if continuation is not None:
             self._continuation = continuation
         if event.shard_ended:
-            self._end(event.child_shards)
+            if self._closed and not event.child_shards:
+                self._children = self._closed_children
+                self._handle(ReadEvent.SHARD_ENDED)
+            else:
+                self._claim_end(event.child_shards)
             return Outcome(records, data=True, millis_behind_latest=millis)
         if self._closed and millis == 0 and not event.records:
             # At the tip of a shard known to be closed: nothing more can come.

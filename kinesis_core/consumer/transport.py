@@ -32,6 +32,14 @@ than the trim horizon (read again from TRIM_HORIZON, with a warning in the outco
 reader first asks whether its stream consumer is gone (:mod:`.subscription`). The lineage, the
 ack frontier and the checkpoint stores sit above this seam and never see which transport ran,
 so one checkpoint store serves both.
+
+A shard ends only when the service says so: an answer that names its children (ChildShards),
+or one that ends the shard without them (a null NextShardIterator, a last fan-out event)
+while a listing shows the shard closed (:meth:`ShardRead._claim_end` asks for that look; AWS
+always sends ChildShards at a shard's end, and the KCL refuses such an answer too). An
+answer that ends an open shard, or has no records at all, is a bad answer (a proxy's page,
+a truncated body): the machine counts it (:attr:`ShardRead.bad_answers`), backs off as after
+a transient error and reads on from where it was, never skipping a record.
 """
 
 from __future__ import annotations
@@ -148,7 +156,11 @@ class ReadEvent(enum.Enum):
     RETRY = "retry"
     """A call failed with an error waiting fixes: back off, then the same step again."""
     REFUSED = "refused"
-    """A position was refused, or the shard was not found: look at the stream."""
+    """A position was refused, the shard was not found, or an answer ended the shard without
+    naming its children: look at the stream."""
+    RESUME = "resume"
+    """The look at the stream found the shard open after an answer that ended it: read on
+    with the same iterator."""
     DOUBTED_CONSUMER = "doubted_consumer"
     """Fan-out: ResourceNotFound; look at the stream consumer first."""
     CONSUMER_THERE = "consumer_there"
@@ -191,6 +203,7 @@ TRANSITIONS: Mapping[ReadState, Mapping[ReadEvent, ReadState]] = MappingProxyTyp
         },
         _S.CHECKING: {
             _E.RESTART: _S.CONNECTING,
+            _E.RESUME: _S.READING,
             _E.RETRY: _S.CHECKING,
             _E.SHARD_ENDED: _S.ENDED,
             _E.GAVE_UP: _S.FAILED,
@@ -274,6 +287,10 @@ class ShardRead:
         self._millis_behind_latest: int | None = None
         self._last_error: ErrorKind | None = None
         self._connects = 0
+        self._claimed_end = False
+        """An answer ended the shard without naming its children: the look at the stream
+        decides whether it did."""
+        self._bad_answers = 0
 
     @property
     def state(self) -> ReadState:
@@ -293,6 +310,11 @@ class ShardRead:
     def millis_behind_latest(self) -> int | None:
         """The lag the last data response reported (for status)."""
         return self._millis_behind_latest
+
+    @property
+    def bad_answers(self) -> int:
+        """Answers taken for bad so far (:meth:`_bad_answer`), for metrics."""
+        return self._bad_answers
 
     @property
     def connects(self) -> int:
@@ -338,6 +360,9 @@ class ShardRead:
             self.shard_id, self._refused, view.shards, view.facts, self.incarnation, self.stream
         )
         self._refused = None
+        claimed, self._claimed_end = self._claimed_end, False
+        if claimed and verdict.refusal is Refusal.RETRY:
+            return self._judge_claimed_end(now, view)
         if verdict.refusal is Refusal.GONE:
             self._gone = True
             self._handle(ReadEvent.SHARD_ENDED)
@@ -351,6 +376,49 @@ class ShardRead:
             self._handle(ReadEvent.RESTART)
             self._restart_backoff(now)
         return NOTHING
+
+    def _judge_claimed_end(self, now: float, view: StreamView) -> Outcome:
+        """An answer ended the shard without its children, and the shard is listed: it ended
+        if the listing shows it closed (its children are the listing's); otherwise the answer
+        was bad, and the machine reads on."""
+        info = next(s for s in view.shards if s.shard_id == self.shard_id)
+        if not info.is_open:
+            self._children = ShardNode.children_of(self.shard_id, view.shards)
+            self._handle(ReadEvent.SHARD_ENDED)
+            return NOTHING
+        self._handle(ReadEvent.RESUME if self._resumable() else ReadEvent.RESTART)
+        return self._bad_answer(
+            now,
+            f"an answer ended shard {self.shard_id} of {self.stream or '?'} without naming its "
+            "children, yet ListShards shows it open",
+        )
+
+    def _resumable(self) -> bool:
+        """Whether the machine can read on from where the last answer found it (polling:
+        the iterator it read with), rather than connect again."""
+        return False
+
+    def _claim_end(self, children: Sequence[Mapping[str, Any]] | None) -> None:
+        """An answer ends the shard: with ``children`` (ChildShards), it did; without, a look
+        at the stream decides (:meth:`_judge_claimed_end`)."""
+        if children:
+            self._end(children)
+        else:
+            self._claimed_end = True
+            self._handle(ReadEvent.REFUSED)
+
+    def _bad_answer(self, now: float, reason: str) -> Outcome:
+        """An answer that is not one (the state already moved): counted, and backed off from
+        as from a transient error."""
+        self._bad_answers += 1
+        self._last_error = ErrorKind.TRANSIENT
+        self._backoff(now)
+        return Outcome(
+            [],
+            error=ErrorKind.TRANSIENT,
+            warning=f"bad answer #{self._bad_answers} on {self.shard_id}: {reason}; "
+            f"reading on after {self._not_before - now:.1f} s",
+        )
 
     def _read_from_trim_horizon(self) -> None:
         """Forget every position: the next connection reads from the trim horizon."""

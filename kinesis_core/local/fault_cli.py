@@ -36,6 +36,12 @@ _HELP = {
     FaultKind.PUT_RECORD_INTERNAL_ERROR: "per PutRecords record: InternalFailure",
     FaultKind.STREAM_CUT: "SubscribeToShard: forward the event stream, then close the "
     "connection after --stream-cut-after-events events (or --stream-cut-after-bytes bytes)",
+    FaultKind.EMPTY_ANSWER: "HTTP 200 with the body {} (SubscribeToShard: one event {})",
+    FaultKind.NOT_JSON: "HTTP 200 with a body that is not JSON (SubscribeToShard: one such event)",
+    FaultKind.HTML_PAGE: "HTTP 200 with a captive portal's HTML page",
+    FaultKind.SHORT_BODY: "send upstream's answer 5 bytes short of its Content-Length, then close",
+    FaultKind.BINARY_5XX: "HTTP 500 with a body that is not UTF-8",
+    FaultKind.DRIP: "send upstream's answer one byte every --drip-seconds",
 }
 
 
@@ -96,6 +102,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fraction of requests delayed (default 1 once --latency-ms/--latency-jitter-ms > 0)",
     )
     parser.add_argument("--stall-seconds", type=float, default=30.0, help="duration of a stall")
+    parser.add_argument(
+        "--drip-seconds", type=float, default=1.0, help="seconds between two bytes of a --drip"
+    )
     parser.add_argument(
         "--stream-cut-after-events",
         type=int,
@@ -197,6 +206,7 @@ def config_from_args(args: argparse.Namespace) -> FaultConfig:
         stream_cut_after_bytes=args.stream_cut_after_bytes,
         stream_delay_ms=args.stream_delay_ms,
         shard_limits=limits,
+        drip_seconds=args.drip_seconds,
     )
 
 

@@ -245,6 +245,8 @@ class FaultProxy:
         if decision.operation in STREAMING_OPERATIONS:
             return await self._stream(request, decision)
         answer = self.plan.finish(decision, await self._forward(request, decision.body))
+        if decision.action is Action.DRIP:
+            return await self._drip(request, answer, decision.drip_seconds)
         if decision.action is not Action.TRUNCATE:
             return _to_web(answer)
         response = web.StreamResponse(status=answer.status, headers=_headers(answer))
@@ -252,6 +254,23 @@ class FaultProxy:
         await response.prepare(request)
         await response.write(answer.body[: decision.truncate_at(len(answer.body))])
         _close(request)
+        return response
+
+    async def _drip(
+        self, request: web.Request, answer: Response, seconds: float
+    ) -> web.StreamResponse:
+        """Send ``answer`` one body byte every ``seconds``, until it is whole or the client
+        hangs up."""
+        response = web.StreamResponse(status=answer.status, headers=_headers(answer))
+        response.content_length = len(answer.body)
+        await response.prepare(request)
+        try:
+            for index in range(len(answer.body)):
+                await asyncio.sleep(seconds)
+                await response.write(answer.body[index : index + 1])
+        except (ConnectionError, RuntimeError):  # the client gave up waiting
+            return response
+        await response.write_eof()
         return response
 
     async def _stream(self, request: web.Request, decision: Decision) -> web.StreamResponse:

@@ -3,13 +3,15 @@
 Given a seed, a FaultConfig and one request (its X-Amz-Target, body and content type), the plan
 decides what the proxy does with it: forward it untouched, answer with an AWS error the way the
 service would, fail some records of a PutRecords call, reset or stall the connection, cut the
-answer short, or add latency first. Streaming answers (SubscribeToShard's event stream, which
-lasts minutes) are forwarded chunk by chunk and can be delayed per chunk or cut after a number
-of events or bytes (``StreamCutter`` finds the place). With shard limits
-(``FaultConfig.shard_limits``) it also throttles the records over their shard's write limits,
-as AWS does (kinesis_core.local.shard_limits), and asks the driver to list a stream's shards
-first (``Action.LEARN_SHARDS``). It does no I/O, so the same seed and the
-same sequence of requests always give the same faults, and unit tests need no network.
+answer short, answer with something that is not an answer (an empty 200 ``{}``, a 200 that is
+not JSON, a captive portal's HTML page, a body 5 bytes short of its Content-Length, a 500 whose
+body is not UTF-8, an answer dripped a byte at a time), or add latency first. Streaming answers
+(SubscribeToShard's event stream, which lasts minutes) are forwarded chunk by chunk and can be
+delayed per chunk or cut after a number of events or bytes (``StreamCutter`` finds the place).
+With shard limits (``FaultConfig.shard_limits``) it also throttles the records over their
+shard's write limits, as AWS does (kinesis_core.local.shard_limits), and asks the driver to
+list a stream's shards first (``Action.LEARN_SHARDS``). It does no I/O, so the same seed and
+the same sequence of requests always give the same faults, and unit tests need no network.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import enum
 import json
 import random
+import struct
 import time
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -67,6 +70,20 @@ class FaultKind(str, enum.Enum):
     SHARD_LIMIT = "shard_limit"
     """ProvisionedThroughputExceededException for a record over its shard's write limits
     (FaultConfig.shard_limits): per record of PutRecords, for the whole of a PutRecord."""
+    EMPTY_ANSWER = "empty_answer"
+    """HTTP 200 with the body ``{}`` (SubscribeToShard: one event whose payload is ``{}``)."""
+    NOT_JSON = "not_json"
+    """HTTP 200 with a body that is not JSON (SubscribeToShard: one event with such a
+    payload)."""
+    HTML_PAGE = "html_page"
+    """HTTP 200 with a captive portal's HTML page."""
+    SHORT_BODY = "short_body"
+    """Forward, then send upstream's answer with its Content-Length but the body 5 bytes
+    short, and close."""
+    BINARY_5XX = "binary_5xx"
+    """HTTP 500 with a body that is not UTF-8."""
+    DRIP = "drip"
+    """Forward, then send upstream's answer one body byte every drip_seconds."""
 
 
 REQUEST_KINDS = (
@@ -79,8 +96,29 @@ REQUEST_KINDS = (
     FaultKind.STALL,
     FaultKind.TRUNCATE,
     FaultKind.STREAM_CUT,
+    FaultKind.EMPTY_ANSWER,
+    FaultKind.NOT_JSON,
+    FaultKind.HTML_PAGE,
+    FaultKind.SHORT_BODY,
+    FaultKind.BINARY_5XX,
+    FaultKind.DRIP,
 )
 """Mutually exclusive per request: one draw picks at most one of them."""
+MALFORMED_KINDS = (
+    FaultKind.EMPTY_ANSWER,
+    FaultKind.NOT_JSON,
+    FaultKind.HTML_PAGE,
+    FaultKind.SHORT_BODY,
+    FaultKind.BINARY_5XX,
+    FaultKind.DRIP,
+)
+"""The answers that are not answers (docs/reliability.md, "Malformed answers")."""
+SHORT_BY = 5
+"""Bytes a short_body answer lacks."""
+_EVENT_KINDS = frozenset({FaultKind.EMPTY_ANSWER, FaultKind.NOT_JSON})
+"""Malformed answers a streaming operation gets as one event with that payload."""
+_WHOLE_ANSWER_KINDS = frozenset({FaultKind.TRUNCATE, FaultKind.SHORT_BODY, FaultKind.DRIP})
+"""Kinds that rewrite a whole answer: never applied to a streaming one."""
 STREAMING_OPERATIONS = frozenset({"SubscribeToShard"})
 """Operations whose answer is a long event stream: forwarded as it flows, never buffered whole,
 so ``truncate`` skips them and the ``stream_*`` kinds apply to them alone."""
@@ -153,7 +191,7 @@ class FaultRule:
         streaming = operation in STREAMING_OPERATIONS
         if self.kind in _STREAM_KINDS and not streaming:
             return False
-        if self.kind is FaultKind.TRUNCATE and streaming:
+        if self.kind in _WHOLE_ANSWER_KINDS and streaming:
             return False
         if self.operations:
             return bool(self.operations & {service, operation, target})
@@ -181,9 +219,17 @@ class FaultConfig:
     shard_limits: ShardLimits | None = None
     """When set, every shard takes at most these writes (PutRecord, PutRecords); the records
     over them are throttled as AWS throttles them."""
+    drip_seconds: float = 1.0
+    """Seconds between two bytes of a dripped answer."""
 
     def __post_init__(self) -> None:
-        for name in ("latency_ms", "latency_jitter_ms", "stall_seconds", "stream_delay_ms"):
+        for name in (
+            "latency_ms",
+            "latency_jitter_ms",
+            "stall_seconds",
+            "stream_delay_ms",
+            "drip_seconds",
+        ):
             value = getattr(self, name)
             if not value >= 0.0:
                 raise ConfigurationError(name, f"must be >= 0, got {value}")
@@ -229,6 +275,13 @@ class FaultConfig:
         stream_delay_rate: float = 1.0,
         operations: Iterable[str] = (),
         shard_limits: ShardLimits | None = None,
+        empty_answer: float = 0.0,
+        not_json: float = 0.0,
+        html_page: float = 0.0,
+        short_body: float = 0.0,
+        binary_5xx: float = 0.0,
+        drip: float = 0.0,
+        drip_seconds: float = 1.0,
     ) -> FaultConfig:
         """One rule per non-zero rate, all narrowed to `operations` when it is given.
 
@@ -251,6 +304,12 @@ class FaultConfig:
             FaultKind.LATENCY: latency_rate if latency_ms > 0 or latency_jitter_ms > 0 else 0.0,
             FaultKind.STREAM_CUT: stream_cut,
             FaultKind.STREAM_DELAY: stream_delay_rate if stream_delay_ms > 0 else 0.0,
+            FaultKind.EMPTY_ANSWER: empty_answer,
+            FaultKind.NOT_JSON: not_json,
+            FaultKind.HTML_PAGE: html_page,
+            FaultKind.SHORT_BODY: short_body,
+            FaultKind.BINARY_5XX: binary_5xx,
+            FaultKind.DRIP: drip,
         }
         rules = tuple(FaultRule(kind, rate, ops) for kind, rate in rates.items() if rate > 0)
         return cls(
@@ -262,6 +321,7 @@ class FaultConfig:
             stream_cut_after_bytes,
             stream_delay_ms,
             shard_limits,
+            drip_seconds,
         )
 
 
@@ -276,6 +336,8 @@ class Action(str, enum.Enum):
     STALL = "stall"
     TRUNCATE = "truncate"
     """Forward, then send only Decision.truncate_at(len(body)) bytes of the answer."""
+    DRIP = "drip"
+    """Forward, then send the answer one body byte every Decision.drip_seconds."""
     LEARN_SHARDS = "learn_shards"
     """List the shards of Decision.stream through the upstream, give them to
     FaultPlan.learn_shards (or call FaultPlan.listing_failed), then decide again."""
@@ -321,9 +383,15 @@ class Decision:
     """Seconds to hold each chunk of a streaming answer (stream_delay fault)."""
     stream: StreamRef | None = None
     """The stream whose shards to list (Action.LEARN_SHARDS)."""
+    short_by: int = 0
+    """Bytes a truncated answer lacks (short_body); 0: truncate_fraction says where to cut."""
+    drip_seconds: float = 0.0
+    """Seconds between two bytes of a dripped answer (Action.DRIP)."""
 
     def truncate_at(self, length: int) -> int:
         """Bytes of a `length`-byte answer to send before closing: always fewer than length."""
+        if self.short_by:
+            return max(0, length - self.short_by)
         return int(length * self.truncate_fraction)
 
 
@@ -609,8 +677,36 @@ class FaultPlan:
             return Decision(
                 Action.TRUNCATE, operation, body, kind, delay, truncate_fraction=fraction
             )
-        response = self._error_response(kind, service, content_type)
+        if kind is FaultKind.SHORT_BODY:
+            return Decision(Action.TRUNCATE, operation, body, kind, delay, short_by=SHORT_BY)
+        if kind is FaultKind.DRIP:
+            return Decision(
+                Action.DRIP, operation, body, kind, delay, drip_seconds=self.config.drip_seconds
+            )
+        if kind in MALFORMED_KINDS:
+            response = self._malformed_response(kind, operation)
+        else:
+            response = self._error_response(kind, service, content_type)
         return Decision(Action.RESPOND, operation, body, kind, delay, response)
+
+    def _malformed_response(self, kind: FaultKind, operation: str) -> Response:
+        """An answer that is not one (a streaming operation's: an event stream whose one
+        event has such a payload)."""
+        status, content_type, body = _MALFORMED[kind]
+        if operation in STREAMING_OPERATIONS and kind in (
+            FaultKind.EMPTY_ANSWER,
+            FaultKind.NOT_JSON,
+        ):
+            content_type = "application/vnd.amazon.eventstream"
+            body = event_message(
+                {
+                    ":message-type": "event",
+                    ":event-type": "SubscribeToShardEvent",
+                    ":content-type": "application/json",
+                },
+                body,
+            )
+        return Response(status, (("Content-Type", content_type), self._request_id()), body)
 
     def _error_response(
         self, kind: FaultKind, service: str, content_type: str, message: str = ""
@@ -733,6 +829,41 @@ _ERRORS: Mapping[FaultKind, tuple[str, int, str]] = {
     ),
     FaultKind.SHARD_LIMIT: (THROTTLED, 400, "Rate exceeded for shard."),
 }
+_MALFORMED: Mapping[FaultKind, tuple[int, str, bytes]] = {
+    FaultKind.EMPTY_ANSWER: (200, "application/x-amz-json-1.1", b"{}"),
+    FaultKind.NOT_JSON: (
+        200,
+        "application/x-amz-json-1.1",
+        b"not JSON" + _INJECTED.encode(),
+    ),
+    FaultKind.HTML_PAGE: (
+        200,
+        "text/html",
+        b"<html><head><title>Sign in to the network</title></head>"
+        b"<body><form>Accept the terms to continue</form></body></html>",
+    ),
+    FaultKind.BINARY_5XX: (500, "application/octet-stream", b"\x89\xff\xfe\x00\x80 upstream \xc3"),
+}
+"""Status, content type and body of each malformed answer the plan writes itself."""
+
+
+def event_message(headers: Mapping[str, str], payload: bytes) -> bytes:
+    """One event-stream message with string headers (as AWS and kinesis-mock write them)."""
+    header_bytes = b"".join(
+        bytes([len(name)])
+        + name.encode()
+        + b"\x07"
+        + struct.pack(">H", len(value.encode()))
+        + value.encode()
+        for name, value in headers.items()
+    )
+    total = 12 + len(header_bytes) + len(payload) + 4
+    prelude = struct.pack(">II", total, len(header_bytes))
+    prelude += struct.pack(">I", zlib.crc32(prelude))
+    message = prelude + header_bytes + payload
+    return message + struct.pack(">I", zlib.crc32(message))
+
+
 _DYNAMODB_MESSAGES: Mapping[FaultKind, str] = {
     FaultKind.THROTTLE: "The level of configured provisioned throughput for the table was "
     "exceeded. Consider increasing your provisioning level with the UpdateTable API.",

@@ -1,8 +1,10 @@
 """Sends one PutRecords request and reports what happened, never raising (seed 003).
 
-Error mapping: a service error becomes its ``(code, message)`` and HTTP status; any other
-exception (no answer at all: a refused or reset connection, a timeout, a malformed response)
-becomes ``("Internal", ...)`` with no status. The Retrier classifies them through
+Error mapping: a service error becomes its ``(code, message)`` and HTTP status (a 200 whose
+body is no PutRecords answer on the lean path: ``MalformedResponse``,
+:class:`~kinesis_core.errors.MalformedResponseError`); any other exception (no answer at all:
+a refused or reset connection, a timeout, a malformed response through botocore) becomes
+``("Internal", ...)`` with no status. The Retrier classifies them through
 :mod:`kinesis_core.classify`. A response whose record count differs from the request's is left
 to the Retrier, which turns it into ``RecordCountMismatch`` for every record. Cancellation is
 not an outcome: it propagates, and whoever cancelled fails the batch's records. botocore's own
@@ -29,6 +31,7 @@ from typing import Any, Protocol
 from pybase64 import b64encode
 
 from kinesis_core.classify import INTERNAL, error_details, error_message
+from kinesis_core.errors import MalformedResponseError
 from kinesis_core.lean_requests import LeanRequests, Route
 from kinesis_core.producer.items import KinesisRecordOut, PutBatch
 from kinesis_core.producer.retrier import SendOutcome
@@ -97,7 +100,13 @@ class LeanPutRecords(LeanRequests):
 
         async def lean(route: Route) -> list[dict[str, Any]]:
             raw, _ = await self.post(route, put_records_body(params, records))
-            entries: list[dict[str, Any]] = json.loads(raw)["Records"]
+            try:
+                entries = json.loads(raw)["Records"]
+            except (ValueError, KeyError, TypeError) as exc:
+                problem = f"{type(exc).__name__}: {exc} ({len(raw)} bytes: {raw[:60]!r})"
+                raise MalformedResponseError(self.OPERATION, problem) from None
+            if not isinstance(entries, list):
+                raise MalformedResponseError(self.OPERATION, f"Records is not a list: {raw[:60]!r}")
             return entries
 
         key = tuple(params.items())

@@ -12,8 +12,6 @@ import asyncio
 import base64
 import json
 import ssl
-import struct
-import zlib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,26 +21,11 @@ import h2.errors
 import h2.events
 import h2.settings
 
+from kinesis_core.local.faults import event_message
+
 DATA = Path(__file__).parents[1] / "data" / "fanout"
 CONSUMER_ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/orders/consumer/reader:1700000000"
 RATE_EXCEEDED = b'{"__type": "LimitExceededException", "message": "Rate exceeded for consumer"}'
-
-
-def encode_message(headers: dict[str, str], payload: bytes) -> bytes:
-    """One event-stream message with string headers (as AWS and kinesis-mock write them)."""
-    header_bytes = b"".join(
-        bytes([len(name)])
-        + name.encode()
-        + b"\x07"
-        + struct.pack(">H", len(value.encode()))
-        + value.encode()
-        for name, value in headers.items()
-    )
-    total = 12 + len(header_bytes) + len(payload) + 4
-    prelude = struct.pack(">II", total, len(header_bytes))
-    prelude += struct.pack(">I", zlib.crc32(prelude))
-    message = prelude + header_bytes + payload
-    return message + struct.pack(">I", zlib.crc32(message))
 
 
 def event(payload: dict[str, Any], event_type: str = "SubscribeToShardEvent") -> bytes:
@@ -51,7 +34,7 @@ def event(payload: dict[str, Any], event_type: str = "SubscribeToShardEvent") ->
         ":event-type": event_type,
         ":content-type": "application/json",
     }
-    return encode_message(headers, json.dumps(payload).encode())
+    return event_message(headers, json.dumps(payload).encode())
 
 
 def initial_response() -> bytes:
@@ -64,7 +47,7 @@ def exception(code: str, message: str) -> bytes:
         ":exception-type": code,
         ":content-type": "application/json",
     }
-    return encode_message(headers, json.dumps({"message": message}).encode())
+    return event_message(headers, json.dumps({"message": message}).encode())
 
 
 def record(

@@ -272,6 +272,28 @@ def test_a_stalled_server_is_a_read_timeout_and_its_connection_is_closed(where: 
     assert asyncio.run(main()).connections == 2
 
 
+def test_an_answer_dripped_a_byte_at_a_time_is_a_read_timeout_two_read_timeouts_on() -> None:
+    async def handle(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if n > 0:
+            return await echo(n, reader, writer)
+        await read_request(reader)
+        body = b"x" * 1_000
+        writer.write(f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode())
+        for index in range(len(body)):  # each byte well within the read timeout
+            writer.write(body[index : index + 1])
+            await writer.drain()
+            await asyncio.sleep(0.05)
+
+    async def main() -> Loopback:
+        async with Loopback(handle) as server, direct(server.url, read_timeout=0.3) as http:
+            with pytest.raises(ReadTimeoutError):  # 2 x 0.3 s after the request
+                await post(http, server.url, b"x")
+            assert await post(http, server.url, b"after") == b"after"
+        return server
+
+    assert asyncio.run(main()).connections == 2
+
+
 def test_a_refused_connection_is_an_endpoint_connection_error() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -8,9 +8,12 @@ from typing import Any
 
 import botocore.session
 import pytest
-from botocore.parsers import create_parser
+from botocore.parsers import JSONParser, create_parser
 
+from kinesis_core.classify import MALFORMED_RESPONSE, ErrorKind, error_details
+from kinesis_core.client import error_kind
 from kinesis_core.consumer import fastparse
+from kinesis_core.errors import MalformedResponseError
 
 BODY = json.dumps(
     {
@@ -68,15 +71,30 @@ def test_same_output_as_botocore() -> None:
         b'{"Records": [{"SequenceNumber": "1", "PartitionKey": "k"}]}',
         b'{"Records": [{"SequenceNumber": "1", "Data": "", "PartitionKey": "k",'
         b' "ApproximateArrivalTimestamp": "yesterday"}]}',
+        b'{"Records": [{"SequenceNumber": "1", "Data": "no base64!", "PartitionKey": "k"}]}',
         b"[]",
+        b"{}",
+        b'{"Records": [], "NextShardIterator": "AAA"',
+        b"<html><body>Sign in to the network</body></html>",
     ],
 )
-def test_unexpected_bodies_are_left_to_botocore(body: bytes) -> None:
+def test_a_200_that_is_no_get_records_answer_is_a_transient_malformed_response(
+    body: bytes,
+) -> None:
     response_dict: dict[str, Any] = {"body": body, "headers": {}, "status_code": 200}
-    customized: dict[str, Any] = {}
-    fastparse._before_parse(response_dict=response_dict, customized_response_dict=customized)
-    assert customized == {}
-    assert response_dict["body"] == body
+    with pytest.raises(MalformedResponseError, match="malformed GetRecords answer") as raised:
+        fastparse._before_parse(response_dict=response_dict, customized_response_dict={})
+    assert error_kind(raised.value) is ErrorKind.TRANSIENT
+    assert error_details(raised.value) == (MALFORMED_RESPONSE, 200)
+
+
+def test_an_error_body_that_is_not_utf8_is_parsed_by_its_status() -> None:
+    body = b"\xff\xfe\x00 gateway \x80"
+    response_dict: dict[str, Any] = {"body": body, "headers": {}, "status_code": 500}
+    fastparse._error_body_as_text(response_dict=response_dict)
+    parsed = JSONParser().parse(response_dict, None)
+    assert parsed["Error"]["Code"] == "500"
+    assert parsed["ResponseMetadata"]["HTTPStatusCode"] == 500
 
 
 def test_errors_are_left_to_botocore() -> None:

@@ -410,3 +410,90 @@ def test_the_read_pace_is_an_option() -> None:
         1.0, call, {"Records": [raw(1, b"x" * (10 * MIB))], "NextShardIterator": "i"}
     )
     assert machine.next_action(1.0) == Wait(pytest.approx(1.2))
+
+
+OPEN = ShardInfo("shard-1", 0, MAX_HASH_KEY, starting_sequence_number=1)
+CLOSED = ShardInfo("shard-1", 0, MAX_HASH_KEY, starting_sequence_number=1, ending_sequence_number=9)
+CHILD = ShardInfo(
+    "shard-2", 0, MAX_HASH_KEY, parent_shard_id="shard-1", starting_sequence_number=10
+)
+
+
+def look(machine: PollingRead, now: float, *shards: ShardInfo) -> None:
+    """Answer the CheckStream the machine asks for (when due) with a listing of ``shards``."""
+    action = machine.next_action(now)
+    while isinstance(action, Wait):
+        now = action.until
+        action = machine.next_action(now)
+    assert isinstance(action, CheckStream)
+    machine.on_stream_view(now, StreamView(list(shards), StreamFacts(1)))
+
+
+def test_an_answer_that_ends_an_open_shard_without_children_is_bad_and_read_again() -> None:
+    machine = PollingRead(NODE, TRIM_HORIZON)
+    reading(machine)
+    call = machine.next_action(0.0)
+    assert isinstance(call, GetRecords)
+    outcome = machine.on_response(0.0, call, {"Records": []})  # the body {} on the lean path
+    assert not outcome.records
+    assert machine.state is ReadState.CHECKING
+    look(machine, 0.0, OPEN)
+    assert machine.state is ReadState.READING
+    assert machine.bad_answers == 1
+    assert machine.last_error is ErrorKind.TRANSIENT
+    action = machine.next_action(0.0)
+    assert isinstance(action, Wait)  # backed off
+    again = machine.next_action(action.until)
+    assert again == call  # the same iterator: nothing skipped
+    outcome = machine.on_response(
+        action.until,
+        again,
+        {"Records": [raw(5, b"a")], "NextShardIterator": "it-1", "MillisBehindLatest": 0},
+    )
+    assert [r.data for r in outcome.records] == [b"a"]
+    assert machine.failures == 0
+
+
+def test_an_answer_with_records_that_ends_an_open_shard_reads_on_after_them() -> None:
+    machine = PollingRead(NODE, TRIM_HORIZON)
+    reading(machine)
+    outcome = machine.on_response(0.0, machine.next_action(0.0), {"Records": [raw(5, b"a")]})
+    assert [r.data for r in outcome.records] == [b"a"]
+    look(machine, 0.0, OPEN)
+    assert machine.state is ReadState.CONNECTING
+    action = machine.next_action(100.0)
+    assert action == GetIterator(resume_params(5, after=True))
+
+
+def test_a_null_iterator_without_children_ends_a_shard_the_listing_shows_closed() -> None:
+    machine = PollingRead(NODE, TRIM_HORIZON)
+    reading(machine)
+    machine.on_response(0.0, machine.next_action(0.0), {"Records": [], "MillisBehindLatest": 0})
+    look(machine, 0.0, CLOSED, CHILD)
+    ended = machine.next_action(0.0)
+    assert isinstance(ended, Ended)
+    assert [c.shard_id for c in ended.children] == ["shard-2"]
+    assert machine.bad_answers == 0
+
+
+@pytest.mark.parametrize("answer", [{}, {"NextShardIterator": "it-1"}, {"Records": "x"}, None])
+def test_an_answer_without_records_is_bad_and_the_same_call_goes_again(answer: Any) -> None:
+    machine = PollingRead(NODE, TRIM_HORIZON)
+    reading(machine)
+    call = machine.next_action(0.0)
+    outcome = machine.on_response(0.0, call, answer)
+    assert outcome.error is ErrorKind.TRANSIENT
+    assert machine.state is ReadState.READING
+    assert machine.bad_answers == 1
+    action = machine.next_action(0.0)
+    assert isinstance(action, Wait)
+    assert machine.next_action(action.until) == call
+
+
+def test_a_get_shard_iterator_without_an_iterator_ends_only_a_closed_shard() -> None:
+    machine = PollingRead(NODE, TRIM_HORIZON)
+    assert isinstance(machine.next_action(0.0), GetIterator)
+    machine.on_iterator(None)
+    look(machine, 0.0, OPEN)
+    assert machine.state is ReadState.CONNECTING
+    assert machine.bad_answers == 1

@@ -503,3 +503,37 @@ def test_a_refused_subscribe_position_older_than_the_trim_horizon_reads_from_the
     machine.on_response(2.0, Subscribe({"Type": "TRIM_HORIZON"}), object())
     kept = machine.on_response(2.1, NextEvent(), event(raw(400, b"kept")))
     assert [r.data for r in kept.records] == [b"kept"]  # the old checkpoint skips nothing
+
+
+OPEN = ShardInfo("shard-1", 0, MAX_HASH_KEY, starting_sequence_number=1)
+CLOSED = ShardInfo("shard-1", 0, MAX_HASH_KEY, starting_sequence_number=1, ending_sequence_number=9)
+
+
+def test_an_event_that_ends_an_open_shard_without_children_is_bad_and_resubscribes() -> None:
+    machine = SubscriptionRead(NODE, TRIM_HORIZON)
+    subscribed(machine)
+    machine.on_response(0.0, NextEvent(), event(raw(5, b"a"), cont="5"))
+    outcome = machine.on_response(0.0, NextEvent(), event(cont=None))  # the payload {}
+    assert not outcome.records
+    assert machine.state is ReadState.CHECKING
+    check = machine.next_action(0.0)
+    assert isinstance(check, CheckStream)
+    outcome = machine.on_response(0.0, check, StreamView([OPEN], StreamFacts(1)))
+    assert outcome.error is ErrorKind.TRANSIENT
+    assert machine.bad_answers == 1
+    action = machine.next_action(0.0)
+    while isinstance(action, Wait):
+        action = machine.next_action(action.until)
+    assert isinstance(action, Subscribe)
+    assert action.starting_position == {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": "5"}
+
+
+def test_an_event_without_continuation_ends_a_shard_the_listing_shows_closed() -> None:
+    machine = SubscriptionRead(NODE, TRIM_HORIZON)
+    subscribed(machine)
+    machine.on_response(0.0, NextEvent(), event(cont=None))
+    check = machine.next_action(0.0)
+    assert isinstance(check, CheckStream)
+    machine.on_response(0.0, check, StreamView([CLOSED], StreamFacts(1)))
+    assert isinstance(machine.next_action(0.0), Ended)
+    assert machine.bad_answers == 0

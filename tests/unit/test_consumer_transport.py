@@ -63,6 +63,7 @@ EXPECTED = {
     (S.CHECKING_CONSUMER, E.RETRY, S.CONNECTING),
     (S.CHECKING_CONSUMER, E.GAVE_UP, S.FAILED),
     (S.CHECKING, E.RESTART, S.CONNECTING),
+    (S.CHECKING, E.RESUME, S.READING),
     (S.CHECKING, E.RETRY, S.CHECKING),
     (S.CHECKING, E.SHARD_ENDED, S.ENDED),
     (S.CHECKING, E.GAVE_UP, S.FAILED),
@@ -100,6 +101,12 @@ def test_the_table_is_the_one_spelled_out_and_only_ended_and_failed_are_final() 
 
 NODE = ShardNode("shard-1", (), (0, MAX_HASH_KEY), True)
 RECORDS = {"Records": [], "MillisBehindLatest": 0, "NextShardIterator": "n"}
+CLOSED = ShardInfo("shard-1", 0, MAX_HASH_KEY, starting_sequence_number=1, ending_sequence_number=9)
+CHILD = {
+    "ShardId": "shard-2",
+    "ParentShards": ["shard-1"],
+    "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": str(MAX_HASH_KEY)},
+}
 
 
 def test_a_response_the_machine_did_not_ask_for_is_refused_and_changes_nothing() -> None:
@@ -108,7 +115,9 @@ def test_a_response_the_machine_did_not_ask_for_is_refused_and_changes_nothing()
     with pytest.raises(ReadProtocolError, match="DATA is not allowed while CONNECTING"):
         machine.on_response(0, GetRecords("it", 10), RECORDS)
     assert machine.state is ReadState.CONNECTING
-    machine.on_iterator(None)  # the shard has nothing more to give
+    machine.on_iterator(None)  # the shard has nothing more to give, if it is closed
+    assert machine.state is ReadState.CHECKING
+    machine.on_stream_view(0, StreamView([CLOSED], StreamFacts(1)))
     assert machine.state is ReadState.ENDED
     with pytest.raises(ReadProtocolError, match="CONNECTED is not allowed while ENDED"):
         machine.on_iterator("it")
@@ -117,7 +126,7 @@ def test_a_response_the_machine_did_not_ask_for_is_refused_and_changes_nothing()
 def test_an_event_after_the_end_of_a_subscription_shard_is_refused() -> None:
     machine = SubscriptionRead(NODE, TRIM_HORIZON)
     machine.on_response(0, machine.next_action(0), object())
-    machine.on_response(0, NextEvent(), SubscribeEvent([], None, 0))  # the last event
+    machine.on_response(0, NextEvent(), SubscribeEvent([], None, 0, [CHILD]))  # the last event
     assert machine.state is ReadState.ENDED
     with pytest.raises(ReadProtocolError, match="shard-1: DATA is not allowed while ENDED"):
         machine.on_response(0, NextEvent(), SubscribeEvent([], "c", 0))

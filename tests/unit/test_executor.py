@@ -12,8 +12,10 @@ import pytest
 from botocore.exceptions import ClientError
 
 from kinesis_core.calls import DescribeStreamSummary, ListShards
+from kinesis_core.classify import ErrorKind
+from kinesis_core.client import error_kind
 from kinesis_core.consumer.transport import CheckStream
-from kinesis_core.errors import KinesisServiceError
+from kinesis_core.errors import KinesisServiceError, MalformedResponseError
 from kinesis_core.executor import LISTING_RETRY, AsyncExecutor, SyncExecutor, list_all_shards
 from kinesis_core.retry import RetryPolicy
 from kinesis_core.stream import StreamRef
@@ -166,3 +168,10 @@ def test_shared_consumer_looks_are_one_call_per_listing_max_age_and_fresh_ones_a
         assert len(calls) == 3
 
     clock.run(main())
+
+
+@pytest.mark.parametrize("answer", [{}, {"message": "<html>captive portal</html>"}])
+def test_a_listing_answer_without_shards_is_a_transient_malformed_response(answer: Any) -> None:
+    with pytest.raises(MalformedResponseError, match="ListShards") as raised:
+        ListShards(StreamRef.of("orders")).parse(answer)
+    assert error_kind(raised.value) is ErrorKind.TRANSIENT

@@ -17,8 +17,8 @@ from kinesis_core.fanout.http11 import Http11ClientProtocol
 from kinesis_core.records import SubRecord
 from tests.fakes.fanout import (
     DATA,
-    encode_message,
     event,
+    event_message,
     exception,
     initial_response,
     record,
@@ -161,7 +161,7 @@ def test_error_messages_use_their_headers() -> None:
         ":error-message": "stream failed",
     }
     with pytest.raises(ClientError) as raised:
-        decode_all(encode_message(headers, b""))
+        decode_all(event_message(headers, b""))
     assert raised.value.response["Error"] == {
         "Code": "InternalServerError",
         "Message": "stream failed",

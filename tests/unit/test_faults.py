@@ -13,10 +13,14 @@ from botocore.awsrequest import HeadersDict
 from botocore.parsers import create_parser
 
 from kinesis_core.errors import ConfigurationError
+from kinesis_core.fanout.errors import FanOutTransportError
+from kinesis_core.fanout.eventstream import EventStreamDecoder
 from kinesis_core.lifecycle import LifecycleError
 from kinesis_core.local.fault_cli import build_parser, config_from_args
 from kinesis_core.local.fault_proxy import FaultProxy
 from kinesis_core.local.faults import (
+    MALFORMED_KINDS,
+    SHORT_BY,
     Action,
     Decision,
     FaultConfig,
@@ -78,6 +82,7 @@ EVERYTHING = FaultConfig.from_rates(
     reset=0.05,
     stall=0.05,
     truncate=0.05,
+    drip=0.05,
     put_record_throttle=0.1,
     put_record_internal_error=0.05,
     latency_ms=5,
@@ -397,3 +402,57 @@ def test_proxy_refuses_a_bad_upstream_and_has_no_endpoint_before_start() -> None
     proxy = FaultProxy("http://127.0.0.1:4567")
     with pytest.raises(LifecycleError, match=r"FaultProxy is new: cannot give its endpoint_url"):
         _ = proxy.endpoint_url
+
+
+@pytest.mark.parametrize("kind", MALFORMED_KINDS)
+def test_each_malformed_answer_is_what_its_name_says(kind: FaultKind) -> None:
+    config = FaultConfig((FaultRule(kind, 1.0, frozenset({"GetRecords"})),), drip_seconds=0.5)
+    decision = FaultPlan(config).decide(GET_RECORDS, b'{"ShardIterator": "x"}', KINESIS_JSON)
+    assert decision.kind is kind
+    if kind is FaultKind.SHORT_BODY:
+        assert decision.action is Action.TRUNCATE
+        assert decision.truncate_at(100) == 100 - SHORT_BY
+        return
+    if kind is FaultKind.DRIP:
+        assert (decision.action, decision.drip_seconds) == (Action.DRIP, 0.5)
+        return
+    assert decision.action is Action.RESPOND
+    assert decision.response is not None
+    body = decision.response.body
+    if kind is FaultKind.BINARY_5XX:
+        assert decision.response.status == 500
+        with pytest.raises(UnicodeDecodeError):
+            body.decode("utf-8")
+        return
+    assert decision.response.status == 200
+    expected = {
+        FaultKind.EMPTY_ANSWER: b"{}",
+        FaultKind.NOT_JSON: b"not JSON",
+        FaultKind.HTML_PAGE: b"<html>",
+    }[kind]
+    assert body.startswith(expected)
+
+
+@pytest.mark.parametrize("kind", [FaultKind.EMPTY_ANSWER, FaultKind.NOT_JSON])
+def test_a_subscription_gets_its_malformed_answer_as_one_event(kind: FaultKind) -> None:
+    plan = FaultPlan(FaultConfig((FaultRule(kind, 1.0),)))
+    decision = plan.decide("Kinesis_20131202.SubscribeToShard", b"{}", KINESIS_JSON)
+    assert decision.response is not None
+    decoder = EventStreamDecoder()
+    body = decision.response.body
+    while body:
+        wanted = decoder.bytes_wanted()
+        decoder.feed(body[:wanted])
+        body = body[wanted:]
+    if kind is FaultKind.EMPTY_ANSWER:
+        event = decoder.next_event()
+        assert event is not None
+        assert event.continuation_sequence_number is None
+    else:
+        with pytest.raises(FanOutTransportError, match="malformed SubscribeToShardEvent"):
+            decoder.next_event()
+
+
+def test_whole_answer_faults_never_touch_a_subscription() -> None:
+    for kind in (FaultKind.SHORT_BODY, FaultKind.DRIP):
+        assert not FaultRule(kind, 1.0).applies("Kinesis", "SubscribeToShard", "")
