@@ -193,7 +193,7 @@ class PollingRead(ShardRead):
         """A GetRecords response: the user records to deliver, in shard order."""
         self._expect(ReadEvent.DATA)
         listed = response.get("Records") if isinstance(response, Mapping) else None
-        if not isinstance(listed, list):
+        if not isinstance(listed, (list, tuple)):
             self._handle(ReadEvent.RETRY)
             return self._bad_answer(now, f"a GetRecords answer without Records: {response!r:.200}")
         self._progress()
