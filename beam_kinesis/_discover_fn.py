@@ -5,7 +5,7 @@ that outputs one encoded one-shard restriction per shard, once, read by
 Its first call starts as the adopting read does (the stream's facts, the stored positions, the
 start position's listing: :func:`~beam_kinesis._read_fn.start_restriction`) and outputs one
 restriction per shard to read first; each later call lists the shards (the core's executor,
-:data:`~kinesis_core.executor.LISTING_RETRY`) and outputs the new descendants, then
+:data:`~kinesis_core.aws.executor.LISTING_RETRY`) and outputs the new descendants, then
 self-checkpoints until the next listing is due. Its watermark is the time of the last listing
 minus ``idle_threshold``: a shard it outputs later was created after that listing, so its
 records are not older than that.
@@ -42,11 +42,11 @@ from beam_kinesis.plan import (
     KinesisRestriction,
     encode_restriction,
 )
-from kinesis_core.calls import ListShards
-from kinesis_core.client import create_botocore_client, error_kind
+from kinesis_core.aws.calls import ListShards
+from kinesis_core.aws.client import create_botocore_client, error_kind
+from kinesis_core.aws.executor import LISTING_RETRY, SyncExecutor
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.errors import KinesisServiceError
-from kinesis_core.executor import LISTING_RETRY, SyncExecutor
 from kinesis_core.stream import StreamRef
 
 _NAP = 0.1

@@ -36,10 +36,10 @@ from typing import Any
 from beam_kinesis._read_spec import ReadSpec
 from beam_kinesis._shard_readers import ShardReaders, polling_machine
 from beam_kinesis.plan import KinesisRestriction, ShardCursor
-from kinesis_core.calls import Call
-from kinesis_core.client import ClientConfig, error_kind
+from kinesis_core.aws.calls import Call
+from kinesis_core.aws.client import ClientConfig, error_kind
+from kinesis_core.aws.executor import SyncExecutor
 from kinesis_core.consumer.polling import GetIterator, GetRecords, PollingRead
-from kinesis_core.executor import SyncExecutor
 from kinesis_core.records import wire_records
 from kinesis_core.stream import StreamRef
 from kinesis_core.telemetry.metered import error_type

@@ -43,18 +43,18 @@ from beam_kinesis.restriction import (
     ParentsEndedClaim,
     StopClaim,
 )
-from kinesis_core.calls import DescribeStreamSummary, ListShards
+from kinesis_core.aws.calls import DescribeStreamSummary, ListShards
+from kinesis_core.aws.client import create_botocore_client, error_kind
+from kinesis_core.aws.executor import LISTING_RETRY, SyncExecutor
 from kinesis_core.checkpoint import Checkpoint, CheckpointStore, CheckpointValue
-from kinesis_core.client import create_botocore_client, error_kind
 from kinesis_core.consumer import Checkpointer
 from kinesis_core.consumer.checkpointer import settle_incarnation
 from kinesis_core.consumer.incarnation import StreamFacts
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.positions import LATEST
 from kinesis_core.errors import KinesisServiceError
-from kinesis_core.executor import LISTING_RETRY, SyncExecutor
-from kinesis_core.loop_thread import LoopThread
-from kinesis_core.shards import ShardInfo
+from kinesis_core.runtime.loop_thread import LoopThread
+from kinesis_core.shards.info import ShardInfo
 from kinesis_core.stream import StreamRef
 
 logger = logging.getLogger(__name__)

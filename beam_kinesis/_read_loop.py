@@ -40,11 +40,11 @@ from beam_kinesis.restriction import (
     SkipClaim,
     StopClaim,
 )
-from kinesis_core.calls import Call, Wait
+from kinesis_core.aws.calls import Call, Wait
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.transport import Ended, Failed
-from kinesis_core.hashing import hash_key
 from kinesis_core.records import KinesisRecord as CoreRecord
+from kinesis_core.shards.hashing import hash_key
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 A :class:`ShardReaders` belongs to one DoFn instance (``setup`` to ``teardown``). For a
 restriction's cursor it makes the core's sans-I/O reader and its link to the core's synchronous
-executor (:class:`~kinesis_core.executor.SyncExecutor`), stepped by a
+executor (:class:`~kinesis_core.aws.executor.SyncExecutor`), stepped by a
 :class:`~kinesis_core.consumer.reading.SyncShardReader`: polling
 (:mod:`kinesis_core.consumer.polling`), or with enhanced fan-out a subscription
 (:mod:`kinesis_core.consumer.subscription`) that lives on the process's event loop thread and
@@ -36,25 +36,25 @@ from beam_kinesis.plan import (
     KinesisRestriction,
     ShardCursor,
 )
-from kinesis_core.calls import Call, ListShards
-from kinesis_core.client import create_botocore_client
-from kinesis_core.consumer import fastparse
-from kinesis_core.consumer.lineage import ShardNode
-from kinesis_core.consumer.polling import MIN_CALL_INTERVAL, PollingOptions, PollingRead
-from kinesis_core.consumer.positions import TRIM_HORIZON, AtTimestamp, InitialPosition
-from kinesis_core.consumer.reading import SyncShardReader
-from kinesis_core.consumer.subscription import SubscriptionRead
-from kinesis_core.executor import (
+from kinesis_core.aws import fastparse
+from kinesis_core.aws.calls import Call, ListShards
+from kinesis_core.aws.client import create_botocore_client
+from kinesis_core.aws.executor import (
     LISTING_MAX_AGE,
     LISTING_RETRY,
     LoopFanOut,
     SyncExecutor,
     SyncLink,
 )
+from kinesis_core.consumer.lineage import ShardNode
+from kinesis_core.consumer.polling import MIN_CALL_INTERVAL, PollingOptions, PollingRead
+from kinesis_core.consumer.positions import TRIM_HORIZON, AtTimestamp, InitialPosition
+from kinesis_core.consumer.reading import SyncShardReader
+from kinesis_core.consumer.subscription import SubscriptionRead
 from kinesis_core.fanout.consumers import open_fan_out_on_loop
-from kinesis_core.loop_thread import LoopThread
 from kinesis_core.records import Position
-from kinesis_core.shards import ShardInfo
+from kinesis_core.runtime.loop_thread import LoopThread
+from kinesis_core.shards.info import ShardInfo
 from kinesis_core.stream import StreamRef
 from kinesis_core.telemetry.metered import MeteredSyncTransport
 from kinesis_core.telemetry.recorder import NO_RECORDER, ConsumerRecorder

@@ -26,12 +26,12 @@ import apache_beam as beam
 
 from beam_kinesis.read import ReadFromKinesis
 from beam_kinesis.write import WriteToKinesis as _WriteToKinesis
-from kinesis_core.client import ClientConfig
+from kinesis_core.aws.client import ClientConfig
 from kinesis_core.consumer.polling import MIN_CALL_INTERVAL
 from kinesis_core.consumer.positions import LATEST, TRIM_HORIZON, AtTimestamp, InitialPosition
 from kinesis_core.errors import ConfigurationError, ValidationError
-from kinesis_core.hashing import validate_partition_key
 from kinesis_core.producer import ProducerConfig
+from kinesis_core.shards.hashing import validate_partition_key
 
 __all__ = [
     "IgnoredArgumentWarning",

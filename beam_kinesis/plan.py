@@ -29,8 +29,8 @@ from typing import Any, NamedTuple
 
 from kinesis_core.checkpoint.base import SHARD_END, CheckpointValue, checkpoint_order
 from kinesis_core.consumer.lineage import ShardNode
-from kinesis_core.hashing import MAX_HASH_KEY
 from kinesis_core.records import Position
+from kinesis_core.shards.hashing import MAX_HASH_KEY
 
 CODER_VERSION = 2
 """Version 2 added each cursor's ``backlog``; version 1 restrictions still decode."""

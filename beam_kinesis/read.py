@@ -38,11 +38,11 @@ from beam_kinesis._read_fn import (
 from beam_kinesis._read_spec import CheckpointStoreFactory, ReadSpec, TimestampFn
 from beam_kinesis.options import client_config_from_options, warn_if_credentials
 from beam_kinesis.record import KinesisRecord
+from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.overrides import with_overrides
 from kinesis_core.checkpoint import SQLiteCheckpointStore
-from kinesis_core.client import ClientConfig
 from kinesis_core.consumer import ConsumerConfig, EnhancedFanOut, InitialPosition
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.overrides import with_overrides
 from kinesis_core.stream import StreamRef
 
 _MAX_SECONDS = 365 * 24 * 3600.0

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import benchmarks
 from benchmarks._isolated import BenchmarkFailed, measure
 from benchmarks._table import LEGEND, Row, headline, misses, render
-from kinesis_core.noise import silence_third_party_noise
+from kinesis_core.aws.noise import silence_third_party_noise
 
 
 def discover() -> list[str]:

@@ -8,7 +8,7 @@ import traceback
 from multiprocessing.connection import Connection
 
 from benchmarks._table import Row
-from kinesis_core.noise import silence_third_party_noise
+from kinesis_core.aws.noise import silence_third_party_noise
 
 
 class BenchmarkFailed(Exception):

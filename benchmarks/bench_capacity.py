@@ -45,11 +45,11 @@ from typing import Any
 
 from benchmarks._table import Row
 from benchmarks.peers import why_missing
-from kinesis_core.client import ClientConfig, create_botocore_client
-from kinesis_core.hashing import SHARD_BYTES_PER_SECOND, SHARD_RECORDS_PER_SECOND
+from kinesis_core.aws.client import ClientConfig, create_botocore_client
 from kinesis_core.local import LOCAL_REGION, LocalStream, MotoServer, local_client_config
 from kinesis_core.local.shard_limits import ShardUse
 from kinesis_core.producer import Producer, random_partition_key
+from kinesis_core.shards.hashing import SHARD_BYTES_PER_SECOND, SHARD_RECORDS_PER_SECOND
 
 SHARDS = 4
 RECORD_BYTES = 100

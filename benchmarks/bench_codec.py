@@ -37,7 +37,7 @@ from kinesis_core.aggregation import (
     deaggregate,
     decode_aggregate,
 )
-from kinesis_core.hashing import MAX_HASH_KEY, hash_key
+from kinesis_core.shards.hashing import MAX_HASH_KEY, hash_key
 
 OURS = "kinesis_core"
 KAGG = "aws-kinesis-agg"

@@ -53,8 +53,8 @@ from benchmarks.peers import why_missing
 from kinesis_core.aggregation import AggregateBuilder
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
-from kinesis_core.hashing import hash_key
 from kinesis_core.local import LOCAL_REGION, LocalStream, MotoServer, local_client_config
+from kinesis_core.shards.hashing import hash_key
 
 OURS = "kinesis_core"
 PEER = "async-kinesis"

@@ -45,11 +45,11 @@ from aiohttp import web
 from benchmarks._serve import serve_until_told, served
 from benchmarks._table import Row
 from benchmarks.bench_producer import _peak_rss_kib
-from kinesis_core.hashing import LARGEST_RECORD_BYTES, MAX_PUT_RECORDS_BYTES, hash_key
 from kinesis_core.local import local_client_config
 from kinesis_core.producer import Producer, ProducerConfig
-from kinesis_core.shard_map import ShardTable
-from kinesis_core.shards import uniform_shards
+from kinesis_core.shards.hashing import LARGEST_RECORD_BYTES, MAX_PUT_RECORDS_BYTES, hash_key
+from kinesis_core.shards.info import uniform_shards
+from kinesis_core.shards.shard_map import ShardTable
 
 GROUP = "producer, large records (stand-in server, 4 shards)"
 MEMORY_GROUP = "producer memory, large records"

@@ -50,10 +50,10 @@ from typing import Any
 
 from benchmarks._table import Row, best_rates
 from benchmarks.peers import why_missing
-from kinesis_core.allocator import BalancedKeyAllocator
-from kinesis_core.client import ClientConfig
+from kinesis_core.aws.client import ClientConfig
 from kinesis_core.local import LocalStream, MotoServer
 from kinesis_core.producer import Producer, ProducerConfig
+from kinesis_core.shards.allocator import BalancedKeyAllocator
 
 GROUP = "producer e2e (moto, 16 shards, 100 B, aggregated)"
 OURS = "kinesis_core Producer"

@@ -36,7 +36,8 @@ not in them. ``--quick`` measures 4 and 64 shards with smaller volumes.
   polled at the configured idle interval (1 s), at least 0.9 calls per shard per second.
   Each idle consumer runs in a fresh process of its own, as an application reading one stream
   does: in this one it would walk, at each full collection, what the subjects before it left
-  (the start-up freeze of ``kinesis_core.heap`` happens once per process, at the first start).
+  (the start-up freeze of ``kinesis_core.runtime.heap`` happens once per process, at the first
+  start).
 
 ``MotoServer`` keeps connections open, as real Kinesis does, and serves one request at a time:
 at 256 and 1,024 shards the calls moto can serve per second (a few hundred on a 2-core machine)
@@ -63,12 +64,12 @@ from typing import Any
 from benchmarks._table import Row
 from benchmarks.bench_consumer import _fill_aggregated, _record_bodies, _replay
 from benchmarks.bench_producer import BATCH, _our_config, _records
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.lean_get_records import LeanGetRecords
+from kinesis_core.aws.noise import silence_third_party_noise
 from kinesis_core.checkpoint import MemoryCheckpointStore
-from kinesis_core.client import create_kinesis_client
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
-from kinesis_core.lean_get_records import LeanGetRecords
 from kinesis_core.local import LocalStream, MotoServer, local_client_config
-from kinesis_core.noise import silence_third_party_noise
 from kinesis_core.producer import Producer
 
 PRODUCER = "scale: producer, 100 B records (moto)"
@@ -291,7 +292,7 @@ async def _lag(tick: float, worst: list[float]) -> None:
 
 def _count_get_records(client: Any) -> Callable[[], int]:
     """A count of the GetRecords requests ``client`` sends: botocore's (on its ``before-call``
-    event) and those of the lean path (kinesis_core.lean_get_records), which skip botocore."""
+    event) and those of the lean path (kinesis_core.aws.lean_get_records), which skip botocore."""
     calls = [0]
 
     def count(**_: Any) -> None:

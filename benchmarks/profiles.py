@@ -226,7 +226,7 @@ def _beam_write(subject: str, stack: contextlib.ExitStack) -> Run:
 
     from beam_kinesis import WriteToKinesis
     from benchmarks import bench_beam_write as b
-    from kinesis_core.client import ClientConfig
+    from kinesis_core.aws.client import ClientConfig
     from kinesis_core.local import LOCAL_REGION, MotoServer
 
     count = 200_000
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.subject:
         parser.error("name a subject or give --summary")
-    from kinesis_core.noise import silence_third_party_noise
+    from kinesis_core.aws.noise import silence_third_party_noise
 
     silence_third_party_noise()
     # As the benchmarks do: the peers and Beam's workers take credentials from the environment.

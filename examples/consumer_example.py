@@ -18,8 +18,8 @@ import json
 import tempfile
 from pathlib import Path
 
+from kinesis_core.aws.client import ClientConfig
 from kinesis_core.checkpoint import SQLiteCheckpointStore
-from kinesis_core.client import ClientConfig
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
 from kinesis_core.local import KinesisMock, LocalStream
 from kinesis_core.producer import Producer, ProducerConfig

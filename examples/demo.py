@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kinesis_core.aggregation import deaggregate
+from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.noise import silence_third_party_noise
 from kinesis_core.checkpoint import SQLiteCheckpointStore
-from kinesis_core.client import ClientConfig
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
 from kinesis_core.local import KinesisMock, LocalStream
-from kinesis_core.noise import silence_third_party_noise
 from kinesis_core.producer import Producer, ProducerConfig
 from kinesis_core.telemetry import Telemetry
 

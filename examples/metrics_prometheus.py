@@ -28,8 +28,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client import start_http_server
 
 from examples.demo import run_core
+from kinesis_core.aws.noise import silence_third_party_noise
 from kinesis_core.local import KinesisMock
-from kinesis_core.noise import silence_third_party_noise
 from kinesis_core.telemetry import Telemetry
 
 PREFIXES = ("messaging_", "aws_kinesis_")

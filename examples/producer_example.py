@@ -14,7 +14,7 @@ from collections import defaultdict
 from typing import Any
 
 from kinesis_core.aggregation import deaggregate
-from kinesis_core.client import ClientConfig
+from kinesis_core.aws.client import ClientConfig
 from kinesis_core.local.moto_server import MotoServer
 from kinesis_core.local.streams import LocalStream
 from kinesis_core.producer import (

@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     from faust.types.core import HeadersArg
     from faust.types.models import ModelArg
 
+    from kinesis_core.aws.client import ClientConfig
     from kinesis_core.checkpoint import CheckpointStore
-    from kinesis_core.client import ClientConfig
 
 __all__ = ["KinesisChannel"]
 

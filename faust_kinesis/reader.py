@@ -36,9 +36,9 @@ from faust_kinesis.message import KinesisMessage
 from faust_kinesis.partitions import shard_tp
 from faust_kinesis.queues import KinesisQueue
 from kinesis_core.checkpoint import SQLiteCheckpointStore
-from kinesis_core.clock import SYSTEM_CLOCK, Clock, wait_event
 from kinesis_core.consumer import Consumer, ShardStatus
 from kinesis_core.consumer.consumer import DEFAULT_CHECKPOINT_PATH
+from kinesis_core.runtime.clock import SYSTEM_CLOCK, Clock, wait_event
 
 if TYPE_CHECKING:
     from faust.types import SchemaT

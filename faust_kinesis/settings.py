@@ -25,8 +25,8 @@ from kinesis_core.errors import ConfigurationError
 from kinesis_core.stream import StreamRef
 
 if TYPE_CHECKING:
+    from kinesis_core.aws.client import ClientConfig
     from kinesis_core.checkpoint import CheckpointStore
-    from kinesis_core.client import ClientConfig
 
 CHANNEL_FIELDS = {
     "application_name": "pass application_name= to the channel",

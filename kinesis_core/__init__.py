@@ -17,7 +17,7 @@ _EXPORTS = {
     "decode_aggregate": "kinesis_core.aggregation",
     "encode_aggregate": "kinesis_core.aggregation",
     "is_aggregated": "kinesis_core.aggregation",
-    "BalancedKeyAllocator": "kinesis_core.allocator",
+    "BalancedKeyAllocator": "kinesis_core.shards.allocator",
     "SHARD_END": "kinesis_core.checkpoint",
     "Checkpoint": "kinesis_core.checkpoint",
     "CheckpointConflictError": "kinesis_core.checkpoint",
@@ -26,11 +26,11 @@ _EXPORTS = {
     "LeaseStore": "kinesis_core.checkpoint",
     "MemoryCheckpointStore": "kinesis_core.checkpoint",
     "SQLiteCheckpointStore": "kinesis_core.checkpoint",
-    "ErrorKind": "kinesis_core.classify",
-    "ClientConfig": "kinesis_core.client",
-    "create_botocore_client": "kinesis_core.client",
-    "create_dynamodb_client": "kinesis_core.client",
-    "create_kinesis_client": "kinesis_core.client",
+    "ErrorKind": "kinesis_core.aws.classify",
+    "ClientConfig": "kinesis_core.aws.client",
+    "create_botocore_client": "kinesis_core.aws.client",
+    "create_dynamodb_client": "kinesis_core.aws.client",
+    "create_kinesis_client": "kinesis_core.aws.client",
     "LATEST": "kinesis_core.consumer",
     "TRIM_HORIZON": "kinesis_core.consumer",
     "AtTimestamp": "kinesis_core.consumer",
@@ -46,11 +46,11 @@ _EXPORTS = {
     "KinesisConnectorError": "kinesis_core.errors",
     "KinesisServiceError": "kinesis_core.errors",
     "ValidationError": "kinesis_core.errors",
-    "MAX_HASH_KEY": "kinesis_core.hashing",
-    "hash_key": "kinesis_core.hashing",
-    "parse_explicit_hash_key": "kinesis_core.hashing",
-    "validate_partition_key": "kinesis_core.hashing",
-    "validate_record": "kinesis_core.hashing",
+    "MAX_HASH_KEY": "kinesis_core.shards.hashing",
+    "hash_key": "kinesis_core.shards.hashing",
+    "parse_explicit_hash_key": "kinesis_core.shards.hashing",
+    "validate_partition_key": "kinesis_core.shards.hashing",
+    "validate_record": "kinesis_core.shards.hashing",
     "LeaseConfig": "kinesis_core.lease",
     "LifecycleError": "kinesis_core.lifecycle",
     "Attempt": "kinesis_core.producer",
@@ -66,15 +66,15 @@ _EXPORTS = {
     "KinesisRecord": "kinesis_core.records",
     "Position": "kinesis_core.records",
     "SubRecord": "kinesis_core.records",
-    "ShardInfo": "kinesis_core.shards",
-    "ShardMap": "kinesis_core.shard_map",
-    "ShardMapDriver": "kinesis_core.shard_map_driver",
-    "ShardMapState": "kinesis_core.shard_map",
-    "ShardMapTimeoutError": "kinesis_core.shard_map_driver",
-    "list_all_shards": "kinesis_core.executor",
-    "uniform_shards": "kinesis_core.shards",
-    "SkewReport": "kinesis_core.skew",
-    "skew_report": "kinesis_core.skew",
+    "ShardInfo": "kinesis_core.shards.info",
+    "ShardMap": "kinesis_core.shards.shard_map",
+    "ShardMapDriver": "kinesis_core.producer.shard_map_driver",
+    "ShardMapState": "kinesis_core.shards.shard_map",
+    "ShardMapTimeoutError": "kinesis_core.producer.shard_map_driver",
+    "list_all_shards": "kinesis_core.aws.executor",
+    "uniform_shards": "kinesis_core.shards.info",
+    "SkewReport": "kinesis_core.shards.skew",
+    "skew_report": "kinesis_core.shards.skew",
     "StreamRef": "kinesis_core.stream",
 }
 
@@ -87,9 +87,14 @@ if TYPE_CHECKING:
         encode_aggregate as encode_aggregate,
         is_aggregated as is_aggregated,
     )
-    from kinesis_core.allocator import (
-        BalancedKeyAllocator as BalancedKeyAllocator,
+    from kinesis_core.aws.classify import ErrorKind as ErrorKind
+    from kinesis_core.aws.client import (
+        ClientConfig as ClientConfig,
+        create_botocore_client as create_botocore_client,
+        create_dynamodb_client as create_dynamodb_client,
+        create_kinesis_client as create_kinesis_client,
     )
+    from kinesis_core.aws.executor import list_all_shards as list_all_shards
     from kinesis_core.checkpoint import (
         SHARD_END as SHARD_END,
         Checkpoint as Checkpoint,
@@ -99,13 +104,6 @@ if TYPE_CHECKING:
         LeaseStore as LeaseStore,
         MemoryCheckpointStore as MemoryCheckpointStore,
         SQLiteCheckpointStore as SQLiteCheckpointStore,
-    )
-    from kinesis_core.classify import ErrorKind as ErrorKind
-    from kinesis_core.client import (
-        ClientConfig as ClientConfig,
-        create_botocore_client as create_botocore_client,
-        create_dynamodb_client as create_dynamodb_client,
-        create_kinesis_client as create_kinesis_client,
     )
     from kinesis_core.consumer import (
         LATEST as LATEST,
@@ -126,14 +124,6 @@ if TYPE_CHECKING:
         KinesisServiceError as KinesisServiceError,
         ValidationError as ValidationError,
     )
-    from kinesis_core.executor import list_all_shards as list_all_shards
-    from kinesis_core.hashing import (
-        MAX_HASH_KEY as MAX_HASH_KEY,
-        hash_key as hash_key,
-        parse_explicit_hash_key as parse_explicit_hash_key,
-        validate_partition_key as validate_partition_key,
-        validate_record as validate_record,
-    )
     from kinesis_core.lease import (
         LeaseConfig as LeaseConfig,
     )
@@ -150,18 +140,28 @@ if TYPE_CHECKING:
         Record as Record,
         RecordResult as RecordResult,
     )
+    from kinesis_core.producer.shard_map_driver import (
+        ShardMapDriver as ShardMapDriver,
+        ShardMapTimeoutError as ShardMapTimeoutError,
+    )
     from kinesis_core.records import (
         KinesisRecord as KinesisRecord,
         Position as Position,
         SubRecord as SubRecord,
     )
-    from kinesis_core.shard_map import ShardMap as ShardMap, ShardMapState as ShardMapState
-    from kinesis_core.shard_map_driver import (
-        ShardMapDriver as ShardMapDriver,
-        ShardMapTimeoutError as ShardMapTimeoutError,
+    from kinesis_core.shards.allocator import (
+        BalancedKeyAllocator as BalancedKeyAllocator,
     )
-    from kinesis_core.shards import ShardInfo as ShardInfo, uniform_shards as uniform_shards
-    from kinesis_core.skew import (
+    from kinesis_core.shards.hashing import (
+        MAX_HASH_KEY as MAX_HASH_KEY,
+        hash_key as hash_key,
+        parse_explicit_hash_key as parse_explicit_hash_key,
+        validate_partition_key as validate_partition_key,
+        validate_record as validate_record,
+    )
+    from kinesis_core.shards.info import ShardInfo as ShardInfo, uniform_shards as uniform_shards
+    from kinesis_core.shards.shard_map import ShardMap as ShardMap, ShardMapState as ShardMapState
+    from kinesis_core.shards.skew import (
         SkewReport as SkewReport,
         skew_report as skew_report,
     )

@@ -5,8 +5,8 @@ repeats them as ordinary imports under ``if TYPE_CHECKING:`` (so type checkers a
 them; ``name as name`` marks a re-export), and ends with
 ``__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)``. Each name is imported on
 first use, so importing the package itself costs nothing, and a pure module such as
-:mod:`kinesis_core.hashing` loads without the AWS SDK. Nothing is read from source files at run
-time: a package installed without them (a zipapp, ``.pyc`` files only) works the same.
+:mod:`kinesis_core.shards.hashing` loads without the AWS SDK. Nothing is read from source files
+at run time: a package installed without them (a zipapp, ``.pyc`` files only) works the same.
 tests/unit/test_imports.py checks that each table and its ``TYPE_CHECKING`` imports agree.
 """
 

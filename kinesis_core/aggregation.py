@@ -23,8 +23,13 @@ from google.protobuf.message import DecodeError
 
 from kinesis_core._kpl_messages import AggregatedRecord, AggregatedRecordView, RecordColumns
 from kinesis_core.errors import ValidationError
-from kinesis_core.hashing import LARGEST_RECORD_BYTES, hash_key, hash_keys, parse_explicit_hash_key
 from kinesis_core.records import KinesisRecord, SubRecord, WireRecord, wire_records
+from kinesis_core.shards.hashing import (
+    LARGEST_RECORD_BYTES,
+    hash_key,
+    hash_keys,
+    parse_explicit_hash_key,
+)
 
 MAGIC = b"\xf3\x89\x9a\xc2"
 DIGEST_SIZE = 16

@@ -15,17 +15,17 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from kinesis_core.allocator import BalancedKeyAllocator
+from kinesis_core.aws.executor import list_all_shards
+from kinesis_core.aws.noise import silence_third_party_noise
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError, ValidationError
-from kinesis_core.executor import list_all_shards
-from kinesis_core.hashing import hash_key, validate_partition_key
-from kinesis_core.noise import silence_third_party_noise
-from kinesis_core.shards import AT_LATEST, ShardInfo
-from kinesis_core.skew import skew_report
+from kinesis_core.shards.allocator import BalancedKeyAllocator
+from kinesis_core.shards.hashing import hash_key, validate_partition_key
+from kinesis_core.shards.info import AT_LATEST, ShardInfo
+from kinesis_core.shards.skew import skew_report
 from kinesis_core.stream import StreamRef
 
 if TYPE_CHECKING:
-    from kinesis_core.client import ClientConfig
+    from kinesis_core.aws.client import ClientConfig
 
 Handler = Callable[[argparse.Namespace], int]
 """Runs a parsed subcommand; returns the exit status."""
@@ -89,7 +89,7 @@ def _allocate_command(parser: argparse.ArgumentParser) -> Handler:
 
 
 async def _stream_shards(stream: str, config: ClientConfig) -> list[ShardInfo]:
-    from kinesis_core.client import create_kinesis_client
+    from kinesis_core.aws.client import create_kinesis_client
 
     async with create_kinesis_client(config) as client:
         return await list_all_shards(client, stream, AT_LATEST)
@@ -117,7 +117,7 @@ def _skew_command(parser: argparse.ArgumentParser) -> Handler:
                 raise ConfigurationError("--shards", f"must be >= 1, got {args.shards}")
             shard_list: Sequence[ShardInfo] | int = args.shards
         else:
-            from kinesis_core.client import ClientConfig
+            from kinesis_core.aws.client import ClientConfig
 
             overrides = {"endpoint_url": args.endpoint_url, "region_name": args.region}
             config = ClientConfig.from_env(**{k: v for k, v in overrides.items() if v is not None})
@@ -180,7 +180,7 @@ def _status_command(parser: argparse.ArgumentParser) -> Handler:
                 "out for 'default' (with --dynamodb-table: the table's name)",
             )
         StreamRef.of(args.stream, "STREAM")
-        from kinesis_core.client import ClientConfig
+        from kinesis_core.aws.client import ClientConfig
 
         overrides = {
             "endpoint_url": args.endpoint_url,
@@ -210,12 +210,12 @@ def _status_command(parser: argparse.ArgumentParser) -> Handler:
 
 async def _status(args: argparse.Namespace, config: ClientConfig) -> None:
     """Print the status once, or every ``--watch`` seconds until interrupted."""
+    from kinesis_core.aws.client import create_kinesis_client
     from kinesis_core.checkpoint import (
         CheckpointStore,
         DynamoDBCheckpointStore,
         SQLiteCheckpointStore,
     )
-    from kinesis_core.client import create_kinesis_client
     from kinesis_core.status import read_status
 
     async with contextlib.AsyncExitStack() as stack:

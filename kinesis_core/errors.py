@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kinesis_core.classify import (
+from kinesis_core.aws.classify import (
     CERTIFICATE_VERIFY_FAILED,
     MALFORMED_RESPONSE,
     ErrorKind,
@@ -92,7 +92,7 @@ class MalformedResponseError(KinesisConnectorError, ValueError):
     """An answer of ``operation`` that is not one (a proxy's page, a body cut short or not
     the operation's JSON, an error body that is not text, a GetRecords answer that neither goes
     on nor ends the shard). It has botocore's error shape (``response``), with the code
-    :data:`~kinesis_core.classify.MALFORMED_RESPONSE` and the answer's HTTP ``status``: the
+    :data:`~kinesis_core.aws.classify.MALFORMED_RESPONSE` and the answer's HTTP ``status``: the
     error table calls it transient, so it is retried as a 5xx is."""
 
     def __init__(self, operation: str, message: str, status: int = 200) -> None:
@@ -108,7 +108,7 @@ class KinesisServiceError(KinesisConnectorError):
     """A Kinesis or DynamoDB call failed in a way no retry fixes (or its retries ran out).
 
     ``code`` and ``http_status`` are the service's (None for a network failure), ``kind`` the
-    :class:`~kinesis_core.classify.ErrorKind` the error table gives them; the original
+    :class:`~kinesis_core.aws.classify.ErrorKind` the error table gives them; the original
     exception is the ``__cause__``.
     """
 

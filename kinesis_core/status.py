@@ -27,14 +27,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from kinesis_core.aws.classify import error_details
+from kinesis_core.aws.executor import list_all_shards
 from kinesis_core.checkpoint.base import Checkpoint, CheckpointStore, CheckpointValue, Sentinel
-from kinesis_core.classify import error_details
 from kinesis_core.consumer.incarnation import StreamFacts, stale_rows
 from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
 from kinesis_core.consumer.positions import TRIM_HORIZON
-from kinesis_core.executor import list_all_shards
-from kinesis_core.hashing import MAX_HASH_KEY
-from kinesis_core.shards import ShardInfo
+from kinesis_core.shards.hashing import MAX_HASH_KEY
+from kinesis_core.shards.info import ShardInfo
 from kinesis_core.stream import StreamRef
 
 JSON_SCHEMA_VERSION = 1

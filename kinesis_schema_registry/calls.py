@@ -1,8 +1,8 @@
 """The Glue Schema Registry calls, as values an executor sends (sans-I/O).
 
-Each is an :class:`~kinesis_core.calls.ApiCall` on aiobotocore's (or botocore's) ``glue``
-client, so :class:`~kinesis_core.executor.AsyncExecutor` runs it under a
-:class:`~kinesis_core.retry.RetryPolicy` like every Kinesis call: throttling
+Each is an :class:`~kinesis_core.aws.calls.ApiCall` on aiobotocore's (or botocore's) ``glue``
+client, so :class:`~kinesis_core.aws.executor.AsyncExecutor` runs it under a
+:class:`~kinesis_core.aws.retry.RetryPolicy` like every Kinesis call: throttling
 (``ThrottlingException``) and 5xx answers are retried by the policy, nothing here loops.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kinesis_core.calls import ApiCall
+from kinesis_core.aws.calls import ApiCall
 
 
 def schema_id(registry_name: str, schema_name: str) -> dict[str, str]:

@@ -1,8 +1,8 @@
 """The Glue Schema Registry client: schema versions by definition and by id, cached.
 
 A :class:`SchemaRegistry` sends its calls (:mod:`.calls`) on aiobotocore's ``glue`` client
-through the core's :class:`~kinesis_core.executor.AsyncExecutor` under one
-:class:`~kinesis_core.retry.RetryPolicy` (throttling and 5xx answers are retried with backoff;
+through the core's :class:`~kinesis_core.aws.executor.AsyncExecutor` under one
+:class:`~kinesis_core.aws.retry.RetryPolicy` (throttling and 5xx answers are retried with backoff;
 botocore's own retries are off). Two caches make a long-running process ask once per schema
 version: versions by (schema name, definition) for writers and by version id for readers;
 concurrent asks for one key share one call. A version the registry does not have is
@@ -11,7 +11,7 @@ not ask per record.
 
 Async callers use the ``async`` methods on their loop; synchronous callers (Beam's DoFns,
 Faust's codecs) use the ``*_blocking`` ones, which run on the process's event-loop thread
-(:class:`~kinesis_core.loop_thread.LoopThread`). The registry keeps one client per loop.
+(:class:`~kinesis_core.runtime.loop_thread.LoopThread`). The registry keeps one client per loop.
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn, TypeVar
 
-from kinesis_core.calls import ApiCall
-from kinesis_core.classify import error_details, error_message
-from kinesis_core.client import ClientConfig
-from kinesis_core.clock import SYSTEM_CLOCK, Clock
+from kinesis_core.aws.calls import ApiCall
+from kinesis_core.aws.classify import error_details, error_message
+from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.executor import AsyncExecutor
+from kinesis_core.aws.retry import RetryPolicy
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.executor import AsyncExecutor
-from kinesis_core.loop_thread import LoopThread
-from kinesis_core.retry import RetryPolicy
+from kinesis_core.runtime.clock import SYSTEM_CLOCK, Clock
+from kinesis_core.runtime.loop_thread import LoopThread
 from kinesis_schema_registry.calls import (
     CreateSchema,
     GetSchema,

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kinesis_core.aws.noise import silence_third_party_noise
 from kinesis_core.local import KinesisMock, LocalServer, MotoServer, StreamFactory
-from kinesis_core.noise import silence_third_party_noise
 from reliability.bad_input import bad_input
 from reliability.consumer_faults import consumer_under_faults
 from reliability.crash_loops import crash_loop

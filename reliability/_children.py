@@ -62,7 +62,7 @@ async def consumer(
 
 
 def beam_read(endpoint: str, stream: str, db: str, out: str, idle: float) -> None:
-    from kinesis_core.noise import silence_third_party_noise
+    from kinesis_core.aws.noise import silence_third_party_noise
 
     silence_third_party_noise()
     import apache_beam as beam

@@ -12,11 +12,11 @@ from typing import Any
 from unittest import mock
 
 from kinesis_core.aggregation import deaggregate
-from kinesis_core.client import ClientConfig
-from kinesis_core.hashing import MAX_RECORD_BYTES, hash_key, validate_record
+from kinesis_core.aws.client import ClientConfig
 from kinesis_core.local.faults import FaultKind, FaultStats
 from kinesis_core.local.streams import LocalStream
 from kinesis_core.records import KinesisRecord, Position
+from kinesis_core.shards.hashing import MAX_RECORD_BYTES, hash_key, validate_record
 
 MakeStream = Callable[[int], LocalStream]
 """``make(shards) -> LocalStream``: a fresh stream (the pytest fixtures and the runner's

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from kinesis_core.aggregation import MAGIC, encode_aggregate
+from kinesis_core.aws.client import ClientConfig, create_botocore_client, create_kinesis_client
 from kinesis_core.checkpoint import MemoryCheckpointStore, SQLiteCheckpointStore
-from kinesis_core.client import ClientConfig, create_botocore_client, create_kinesis_client
 from kinesis_core.consumer import (
     TRIM_HORIZON,
     AtTimestamp,
@@ -43,13 +43,13 @@ from kinesis_core.consumer import (
 )
 from kinesis_core.errors import ConfigurationError, ValidationError
 from kinesis_core.fanout import deregister_consumer
-from kinesis_core.hashing import LARGEST_RECORD_BYTES, MAX_RECORD_BYTES
 from kinesis_core.local import KinesisMock, MotoServer
 from kinesis_core.local._server import free_port
 from kinesis_core.local.fault_proxy import FaultProxy
 from kinesis_core.local.streams import LocalStream
 from kinesis_core.producer import Producer, ProducerConfig, RecordResult
 from kinesis_core.records import SubRecord
+from kinesis_core.shards.hashing import LARGEST_RECORD_BYTES, MAX_RECORD_BYTES
 from reliability._common import MakeStream, kcl_view, shard_position, unchecked_key, via
 from reliability.result import SuiteResult
 
@@ -973,13 +973,13 @@ _WITHOUT_EFO_EXTRA = """
 import asyncio, json, sys
 sys.modules["h2"] = None  # as if the efo extra (h2, h11) were not installed
 sys.modules["h11"] = None
-from kinesis_core.client import ClientConfig
+from kinesis_core.aws.client import ClientConfig
 from kinesis_core.consumer import Consumer, EnhancedFanOut
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.stream import StreamRef
 from beam_kinesis import ReadFromKinesis
 from kinesis_core.fanout.consumers import open_fan_out_on_loop
-from kinesis_core.loop_thread import LoopThread
+from kinesis_core.runtime.loop_thread import LoopThread
 
 stream, config = sys.argv[1], ClientConfig(**json.loads(sys.argv[2]))
 

@@ -20,7 +20,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 
-from kinesis_core.classify import ErrorKind, classify
+from kinesis_core.aws.classify import ErrorKind, classify
 from kinesis_core.errors import KinesisConnectorError
 from kinesis_core.local import MotoServer
 from kinesis_core.local.streams import LocalStream

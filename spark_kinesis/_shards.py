@@ -19,16 +19,16 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from kinesis_core.calls import Call, DescribeStreamSummary, ListShards, Wait
-from kinesis_core.client import create_botocore_client
-from kinesis_core.consumer import fastparse
+from kinesis_core.aws import fastparse
+from kinesis_core.aws.calls import Call, DescribeStreamSummary, ListShards, Wait
+from kinesis_core.aws.client import create_botocore_client
+from kinesis_core.aws.executor import LISTING_RETRY, SyncExecutor
 from kinesis_core.consumer.incarnation import StreamFacts
 from kinesis_core.consumer.lineage import ShardNode, StartPoint
 from kinesis_core.consumer.polling import PollingOptions, PollingRead
 from kinesis_core.consumer.reading import SyncShardReader
 from kinesis_core.consumer.transport import Ended, Failed
 from kinesis_core.errors import KinesisConnectorError
-from kinesis_core.executor import LISTING_RETRY, SyncExecutor
 from kinesis_core.records import KinesisRecord, Position
 from spark_kinesis.offsets import parse_mark, position_mark
 from spark_kinesis.options import SourceSpec

@@ -61,7 +61,10 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from kinesis_core.backoff import Jitter
+from kinesis_core.aws.backoff import Jitter
+from kinesis_core.aws.classify import ErrorKind, classify, error_details
+from kinesis_core.aws.client import ClientConfig, create_dynamodb_client
+from kinesis_core.aws.retry import RetryPolicy
 from kinesis_core.checkpoint.base import (
     Checkpoint,
     CheckpointConflictError,
@@ -72,10 +75,7 @@ from kinesis_core.checkpoint.base import (
     apply_put,
     same_incarnation,
 )
-from kinesis_core.classify import ErrorKind, classify, error_details
-from kinesis_core.client import ClientConfig, create_dynamodb_client
 from kinesis_core.errors import ConfigurationError, ValidationError
-from kinesis_core.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb.client import DynamoDBClient

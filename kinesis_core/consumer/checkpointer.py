@@ -26,7 +26,7 @@ from kinesis_core.consumer.incarnation import (
     stale_rows,
 )
 from kinesis_core.consumer.positions import InitialPosition
-from kinesis_core.shards import ShardInfo
+from kinesis_core.shards.info import ShardInfo
 from kinesis_core.telemetry.recorder import NO_RECORDER, ConsumerRecorder
 
 logger = logging.getLogger(__name__)

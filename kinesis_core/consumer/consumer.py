@@ -36,8 +36,14 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, cast
 
-from kinesis_core.backoff import Jitter
-from kinesis_core.calls import DescribeStreamSummary, ListShards
+from kinesis_core.aws import fastparse
+from kinesis_core.aws.backoff import Jitter
+from kinesis_core.aws.calls import DescribeStreamSummary, ListShards
+from kinesis_core.aws.classify import ErrorKind
+from kinesis_core.aws.client import ClientConfig, create_kinesis_client, error_kind
+from kinesis_core.aws.executor import LISTING_MAX_AGE, AsyncExecutor
+from kinesis_core.aws.overrides import with_overrides
+from kinesis_core.aws.retry import RetryPolicy
 from kinesis_core.checkpoint.base import (
     SHARD_END,
     Checkpoint,
@@ -46,10 +52,6 @@ from kinesis_core.checkpoint.base import (
     LeaseStore,
 )
 from kinesis_core.checkpoint.sqlite import SQLiteCheckpointStore
-from kinesis_core.classify import ErrorKind
-from kinesis_core.client import ClientConfig, create_kinesis_client, error_kind
-from kinesis_core.clock import SYSTEM_CLOCK, Clock, wait_event
-from kinesis_core.consumer import fastparse
 from kinesis_core.consumer.checkpointer import Checkpointer, settle_incarnation
 from kinesis_core.consumer.config import ConsumerConfig, EnhancedFanOut
 from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier
@@ -67,13 +69,11 @@ from kinesis_core.consumer.status import ShardStatus
 from kinesis_core.consumer.subscription import SubscriptionRead
 from kinesis_core.consumer.transport import ShardRead
 from kinesis_core.errors import ConfigurationError, KinesisServiceError
-from kinesis_core.executor import LISTING_MAX_AGE, AsyncExecutor
-from kinesis_core.heap import freeze_start_up_heap
 from kinesis_core.lease import LeaseManager
 from kinesis_core.lifecycle import Event, Lifecycle, State
-from kinesis_core.overrides import with_overrides
 from kinesis_core.records import KinesisRecord
-from kinesis_core.retry import RetryPolicy
+from kinesis_core.runtime.clock import SYSTEM_CLOCK, Clock, wait_event
+from kinesis_core.runtime.heap import freeze_start_up_heap
 from kinesis_core.serde import RecordDeserializer
 from kinesis_core.stream import StreamRef
 from kinesis_core.telemetry.recorder import NO_RECORDER, ConsumerRecorder
@@ -157,7 +157,7 @@ class Consumer:
     ``worker_id`` is then this consumer's name in the lease table.
 
     ``clock`` is the time every wait of the consumer, its readers and its leases runs on
-    (:mod:`kinesis_core.clock`; tests give a fake one).
+    (:mod:`kinesis_core.runtime.clock`; tests give a fake one).
 
     The KCL's shard hooks, each called with the shard id on the event loop (keep them
     short): ``on_shard_ended`` once SHARD_END is checkpointed; with leases,

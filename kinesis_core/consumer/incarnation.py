@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from kinesis_core.checkpoint.base import Checkpoint, same_incarnation
 from kinesis_core.errors import KinesisConnectorError
-from kinesis_core.shards import ShardInfo
+from kinesis_core.shards.info import ShardInfo
 
 OnStreamRecreated = Literal["fail", "reset"]
 ON_STREAM_RECREATED: tuple[OnStreamRecreated, ...] = ("fail", "reset")

@@ -16,7 +16,7 @@ from typing import Any
 from kinesis_core.checkpoint.base import CheckpointValue, Sentinel
 from kinesis_core.consumer.positions import LATEST, TRIM_HORIZON, InitialPosition
 from kinesis_core.records import Position
-from kinesis_core.shards import ShardInfo
+from kinesis_core.shards.info import ShardInfo
 
 
 class ShardState(str, enum.Enum):

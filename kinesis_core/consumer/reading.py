@@ -2,7 +2,7 @@
 channel), and the synchronous step of engines such as Beam's DoFns.
 
 Both do the same and nothing else: ask the machine for its next action, hand a call to the
-shard's link to an executor (:mod:`kinesis_core.executor`), classify an error through the one
+shard's link to an executor (:mod:`kinesis_core.aws.executor`), classify an error through the one
 error table, feed the outcome back, and pass on what the :class:`~.transport.Outcome` says
 (records to deliver, a warning to log). :func:`run_shard_read` runs a machine until its shard
 ends, handing each non-empty batch to the consumer (which may block: that is the
@@ -20,10 +20,10 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, Future
 from typing import Any, NoReturn
 
-from kinesis_core.calls import Call, Wait
-from kinesis_core.classify import ErrorKind, error_details, error_message
-from kinesis_core.client import error_kind
-from kinesis_core.clock import SYSTEM_CLOCK, Clock
+from kinesis_core.aws.calls import Call, Wait
+from kinesis_core.aws.classify import ErrorKind, error_details, error_message
+from kinesis_core.aws.client import error_kind
+from kinesis_core.aws.executor import PENDING, AsyncLink, SyncLink
 from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier
 from kinesis_core.consumer.transport import (
     NOTHING,
@@ -35,7 +35,7 @@ from kinesis_core.consumer.transport import (
     ShardRead,
 )
 from kinesis_core.errors import KinesisConnectorError, KinesisServiceError
-from kinesis_core.executor import PENDING, AsyncLink, SyncLink
+from kinesis_core.runtime.clock import SYSTEM_CLOCK, Clock
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class SyncShardReader:
     """One shard's machine and its link, stepped by a synchronous engine.
 
     :meth:`next_action` is the machine's, except after a fan-out link answered
-    :data:`~kinesis_core.executor.PENDING` (no event yet): then it waits
+    :data:`~kinesis_core.aws.executor.PENDING` (no event yet): then it waits
     ``pending_interval`` seconds. :meth:`step` executes a call and feeds the outcome back;
     errors no reader recovers from raise as :class:`KinesisServiceError` (``where`` names the
     stream in their messages), and :meth:`failure` is what to raise for a machine that gave

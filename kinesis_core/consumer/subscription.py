@@ -41,9 +41,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kinesis_core.backoff import Backoff, Jitter
-from kinesis_core.calls import Call, Wait
-from kinesis_core.classify import ErrorKind
+from kinesis_core.aws.backoff import Backoff, Jitter
+from kinesis_core.aws.calls import Call, Wait
+from kinesis_core.aws.classify import ErrorKind
 from kinesis_core.consumer.lineage import ShardNode, StartPoint
 from kinesis_core.consumer.positions import InitialPosition
 from kinesis_core.consumer.transport import (

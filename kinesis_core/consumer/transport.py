@@ -16,7 +16,7 @@ does not allow in the current state raises :class:`ReadProtocolError`. A machine
 do next (:meth:`ShardRead.next_action`): a transport call (a :class:`Call` subclass the
 transport defines, or the :class:`CheckStream` every transport executes), :class:`Wait` until
 a time, :class:`Ended`, or :class:`Failed`. A driver hands calls to an executor
-(:mod:`kinesis_core.executor`: a reader's link executes the calls of one shard) and feeds the
+(:mod:`kinesis_core.aws.executor`: a reader's link executes the calls of one shard) and feeds the
 response (:meth:`ShardRead.on_response`) or the error's kind (:meth:`ShardRead.on_error`) back;
 both return an :class:`Outcome`: the records to deliver and what the response said of the
 shard's tip, the kind of a failure the machine took, a warning to log. The driver reads
@@ -52,15 +52,15 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from kinesis_core.aggregation import deaggregate
-from kinesis_core.backoff import Backoff
-from kinesis_core.calls import Call, Wait
-from kinesis_core.classify import ErrorKind
+from kinesis_core.aws.backoff import Backoff
+from kinesis_core.aws.calls import Call, Wait
+from kinesis_core.aws.classify import ErrorKind
 from kinesis_core.consumer.incarnation import Refusal, StreamFacts, judge_refusal
 from kinesis_core.consumer.lineage import ShardNode, StartPoint
 from kinesis_core.consumer.positions import TRIM_HORIZON, InitialPosition
 from kinesis_core.errors import KinesisConnectorError
 from kinesis_core.records import KinesisRecord, Position, WireRecord, wire_records
-from kinesis_core.shards import ShardInfo
+from kinesis_core.shards.info import ShardInfo
 
 Ack = Callable[[KinesisRecord], None]
 

@@ -17,13 +17,13 @@ import ssl
 from collections.abc import Callable
 from typing import Literal, Protocol
 
-from kinesis_core.client import ClientConfig
+from kinesis_core.aws.client import ClientConfig
 from kinesis_core.fanout.errors import FanOutTimeoutError, FanOutTransportError
 from kinesis_core.fanout.http2 import Http2ClientProtocol
 from kinesis_core.fanout.http11 import Http11ClientProtocol
 from kinesis_core.fanout.signing import SignedRequest
 from kinesis_core.fanout.tls import ssl_context
-from kinesis_core.timeouts import within
+from kinesis_core.runtime.timeouts import within
 
 HttpVersion = Literal["auto", "h2", "http/1.1"]
 """auto: ALPN offers h2 and http/1.1 over TLS, plain http:// is HTTP/1.1. h2: only HTTP/2 (h2c

@@ -1,8 +1,8 @@
 """Registered stream consumers, the async driver: register or reuse by name, wait until ACTIVE,
 deregister; and the start every fan-out reader shares (:func:`open_fan_out`).
 
-Every call goes through an :class:`~kinesis_core.executor.AsyncExecutor` on an aiobotocore
-Kinesis client from ``kinesis_core.client.create_kinesis_client``; the decisions (which call
+Every call goes through an :class:`~kinesis_core.aws.executor.AsyncExecutor` on an aiobotocore
+Kinesis client from ``kinesis_core.aws.client.create_kinesis_client``; the decisions (which call
 next, how long to back off, when to give up) are
 :class:`~kinesis_core.fanout.registration.ConsumerActivation`'s, and the ARN and name rules are
 in :mod:`kinesis_core.fanout.registration` too.
@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from kinesis_core.backoff import Jitter
-from kinesis_core.calls import (
+from kinesis_core.aws.backoff import Jitter
+from kinesis_core.aws.calls import (
     DeregisterStreamConsumer,
     DescribeStreamConsumer,
     DescribeStreamSummary,
@@ -26,12 +26,12 @@ from kinesis_core.calls import (
     RegisterStreamConsumer,
     Wait,
 )
-from kinesis_core.classify import ErrorKind
-from kinesis_core.client import ClientConfig, create_kinesis_client, error_kind
-from kinesis_core.clock import SYSTEM_CLOCK, Clock
+from kinesis_core.aws.classify import ErrorKind
+from kinesis_core.aws.client import ClientConfig, create_kinesis_client, error_kind
+from kinesis_core.aws.executor import AsyncExecutor, LoopFanOut
+from kinesis_core.aws.retry import RetryPolicy
 from kinesis_core.consumer.subscription import ConsumerCheck
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.executor import AsyncExecutor, LoopFanOut
 from kinesis_core.fanout.registration import (
     Active,
     ConsumerActivation,
@@ -44,13 +44,13 @@ from kinesis_core.fanout.registration import (
     check_consumer_tags,
     parse_consumer_arn,
 )
-from kinesis_core.retry import RetryPolicy
+from kinesis_core.runtime.clock import SYSTEM_CLOCK, Clock
 from kinesis_core.stream import StreamRef
 
 if TYPE_CHECKING:
     from kinesis_core.consumer.config import EnhancedFanOut
     from kinesis_core.fanout.client import FanOutClient
-    from kinesis_core.loop_thread import LoopThread
+    from kinesis_core.runtime.loop_thread import LoopThread
 
 logger = logging.getLogger(__name__)
 
@@ -287,7 +287,7 @@ def open_fan_out_on_loop(
 ) -> tuple[LoopFanOut, Callable[[], None]]:
     """:func:`open_fan_out` on the event-loop thread ``loop``, for a synchronous engine (the
     Beam source): what its links subscribe through
-    (:meth:`~kinesis_core.executor.SyncExecutor.link`), and the function that closes it."""
+    (:meth:`~kinesis_core.aws.executor.SyncExecutor.link`), and the function that closes it."""
 
     async def start() -> tuple[FanOutClient, str, contextlib.AsyncExitStack]:
         stack = contextlib.AsyncExitStack()

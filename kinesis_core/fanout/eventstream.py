@@ -28,8 +28,8 @@ from typing import Any
 from botocore.eventstream import EventStreamBuffer, ParserError
 from botocore.exceptions import ClientError
 
-from kinesis_core.classify import ErrorKind, classify
-from kinesis_core.consumer.fastparse import parse_subscribe_event
+from kinesis_core.aws.classify import ErrorKind, classify
+from kinesis_core.aws.fastparse import parse_subscribe_event
 from kinesis_core.consumer.subscription import SubscribeEvent
 from kinesis_core.fanout.errors import FanOutTransportError
 

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import h11
 
+from kinesis_core.aws.http1 import MAX_HEAD_BYTES
 from kinesis_core.fanout.errors import FanOutTransportError
-from kinesis_core.http1 import MAX_HEAD_BYTES
 
 
 def _head_bytes(headers: Sequence[tuple[bytes, bytes]]) -> int:

@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from kinesis_core.backoff import ceiling
-from kinesis_core.calls import Wait
+from kinesis_core.aws.backoff import ceiling
+from kinesis_core.aws.calls import Wait
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError
 
 MAX_CONSUMERS_PER_STREAM = 20
@@ -153,7 +153,7 @@ class ConsumerRegistrationError(KinesisConnectorError, RuntimeError):
 
 class Operation(enum.Enum):
     """What :class:`ConsumerActivation` asks its driver to call (the driver makes the
-    :class:`~kinesis_core.calls.ApiCall`)."""
+    :class:`~kinesis_core.aws.calls.ApiCall`)."""
 
     REGISTER = "RegisterStreamConsumer"
     DESCRIBE = "DescribeStreamConsumer"

@@ -33,10 +33,10 @@ from kinesis_core.checkpoint.base import (
     checkpoint_order,
     same_incarnation,
 )
-from kinesis_core.clock import SYSTEM_CLOCK, Clock, wait_event
 from kinesis_core.consumer.checkpointer import landed
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.lease.coordinator import LeaseConfig, LeaseCoordinator, Take
+from kinesis_core.runtime.clock import SYSTEM_CLOCK, Clock, wait_event
 from kinesis_core.telemetry.names import LeaseChange
 from kinesis_core.telemetry.recorder import NO_RECORDER, ConsumerRecorder
 

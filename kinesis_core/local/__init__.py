@@ -5,7 +5,7 @@ server mode, fast, with DynamoDB) run a Kinesis API server on a free 127.0.0.1 p
 
     with KinesisMock() as server:
         stream = server.create_stream("demo", shards=4)
-        ...  # use stream.client_config with kinesis_core.client factories
+        ...  # use stream.client_config with kinesis_core.aws.client factories
 
 ``python -m kinesis_core.local up --stream demo:4`` does the same from a shell; the pytest plugin
 (``kinesis_core.local.pytest_plugin``, opt-in with ``-p``) offers it as fixtures.

@@ -21,7 +21,7 @@ from kinesis_core.errors import EmulatorError, KinesisConnectorError, Validation
 from kinesis_core.local.fault_proxy import FaultProxy
 from kinesis_core.local.faults import RECORD_KINDS, REQUEST_KINDS, FaultConfig, FaultKind, FaultRule
 from kinesis_core.local.shard_limits import ShardLimits
-from kinesis_core.timeouts import within
+from kinesis_core.runtime.timeouts import within
 
 _HELP = {
     FaultKind.THROTTLE: "ProvisionedThroughputExceededException (400) for the whole request",

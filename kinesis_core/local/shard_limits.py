@@ -32,15 +32,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError
-from kinesis_core.hashing import (
+from kinesis_core.producer.limiter import TokenBucket
+from kinesis_core.shards.hashing import (
     SHARD_BYTES_PER_SECOND,
     SHARD_RECORDS_PER_SECOND,
     hash_key,
     parse_explicit_hash_key,
 )
-from kinesis_core.producer.limiter import TokenBucket
-from kinesis_core.shard_map import ShardTable
-from kinesis_core.shards import ShardInfo
+from kinesis_core.shards.info import ShardInfo
+from kinesis_core.shards.shard_map import ShardTable
 from kinesis_core.stream import StreamRef
 
 THROTTLED = "ProvisionedThroughputExceededException"

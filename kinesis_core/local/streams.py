@@ -15,7 +15,7 @@ import uuid
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from kinesis_core.client import ClientConfig, create_botocore_client
+from kinesis_core.aws.client import ClientConfig, create_botocore_client
 from kinesis_core.errors import ConfigurationError, EmulatorError, ValidationError
 
 if TYPE_CHECKING:

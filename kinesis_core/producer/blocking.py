@@ -22,15 +22,15 @@ from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kinesis_core.loop_thread import LoopThread
 from kinesis_core.producer.config import ProducerConfig
 from kinesis_core.producer.metrics import MetricsHook, MetricsSnapshot
 from kinesis_core.producer.producer import Producer
 from kinesis_core.producer.result import BatchResult, RecordResult
+from kinesis_core.runtime.loop_thread import LoopThread
 from kinesis_core.stream import StreamRef
 
 if TYPE_CHECKING:
-    from kinesis_core.client import ClientConfig
+    from kinesis_core.aws.client import ClientConfig
 
 logger = logging.getLogger(__name__)
 

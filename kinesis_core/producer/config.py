@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.hashing import (
+from kinesis_core.shards.hashing import (
     LARGEST_RECORD_BYTES,
     MAX_PUT_RECORDS_BYTES,
     MAX_PUT_RECORDS_COUNT,
@@ -121,7 +121,7 @@ class ProducerConfig:
     lean_put_records: bool = True
     """Send a stream's PutRecords after its first on the client's signer and HTTP session,
     with the JSON body written by the producer, without botocore's per-call machinery
-    (:mod:`kinesis_core.lean_requests`; docs/performance.md). False sends every request
+    (:mod:`kinesis_core.aws.lean_requests`; docs/performance.md). False sends every request
     through botocore, for a client whose events the application hooks itself."""
 
     def __post_init__(self) -> None:

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from kinesis_core.hashing import SHARD_BYTES_PER_SECOND, SHARD_RECORDS_PER_SECOND
 from kinesis_core.producer.items import KinesisRecordOut
+from kinesis_core.shards.hashing import SHARD_BYTES_PER_SECOND, SHARD_RECORDS_PER_SECOND
 
 BURST_BYTES = 10 * 1024 * 1024
 """Capacity of a shard's byte bucket: the burst a shard takes (the KPL's, and the service's:

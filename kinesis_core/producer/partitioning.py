@@ -5,7 +5,7 @@
 - :func:`random_partition_key` spreads records evenly over every shard when their order does
   not matter.
 - :class:`BalancedHashKeys` gives each of a small set of entities (tenants, devices) its own
-  explicit hash key from :class:`~kinesis_core.allocator.BalancedKeyAllocator`, so N entities
+  explicit hash key from :class:`~kinesis_core.shards.allocator.BalancedKeyAllocator`, so N entities
   spread evenly over 2, 4, 8, ... uniform shards where the MD5 of N keys can pile them onto a few.
 """
 
@@ -16,9 +16,9 @@ import threading
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
-from kinesis_core.allocator import BalancedKeyAllocator
 from kinesis_core.errors import ConfigurationError, ValidationError
-from kinesis_core.hashing import validate_partition_key
+from kinesis_core.shards.allocator import BalancedKeyAllocator
+from kinesis_core.shards.hashing import validate_partition_key
 
 KeyFn = Callable[[Any], str]
 

@@ -9,9 +9,9 @@ Kinesis record, before records are packed into requests.
 
 Every record comes in one way: ``submission`` validates the records of a call (one record for
 ``put``, a batch for ``put_many`` or a Beam chunk) from any thread, with the one check
-(:func:`~kinesis_core.hashing.validate_record` against ``record_bytes``) and the one cost
+(:func:`~kinesis_core.shards.hashing.validate_record` against ``record_bytes``) and the one cost
 formula, and ``offer`` hands it to the admission. A record over the stream's maximum record
-size (:class:`~kinesis_core.record_size.RecordSizeLimit`, learned by the driver) or the
+size (:class:`~kinesis_core.shards.record_size.RecordSizeLimit`, learned by the driver) or the
 ``max_record_bytes`` cap that a raised limit could take is set aside in the submission's
 ``too_large``: the driver asks the stream again, then ``admit_too_large`` admits or refuses it.
 
@@ -21,10 +21,11 @@ and the flushes done; they send what ``next_batch`` gives, pass ``on_outcome``'s
 invalidations on, and call ``poll`` when ``next_deadline`` comes. Nothing here calls back
 into a driver.
 
-Retries back off (:class:`~kinesis_core.backoff.BackoffTracker`, full jitter): a shard whose records
-failed has its limiter queue held, and after a failed request (no answer, a 5xx) requests wait,
-then go one at a time until one gets through. Aggregates written to a shard the shard map does
-not know wait in ``landings`` until the driver has refreshed the map (``resolve_landings``).
+Retries back off (:class:`~kinesis_core.aws.backoff.BackoffTracker`, full jitter): a shard whose
+records failed has its limiter queue held, and after a failed request (no answer, a 5xx)
+requests wait, then go one at a time until one gets through. Aggregates written to a shard the
+shard map does not know wait in ``landings`` until the driver has refreshed the map
+(``resolve_landings``).
 """
 
 from __future__ import annotations
@@ -40,14 +41,8 @@ from typing import Any, NamedTuple
 import msgspec
 
 from kinesis_core.aggregation import AggregateBuilder
-from kinesis_core.backoff import Backoff, BackoffTracker
+from kinesis_core.aws.backoff import Backoff, BackoffTracker
 from kinesis_core.errors import RecordTooLargeError, ValidationError, shape_problem
-from kinesis_core.hashing import (
-    LARGEST_RECORD_BYTES,
-    MAX_PARTITION_KEY_CHARS,
-    hash_keys,
-    validate_record,
-)
 from kinesis_core.producer.admission import Admission, Flush, Slice, Standing, Submission
 from kinesis_core.producer.aggregator import Aggregator
 from kinesis_core.producer.collector import Collector
@@ -70,7 +65,13 @@ from kinesis_core.producer.retrier import (
     latest_failure,
     waiting_for_retry,
 )
-from kinesis_core.record_size import RecordSizeLimit
+from kinesis_core.shards.hashing import (
+    LARGEST_RECORD_BYTES,
+    MAX_PARTITION_KEY_CHARS,
+    hash_keys,
+    validate_record,
+)
+from kinesis_core.shards.record_size import RecordSizeLimit
 
 PredictFn = Callable[[int], "str | None"]
 PredictManyFn = Callable[[Sequence[int]], "list[str | None]"]
@@ -370,7 +371,7 @@ class Pipeline:
     def _validate(self, sub: Submission, now: float, *, force: bool = False) -> None:
         """Validate the next records of ``sub`` into its ``records``, as far as the budget has
         room now: the first always when ``force`` or the budget is empty. The one check of a
-        record (:func:`~kinesis_core.hashing.validate_record`) and the one cost formula."""
+        record (:func:`~kinesis_core.shards.hashing.validate_record`) and the one cost formula."""
         sink = sub.sink
         single = sink.single
         key = sink.key

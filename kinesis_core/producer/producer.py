@@ -21,11 +21,9 @@ from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from kinesis_core.backoff import Backoff, BackoffTracker
-from kinesis_core.classify import CERTIFICATE_VERIFY_FAILED, ErrorKind, classify
+from kinesis_core.aws.backoff import Backoff, BackoffTracker
+from kinesis_core.aws.classify import CERTIFICATE_VERIFY_FAILED, ErrorKind, classify
 from kinesis_core.errors import CERTIFICATE_HINT, ConfigurationError, KinesisConnectorError
-from kinesis_core.hashing import MAX_PUT_RECORDS_BYTES, MAX_RECORD_BYTES
-from kinesis_core.heap import freeze_start_up_heap
 from kinesis_core.lifecycle import Event, Lifecycle, State
 from kinesis_core.producer.admission import Standing, Submission
 from kinesis_core.producer.config import ProducerConfig
@@ -42,14 +40,16 @@ from kinesis_core.producer.result import (
     RecordResult,
 )
 from kinesis_core.producer.sender import LeanPutRecords, error_of, send_batch
+from kinesis_core.producer.shard_map_driver import ShardMapDriver, ShardMapTimeoutError
+from kinesis_core.runtime.heap import freeze_start_up_heap
+from kinesis_core.runtime.timeouts import within
 from kinesis_core.serde import RecordSerializer, serialized
-from kinesis_core.shard_map_driver import ShardMapDriver, ShardMapTimeoutError
+from kinesis_core.shards.hashing import MAX_PUT_RECORDS_BYTES, MAX_RECORD_BYTES
 from kinesis_core.stream import StreamRef
-from kinesis_core.timeouts import within
 from kinesis_core.tracing import TraceInjector
 
 if TYPE_CHECKING:
-    from kinesis_core.client import ClientConfig
+    from kinesis_core.aws.client import ClientConfig
     from kinesis_core.producer.items import PutBatch
 
 logger = logging.getLogger(__name__)
@@ -208,7 +208,7 @@ class Producer:
         return f"{owner} could not start: {exc}"
 
     def _create_client(self) -> contextlib.AbstractAsyncContextManager[Any]:
-        from kinesis_core.client import ClientConfig, create_kinesis_client
+        from kinesis_core.aws.client import ClientConfig, create_kinesis_client
 
         base = self._client_config if self._client_config is not None else ClientConfig.from_env()
         client_config = dataclasses.replace(
@@ -697,7 +697,7 @@ class Producer:
 
 def _unreachable_at_start(error: BaseException, attempts: int) -> bool:
     """``start`` gives up on an endpoint that no attempt reached, after a few attempts."""
-    from kinesis_core.client import unreachable
+    from kinesis_core.aws.client import unreachable
 
     return attempts >= START_ATTEMPTS_UNREACHABLE and unreachable(error)
 

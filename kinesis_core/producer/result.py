@@ -23,7 +23,7 @@ from itertools import chain, count as counting, repeat
 from operator import sub
 from typing import Any, NamedTuple, Protocol, cast
 
-from kinesis_core.classify import INTERNAL, RECORD_COUNT_MISMATCH
+from kinesis_core.aws.classify import INTERNAL, RECORD_COUNT_MISMATCH
 from kinesis_core.errors import KinesisConnectorError
 from kinesis_core.records import Position
 

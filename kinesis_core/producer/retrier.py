@@ -46,7 +46,7 @@ from typing import Any
 
 import msgspec
 
-from kinesis_core.classify import ERROR_CODES, RECORD_COUNT_MISMATCH, ErrorKind, classify
+from kinesis_core.aws.classify import ERROR_CODES, RECORD_COUNT_MISMATCH, ErrorKind, classify
 from kinesis_core.producer.config import record_cost, records_cost
 from kinesis_core.producer.items import KinesisRecordOut, PutBatch, UserRecord
 from kinesis_core.producer.metrics import ProducerMetrics

@@ -5,7 +5,7 @@ body is no PutRecords answer on the lean path: ``MalformedResponse``,
 :class:`~kinesis_core.errors.MalformedResponseError`); any other exception (no answer at all:
 a refused or reset connection, a timeout, a malformed response through botocore) becomes
 ``("Internal", ...)`` with no status. The Retrier classifies them through
-:mod:`kinesis_core.classify`. A response whose record count differs from the request's is left
+:mod:`kinesis_core.aws.classify`. A response whose record count differs from the request's is left
 to the Retrier, which turns it into ``RecordCountMismatch`` for every record. Cancellation is
 not an outcome: it propagates, and whoever cancelled fails the batch's records. botocore's own
 retries must be off for this client (``max_attempts=1``): the Retrier does every retry, so
@@ -14,7 +14,7 @@ says (``StreamARN`` when the user gave an ARN).
 
 With :class:`LeanPutRecords` (``ProducerConfig(lean_put_records=True)``, the default) a
 stream's requests after its first skip botocore's per-call machinery
-(:mod:`kinesis_core.lean_requests`): the JSON body is written here, once per Kinesis record
+(:mod:`kinesis_core.aws.lean_requests`): the JSON body is written here, once per Kinesis record
 rather than through botocore's serializer, which turned each aggregate's bytes into base64
 text, validated the parameters and encoded the whole document again.
 """
@@ -30,13 +30,13 @@ from typing import Any, Protocol
 
 from pybase64 import b64encode
 
-from kinesis_core.classify import INTERNAL, error_details, error_message
+from kinesis_core.aws.classify import INTERNAL, error_details, error_message
+from kinesis_core.aws.lean_requests import LeanRequests, Route
 from kinesis_core.errors import MalformedResponseError
-from kinesis_core.lean_requests import LeanRequests, Route
 from kinesis_core.producer.items import KinesisRecordOut, PutBatch
 from kinesis_core.producer.retrier import SendOutcome
+from kinesis_core.runtime.timeouts import within
 from kinesis_core.stream import StreamRef
-from kinesis_core.timeouts import within
 
 _XML_ERROR = re.compile(r"<Code>([^<]+)</Code>\s*<Message>([^<]*)</Message>")
 """An error body in XML where botocore expected JSON (moto's auth layer answers so): botocore

@@ -35,8 +35,8 @@ from typing import Any, NamedTuple
 from botocore.exceptions import ClientError
 
 from kinesis_core.aggregation import deaggregate, encode_aggregate
-from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.records import KinesisRecord, SubRecord
+from kinesis_core.shards.hashing import MAX_HASH_KEY, hash_key
 
 Entry = dict[str, Any]
 Behaviour = Callable[[list[Entry]], dict[str, Any]]

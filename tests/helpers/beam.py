@@ -21,9 +21,9 @@ from beam_kinesis.record import KinesisRecord as BeamRecord
 from kinesis_core.aggregation import AggregateBuilder
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
-from kinesis_core.hashing import hash_key
 from kinesis_core.local import LocalStream
 from kinesis_core.records import KinesisRecord
+from kinesis_core.shards.hashing import hash_key
 
 KEYS = [f"key-{i}" for i in range(16)]
 

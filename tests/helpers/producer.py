@@ -7,8 +7,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from kinesis_core.hashing import hash_key
 from kinesis_core.producer import Producer, ProducerConfig
+from kinesis_core.shards.hashing import hash_key
 from tests.fakes.kinesis import FakeKinesis
 
 T = TypeVar("T")

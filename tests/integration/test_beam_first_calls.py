@@ -16,7 +16,7 @@ from beam_kinesis import _read_fn
 from beam_kinesis._first_calls import FirstCalls
 from beam_kinesis._read_fn import ReadFn
 from beam_kinesis.plan import KinesisRestriction
-from kinesis_core.calls import Call
+from kinesis_core.aws.calls import Call
 from kinesis_core.local import LocalStream
 from tests.helpers.beam import SdfDriver
 from tests.integration.test_beam_read_ahead import (  # noqa: F401 (an autouse fixture)

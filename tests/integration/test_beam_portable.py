@@ -41,8 +41,8 @@ from apache_beam.runners.runner import PipelineState
 from beam_kinesis import ReadFromKinesis, WriteToKinesis
 from kinesis_core.checkpoint import SQLiteCheckpointStore
 from kinesis_core.consumer import TRIM_HORIZON, ConsumerConfig, EnhancedFanOut
-from kinesis_core.hashing import hash_key
 from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LocalStream
+from kinesis_core.shards.hashing import hash_key
 from tests.helpers.beam import KEYS, append_lines, put_round, read_back, read_lines
 
 pytestmark = pytest.mark.integration

@@ -32,8 +32,8 @@ from beam_kinesis.read import ReadFromKinesis
 from kinesis_core.aggregation import AggregateBuilder
 from kinesis_core.checkpoint import SHARD_END, SQLiteCheckpointStore
 from kinesis_core.consumer import TRIM_HORIZON, ConsumerConfig, EnhancedFanOut
-from kinesis_core.hashing import hash_key
 from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LocalStream
+from kinesis_core.shards.hashing import hash_key
 from tests.helpers.beam import KEYS, append_lines, pipeline, put_round, read_lines
 
 pytestmark = pytest.mark.integration

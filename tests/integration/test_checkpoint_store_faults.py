@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
+from kinesis_core.aws.client import create_botocore_client
 from kinesis_core.checkpoint import (
     CheckpointTableGoneError,
     DynamoDBCheckpointStore,
     SQLiteCheckpointStore,
 )
-from kinesis_core.client import create_botocore_client
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.lease import LeaseConfig

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from kinesis_core.client import ClientConfig, create_botocore_client, create_kinesis_client
+from kinesis_core.aws.client import ClientConfig, create_botocore_client, create_kinesis_client
 from kinesis_core.producer import Producer
 
 pytestmark = pytest.mark.integration

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from kinesis_core.aggregation import AggregateBuilder
+from kinesis_core.aws.client import ClientConfig, create_kinesis_client
+from kinesis_core.aws.executor import list_all_shards
 from kinesis_core.checkpoint import CheckpointValue, Sentinel, SQLiteCheckpointStore
-from kinesis_core.client import ClientConfig, create_kinesis_client
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
-from kinesis_core.executor import list_all_shards
-from kinesis_core.hashing import hash_key
 from kinesis_core.records import Position
+from kinesis_core.shards.hashing import hash_key
 
 pytestmark = pytest.mark.integration
 

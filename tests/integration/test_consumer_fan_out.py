@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.executor import list_all_shards
 from kinesis_core.checkpoint import SHARD_END, MemoryCheckpointStore, SQLiteCheckpointStore
-from kinesis_core.client import create_kinesis_client
 from kinesis_core.consumer import (
     TRIM_HORIZON,
     Consumer,
@@ -19,7 +20,6 @@ from kinesis_core.consumer import (
     EnhancedFanOut,
     ShardState,
 )
-from kinesis_core.executor import list_all_shards
 from kinesis_core.local.faults import FaultConfig
 from kinesis_core.records import KinesisRecord
 

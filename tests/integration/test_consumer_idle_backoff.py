@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from kinesis_core.aws.client import create_kinesis_client
 from kinesis_core.checkpoint import MemoryCheckpointStore
-from kinesis_core.client import create_kinesis_client
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
 from kinesis_core.local import LocalStream
 

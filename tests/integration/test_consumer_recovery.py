@@ -11,8 +11,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from kinesis_core.aggregation import encode_aggregate
+from kinesis_core.aws.client import create_kinesis_client
 from kinesis_core.checkpoint import Checkpoint, CheckpointValue, MemoryCheckpointStore
-from kinesis_core.client import create_kinesis_client
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
 from kinesis_core.records import KinesisRecord, SubRecord
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.executor import list_all_shards
 from kinesis_core.checkpoint import SHARD_END, MemoryCheckpointStore
-from kinesis_core.client import create_kinesis_client
 from kinesis_core.consumer import TRIM_HORIZON, Consumer, ShardState, ShardStatus
-from kinesis_core.executor import list_all_shards
 from kinesis_core.records import KinesisRecord
 
 pytestmark = pytest.mark.integration

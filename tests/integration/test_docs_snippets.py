@@ -52,7 +52,7 @@ from pathlib import Path
 import pytest
 
 from kinesis_core.aggregation import deaggregate
-from kinesis_core.client import create_botocore_client
+from kinesis_core.aws.client import create_botocore_client
 from kinesis_core.local import LocalServer, StreamFactory, delete_stream, read_records
 
 REPO = Path(__file__).resolve().parents[2]

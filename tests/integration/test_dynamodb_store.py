@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from kinesis_core.aggregation import AggregateBuilder, deaggregate
+from kinesis_core.aws.client import ClientConfig, create_botocore_client, create_kinesis_client
+from kinesis_core.aws.executor import list_all_shards
 from kinesis_core.checkpoint import (
     SHARD_END,
     Checkpoint,
@@ -20,10 +22,8 @@ from kinesis_core.checkpoint import (
     LeaseStore,
     Sentinel,
 )
-from kinesis_core.client import ClientConfig, create_botocore_client, create_kinesis_client
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.executor import list_all_shards
 from kinesis_core.lease import LeaseConfig
 
 pytestmark = pytest.mark.integration

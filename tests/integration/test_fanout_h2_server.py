@@ -13,21 +13,21 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.executor import AsyncExecutor
 from kinesis_core.checkpoint.base import Sentinel
-from kinesis_core.client import ClientConfig
 from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.positions import TRIM_HORIZON as TRIM_HORIZON_START
 from kinesis_core.consumer.reading import run_shard_read
 from kinesis_core.consumer.subscription import SubscriptionRead
-from kinesis_core.executor import AsyncExecutor
 from kinesis_core.fanout import (
     FanOutClient,
     FanOutTimeoutError,
     FanOutTransportError,
     SubscribeEvent,
 )
-from kinesis_core.hashing import MAX_HASH_KEY
+from kinesis_core.shards.hashing import MAX_HASH_KEY
 from kinesis_core.stream import StreamRef
 from tests.fakes.fanout import (
     CONSUMER_ARN,

@@ -20,7 +20,7 @@ from botocore.exceptions import (
 )
 
 from kinesis_core.aggregation import deaggregate
-from kinesis_core.client import (
+from kinesis_core.aws.client import (
     ClientConfig,
     create_botocore_client,
     create_dynamodb_client,

@@ -1,5 +1,5 @@
-"""DirectHttp's HTTP/1.1 client (kinesis_core.http1_pool on kinesis_core.http1) against small
-asyncio servers on loopback: kept-alive connections, a server that closes or resets an idle
+"""DirectHttp's HTTP/1.1 client (kinesis_core.aws.http1_pool on kinesis_core.aws.http1) against
+small asyncio servers on loopback: kept-alive connections, a server that closes or resets an idle
 one, ``Connection: close``, chunked answers, stalls, refused connections, a TLS handshake that
 never ends, TLS with a self-signed certificate, cancellation mid-answer, the pool's limit and
 idle expiry, large bodies, a malformed answer. Failures are the botocore exceptions
@@ -24,9 +24,9 @@ from botocore.exceptions import (
     SSLError,
 )
 
-from kinesis_core.client import DirectHttp, create_kinesis_client, direct_http
-from kinesis_core.http1 import MAX_HEAD_BYTES
-from kinesis_core.http1_pool import Endpoint, Http1Pool
+from kinesis_core.aws.client import DirectHttp, create_kinesis_client, direct_http
+from kinesis_core.aws.http1 import MAX_HEAD_BYTES
+from kinesis_core.aws.http1_pool import Endpoint, Http1Pool
 from kinesis_core.local import local_client_config
 from tests.helpers.tls import self_signed_certificate
 

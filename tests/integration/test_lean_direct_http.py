@@ -1,6 +1,6 @@
-"""The lean calls' direct HTTP path (kinesis_core.client.DirectHttp) on real servers: after a
+"""The lean calls' direct HTTP path (kinesis_core.aws.client.DirectHttp) on real servers: after a
 route's first call, a client made by create_kinesis_client sends its lean calls on the
-library's own HTTP/1.1 client (kinesis_core.http1), with the client's settings (TLS
+library's own HTTP/1.1 client (kinesis_core.aws.http1), with the client's settings (TLS
 verification, timeouts), and its transport failures are botocore's exceptions, as on the
 client's own session."""
 
@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 from botocore.exceptions import SSLError
 
-from kinesis_core.client import (
+from kinesis_core.aws.client import (
     ClientConfig,
     DirectHttp,
     create_kinesis_client,
     direct_http,
     error_kind,
 )
-from kinesis_core.lean_get_records import LeanGetRecords
+from kinesis_core.aws.lean_get_records import LeanGetRecords
 from kinesis_core.local import KinesisMock, LocalStream, local_client_config
 from kinesis_core.local.faults import FaultConfig, FaultKind, FaultRule
 

@@ -1,4 +1,4 @@
-"""The lean GetRecords path (kinesis_core/lean_get_records.py) on real servers: the same answers
+"""The lean GetRecords path (kinesis_core/aws/lean_get_records.py) on real servers: the same answers
 and the same errors as botocore's, after one call that botocore makes to learn the route; and
 a consumer reading on it and without it."""
 
@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from kinesis_core.aws.client import create_botocore_client, create_kinesis_client, error_kind
+from kinesis_core.aws.lean_get_records import LeanGetRecords
 from kinesis_core.checkpoint import MemoryCheckpointStore
-from kinesis_core.client import create_botocore_client, create_kinesis_client, error_kind
 from kinesis_core.consumer import TRIM_HORIZON, Consumer, fastparse
-from kinesis_core.lean_get_records import LeanGetRecords
 from kinesis_core.local import LocalStream, MotoServer
 from kinesis_core.records import WireRecord
 

@@ -1,4 +1,4 @@
-"""The lean GetShardIterator path (kinesis_core/lean_get_shard_iterator.py) on kinesis-mock and
+"""The lean GetShardIterator path (kinesis_core/aws/lean_get_shard_iterator.py) on kinesis-mock and
 moto: iterators that read what botocore's read, and the same errors. (A consumer starting its
 shards with one GetShardIterator through botocore: test_lean_get_records_servers.py.)"""
 
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from kinesis_core.client import create_kinesis_client, error_kind
-from kinesis_core.lean_get_shard_iterator import LeanGetShardIterator
+from kinesis_core.aws.client import create_kinesis_client, error_kind
+from kinesis_core.aws.lean_get_shard_iterator import LeanGetShardIterator
 from kinesis_core.local import LocalStream
 
 pytestmark = pytest.mark.integration

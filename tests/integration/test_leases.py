@@ -34,12 +34,12 @@ from typing import Any
 import pytest
 
 from kinesis_core.aggregation import AggregateBuilder
+from kinesis_core.aws.client import ClientConfig, create_kinesis_client
+from kinesis_core.aws.executor import list_all_shards
 from kinesis_core.checkpoint import Checkpoint, DynamoDBCheckpointStore, SQLiteCheckpointStore
-from kinesis_core.client import ClientConfig, create_kinesis_client
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
-from kinesis_core.executor import list_all_shards
-from kinesis_core.hashing import hash_key
 from kinesis_core.lease import LeaseConfig
+from kinesis_core.shards.hashing import hash_key
 from reliability._common import log_each_record_until
 
 pytestmark = pytest.mark.integration

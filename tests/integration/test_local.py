@@ -22,14 +22,13 @@ from typing import Any
 import psutil
 import pytest
 
-from kinesis_core.client import (
+from kinesis_core.aws.client import (
     ClientConfig,
     create_botocore_client,
     create_dynamodb_client,
     create_kinesis_client,
 )
 from kinesis_core.errors import ConfigurationError, EmulatorError, ValidationError
-from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.local import (
     KinesisMock,
     LocalStream,
@@ -39,6 +38,7 @@ from kinesis_core.local import (
 )
 from kinesis_core.local._server import LOOPBACK, free_port
 from kinesis_core.local.streams import read_records
+from kinesis_core.shards.hashing import MAX_HASH_KEY, hash_key
 
 pytestmark = pytest.mark.integration
 

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from kinesis_core.client import create_botocore_client
+from kinesis_core.aws.client import create_botocore_client
 from kinesis_core.errors import ValidationError
-from kinesis_core.hashing import validate_partition_key
 from kinesis_core.local.streams import LocalStream
 from kinesis_core.producer import Producer, ProducerConfig, RecordResult
+from kinesis_core.shards.hashing import validate_partition_key
 from reliability._common import kcl_view, unchecked_key
 
 pytestmark = pytest.mark.integration

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from kinesis_core.aggregation import deaggregate
-from kinesis_core.hashing import hash_key
 from kinesis_core.local.streams import LocalStream
 from kinesis_core.producer import WRONG_SHARD, BatchResult, Producer, ProducerConfig
 from kinesis_core.records import KinesisRecord
+from kinesis_core.shards.hashing import hash_key
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from kinesis_core.client import create_botocore_client
+from kinesis_core.aws.client import create_botocore_client
 from kinesis_core.local import LocalStream, StreamFactory
 from kinesis_core.local.fault_proxy import FaultProxy
 from kinesis_core.local.faults import FaultConfig

@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.executor import list_all_shards
 from kinesis_core.cli import main
-from kinesis_core.client import create_kinesis_client
-from kinesis_core.executor import list_all_shards
-from kinesis_core.hashing import hash_key
-from kinesis_core.shard_map import ShardMapState
-from kinesis_core.shard_map_driver import ShardMapDriver
-from kinesis_core.shards import AT_LATEST
+from kinesis_core.producer.shard_map_driver import ShardMapDriver
+from kinesis_core.shards.hashing import hash_key
+from kinesis_core.shards.info import AT_LATEST
+from kinesis_core.shards.shard_map import ShardMapState
 
 pytestmark = pytest.mark.integration
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from kinesis_core.aws.client import ClientConfig
 from kinesis_core.checkpoint import (
     Checkpoint,
     CheckpointStore,
@@ -34,12 +35,11 @@ from kinesis_core.checkpoint import (
     Sentinel,
     SQLiteCheckpointStore,
 )
-from kinesis_core.client import ClientConfig
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
 from kinesis_core.consumer.incarnation import StreamFacts
-from kinesis_core.hashing import MAX_HASH_KEY
 from kinesis_core.lease import LeaseConfig
 from kinesis_core.local import KinesisMock, LocalStream, MotoServer
+from kinesis_core.shards.hashing import MAX_HASH_KEY
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,13 @@ from kinesis_core.aggregation import (
     is_aggregated,
 )
 from kinesis_core.errors import NotAckableError, ValidationError
-from kinesis_core.hashing import LARGEST_RECORD_BYTES, MAX_HASH_KEY, MAX_RECORD_BYTES, hash_key
 from kinesis_core.records import KinesisRecord, SubRecord
+from kinesis_core.shards.hashing import (
+    LARGEST_RECORD_BYTES,
+    MAX_HASH_KEY,
+    MAX_RECORD_BYTES,
+    hash_key,
+)
 
 AggregatedRecord: Any = MESSAGES["aws.kinesis.protobuf.AggregatedRecord"]
 SEQUENCE = "49590338271490256608559692538361571095921575989136588898"  # 56 digits

@@ -19,8 +19,8 @@ from kinesis_core.aggregation import (
     decode_aggregate,
     encode_aggregate,
 )
-from kinesis_core.hashing import MAX_HASH_KEY, MAX_RECORD_BYTES
 from kinesis_core.records import SubRecord
+from kinesis_core.shards.hashing import MAX_HASH_KEY, MAX_RECORD_BYTES
 
 
 def _import_aws_kinesis_agg() -> tuple[ModuleType, ModuleType, ModuleType]:

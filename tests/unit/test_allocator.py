@@ -1,4 +1,4 @@
-"""kinesis_core.allocator: balanced explicit hash keys (seed 001)."""
+"""kinesis_core.shards.allocator: balanced explicit hash keys (seed 001)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kinesis_core.allocator import BalancedKeyAllocator
 from kinesis_core.errors import ValidationError
-from kinesis_core.skew import skew_report
+from kinesis_core.shards.allocator import BalancedKeyAllocator
+from kinesis_core.shards.skew import skew_report
 
 
 def segment_counts(keys: list[int], bits: int, k: int) -> list[int]:

@@ -1,4 +1,4 @@
-"""kinesis_core.backoff: the full-jitter schedule, per key, reset by a success."""
+"""kinesis_core.aws.backoff: the full-jitter schedule, per key, reset by a success."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 import pytest
 from hypothesis import given, strategies as st
 
-from kinesis_core.backoff import Backoff, BackoffTracker, ceiling
+from kinesis_core.aws.backoff import Backoff, BackoffTracker, ceiling
 from kinesis_core.errors import ConfigurationError
 
 

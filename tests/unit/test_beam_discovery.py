@@ -38,7 +38,7 @@ from beam_kinesis.restriction import (
 )
 from kinesis_core.checkpoint import SHARD_END
 from kinesis_core.consumer.lineage import ShardNode
-from kinesis_core.hashing import MAX_HASH_KEY
+from kinesis_core.shards.hashing import MAX_HASH_KEY
 
 HALF = MAX_HASH_KEY // 2
 QUARTER = MAX_HASH_KEY // 4

@@ -44,14 +44,14 @@ from beam_kinesis.plan import (
 from beam_kinesis.read import ReadFromKinesis
 from beam_kinesis.record import KinesisRecord
 from kinesis_core.aggregation import encode_aggregate
+from kinesis_core.aws.classify import ErrorKind
+from kinesis_core.aws.client import ClientConfig
 from kinesis_core.checkpoint import SHARD_END, MemoryCheckpointStore
-from kinesis_core.classify import ErrorKind
-from kinesis_core.client import ClientConfig
 from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp, ConsumerConfig
 from kinesis_core.consumer.reading import ShardReadError
 from kinesis_core.errors import ConfigurationError, KinesisServiceError, ValidationError
-from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.records import SubRecord
+from kinesis_core.shards.hashing import MAX_HASH_KEY, hash_key
 from tests.fakes.kinesis import FakeKinesis, FakeShard, client_error
 
 HALF = MAX_HASH_KEY // 2

@@ -36,7 +36,7 @@ from beam_kinesis.restriction import (
 )
 from kinesis_core.checkpoint import SHARD_END, Sentinel
 from kinesis_core.consumer.lineage import ShardNode
-from kinesis_core.hashing import MAX_HASH_KEY
+from kinesis_core.shards.hashing import MAX_HASH_KEY
 
 HALF = MAX_HASH_KEY // 2
 BIG_SEQ = 49680447560144433685280866154685739284850410090676617218

@@ -38,9 +38,8 @@ from beam_kinesis import (
 )
 from beam_kinesis._elements import make_record_fn, to_bytes
 from beam_kinesis.options import client_config_from_options
-from kinesis_core.client import ClientConfig
+from kinesis_core.aws.client import ClientConfig
 from kinesis_core.errors import ConfigurationError, ValidationError
-from kinesis_core.hashing import hash_key, validate_record
 from kinesis_core.producer import (
     EXPIRED,
     INTERNAL,
@@ -54,7 +53,8 @@ from kinesis_core.producer import (
 )
 from kinesis_core.producer.metrics import Distribution
 from kinesis_core.producer.result import THROTTLED, Runs
-from kinesis_core.shards import uniform_shards
+from kinesis_core.shards.hashing import hash_key, validate_record
+from kinesis_core.shards.info import uniform_shards
 
 Outcome = Callable[[tuple[Any, ...]], "tuple[str, str] | None"]
 

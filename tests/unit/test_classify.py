@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError, SSLError
 
-from kinesis_core.classify import (
+from kinesis_core.aws.classify import (
     CERTIFICATE_VERIFY_FAILED,
     ERROR_CODES,
     INTERNAL,
@@ -20,7 +20,7 @@ from kinesis_core.classify import (
     error_details,
     error_message,
 )
-from kinesis_core.client import error_kind
+from kinesis_core.aws.client import error_kind
 
 T, R, E, N, U, A, V, C, F = (
     ErrorKind.THROTTLED,

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from kinesis_core import cli
+from kinesis_core.aws.client import ClientConfig
 from kinesis_core.cli import COMMANDS, Command, Handler, main
-from kinesis_core.client import ClientConfig
-from kinesis_core.shards import ShardInfo
+from kinesis_core.shards.info import ShardInfo
 
 SEED_1 = "261578874264819908609102035485573088411"
 SEED_2 = "266003691477286198901011725417809479212"

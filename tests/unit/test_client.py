@@ -16,7 +16,7 @@ from typing import Any
 import botocore.loaders
 import pytest
 
-from kinesis_core.client import (
+from kinesis_core.aws.client import (
     ClientConfig,
     create_botocore_client,
     create_dynamodb_client,
@@ -247,7 +247,7 @@ def test_verify_is_on_by_default_and_off_only_explicitly_with_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     assert ClientConfig().verify is True
-    caplog.set_level(logging.WARNING, logger="kinesis_core.client")
+    caplog.set_level(logging.WARNING, logger="kinesis_core.aws.client")
     on = create_botocore_client(creds(region_name="us-east-1"), "kinesis")
     on.close()
     assert not caplog.records
@@ -291,7 +291,7 @@ def test_repr_str_and_pickled_repr_never_show_secrets(caplog: pytest.LogCaptureF
     assert restored == config
     assert restored.aws_secret_access_key == SECRET
 
-    caplog.set_level(logging.DEBUG, logger="kinesis_core.client")
+    caplog.set_level(logging.DEBUG, logger="kinesis_core.aws.client")
     create_botocore_client(config, "kinesis").close()
     assert caplog.records
     assert all(SECRET not in r.getMessage() and TOKEN not in r.getMessage() for r in caplog.records)

@@ -1,4 +1,4 @@
-"""kinesis_core.clock.SystemClock: long waits end together on a shared tick of the loop's
+"""kinesis_core.runtime.clock.SystemClock: long waits end together on a shared tick of the loop's
 clock (one timer for all of them), never before they are due; a cancelled wait leaves the
 others of its tick alone; short waits are asyncio.sleep."""
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from kinesis_core import clock
-from kinesis_core.calls import Wait
-from kinesis_core.clock import SystemClock
+from kinesis_core.aws.calls import Wait
+from kinesis_core.runtime import clock
+from kinesis_core.runtime.clock import SystemClock
 
 
 @pytest.fixture(autouse=True)
@@ -89,7 +89,7 @@ def test_a_readers_default_idle_wait_is_long_enough_to_share_a_tick(
     from kinesis_core.consumer import TRIM_HORIZON
     from kinesis_core.consumer.lineage import ShardNode
     from kinesis_core.consumer.polling import PollingRead
-    from kinesis_core.hashing import MAX_HASH_KEY
+    from kinesis_core.shards.hashing import MAX_HASH_KEY
 
     monkeypatch.undo()  # the clock's own threshold
     machine = PollingRead(ShardNode("shard-1", (), (0, MAX_HASH_KEY), True), TRIM_HORIZON)

@@ -10,9 +10,9 @@ import botocore.session
 import pytest
 from botocore.parsers import JSONParser, create_parser
 
-from kinesis_core.classify import MALFORMED_RESPONSE, ErrorKind, error_details
-from kinesis_core.client import error_kind
-from kinesis_core.consumer import fastparse
+from kinesis_core.aws import fastparse
+from kinesis_core.aws.classify import MALFORMED_RESPONSE, ErrorKind, error_details
+from kinesis_core.aws.client import error_kind
 from kinesis_core.errors import MalformedResponseError
 
 BODY = json.dumps(

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from kinesis_core.aggregation import encode_aggregate
-from kinesis_core.backoff import Backoff, Jitter
-from kinesis_core.classify import ErrorKind
+from kinesis_core.aws.backoff import Backoff, Jitter
+from kinesis_core.aws.classify import ErrorKind
 from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp
 from kinesis_core.consumer.incarnation import StreamFacts, StreamRecreatedError
 from kinesis_core.consumer.lineage import ShardNode
@@ -24,9 +24,9 @@ from kinesis_core.consumer.transport import (
     Wait,
 )
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.records import SubRecord
-from kinesis_core.shards import ShardInfo
+from kinesis_core.shards.hashing import MAX_HASH_KEY, hash_key
+from kinesis_core.shards.info import ShardInfo
 
 NODE = ShardNode("shard-1", (), (0, MAX_HASH_KEY), True)
 CALL = GetRecords("it-0", 10_000)

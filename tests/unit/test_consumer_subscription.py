@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from kinesis_core.aggregation import encode_aggregate
-from kinesis_core.backoff import Backoff, Jitter
-from kinesis_core.classify import ErrorKind
+from kinesis_core.aws.backoff import Backoff, Jitter
+from kinesis_core.aws.classify import ErrorKind
 from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp
 from kinesis_core.consumer.incarnation import StreamFacts, StreamRecreatedError
 from kinesis_core.consumer.lineage import ShardNode
@@ -36,9 +36,9 @@ from kinesis_core.consumer.transport import (
     Wait,
 )
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.records import SubRecord
-from kinesis_core.shards import ShardInfo
+from kinesis_core.shards.hashing import MAX_HASH_KEY, hash_key
+from kinesis_core.shards.info import ShardInfo
 
 NODE = ShardNode("shard-1", (), (0, MAX_HASH_KEY), True)
 ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/orders/consumer/reader:1700000000"

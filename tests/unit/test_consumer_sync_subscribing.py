@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from kinesis_core.aws.executor import PENDING, LoopFanOut, SyncExecutor, SyncShardLink
 from kinesis_core.consumer.subscription import (
     CheckConsumer,
     CheckShard,
@@ -21,8 +22,7 @@ from kinesis_core.consumer.subscription import (
     Subscribe,
     SubscribeEvent,
 )
-from kinesis_core.executor import PENDING, LoopFanOut, SyncExecutor, SyncShardLink
-from kinesis_core.loop_thread import LoopThread
+from kinesis_core.runtime.loop_thread import LoopThread
 from kinesis_core.stream import StreamRef
 
 

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from kinesis_core.calls import Call
-from kinesis_core.classify import ErrorKind
+from kinesis_core.aws.calls import Call
+from kinesis_core.aws.classify import ErrorKind
+from kinesis_core.aws.executor import PENDING
 from kinesis_core.consumer import TRIM_HORIZON
 from kinesis_core.consumer.incarnation import StreamFacts
 from kinesis_core.consumer.lineage import ShardNode
@@ -36,9 +37,8 @@ from kinesis_core.consumer.transport import (
     Wait,
     transition,
 )
-from kinesis_core.executor import PENDING
-from kinesis_core.hashing import MAX_HASH_KEY
-from kinesis_core.shards import ShardInfo
+from kinesis_core.shards.hashing import MAX_HASH_KEY
+from kinesis_core.shards.info import ShardInfo
 
 S, E = ReadState, ReadEvent
 

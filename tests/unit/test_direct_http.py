@@ -1,4 +1,4 @@
-"""kinesis_core.client.DirectHttp's choices without a server: which URLs it sends (none a proxy
+"""kinesis_core.aws.client.DirectHttp's choices without a server: which URLs it sends (none a proxy
 applies to) and which botocore exception each transport failure becomes (the one aiobotocore
 raises for aiohttp's error for the same failure)."""
 
@@ -19,8 +19,8 @@ from botocore.exceptions import (
     SSLError,
 )
 
-from kinesis_core.client import ClientConfig, DirectHttp, direct_http, transport_error
-from kinesis_core.http1 import ConnectionBroken, ConnectTimeout, MalformedAnswer, ReadTimeout
+from kinesis_core.aws.client import ClientConfig, DirectHttp, direct_http, transport_error
+from kinesis_core.aws.http1 import ConnectionBroken, ConnectTimeout, MalformedAnswer, ReadTimeout
 
 URL = "https://kinesis.eu-west-1.amazonaws.com/"
 

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from kinesis_core.calls import DescribeStreamSummary, ListShards
-from kinesis_core.classify import ErrorKind
-from kinesis_core.client import error_kind
+from kinesis_core.aws.calls import DescribeStreamSummary, ListShards
+from kinesis_core.aws.classify import ErrorKind
+from kinesis_core.aws.client import error_kind
+from kinesis_core.aws.executor import LISTING_RETRY, AsyncExecutor, SyncExecutor, list_all_shards
+from kinesis_core.aws.retry import RetryPolicy
 from kinesis_core.consumer.transport import CheckStream
 from kinesis_core.errors import KinesisServiceError, MalformedResponseError
-from kinesis_core.executor import LISTING_RETRY, AsyncExecutor, SyncExecutor, list_all_shards
-from kinesis_core.retry import RetryPolicy
 from kinesis_core.stream import StreamRef
 from tests.fakes.clock import FakeClock
 from tests.fakes.kinesis import FakeKinesis, client_error

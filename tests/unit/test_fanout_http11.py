@@ -5,9 +5,9 @@ from __future__ import annotations
 import h11
 import pytest
 
+from kinesis_core.aws.http1 import MAX_HEAD_BYTES
 from kinesis_core.fanout.errors import FanOutTransportError
 from kinesis_core.fanout.http11 import Http11ClientProtocol
-from kinesis_core.http1 import MAX_HEAD_BYTES
 from tests.fakes.fanout import DATA
 
 EVENTS = (DATA / "kinesis_mock_h11_events.bin").read_bytes()

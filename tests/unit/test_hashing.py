@@ -1,4 +1,4 @@
-"""kinesis_core.hashing: hash keys, explicit hash keys, partition keys and record limits."""
+"""kinesis_core.shards.hashing: hash keys, explicit hash keys, partition keys and record limits."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from kinesis_core.errors import ValidationError
-from kinesis_core.hashing import (
+from kinesis_core.shards.hashing import (
     MAX_HASH_KEY,
     MAX_PARTITION_KEY_CHARS,
     MAX_RECORD_BYTES,

@@ -1,4 +1,4 @@
-"""kinesis_core.http1's sans-I/O parts: the response parser (every answer split at every byte
+"""kinesis_core.aws.http1's sans-I/O parts: the response parser (every answer split at every byte
 boundary, each framing, each malformed input) and the request bytes (read back by h11)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import h11
 import pytest
 
-from kinesis_core.http1 import (
+from kinesis_core.aws.http1 import (
     MAX_HEAD_BYTES,
     MalformedAnswer,
     ResponseParser,

@@ -21,7 +21,7 @@ from kinesis_core.consumer.incarnation import (
     timestamp_text,
 )
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError
-from kinesis_core.shards import ShardInfo
+from kinesis_core.shards.info import ShardInfo
 
 CREATED = datetime(2026, 3, 1, 12, 0, 0, 250_000, tzinfo=timezone.utc)
 NOW = epoch_ms(CREATED)

@@ -31,6 +31,28 @@ PRIVATE_ACCESS_ALLOWED = {
 }
 """Modules whose job is to reach into another library's internals (one per package at most)."""
 
+LOWER_LAYERS = {
+    "kinesis_core.aws": ("kinesis_core.shards", "kinesis_core.runtime"),
+    "kinesis_core.shards": ("kinesis_core.runtime",),
+    "kinesis_core.runtime": (),
+}
+"""The call path (``aws``), shards and keys (``shards``) and the runtime helpers (``runtime``):
+each imports, of the core's folders, only itself and those named here (the top-level modules,
+``errors``, ``stream``, ``records`` and the like, are shared by every layer)."""
+
+UPWARD_IMPORTS_PENDING = {
+    "kinesis_core.aws.executor": {
+        "kinesis_core.consumer.incarnation",
+        "kinesis_core.consumer.lineage",
+        "kinesis_core.consumer.polling",
+        "kinesis_core.consumer.subscription",
+        "kinesis_core.consumer.transport",
+        "kinesis_core.fanout.registration",
+    },
+}
+"""Imports that point up the layers and are still to go (issue 41): the executor runs the shard
+readers' calls, whose types live in consumer/; the links move down with a dispatch table."""
+
 
 def import_graph(package: str) -> dict[str, set[str]]:
     """Module -> the modules of the same package it imports. ``from a import b`` depends on
@@ -155,6 +177,34 @@ def _private(name: str) -> bool:
 @pytest.mark.parametrize("package", PACKAGES)
 def test_no_import_cycles(package: str) -> None:
     assert import_cycles(package) == []
+
+
+def upward_imports() -> dict[str, set[str]]:
+    """Module of a folder of :data:`LOWER_LAYERS` -> the modules of the core it imports from
+    a folder it may not import (one above it: consumer/, producer/, lease/, ...)."""
+    graph = import_graph("kinesis_core")
+    folders = {
+        folder
+        for module in graph
+        if (folder := module.rpartition(".")[0]) not in ("kinesis_core", "")
+    }
+    found: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        layer = next((f for f in LOWER_LAYERS if module.startswith(f + ".")), None)
+        if layer is None:
+            continue
+        allowed = (layer, *LOWER_LAYERS[layer])
+        for target in targets:
+            folder = next((f for f in folders if target == f or target.startswith(f + ".")), None)
+            if folder is not None and not folder.startswith(allowed):
+                found.setdefault(module, set()).add(target)
+    return found
+
+
+def test_the_lower_folders_import_nothing_above_them() -> None:
+    """``aws/``, ``shards/`` and ``runtime/`` import no module of consumer/, producer/, lease/,
+    checkpoint/, fanout/, the adapters' packages or one another upward (LOWER_LAYERS)."""
+    assert upward_imports() == UPWARD_IMPORTS_PENDING
 
 
 @pytest.mark.parametrize("package", PACKAGES)

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from botocore.awsrequest import AWSRequest
 
-from kinesis_core.client import ClientConfig, create_kinesis_client
-from kinesis_core.lean_requests import LeanRequests, Route
+from kinesis_core.aws.client import ClientConfig, create_kinesis_client
+from kinesis_core.aws.lean_requests import LeanRequests, Route
 
 AUTH = (
     "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261126/eu-west-1/kinesis/aws4_request, "

@@ -15,9 +15,9 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import ReadOnlyCredentials
 
-from kinesis_core.client import ClientConfig, create_kinesis_client
-from kinesis_core.lean_get_records import EVENT, LeanGetRecords
-from kinesis_core.lean_requests import CONTENT_TYPE, Route, SigV4, error_response, route_of
+from kinesis_core.aws.client import ClientConfig, create_kinesis_client
+from kinesis_core.aws.lean_get_records import EVENT, LeanGetRecords
+from kinesis_core.aws.lean_requests import CONTENT_TYPE, Route, SigV4, error_response, route_of
 
 AUTH = (
     "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261125/eu-west-1/kinesis/aws4_request, "

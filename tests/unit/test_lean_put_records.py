@@ -10,7 +10,7 @@ from typing import Any
 
 from botocore.awsrequest import AWSRequest
 
-from kinesis_core.client import ClientConfig, create_kinesis_client
+from kinesis_core.aws.client import ClientConfig, create_kinesis_client
 from kinesis_core.producer import sender
 from kinesis_core.producer.items import KinesisRecordOut
 from kinesis_core.producer.sender import LeanPutRecords, put_records_body

@@ -6,7 +6,7 @@ from __future__ import annotations
 from kinesis_core.checkpoint import SHARD_END, Sentinel
 from kinesis_core.consumer import LATEST, TRIM_HORIZON
 from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
-from kinesis_core.hashing import MAX_HASH_KEY
+from kinesis_core.shards.hashing import MAX_HASH_KEY
 
 
 def node(shard_id: str, parents: tuple[str, ...] = (), is_open: bool = True) -> ShardNode:

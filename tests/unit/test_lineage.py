@@ -9,8 +9,8 @@ from hypothesis import given, settings, strategies as st
 from kinesis_core.checkpoint import SHARD_END, Sentinel
 from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp
 from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
-from kinesis_core.hashing import MAX_HASH_KEY
-from kinesis_core.shards import ShardInfo
+from kinesis_core.shards.hashing import MAX_HASH_KEY
+from kinesis_core.shards.info import ShardInfo
 
 HALF = MAX_HASH_KEY // 2
 

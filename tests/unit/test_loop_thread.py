@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from kinesis_core.loop_thread import LoopThread
+from kinesis_core.runtime.loop_thread import LoopThread
 
 
 def test_run_returns_the_coroutines_result() -> None:

@@ -29,7 +29,7 @@ def test_beam_warns_at_import_unless_silenced() -> None:
     assert APITOOLS in stderr_of("import apache_beam")
     silenced = stderr_of(
         """
-        from kinesis_core.noise import silence_third_party_noise
+        from kinesis_core.aws.noise import silence_third_party_noise
         silence_third_party_noise()
         silence_third_party_noise()  # idempotent
         import logging
@@ -44,7 +44,7 @@ def test_other_warnings_still_show() -> None:
     err = stderr_of(
         f"""
         import logging
-        from kinesis_core.noise import silence_third_party_noise
+        from kinesis_core.aws.noise import silence_third_party_noise
         silence_third_party_noise()
         logging.warning("{APITOOLS} (root, dropped)")
         logging.warning("another root warning")

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from kinesis_core.errors import RecordTooLargeError, ValidationError
-from kinesis_core.hashing import MAX_HASH_KEY, hash_key
 from kinesis_core.producer.admission import (
     LOW_WATER,
     Admission,
@@ -33,6 +32,7 @@ from kinesis_core.producer.result import (
     Record,
 )
 from kinesis_core.producer.retrier import SendOutcome
+from kinesis_core.shards.hashing import MAX_HASH_KEY, hash_key
 
 MAX_RECORDS = 100
 """The budget of the machine's tests, in records (the byte budget is far away)."""

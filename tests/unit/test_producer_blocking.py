@@ -8,7 +8,6 @@ import threading
 import pytest
 
 from kinesis_core.errors import ValidationError
-from kinesis_core.loop_thread import LoopThread, loop_thread_count
 from kinesis_core.producer import (
     VALIDATION_ERROR,
     BlockingProducer,
@@ -16,6 +15,7 @@ from kinesis_core.producer import (
     ProducerConfig,
     RecordResult,
 )
+from kinesis_core.runtime.loop_thread import LoopThread, loop_thread_count
 from tests.fakes.kinesis import FakeKinesis
 
 CONFIG = ProducerConfig(record_max_buffered_time=0.01, rate_limit=100_000)

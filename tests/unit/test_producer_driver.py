@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from kinesis_core.errors import ValidationError
-from kinesis_core.hashing import MAX_HASH_KEY
 from kinesis_core.producer import (
     EXPIRED,
     INTERNAL,
@@ -25,6 +24,7 @@ from kinesis_core.producer import (
     Record,
 )
 from kinesis_core.producer.result import THROTTLED
+from kinesis_core.shards.hashing import MAX_HASH_KEY
 from tests.fakes.kinesis import Entry, FakeKinesis, client_error
 from tests.helpers.producer import FAST, check_landed, producer, records, run
 
@@ -577,8 +577,8 @@ def test_the_producer_makes_its_client_with_botocore_retries_off(
 ) -> None:
     import contextlib
 
-    from kinesis_core import client as client_module
-    from kinesis_core.client import ClientConfig
+    from kinesis_core.aws import client as client_module
+    from kinesis_core.aws.client import ClientConfig
 
     made: list[tuple[ClientConfig, int | None]] = []
     fake = FakeKinesis()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from kinesis_core.classify import ERROR_CODES, ErrorKind
+from kinesis_core.aws.classify import ERROR_CODES, ErrorKind
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError
 from kinesis_core.lifecycle import State
 from kinesis_core.producer import (

@@ -8,15 +8,15 @@ from dataclasses import dataclass
 import pytest
 
 from kinesis_core.errors import ConfigurationError, ValidationError
-from kinesis_core.hashing import hash_key
 from kinesis_core.producer import (
     BalancedHashKeys,
     key_from,
     random_partition_key,
     random_partition_keys,
 )
-from kinesis_core.shard_map import ShardTable
-from kinesis_core.shards import uniform_shards
+from kinesis_core.shards.hashing import hash_key
+from kinesis_core.shards.info import uniform_shards
+from kinesis_core.shards.shard_map import ShardTable
 
 
 @dataclass

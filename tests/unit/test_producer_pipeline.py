@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from kinesis_core.backoff import Backoff, BackoffTracker
-from kinesis_core.hashing import MAX_HASH_KEY
+from kinesis_core.aws.backoff import Backoff, BackoffTracker
 from kinesis_core.producer.config import ProducerConfig
 from kinesis_core.producer.items import PutBatch
 from kinesis_core.producer.metrics import ProducerMetrics
 from kinesis_core.producer.pipeline import Pipeline
 from kinesis_core.producer.result import EXPIRED, WRONG_SHARD
 from kinesis_core.producer.retrier import SendOutcome
+from kinesis_core.shards.hashing import MAX_HASH_KEY
 from tests.fakes.producer import RecordingSink
 
 HALF = (MAX_HASH_KEY + 1) // 2

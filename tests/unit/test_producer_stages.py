@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from kinesis_core.aggregation import decode_aggregate
-from kinesis_core.hashing import hash_key
 from kinesis_core.producer.aggregator import Aggregator
 from kinesis_core.producer.collector import Collector
 from kinesis_core.producer.items import KinesisRecordOut, UserRecord
 from kinesis_core.producer.limiter import BURST_BYTES, MIN_MULTIPLIER, Limiter, TokenBucket
+from kinesis_core.shards.hashing import hash_key
 
 SINK = 0
 

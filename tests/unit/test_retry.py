@@ -1,4 +1,4 @@
-"""kinesis_core.retry: what is retried (the error table), how long each wait is (the backoff
+"""kinesis_core.aws.retry: what is retried (the error table), how long each wait is (the backoff
 schedule, full or equal jitter), when an operation gives up, and the history it keeps."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from kinesis_core.backoff import Jitter
-from kinesis_core.classify import ErrorKind
+from kinesis_core.aws.backoff import Jitter
+from kinesis_core.aws.classify import ErrorKind
+from kinesis_core.aws.retry import RetryPolicy
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.retry import RetryPolicy
 
 
 class Refused(Exception):

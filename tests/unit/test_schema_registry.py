@@ -16,8 +16,8 @@ import pytest
 from aws_schema_registry import codec as peer_codec
 from aws_schema_registry.avro import AvroSchema as PeerAvroSchema
 
+from kinesis_core.aws.retry import RetryPolicy
 from kinesis_core.errors import ValidationError
-from kinesis_core.retry import RetryPolicy
 from kinesis_schema_registry import (
     AvroSchema,
     GlueDeserializer,

@@ -28,7 +28,7 @@ from apache_beam.transforms.display import DisplayData
 from beam_kinesis import ReadFromKinesis, WriteToKinesis, compat
 from beam_kinesis.options import CredentialsInPipelineWarning, client_config_from_options
 from faust_kinesis import KinesisChannel, KinesisSink
-from kinesis_core.client import ClientConfig, create_botocore_client, create_kinesis_client
+from kinesis_core.aws.client import ClientConfig, create_botocore_client, create_kinesis_client
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.local._server import free_port
 
@@ -272,7 +272,7 @@ def test_explicit_credentials_in_a_beam_transform_are_warned_about(transform: ty
 def test_tls_verification_is_on_unless_turned_off_explicitly(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="kinesis_core.client")
+    caplog.set_level(logging.WARNING, logger="kinesis_core.aws.client")
 
     async def verify_of(config: ClientConfig) -> object:
         async with create_kinesis_client(config) as client:

@@ -19,7 +19,7 @@ from kinesis_core.local.shard_limits import (
     ShardUse,
     request_stream,
 )
-from kinesis_core.shards import uniform_shards
+from kinesis_core.shards.info import uniform_shards
 from kinesis_core.stream import StreamRef
 from tests.unit.test_faults import (
     KINESIS_JSON,

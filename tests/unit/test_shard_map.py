@@ -1,6 +1,6 @@
-"""The shard map: ShardInfo (kinesis_core.shards), ShardTable and the sans-I/O ShardMap
-(kinesis_core.shard_map), paging (kinesis_core.executor), the driver
-(kinesis_core.shard_map_driver)."""
+"""The shard map: ShardInfo (kinesis_core.shards.info), ShardTable and the sans-I/O ShardMap
+(kinesis_core.shards.shard_map), paging (kinesis_core.aws.executor), the driver
+(kinesis_core.producer.shard_map_driver)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ import pytest
 from botocore.exceptions import ClientError
 from hypothesis import given, settings, strategies as st
 
+from kinesis_core.aws.executor import list_all_shards
 from kinesis_core.errors import KinesisConnectorError, ValidationError
-from kinesis_core.executor import list_all_shards
-from kinesis_core.hashing import MAX_HASH_KEY
-from kinesis_core.record_size import RecordSizeLimit
-from kinesis_core.shard_map import ShardMap, ShardMapState, ShardTable
-from kinesis_core.shard_map_driver import ShardMapDriver, ShardMapTimeoutError
-from kinesis_core.shards import ShardInfo, uniform_shards
+from kinesis_core.producer.shard_map_driver import ShardMapDriver, ShardMapTimeoutError
+from kinesis_core.shards.hashing import MAX_HASH_KEY
+from kinesis_core.shards.info import ShardInfo, uniform_shards
+from kinesis_core.shards.record_size import RecordSizeLimit
+from kinesis_core.shards.shard_map import ShardMap, ShardMapState, ShardTable
 
 HALF = 2**127
 

@@ -1,13 +1,13 @@
-"""kinesis_core.skew: records per shard and the max/mean ratio."""
+"""kinesis_core.shards.skew: records per shard and the max/mean ratio."""
 
 from __future__ import annotations
 
 import pytest
 
 from kinesis_core.errors import ValidationError
-from kinesis_core.hashing import MAX_HASH_KEY
-from kinesis_core.shards import ShardInfo, uniform_shards
-from kinesis_core.skew import skew_report
+from kinesis_core.shards.hashing import MAX_HASH_KEY
+from kinesis_core.shards.info import ShardInfo, uniform_shards
+from kinesis_core.shards.skew import skew_report
 
 HALF = 2**127
 

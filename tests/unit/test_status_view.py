@@ -11,8 +11,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from kinesis_core.checkpoint import SHARD_END, Checkpoint, Sentinel
-from kinesis_core.hashing import MAX_HASH_KEY
-from kinesis_core.shards import ShardInfo
+from kinesis_core.shards.hashing import MAX_HASH_KEY
+from kinesis_core.shards.info import ShardInfo
 from kinesis_core.status import Lag, build_status, lag_iterator, measure_lag
 
 HALF = (MAX_HASH_KEY + 1) // 2

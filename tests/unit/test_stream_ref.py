@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
+from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.executor import SyncExecutor
 from kinesis_core.checkpoint import MemoryCheckpointStore
-from kinesis_core.client import ClientConfig
 from kinesis_core.consumer import Consumer
 from kinesis_core.consumer.polling import GetIterator, GetRecords
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.executor import SyncExecutor
 from kinesis_core.producer import Producer
 from kinesis_core.stream import StreamRef
 

@@ -1,5 +1,5 @@
-"""Deadlines that never swallow a cancellation (kinesis_core.timeouts): a task cancelled in the
-same step as the answer it awaits arrives stops, where ``asyncio.wait_for`` on Python 3.10 and
+"""Deadlines that never swallow a cancellation (kinesis_core.runtime.timeouts): a task cancelled in
+the same step as the answer it awaits arrives stops, where ``asyncio.wait_for`` on Python 3.10 and
 3.11 returned the answer and let the task go on (CPython gh-86296). A shard reader's waits use
 them, so a consumer closing at that moment no longer waits forever for it."""
 
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kinesis_core.fanout.connection import _wait
-from kinesis_core.timeouts import within
+from kinesis_core.runtime.timeouts import within
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("kinesis_core", "beam_kinesis", "faust_kinesis")
@@ -74,7 +74,7 @@ def test_a_fan_out_wait_cancelled_as_it_is_woken_stops() -> None:
 
 def test_the_packages_use_no_asyncio_wait_for() -> None:
     """``asyncio.wait_for`` swallows such cancellations on the Pythons the project supports;
-    ``kinesis_core.timeouts.within`` is the deadline to use."""
+    ``kinesis_core.runtime.timeouts.within`` is the deadline to use."""
     found = []
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):

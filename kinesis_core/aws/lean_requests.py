@@ -10,8 +10,8 @@ the User-Agent and the signing scope (a :class:`Route`). The calls after it send
 written by the caller, signed with the credentials of the client's own signer (its credential
 chain, refreshed as botocore refreshes it), on the client's own HTTP session (its connection
 pool, TLS settings, proxies, timeouts, and the transport errors botocore raises), or, for a
-client made by :func:`~kinesis_core.client.create_kinesis_client`, straight on aiohttp with that
-client's HTTP settings (:class:`~kinesis_core.client.DirectHttp`: aiobotocore's own per-request
+client made by :func:`~kinesis_core.aws.client.create_kinesis_client`, straight on aiohttp with that
+client's HTTP settings (:class:`~kinesis_core.aws.client.DirectHttp`: aiobotocore's own per-request
 work was a third of a lean call's CPU time). An error
 answer is raised as the client's modeled exception with botocore's error shape, so the error
 table classifies it as before. The signature is botocore's SigV4 (:class:`SigV4`) with the
@@ -23,8 +23,8 @@ differs from ours keeps botocore's signer. A client that is not an aiobotocore c
 version), is used as it is:
 :meth:`LeanRequests.of` returns None for it, and an unsigned client's calls stay botocore's.
 
-Each operation is a subclass (:class:`~kinesis_core.lean_get_records.LeanGetRecords`,
-:class:`~kinesis_core.lean_get_shard_iterator.LeanGetShardIterator`,
+Each operation is a subclass (:class:`~kinesis_core.aws.lean_get_records.LeanGetRecords`,
+:class:`~kinesis_core.aws.lean_get_shard_iterator.LeanGetShardIterator`,
 :class:`~kinesis_core.producer.sender.LeanPutRecords`) naming its ``OPERATION`` and how a request
 tells which stream it is for (``route_key``): routes are learned per stream, as AWS may send
 the calls of different streams to different endpoints. The calls made while a stream's first
@@ -51,8 +51,8 @@ from aiobotocore.client import AioBaseClient
 from botocore.awsrequest import AWSPreparedRequest, AWSRequest
 from botocore.utils import normalize_url_path
 
-from kinesis_core.client import DirectHttp, direct_http
-from kinesis_core.timeouts import within
+from kinesis_core.aws.client import DirectHttp, direct_http
+from kinesis_core.runtime.timeouts import within
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ once). :class:`Backoff` is the schedule (base, cap, jitter), a value that config
 :class:`BackoffTracker` keeps one per key (the endpoint, a shard), where a success resets the
 key. Nothing sleeps here: :meth:`BackoffTracker.failed` returns the delay and remembers when the
 key may be tried again; the caller decides what waits (a request, a shard's queue).
-:mod:`kinesis_core.retry` builds the retry policy of every executed call on these.
+:mod:`kinesis_core.aws.retry` builds the retry policy of every executed call on these.
 """
 
 from __future__ import annotations

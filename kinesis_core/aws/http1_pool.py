@@ -1,16 +1,16 @@
-"""The asyncio driver of :mod:`kinesis_core.http1`: HTTP/1.1 POSTs on a pool of kept-alive
-connections, for :class:`kinesis_core.client.DirectHttp`.
+"""The asyncio driver of :mod:`kinesis_core.aws.http1`: HTTP/1.1 POSTs on a pool of kept-alive
+connections, for :class:`kinesis_core.aws.client.DirectHttp`.
 
-A request is one ``transport.write`` (:func:`~kinesis_core.http1.post_request`); its answer is
-parsed as it arrives (:class:`~kinesis_core.http1.ResponseParser`), and the connection goes
+A request is one ``transport.write`` (:func:`~kinesis_core.aws.http1.post_request`); its answer is
+parsed as it arrives (:class:`~kinesis_core.aws.http1.ResponseParser`), and the connection goes
 back to the pool (at most ``limit`` connections open, an idle one closed after
 ``keepalive_timeout``). A request on a reused connection whose answer had not begun when the
 connection failed (the server had closed it while idle) is sent once more on a new
 connection. A request whose answer is not whole ``answer_timeout`` seconds after it was sent
-fails with :class:`~kinesis_core.http1.ReadTimeout`, however steadily its bytes trickle in (a
+fails with :class:`~kinesis_core.aws.http1.ReadTimeout`, however steadily its bytes trickle in (a
 body dripped a byte a second never ends otherwise). A cancelled request closes its connection.
 Failures are
-:class:`~kinesis_core.http1.HttpError`\\ s, ``ssl.SSLError`` or ``OSError`` (connecting).
+:class:`~kinesis_core.aws.http1.HttpError`\\ s, ``ssl.SSLError`` or ``OSError`` (connecting).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kinesis_core.http1 import (
+from kinesis_core.aws.http1 import (
     ConnectionBroken,
     ConnectTimeout,
     HttpError,
@@ -32,7 +32,7 @@ from kinesis_core.http1 import (
     post_request,
     request_prefix,
 )
-from kinesis_core.timeouts import within
+from kinesis_core.runtime.timeouts import within
 
 __all__ = ["ANSWER_TIMEOUT_READS", "Endpoint", "Http1Pool"]
 
@@ -43,7 +43,7 @@ ANSWER_TIMEOUT_READS = 2
 @dataclass(frozen=True)
 class Endpoint:
     """Where a URL's requests go: its connection key, TLS context (None for ``http``) and the
-    start of every request (:func:`~kinesis_core.http1.request_prefix`)."""
+    start of every request (:func:`~kinesis_core.aws.http1.request_prefix`)."""
 
     scheme: str
     host: str

@@ -1,9 +1,9 @@
-"""The asyncio driver of a :class:`~kinesis_core.shard_map.ShardMap`: its ListShards refreshes
-in a background task, and the stream's maximum record size (DescribeStreamSummary).
+"""The asyncio driver of a :class:`~kinesis_core.shards.shard_map.ShardMap`: its ListShards
+refreshes in a background task, and the stream's maximum record size (DescribeStreamSummary).
 
 :class:`ShardMapDriver` runs the refreshes against an injected ``list_shards_fn`` (in
 production ``client.list_shards`` of an aiobotocore client; in tests a fake), through
-:func:`~kinesis_core.executor.list_all_shards` (every page, a throttled page sent again), and
+:func:`~kinesis_core.aws.executor.list_all_shards` (every page, a throttled page sent again), and
 with a ``describe_fn`` learns the stream's maximum record size at every refresh and on demand.
 """
 
@@ -16,14 +16,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any
 
-from kinesis_core.classify import ErrorKind, classify, error_details, error_message
+from kinesis_core.aws.classify import ErrorKind, classify, error_details, error_message
+from kinesis_core.aws.executor import list_all_shards
 from kinesis_core.errors import KinesisConnectorError
-from kinesis_core.executor import list_all_shards
-from kinesis_core.record_size import RecordSizeLimit
-from kinesis_core.shard_map import Clock, ShardMap, ShardMapState
-from kinesis_core.shards import AT_LATEST, AT_TRIM_HORIZON
+from kinesis_core.runtime.timeouts import within
+from kinesis_core.shards.info import AT_LATEST, AT_TRIM_HORIZON
+from kinesis_core.shards.record_size import RecordSizeLimit
+from kinesis_core.shards.shard_map import Clock, ShardMap, ShardMapState
 from kinesis_core.stream import StreamRef
-from kinesis_core.timeouts import within
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kinesis_core.errors import ValidationError
-from kinesis_core.hashing import parse_explicit_hash_key
+from kinesis_core.shards.hashing import parse_explicit_hash_key
 
 
 class _Node:

@@ -1,4 +1,4 @@
-"""Sans-I/O HTTP/1.1 for the lean calls' POSTs (:class:`kinesis_core.client.DirectHttp`).
+"""Sans-I/O HTTP/1.1 for the lean calls' POSTs (:class:`kinesis_core.aws.client.DirectHttp`).
 
 An idle poll is one small POST and one small JSON answer; on aiohttp about half of its client
 CPU went to the request and response objects, the connector's bookkeeping and their timers.
@@ -7,9 +7,9 @@ request, and :class:`ResponseParser`, bytes in, one answer out (status, headers,
 the connection can carry another request). The parser's states are :class:`State`; bodies
 are framed by ``Content-Length``, by chunked transfer coding, or by the end of the
 connection. The asyncio driver, a pool of kept-alive connections, is
-:mod:`kinesis_core.http1_pool`.
+:mod:`kinesis_core.aws.http1_pool`.
 
-Failures are :class:`HttpError`\\ s; :func:`kinesis_core.client.transport_error` turns each into
+Failures are :class:`HttpError`\\ s; :func:`kinesis_core.aws.client.transport_error` turns each into
 the botocore exception aiobotocore raises for aiohttp's error for the same failure.
 """
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.hashing import LARGEST_RECORD_BYTES, MAX_RECORD_BYTES
+from kinesis_core.shards.hashing import LARGEST_RECORD_BYTES, MAX_RECORD_BYTES
 
 
 class RecordSizeLimit:

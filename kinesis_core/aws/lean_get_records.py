@@ -1,4 +1,4 @@
-"""GetRecords without botocore's per-call machinery (:mod:`kinesis_core.lean_requests`).
+"""GetRecords without botocore's per-call machinery (:mod:`kinesis_core.aws.lean_requests`).
 
 A GetRecords call through an aiobotocore client costs about 0.7 ms of CPU before anything
 reaches the network (docs/performance.md, "Where a GetRecords call's CPU goes"). A polling
@@ -17,8 +17,8 @@ from typing import Any
 
 import msgspec
 
-from kinesis_core.consumer.fastparse import parse_get_records
-from kinesis_core.lean_requests import LeanRequests, Route, response_metadata
+from kinesis_core.aws.fastparse import parse_get_records
+from kinesis_core.aws.lean_requests import LeanRequests, Route, response_metadata
 
 EVENT = "before-send.kinesis.GetRecords"
 

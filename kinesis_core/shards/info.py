@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kinesis_core.errors import ValidationError
-from kinesis_core.hashing import MAX_HASH_KEY, parse_explicit_hash_key
+from kinesis_core.shards.hashing import MAX_HASH_KEY, parse_explicit_hash_key
 
 AT_LATEST: Mapping[str, str] = {"Type": "AT_LATEST"}
 """ShardFilter for the shards open now: all the producer can write to."""

@@ -46,10 +46,10 @@ from botocore.exceptions import (
 from botocore.httpsession import ProxyConfiguration, create_urllib3_context, get_cert_path
 from botocore.utils import get_environ_proxies
 
-from kinesis_core.classify import ErrorKind, classify, error_details
+from kinesis_core.aws.classify import ErrorKind, classify, error_details
+from kinesis_core.aws.http1 import ConnectionBroken, ConnectTimeout, MalformedAnswer, ReadTimeout
+from kinesis_core.aws.http1_pool import ANSWER_TIMEOUT_READS, Endpoint, Http1Pool
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.http1 import ConnectionBroken, ConnectTimeout, MalformedAnswer, ReadTimeout
-from kinesis_core.http1_pool import ANSWER_TIMEOUT_READS, Endpoint, Http1Pool
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb.client import DynamoDBClient
@@ -400,10 +400,10 @@ KEEPALIVE_TIMEOUT = 12.0
 
 
 class DirectHttp:
-    """Requests sent straight on :mod:`kinesis_core.http1_pool`, this library's HTTP/1.1 client,
+    """Requests sent straight on :mod:`kinesis_core.aws.http1_pool`, this library's HTTP/1.1 client,
     with the HTTP settings of a Kinesis client made by :func:`create_kinesis_client`
     (:func:`direct_http`): the lean calls' way past aiobotocore's and aiohttp's per-request
-    work (:mod:`kinesis_core.lean_requests`).
+    work (:mod:`kinesis_core.aws.lean_requests`).
 
     aiobotocore's ``AIOHTTPSession.send`` redoes for every request what does not change from
     one call of a reader to the next (the proxy lookup, a header multidict, a URL object, a
@@ -513,7 +513,7 @@ class DirectHttp:
 
 def transport_error(exc: Exception, url: str) -> Exception:
     """The botocore exception aiobotocore raises for ``exc``, a failure of
-    :mod:`kinesis_core.http1`'s while it sent a request to ``url``: aiohttp's error for the
+    :mod:`kinesis_core.aws.http1`'s while it sent a request to ``url``: aiohttp's error for the
     same failure is what aiobotocore maps."""
     error: Exception
     if isinstance(exc, ssl.SSLError):  # aiohttp's ClientSSLError
@@ -603,7 +603,7 @@ TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
 
 def call_deadline(client: Any) -> float | None:
     """Seconds one call of ``client`` may take in all: its connect timeout plus
-    :data:`~kinesis_core.http1_pool.ANSWER_TIMEOUT_READS` read timeouts (botocore's read
+    :data:`~kinesis_core.aws.http1_pool.ANSWER_TIMEOUT_READS` read timeouts (botocore's read
     timeout bounds each read of the socket, not the answer: one dripped a byte a second never
     ends). None for a client without botocore's config."""
     config = getattr(getattr(client, "meta", None), "config", None)
@@ -616,7 +616,7 @@ def call_deadline(client: Any) -> float | None:
 
 def error_kind(exc: BaseException) -> ErrorKind | None:
     """How to treat an exception a Kinesis or DynamoDB call raised (the table in
-    :mod:`kinesis_core.classify`); None when it is neither a service answer nor a transport
+    :mod:`kinesis_core.aws.classify`); None when it is neither a service answer nor a transport
     error, i.e. a bug, to be raised as it is."""
     code, status = error_details(exc)
     if code is None and status is None and not isinstance(exc, TRANSPORT_ERRORS):

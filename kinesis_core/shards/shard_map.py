@@ -7,8 +7,8 @@ per record would cost a round trip. This follows the C++ KPL's ``shard_map.cc``.
 flight) and READY (``predict`` answers). Events go in (``start``, ``refresh_succeeded``,
 ``refresh_failed``, ``retry_due``, ``invalidate``); decisions come out (start a refresh:
 ``True``; wait this many seconds, then send ``retry_due``). The time comes from the ``clock``
-the driver gives it. :class:`~kinesis_core.shard_map_driver.ShardMapDriver` runs the refreshes;
-the shards themselves are :mod:`kinesis_core.shards` values.
+the driver gives it. :class:`~kinesis_core.producer.shard_map_driver.ShardMapDriver` runs the
+refreshes; the shards themselves are :mod:`kinesis_core.shards.info` values.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from itertools import repeat
 from operator import rshift
 
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.shards import ShardInfo
+from kinesis_core.shards.info import ShardInfo
 
 Clock = Callable[[], float]
 

@@ -1,6 +1,6 @@
 """The requests an executor executes, as values (sans-I/O).
 
-A :class:`Call` says what to ask the service; an executor (:mod:`kinesis_core.executor`)
+A :class:`Call` says what to ask the service; an executor (:mod:`kinesis_core.aws.executor`)
 sends it, with or without a retry policy, and returns what it means. The machines return calls
 and never send anything; the drivers hand them to an executor.
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from kinesis_core.errors import MalformedResponseError
-from kinesis_core.shards import ShardInfo
+from kinesis_core.shards.info import ShardInfo
 from kinesis_core.stream import StreamRef
 
 LIST_SHARDS_PAGE = 1000

@@ -1,12 +1,12 @@
-"""GetShardIterator without botocore's per-call machinery (:mod:`kinesis_core.lean_requests`).
+"""GetShardIterator without botocore's per-call machinery (:mod:`kinesis_core.aws.lean_requests`).
 
 A polling reader gets an iterator when it starts a shard, when its iterator expires, and when
 it takes a lease over: a consumer of 256 shards starts with 256 GetShardIterator calls at
 once, and through botocore each cost about 1 ms of CPU, a third of what the whole consumer
 spent reading 100,000 records from those shards (docs/performance.md). After a stream's first
 call, which botocore sends, the calls write their JSON body by hand, as
-:class:`~kinesis_core.lean_get_records.LeanGetRecords` does; the calls made while that first
-one is on its way wait for it (:meth:`~kinesis_core.lean_requests.LeanRequests.call`).
+:class:`~kinesis_core.aws.lean_get_records.LeanGetRecords` does; the calls made while that first
+one is on its way wait for it (:meth:`~kinesis_core.aws.lean_requests.LeanRequests.call`).
 
 ``AT_TIMESTAMP`` stays botocore's: how a timestamp is written (seconds, with how many
 decimals) is botocore's choice, which differs between its versions.
@@ -20,8 +20,8 @@ from typing import Any
 
 import msgspec
 
+from kinesis_core.aws.lean_requests import LeanRequests, Route, response_metadata
 from kinesis_core.errors import MalformedResponseError
-from kinesis_core.lean_requests import LeanRequests, Route, response_metadata
 
 STREAM_FIELDS = ("StreamName", "StreamARN", "StreamId")
 """The arguments that name the stream, which the route is learned per (with a ``StreamARN``

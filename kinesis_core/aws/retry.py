@@ -1,13 +1,13 @@
 """The retry policy of the calls an executor runs: which failures are tried again, how long to
 wait before the next attempt and when to give up (sans-I/O).
 
-Built from the error table (:mod:`kinesis_core.classify`: a failure is retried when its kind is
-one the policy retries) and the backoff schedule (:mod:`kinesis_core.backoff`: the ceiling
+Built from the error table (:mod:`kinesis_core.aws.classify`: a failure is retried when its kind is
+one the policy retries) and the backoff schedule (:mod:`kinesis_core.aws.backoff`: the ceiling
 doubles from ``base`` up to ``cap``, the jitter, full or equal, is chosen once per policy).
 An operation gives up after ``attempts`` attempts, once ``deadline`` seconds have passed since
 its first attempt, or after ``unreachable_attempts`` attempts that reached no endpoint at all,
 whichever comes first. A :class:`Retry` is one operation's run under a policy: the executor
-(:mod:`kinesis_core.executor`) feeds it each failure and sleeps what it returns, or raises
+(:mod:`kinesis_core.aws.executor`) feeds it each failure and sleeps what it returns, or raises
 the last error with :meth:`Retry.history` attached (its ``__notes__``).
 
 The shard readers are not retried by a policy: their machines decide
@@ -21,8 +21,8 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kinesis_core.backoff import Jitter, ceiling, jittered
-from kinesis_core.classify import ErrorKind, error_details, error_message
+from kinesis_core.aws.backoff import Jitter, ceiling, jittered
+from kinesis_core.aws.classify import ErrorKind, error_details, error_message
 from kinesis_core.errors import ConfigurationError
 
 RETRYABLE = frozenset({ErrorKind.THROTTLED, ErrorKind.TRANSIENT, ErrorKind.IN_USE})

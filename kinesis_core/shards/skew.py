@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from kinesis_core.hashing import hash_key, parse_explicit_hash_key, validate_partition_key
-from kinesis_core.shard_map import ShardTable
-from kinesis_core.shards import ShardInfo, uniform_shards
+from kinesis_core.shards.hashing import hash_key, parse_explicit_hash_key, validate_partition_key
+from kinesis_core.shards.info import ShardInfo, uniform_shards
+from kinesis_core.shards.shard_map import ShardTable
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
-"""Executors: the one place where a call (:mod:`kinesis_core.calls`) meets the network.
+"""Executors: the one place where a call (:mod:`kinesis_core.aws.calls`) meets the network.
 
 The machines return calls and never send them; the drivers hand each call to an executor:
 :class:`AsyncExecutor` on an aiobotocore client (the asyncio consumer, the Faust channel, the
 registration of fan-out consumers), :class:`SyncExecutor` on a botocore client (the Beam
 source, whose fan-out subscriptions live on the process's event-loop thread). Both run an
-:class:`~kinesis_core.calls.ApiCall` the same way: every page of it, each page under the
-caller's retry policy (:mod:`kinesis_core.retry`: the error table decides what is retried,
+:class:`~kinesis_core.aws.calls.ApiCall` the same way: every page of it, each page under the
+caller's retry policy (:mod:`kinesis_core.aws.retry`: the error table decides what is retried,
 the backoff how long to wait; a line is logged for each retry that comes, and an error that
 ends the retries carries their history in its ``__notes__``). Without a policy a call is sent
 once: the shard readers decide about their own failures.
@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from kinesis_core.calls import (
+from kinesis_core.aws.calls import (
     LIST_SHARDS_PAGE,
     ApiCall,
     Call,
@@ -41,15 +41,11 @@ from kinesis_core.calls import (
     DescribeStreamSummary,
     ListShards,
 )
-from kinesis_core.classify import ErrorKind, error_details, error_message
-from kinesis_core.client import call_deadline, error_kind, unreachable
-from kinesis_core.clock import (
-    SYSTEM_BLOCKING_CLOCK,
-    SYSTEM_CLOCK,
-    BlockingClock,
-    Clock,
-    SleepingClock,
-)
+from kinesis_core.aws.classify import ErrorKind, error_details, error_message
+from kinesis_core.aws.client import call_deadline, error_kind, unreachable
+from kinesis_core.aws.lean_get_records import LeanGetRecords
+from kinesis_core.aws.lean_get_shard_iterator import LeanGetShardIterator
+from kinesis_core.aws.retry import Retry, RetryPolicy
 from kinesis_core.consumer.incarnation import StreamFacts
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.polling import GetIterator, GetRecords
@@ -64,12 +60,16 @@ from kinesis_core.consumer.subscription import (
 from kinesis_core.consumer.transport import CheckStream, StreamView
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.fanout.registration import parse_consumer_arn
-from kinesis_core.lean_get_records import LeanGetRecords
-from kinesis_core.lean_get_shard_iterator import LeanGetShardIterator
-from kinesis_core.retry import Retry, RetryPolicy
-from kinesis_core.shards import ShardInfo
+from kinesis_core.runtime.clock import (
+    SYSTEM_BLOCKING_CLOCK,
+    SYSTEM_CLOCK,
+    BlockingClock,
+    Clock,
+    SleepingClock,
+)
+from kinesis_core.runtime.timeouts import within
+from kinesis_core.shards.info import ShardInfo
 from kinesis_core.stream import StreamRef
-from kinesis_core.timeouts import within
 
 logger = logging.getLogger(__name__)
 
@@ -164,8 +164,8 @@ class AsyncExecutor:
     """Executes calls on an aiobotocore Kinesis client (the caller owns it), waiting on
     ``clock``. ``fanout`` (a :class:`~kinesis_core.fanout.FanOutClient`) opens the
     subscriptions of fan-out readers. With ``lean_get_records`` the polling readers' GetRecords
-    and GetShardIterator skip botocore's per-call machinery (:mod:`kinesis_core.lean_get_records`,
-    :mod:`kinesis_core.lean_get_shard_iterator`)."""
+    and GetShardIterator skip botocore's per-call machinery
+    (:mod:`kinesis_core.aws.lean_get_records`, :mod:`kinesis_core.aws.lean_get_shard_iterator`)."""
 
     def __init__(
         self,
@@ -519,9 +519,10 @@ class SyncExecutor:
 @dataclass(frozen=True)
 class LoopFanOut:
     """Fan-out for synchronous links: a :class:`~kinesis_core.fanout.FanOutClient` (``client``)
-    living on an event-loop thread (``loop``, a :class:`~kinesis_core.loop_thread.LoopThread`),
-    and the stream consumer its subscriptions are made as
-    (:func:`kinesis_core.fanout.consumers.open_fan_out_on_loop` opens one)."""
+    living on an event-loop thread (``loop``, a
+    :class:`~kinesis_core.runtime.loop_thread.LoopThread`), and the stream consumer its
+    subscriptions are made as (:func:`kinesis_core.fanout.consumers.open_fan_out_on_loop` opens
+    one)."""
 
     loop: Any
     client: Any
