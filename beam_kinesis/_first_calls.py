@@ -39,6 +39,7 @@ from beam_kinesis.plan import KinesisRestriction, ShardCursor
 from kinesis_core.aws.calls import Call
 from kinesis_core.aws.client import ClientConfig, error_kind
 from kinesis_core.aws.executor import SyncExecutor
+from kinesis_core.consumer.links import sync_link
 from kinesis_core.consumer.polling import GetIterator, GetRecords, PollingRead
 from kinesis_core.records import wire_records
 from kinesis_core.stream import StreamRef
@@ -256,7 +257,7 @@ class FirstCalls:
     def _send(self, task: _Task, answer: _Answer, executor: SyncExecutor) -> None:
         """GetShardIterator, then the GetRecords its machine asks for next; each answer is
         registered before the call goes, so a reader that asks meanwhile waits for it."""
-        link = executor.link(StreamRef.of(task.spec.stream), task.shard_id)
+        link = sync_link(executor, StreamRef.of(task.spec.stream), task.shard_id)
         machine = task.machine
         call: Call = task.call
         while True:

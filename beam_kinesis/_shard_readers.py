@@ -39,14 +39,9 @@ from beam_kinesis.plan import (
 from kinesis_core.aws import fastparse
 from kinesis_core.aws.calls import Call, ListShards
 from kinesis_core.aws.client import create_botocore_client
-from kinesis_core.aws.executor import (
-    LISTING_MAX_AGE,
-    LISTING_RETRY,
-    LoopFanOut,
-    SyncExecutor,
-    SyncLink,
-)
+from kinesis_core.aws.executor import LISTING_MAX_AGE, LISTING_RETRY, SyncExecutor
 from kinesis_core.consumer.lineage import ShardNode
+from kinesis_core.consumer.links import LoopFanOut, SyncLink, sync_link
 from kinesis_core.consumer.polling import MIN_CALL_INTERVAL, PollingOptions, PollingRead
 from kinesis_core.consumer.positions import TRIM_HORIZON, AtTimestamp, InitialPosition
 from kinesis_core.consumer.reading import SyncShardReader
@@ -172,7 +167,9 @@ class ShardReaders:
                 )
             subscription = efo.subscription
             link = self._metered(
-                self.executor.link(self._stream, cursor.shard_id, self._fan_out, wake=self._wake),
+                sync_link(
+                    self.executor, self._stream, cursor.shard_id, self._fan_out, wake=self._wake
+                ),
                 cursor.shard_id,
             )
             machine = SubscriptionRead(
@@ -186,7 +183,9 @@ class ShardReaders:
                 machine, link, pending_interval=subscription.pending_interval, where=spec.stream
             )
         polling = polling_machine(spec, restriction, cursor)
-        link = self._metered(self.executor.link(self._stream, cursor.shard_id), cursor.shard_id)
+        link = self._metered(
+            sync_link(self.executor, self._stream, cursor.shard_id), cursor.shard_id
+        )
         if self._ahead is None:
             self._ahead = ThreadPoolExecutor(1, thread_name_prefix="kinesis-read-ahead")
         earlier = None

@@ -25,6 +25,7 @@ from kinesis_core.aws.client import create_botocore_client
 from kinesis_core.aws.executor import LISTING_RETRY, SyncExecutor
 from kinesis_core.consumer.incarnation import StreamFacts
 from kinesis_core.consumer.lineage import ShardNode, StartPoint
+from kinesis_core.consumer.links import sync_link
 from kinesis_core.consumer.polling import PollingOptions, PollingRead
 from kinesis_core.consumer.reading import SyncShardReader
 from kinesis_core.consumer.transport import Ended, Failed
@@ -61,7 +62,7 @@ class Shards:
         machine = PollingRead(
             node, start, self.options, incarnation=created_ms, stream=self.spec.stream.name
         )
-        link = self.executor.link(self.spec.stream, node.shard_id)
+        link = sync_link(self.executor, self.spec.stream, node.shard_id)
         return SyncShardReader(machine, link, where=self.spec.stream.name)
 
     def close(self) -> None:

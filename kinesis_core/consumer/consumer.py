@@ -61,6 +61,7 @@ from kinesis_core.consumer.incarnation import (
     recreated_while_read,
 )
 from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
+from kinesis_core.consumer.links import async_link
 from kinesis_core.consumer.polling import PollingRead
 from kinesis_core.consumer.positions import InitialPosition
 from kinesis_core.consumer.reading import run_shard_read
@@ -697,7 +698,7 @@ class Consumer:
         executor = self._executor
         assert executor is not None
         link = self._recorder.transport(
-            executor.link(self.stream, shard_id, self.consumer_arn), shard_id
+            async_link(executor, self.stream, shard_id, self.consumer_arn), shard_id
         )
         try:
             try:

@@ -28,8 +28,9 @@ from kinesis_core.aws.calls import (
 )
 from kinesis_core.aws.classify import ErrorKind
 from kinesis_core.aws.client import ClientConfig, create_kinesis_client, error_kind
-from kinesis_core.aws.executor import AsyncExecutor, LoopFanOut
+from kinesis_core.aws.executor import AsyncExecutor
 from kinesis_core.aws.retry import RetryPolicy
+from kinesis_core.consumer.links import LoopFanOut, look_at_consumer
 from kinesis_core.consumer.subscription import ConsumerCheck
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.fanout.registration import (
@@ -169,7 +170,7 @@ async def deregister_consumer(
 async def consumer_check(client: Any, consumer_arn: str) -> ConsumerCheck:
     """DescribeStreamConsumer of ``consumer_arn``, as a fan-out reader's machine takes it:
     its status, or None when the consumer is not found. Other errors raise."""
-    return await _executor(client, SYSTEM_CLOCK).consumer_check(consumer_arn)
+    return await look_at_consumer(_executor(client, SYSTEM_CLOCK), consumer_arn)
 
 
 class RegisteredConsumer:

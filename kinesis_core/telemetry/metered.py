@@ -43,7 +43,7 @@ class _CallMeter:
 
 
 class MeteredTransport:
-    """A shard reader's link to an executor (:class:`~kinesis_core.aws.executor.AsyncLink`) whose
+    """A shard reader's link to an executor (:class:`~kinesis_core.consumer.links.AsyncLink`) whose
     calls are timed."""
 
     def __init__(self, inner: Any, recorder: ConsumerRecorder, shard_id: str) -> None:
@@ -68,7 +68,7 @@ class MeteredTransport:
 
 
 class MeteredSyncTransport:
-    """A synchronous link (:class:`~kinesis_core.aws.executor.SyncLink`, the Beam source's) whose
+    """A synchronous link (:class:`~kinesis_core.consumer.links.SyncLink`, the Beam source's) whose
     calls are timed."""
 
     def __init__(self, inner: Any, recorder: ConsumerRecorder, shard_id: str) -> None:

@@ -18,6 +18,7 @@ from kinesis_core.aws.executor import AsyncExecutor
 from kinesis_core.checkpoint.base import Sentinel
 from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier
 from kinesis_core.consumer.lineage import ShardNode
+from kinesis_core.consumer.links import async_link
 from kinesis_core.consumer.positions import TRIM_HORIZON as TRIM_HORIZON_START
 from kinesis_core.consumer.reading import run_shard_read
 from kinesis_core.consumer.subscription import SubscriptionRead
@@ -250,7 +251,7 @@ def test_renewals_are_paced_from_where_the_previous_subscribe_landed() -> None:
             node = ShardNode(SHARD, (), (0, MAX_HASH_KEY), True)
             machine = SubscriptionRead(node, TRIM_HORIZON_START)
             executor = AsyncExecutor(_ActiveConsumer(), fanout=client)
-            transport = executor.link(StreamRef.of("orders"), SHARD, CONSUMER_ARN)
+            transport = async_link(executor, StreamRef.of("orders"), SHARD, CONSUMER_ARN)
             frontier = ShardFrontier(SHARD, Sentinel.TRIM_HORIZON)
 
             async def emit(batch: RecordBatch) -> None:

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from kinesis_core.aws.executor import PENDING, LoopFanOut, SyncExecutor, SyncShardLink
+from kinesis_core.aws.executor import SyncExecutor
+from kinesis_core.consumer.links import PENDING, LoopFanOut, SyncShardLink, sync_link
 from kinesis_core.consumer.subscription import (
     CheckConsumer,
     CheckShard,
@@ -96,7 +97,8 @@ class FakeKinesis:
 def transport(
     fanout: FakeFanOut, wake: threading.Event, prefetch: int = 2, consumer: str | None = "ACTIVE"
 ) -> SyncShardLink:
-    return SyncExecutor(FakeKinesis(consumer)).link(
+    return sync_link(
+        SyncExecutor(FakeKinesis(consumer)),
         StreamRef.of("orders"),
         "shard-1",
         LoopFanOut(LoopThread.get(), fanout, ARN),

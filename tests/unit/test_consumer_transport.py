@@ -13,10 +13,10 @@ from botocore.exceptions import ClientError
 
 from kinesis_core.aws.calls import Call
 from kinesis_core.aws.classify import ErrorKind
-from kinesis_core.aws.executor import PENDING
 from kinesis_core.consumer import TRIM_HORIZON
 from kinesis_core.consumer.incarnation import StreamFacts
 from kinesis_core.consumer.lineage import ShardNode
+from kinesis_core.consumer.links import PENDING
 from kinesis_core.consumer.polling import GetIterator, GetRecords, PollingRead
 from kinesis_core.consumer.reading import ShardReadError, SyncShardReader
 from kinesis_core.consumer.subscription import (

@@ -16,6 +16,7 @@ from kinesis_core.aws.classify import ErrorKind
 from kinesis_core.aws.client import error_kind
 from kinesis_core.aws.executor import LISTING_RETRY, AsyncExecutor, SyncExecutor, list_all_shards
 from kinesis_core.aws.retry import RetryPolicy
+from kinesis_core.consumer.links import async_link, look_at_consumer, look_at_consumer_sync
 from kinesis_core.consumer.transport import CheckStream
 from kinesis_core.errors import KinesisServiceError, MalformedResponseError
 from kinesis_core.stream import StreamRef
@@ -111,7 +112,7 @@ def test_the_links_of_one_executor_share_one_look_at_the_stream() -> None:
 
     async def main() -> Any:
         executor = AsyncExecutor(fake, clock=clock)
-        links = [executor.link(STREAM, shard_id) for shard_id in fake.shards]
+        links = [async_link(executor, STREAM, shard_id) for shard_id in fake.shards]
         views = await asyncio.gather(*(link.call(CheckStream()) for link in links))
         assert fake.count("DescribeStreamSummary") == 1
         await asyncio.sleep(1.5)  # older than VIEW_MAX_AGE: looked at again
@@ -131,7 +132,7 @@ def test_a_consumer_check_of_a_consumer_not_found_says_so() -> None:
             raise client_error("ResourceNotFoundException", operation="DescribeStreamConsumer")
 
     arn = "arn:aws:kinesis:us-east-1:123456789012:stream/orders/consumer/reader:1700000000"
-    check = SyncExecutor(Kinesis()).consumer_check(arn)
+    check = look_at_consumer_sync(SyncExecutor(Kinesis()), arn)
     assert (check.status, check.gone, check.consumer_name, check.stream) == (
         None,
         True,
@@ -158,13 +159,13 @@ def test_shared_consumer_looks_are_one_call_per_listing_max_age_and_fresh_ones_a
 
     async def main() -> None:
         executor = AsyncExecutor(Kinesis(), clock=clock, listing_max_age=15.0)
-        looks = [await executor.consumer_check(arn, shared=True) for _ in range(5)]
+        looks = [await look_at_consumer(executor, arn, shared=True) for _ in range(5)]
         assert {look.status for look in looks} == {"ACTIVE"}
         assert len(calls) == 1
-        await executor.consumer_check(arn)
+        await look_at_consumer(executor, arn)
         assert len(calls) == 2
         await asyncio.sleep(16)
-        await executor.consumer_check(arn, shared=True)
+        await look_at_consumer(executor, arn, shared=True)
         assert len(calls) == 3
 
     clock.run(main())

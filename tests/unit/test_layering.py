@@ -40,19 +40,6 @@ LOWER_LAYERS = {
 each imports, of the core's folders, only itself and those named here (the top-level modules,
 ``errors``, ``stream``, ``records`` and the like, are shared by every layer)."""
 
-UPWARD_IMPORTS_PENDING = {
-    "kinesis_core.aws.executor": {
-        "kinesis_core.consumer.incarnation",
-        "kinesis_core.consumer.lineage",
-        "kinesis_core.consumer.polling",
-        "kinesis_core.consumer.subscription",
-        "kinesis_core.consumer.transport",
-        "kinesis_core.fanout.registration",
-    },
-}
-"""Imports that point up the layers and are still to go (issue 41): the executor runs the shard
-readers' calls, whose types live in consumer/; the links move down with a dispatch table."""
-
 
 def import_graph(package: str) -> dict[str, set[str]]:
     """Module -> the modules of the same package it imports. ``from a import b`` depends on
@@ -204,7 +191,7 @@ def upward_imports() -> dict[str, set[str]]:
 def test_the_lower_folders_import_nothing_above_them() -> None:
     """``aws/``, ``shards/`` and ``runtime/`` import no module of consumer/, producer/, lease/,
     checkpoint/, fanout/, the adapters' packages or one another upward (LOWER_LAYERS)."""
-    assert upward_imports() == UPWARD_IMPORTS_PENDING
+    assert upward_imports() == {}
 
 
 @pytest.mark.parametrize("package", PACKAGES)

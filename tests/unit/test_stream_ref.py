@@ -11,6 +11,7 @@ from kinesis_core.aws.client import ClientConfig
 from kinesis_core.aws.executor import SyncExecutor
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.consumer import Consumer
+from kinesis_core.consumer.links import sync_link
 from kinesis_core.consumer.polling import GetIterator, GetRecords
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.producer import Producer
@@ -143,7 +144,7 @@ def test_polling_passes_the_stream_id_to_get_shard_iterator_and_get_records() ->
         (StreamRef("orders", stream_id=STREAM_ID), {"StreamId": STREAM_ID}),
     ):
         client = Client()
-        polling = SyncExecutor(client).link(ref, "shardId-000000000000")
+        polling = sync_link(SyncExecutor(client), ref, "shardId-000000000000")
         polling.call(GetIterator({"ShardIteratorType": "LATEST"}))
         polling.call(GetRecords("it", 100))
         assert client.calls == [
