@@ -107,7 +107,14 @@ class ResponseParser:
 
     @property
     def body(self) -> bytes:
+        """The body's bytes parsed so far (and not yet taken by :meth:`take_body`)."""
         return b"".join(self._parts)
+
+    def take_body(self) -> bytes:
+        """The body's bytes parsed since the last call, for a reader of a streamed body."""
+        data = b"".join(self._parts)
+        self._parts.clear()
+        return data
 
     def feed(self, data: bytes) -> bool:
         """Take the next bytes from the server; True once the answer is whole. Raises
@@ -121,6 +128,9 @@ class ResponseParser:
             if state is State.HEAD:
                 end = data.find(b"\r\n\r\n")
                 if end < 0:
+                    if not b"HTTP/".startswith(data[:5]):  # not to wait 64 KiB for a line
+                        line = data.partition(b"\r\n")[0].decode("latin-1")
+                        raise MalformedAnswer(f"not an HTTP/1.x status line: {line[:80]!r}")
                     return self._wait(data, "the status line and headers")
                 self._within_cap(end, "the status line and headers")
                 self._head(data[:end])
@@ -254,11 +264,12 @@ def request_prefix(scheme: str, host: str, port: int, target: str) -> str:
 
 
 def post_request(prefix: str, headers: Mapping[str, str], body: bytes) -> bytes:
-    """The bytes of a POST of ``body`` that starts with ``prefix`` (:func:`request_prefix`),
-    with ``headers`` (not Host, Content-Length or Accept-Encoding: those are set here)."""
+    """The bytes of a POST of ``body`` that starts with ``prefix`` (:func:`request_prefix`, or
+    a request line alone), with ``headers`` (not those in ``prefix``, nor Content-Length: that
+    is set here)."""
     lines = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
     head = f"{prefix}{lines}Content-Length: {len(body)}\r\n\r\n"
-    lines_expected = len(headers) + 5
+    lines_expected = prefix.count("\n") + len(headers) + 2
     if head.count("\n") != lines_expected or head.count("\r") != lines_expected:
         raise ValueError(f"a header name or value holds a line break: {headers!r:.200}")
     return head.encode() + body
