@@ -1,13 +1,13 @@
-"""Sans-I/O HTTP/1.1 for the lean calls' POSTs (:class:`kinesis_core.aws.client.DirectHttp`).
+"""Sans-I/O HTTP/1.1, the library's one HTTP/1.1 stack: the lean calls' POSTs
+(:class:`kinesis_core.aws.client.DirectHttp`) and SubscribeToShard over HTTP/1.1
+(:mod:`kinesis_core.fanout.http11`).
 
-An idle poll is one small POST and one small JSON answer; on aiohttp about half of its client
-CPU went to the request and response objects, the connector's bookkeeping and their timers.
 This module holds what those calls need, without I/O: :func:`post_request`, the bytes of a
 request, and :class:`ResponseParser`, bytes in, one answer out (status, headers, body, whether
 the connection can carry another request). The parser's states are :class:`State`; bodies
 are framed by ``Content-Length``, by chunked transfer coding, or by the end of the
-connection. The asyncio driver, a pool of kept-alive connections, is
-:mod:`kinesis_core.aws.http1_pool`.
+connection. The asyncio drivers: :mod:`kinesis_core.aws.http1_pool` (the lean calls' pool of
+kept-alive connections) and :mod:`kinesis_core.fanout.connection`.
 
 Failures are :class:`HttpError`\\ s; :func:`kinesis_core.aws.client.transport_error` turns each into
 the botocore exception aiobotocore raises for aiohttp's error for the same failure.
