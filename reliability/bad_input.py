@@ -971,8 +971,7 @@ async def _status_command(env: Env) -> list[Check]:
 
 _WITHOUT_EFO_EXTRA = """
 import asyncio, json, sys
-sys.modules["h2"] = None  # as if the efo extra (h2, h11) were not installed
-sys.modules["h11"] = None
+sys.modules["h2"] = None  # as if the efo extra (h2) were not installed
 from kinesis_core.aws.client import ClientConfig
 from kinesis_core.consumer import Consumer, EnhancedFanOut
 from kinesis_core.checkpoint import MemoryCheckpointStore
@@ -1011,7 +1010,7 @@ print(json.dumps(seen))
 
 
 async def _without_efo_extra(env: Env) -> list[Check]:
-    """Fan-out where h2 and h11 cannot be imported (a process without the ``efo`` extra): the
+    """Fan-out where h2 cannot be imported (a process without the ``efo`` extra): the
     core consumer and a Beam worker fail with the pip command before they register a consumer
     (on AWS one costs money and counts toward the 20 a stream may have); before, both
     registered theirs, then failed."""
@@ -1033,7 +1032,7 @@ async def _without_efo_extra(env: Env) -> list[Check]:
     )
     out, err = await process.communicate()
     if process.returncode != 0:
-        return [Check(label, "a process without h2 and h11", err.decode()[-500:], False)]
+        return [Check(label, "a process without h2", err.decode()[-500:], False)]
     seen: dict[str, str] = json.loads(out.decode().strip().splitlines()[-1])
     client = create_botocore_client(config, "kinesis")
     try:
@@ -1050,7 +1049,7 @@ async def _without_efo_extra(env: Env) -> list[Check]:
             label,
             where,
             text + said,
-            named(text, "ConfigurationError", "h2 and h11", "pip install 'kinesis-connectors[efo]'")
+            named(text, "ConfigurationError", "h2", "pip install 'kinesis-connectors[efo]'")
             and not registered,
         )
         for where, text in seen.items()

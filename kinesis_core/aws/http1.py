@@ -1,13 +1,13 @@
-"""Sans-I/O HTTP/1.1 for the lean calls' POSTs (:class:`kinesis_core.aws.client.DirectHttp`).
+"""Sans-I/O HTTP/1.1, the library's one HTTP/1.1 stack: the lean calls' POSTs
+(:class:`kinesis_core.aws.client.DirectHttp`) and SubscribeToShard over HTTP/1.1
+(:mod:`kinesis_core.fanout.http11`).
 
-An idle poll is one small POST and one small JSON answer; on aiohttp about half of its client
-CPU went to the request and response objects, the connector's bookkeeping and their timers.
 This module holds what those calls need, without I/O: :func:`post_request`, the bytes of a
 request, and :class:`ResponseParser`, bytes in, one answer out (status, headers, body, whether
 the connection can carry another request). The parser's states are :class:`State`; bodies
 are framed by ``Content-Length``, by chunked transfer coding, or by the end of the
-connection. The asyncio driver, a pool of kept-alive connections, is
-:mod:`kinesis_core.aws.http1_pool`.
+connection. The asyncio drivers: :mod:`kinesis_core.aws.http1_pool` (the lean calls' pool of
+kept-alive connections) and :mod:`kinesis_core.fanout.connection`.
 
 Failures are :class:`HttpError`\\ s; :func:`kinesis_core.aws.client.transport_error` turns each into
 the botocore exception aiobotocore raises for aiohttp's error for the same failure.
@@ -107,7 +107,14 @@ class ResponseParser:
 
     @property
     def body(self) -> bytes:
+        """The body's bytes parsed so far (and not yet taken by :meth:`take_body`)."""
         return b"".join(self._parts)
+
+    def take_body(self) -> bytes:
+        """The body's bytes parsed since the last call, for a reader of a streamed body."""
+        data = b"".join(self._parts)
+        self._parts.clear()
+        return data
 
     def feed(self, data: bytes) -> bool:
         """Take the next bytes from the server; True once the answer is whole. Raises
@@ -121,6 +128,9 @@ class ResponseParser:
             if state is State.HEAD:
                 end = data.find(b"\r\n\r\n")
                 if end < 0:
+                    if not b"HTTP/".startswith(data[:5]):  # not to wait 64 KiB for a line
+                        line = data.partition(b"\r\n")[0].decode("latin-1")
+                        raise MalformedAnswer(f"not an HTTP/1.x status line: {line[:80]!r}")
                     return self._wait(data, "the status line and headers")
                 self._within_cap(end, "the status line and headers")
                 self._head(data[:end])
@@ -254,11 +264,12 @@ def request_prefix(scheme: str, host: str, port: int, target: str) -> str:
 
 
 def post_request(prefix: str, headers: Mapping[str, str], body: bytes) -> bytes:
-    """The bytes of a POST of ``body`` that starts with ``prefix`` (:func:`request_prefix`),
-    with ``headers`` (not Host, Content-Length or Accept-Encoding: those are set here)."""
+    """The bytes of a POST of ``body`` that starts with ``prefix`` (:func:`request_prefix`, or
+    a request line alone), with ``headers`` (not those in ``prefix``, nor Content-Length: that
+    is set here)."""
     lines = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
     head = f"{prefix}{lines}Content-Length: {len(body)}\r\n\r\n"
-    lines_expected = len(headers) + 5
+    lines_expected = prefix.count("\n") + len(headers) + 2
     if head.count("\n") != lines_expected or head.count("\r") != lines_expected:
         raise ValueError(f"a header name or value holds a line break: {headers!r:.200}")
     return head.encode() + body

@@ -32,7 +32,8 @@ Design note (wire facts established for this package; docs/efo.md has the user's
   CREATING -> ACTIVE after REGISTER_STREAM_CONSUMER_DURATION (our launcher: 0 s); registering
   an existing name gives ResourceInUseException.
 
-Modules: ``http2`` / ``http11`` (sans-I/O protocols on h2 / h11), ``connection`` (asyncio
+Modules: ``http2`` / ``http11`` (sans-I/O protocols on h2 / on the lean calls' parser,
+:mod:`kinesis_core.aws.http1`), ``connection`` (asyncio
 drivers and the connection pool), ``tls``, ``signing``, ``eventstream`` (decoder and
 ``SubscribeEvent``), ``client`` (``FanOutClient``, ``ShardSubscription``), ``registration``
 (sans-I/O consumer life cycle and ARN rules) and ``consumers`` (its async driver, and the

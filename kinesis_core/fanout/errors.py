@@ -27,8 +27,8 @@ class FanOutTimeoutError(FanOutTransportError, TimeoutError):
 
 
 def missing_dependency(exc: ImportError) -> ConfigurationError:
-    """The error to raise when the optional HTTP/2 and HTTP/1.1 libraries are not installed."""
+    """The error to raise when the optional HTTP/2 library is not installed."""
     return ConfigurationError(
         "enhanced_fan_out",
-        f"enhanced fan-out needs the optional libraries h2 and h11 ({exc}): {INSTALL_HINT}",
+        f"enhanced fan-out needs the optional library h2 ({exc}): {INSTALL_HINT}",
     )

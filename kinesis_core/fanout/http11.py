@@ -1,4 +1,5 @@
-"""Sans-I/O HTTP/1.1 client exchange for one streaming response, on python-hyper's ``h11``.
+"""Sans-I/O HTTP/1.1 client exchange for one streaming response, on the lean calls' parser
+(:mod:`kinesis_core.aws.http1`).
 
 kinesis-mock answers SubscribeToShard over HTTP/1.1 with a chunked event-stream body, and a
 TLS server that does not offer h2 in ALPN leaves us with HTTP/1.1 too. One connection carries
@@ -11,15 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import h11
-
-from kinesis_core.aws.http1 import MAX_HEAD_BYTES
+from kinesis_core.aws.http1 import MalformedAnswer, ResponseParser, post_request
 from kinesis_core.fanout.errors import FanOutTransportError
-
-
-def _head_bytes(headers: Sequence[tuple[bytes, bytes]]) -> int:
-    """The bytes header lines take on the wire (``name: value`` and a line break each)."""
-    return sum(len(name) + len(value) + 4 for name, value in headers)
 
 
 class Http11ClientProtocol:
@@ -30,8 +24,8 @@ class Http11ClientProtocol:
             raise ValueError(f"max_buffered_bytes must be >= 1, got {max_buffered_bytes}")
         self.peer = peer
         self._budget = max_buffered_bytes
-        self._conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
-        self._out = bytearray()
+        self._parser = ResponseParser()
+        self._out = b""
         self.status: int | None = None
         self.headers: list[tuple[str, str]] = []
         self.body = bytearray()
@@ -51,51 +45,32 @@ class Http11ClientProtocol:
         self, method: str, target: str, headers: Sequence[tuple[str, str]], body: bytes
     ) -> None:
         """Queue the request (``headers`` must include Host; Content-Length is set here)."""
-        fields = [(k, v) for k, v in headers if k.lower() != "content-length"]
-        fields.append(("Content-Length", str(len(body))))
-        self._out += self._conn.send(h11.Request(method=method, target=target, headers=fields))
-        self._out += self._conn.send(h11.Data(data=body))
-        self._out += self._conn.send(h11.EndOfMessage())
+        fields = {k: v for k, v in headers if k.lower() != "content-length"}
+        self._out += post_request(f"{method} {target} HTTP/1.1\r\n", fields, body)
 
     def data_to_send(self) -> bytes:
-        out = bytes(self._out)
-        self._out.clear()
+        out, self._out = self._out, b""
         return out
 
     def receive_data(self, data: bytes) -> None:
         """Feed bytes from the server (b"" when it closed the connection)."""
         if self.finished:
             return
+        parser = self._parser
         try:
-            self._conn.receive_data(data)
-            while True:
-                event = self._conn.next_event()
-                if event is h11.NEED_DATA or event is h11.PAUSED:
-                    return
-                if isinstance(event, (h11.Response, h11.EndOfMessage)):
-                    # h11 caps only what it buffers while incomplete; the cap holds for
-                    # headers and trailers that came whole in one piece too.
-                    size = _head_bytes(event.headers)
-                    if size > MAX_HEAD_BYTES:
-                        what = "headers" if isinstance(event, h11.Response) else "trailers"
-                        self._fail(f"sent {what} of {size} bytes, over {MAX_HEAD_BYTES}")
-                        return
-                if isinstance(event, h11.Response):
-                    self.status = event.status_code
-                    self.headers = [
-                        (k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers
-                    ]
-                elif isinstance(event, h11.Data):
-                    self.body += event.data
-                elif isinstance(event, h11.EndOfMessage):
-                    self.ended = True
-                    return
-                elif isinstance(event, h11.ConnectionClosed):
-                    self._fail("closed the connection before sending a response")
-                    return
-        except h11.RemoteProtocolError as exc:
-            what = "the response" if self.status is None else "the response body"
-            self._fail(f"broke off {what}: {exc}")
+            done = parser.feed(data) if data else parser.feed_eof()
+        except MalformedAnswer as exc:
+            self._take(parser)
+            self._fail(f"broke off {self._part()}: {exc}")
+            return
+        self._take(parser)
+        if done:
+            self.ended = True
+        elif not data:
+            if self.status is None and not parser.received:
+                self._fail("closed the connection before sending a response")
+            else:
+                self._fail(f"broke off {self._part()}: closed in {parser.state.value}")
 
     def connection_lost(self, reason: str) -> None:
         """The socket failed (reset, timeout) rather than closing cleanly."""
@@ -107,6 +82,15 @@ class Http11ClientProtocol:
         data = bytes(self.body[:max_bytes])
         del self.body[:max_bytes]
         return data
+
+    def _take(self, parser: ResponseParser) -> None:
+        if parser.status and self.status is None:
+            self.status = parser.status
+            self.headers = list(parser.headers.items())
+        self.body += parser.take_body()
+
+    def _part(self) -> str:
+        return "the response" if self.status is None else "the response body"
 
     def _fail(self, what: str) -> None:
         self.error = FanOutTransportError(f"{self.peer} {what}")

@@ -151,6 +151,9 @@ def test_a_large_body_in_pieces() -> None:
     [
         (b"garbage\r\n\r\n", "not an HTTP/1.x status line: 'garbage'"),
         (b"HTTP/2 200 OK\r\n\r\n", "not an HTTP/1.x status line"),
+        # Bytes that cannot begin a status line fail at once, not after 64 KiB or a timeout.
+        (b"\x00\x00\x12\x04\x00", "not an HTTP/1.x status line"),
+        (b"HTTX", "not an HTTP/1.x status line: 'HTTX'"),
         (b"HTTP/1.1 20 OK\r\n\r\n", "not an HTTP/1.x status line"),
         (b"HTTP/1.1 2000 OK\r\n\r\n", "not an HTTP/1.x status line"),
         (b"HTTP/1.1 abc OK\r\n\r\n", "not an HTTP/1.x status line"),
