@@ -20,7 +20,7 @@ from kinesis_core.checkpoint.dynamodb import (
     encode_lease,
 )
 from kinesis_core.errors import ConfigurationError, ValidationError
-from tests.fakes.clock import FakeClock
+from tests.fakes.clock import RecordingClock
 
 BIG = 49_680_446_358_758_688_350_039_136_273_873_520_000_000_000_000_000_002  # 56 digits
 MAX_HASH = 2**128 - 1
@@ -267,19 +267,9 @@ class _Tables:
         return {"Items": []}
 
 
-class _WaitsSeen(FakeClock):
-    def __init__(self) -> None:
-        super().__init__()
-        self.waits: list[float] = []
-
-    async def sleep(self, seconds: float) -> None:
-        self.waits.append(seconds)
-        await super().sleep(seconds)
-
-
 def test_a_table_being_created_is_waited_for_on_the_stores_clock() -> None:
     client = _Tables(["CREATING", "CREATING", "CREATING", "ACTIVE"], missing=True)
-    clock = _WaitsSeen()
+    clock = RecordingClock()
 
     async def main() -> list[Checkpoint]:
         store = DynamoDBCheckpointStore(client=client, clock=clock)  # type: ignore[arg-type]
@@ -294,7 +284,7 @@ def test_a_table_being_created_is_waited_for_on_the_stores_clock() -> None:
 
 def test_a_table_never_active_fails_at_table_timeout_with_its_looks() -> None:
     client = _Tables(["CREATING"])
-    clock = _WaitsSeen()
+    clock = RecordingClock()
 
     async def main() -> None:
         store = DynamoDBCheckpointStore(client=client, clock=clock, table_timeout=30.0)  # type: ignore[arg-type]

@@ -29,7 +29,7 @@ from kinesis_core.fanout.registration import (
     Send,
     Wait,
 )
-from tests.fakes.clock import FakeClock
+from tests.fakes.clock import RecordingClock
 from tests.fakes.fanout import CONSUMER_ARN
 from tests.fakes.kinesis import client_error
 
@@ -351,16 +351,6 @@ class _Scripted:
         return call
 
 
-class _WaitsSeen(FakeClock):
-    def __init__(self) -> None:
-        super().__init__()
-        self.waits: list[float] = []
-
-    async def sleep(self, seconds: float) -> None:
-        self.waits.append(seconds)
-        await super().sleep(seconds)
-
-
 def _described(status: str) -> dict[str, object]:
     return {
         "ConsumerDescription": {
@@ -379,7 +369,7 @@ def test_deregistering_waits_on_the_clock_until_the_consumer_is_gone() -> None:
         deregister_stream_consumer=[{}],
         describe_stream_consumer=[_described("DELETING"), busy, _described("DELETING"), gone],
     )
-    clock = _WaitsSeen()
+    clock = RecordingClock()
     clock.run(deregister_consumer(client, CONSUMER_ARN, clock=clock))
     assert client.calls.count("describe_stream_consumer") == 4
     assert len(clock.waits) == 3
@@ -389,7 +379,7 @@ def test_deregistering_gives_up_at_the_timeout_naming_the_status() -> None:
     client = _Scripted(
         deregister_stream_consumer=[{}], describe_stream_consumer=[_described("DELETING")]
     )
-    clock = _WaitsSeen()
+    clock = RecordingClock()
     with pytest.raises(ConsumerRegistrationError, match="still DELETING 10 s after") as info:
         clock.run(deregister_consumer(client, CONSUMER_ARN, timeout=10.0, clock=clock))
     assert sum(clock.waits) == pytest.approx(10.0)
@@ -405,7 +395,7 @@ def test_a_registration_retries_server_errors_through_the_executor() -> None:
             {"Consumer": _described("ACTIVE")["ConsumerDescription"]},
         ],
     )
-    clock = _WaitsSeen()
+    clock = RecordingClock()
     consumer = clock.run(register_consumer(client, STREAM, "reader", clock=clock))
     assert consumer.status == "ACTIVE"
     assert client.calls == ["register_stream_consumer"] * 3
@@ -415,7 +405,7 @@ def test_a_registration_retries_server_errors_through_the_executor() -> None:
 def test_a_registration_whose_errors_outlast_the_timeout_gives_up_with_their_history() -> None:
     hiccup = client_error("InternalFailure", "hiccup", "Register", 500)
     client = _Scripted(register_stream_consumer=[hiccup])
-    clock = _WaitsSeen()
+    clock = RecordingClock()
     with pytest.raises(ConsumerRegistrationError, match="not registered after 5 s") as info:
         clock.run(register_consumer(client, STREAM, "reader", timeout=5.0, clock=clock))
     assert sum(clock.waits) == pytest.approx(5.0)

@@ -23,7 +23,7 @@ from kinesis_core.producer import (
     ProducerFailedError,
 )
 from kinesis_core.stream import StreamRef
-from tests.fakes.clock import FakeClock
+from tests.fakes.clock import RecordingClock
 from tests.fakes.kinesis import Entry, FakeKinesis, client_error
 from tests.helpers.producer import FAST, check_landed, producer, records, run
 
@@ -335,18 +335,6 @@ class _ListingsFail(FakeKinesis):
         return await super().list_shards(**params)
 
 
-class _WaitsSeen(FakeClock):
-    """A fake clock that keeps every wait asked of it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.waits: list[float] = []
-
-    async def sleep(self, seconds: float) -> None:
-        self.waits.append(seconds)
-        await super().sleep(seconds)
-
-
 def test_the_landing_lookup_retries_its_listing_on_the_producers_clock() -> None:
     """The listing of every shard that decides a landing fails three times: it is tried
     again after waits of the injected clock (on the retry policy's schedule), then decides."""
@@ -361,7 +349,7 @@ def test_the_landing_lookup_retries_its_listing_on_the_producers_clock() -> None
 
     fake.script.append(split_write_merge)
     sent = [(b"r%d" % i, f"k{i}") for i in range(100)]
-    clock = _WaitsSeen()
+    clock = RecordingClock()
 
     async def main() -> Any:
         config = ProducerConfig(**FAST)
