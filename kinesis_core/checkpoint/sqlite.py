@@ -47,7 +47,7 @@ _T = TypeVar("_T")
 
 
 def _locked(error: BaseException) -> ErrorKind | None:
-    """ "database is locked": another connection has the file (retried); other errors raise."""
+    """Retried: "database is locked" (another connection has the file); other errors raise."""
     if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
         return ErrorKind.IN_USE
     return None

@@ -64,7 +64,7 @@ LANDING_LISTING_RETRY = RetryPolicy(
     base=1.0, cap=10.0, attempts=None, retry_on=frozenset(ErrorKind), unknown=ErrorKind.TRANSIENT
 )
 """The listing of every shard that decides where aggregates landed is tried until it works,
-whatever fails: the records it decides wait for it (their TTL still fails them)."""
+whatever fails (the records it decides wait for it)."""
 
 
 class Producer:
