@@ -221,6 +221,11 @@ class SyncExecutor:
             except StopIteration as done:
                 return done.value
 
+    def attempt(self, operation: Callable[[], _T], retry: RetryPolicy | Retry, what: str) -> _T:
+        """Run ``operation`` (a local store's step, say) until it succeeds or ``retry`` gives
+        up; ``what`` names it in the log."""
+        return self._send(operation, _begin(retry, self.clock.now(), self._rng), what)
+
     def _send(self, send: Callable[[], _T], retry: Retry | None, what: str) -> _T:
         while True:
             try:

@@ -52,9 +52,10 @@ class RetryPolicy:
     after which it gives up, however many ``attempts`` are left (None: no such limit)."""
     retry_on: frozenset[ErrorKind] = RETRYABLE
     """The kinds of failure tried again; the others raise at once."""
-    unknown: ErrorKind | None = None
+    unknown: ErrorKind | Callable[[BaseException], ErrorKind | None] | None = None
     """The kind of a failure the error table has no answer for (not a service or transport
-    error: a local store's I/O error, say); None: raise it at once, as a bug."""
+    error: a local store's I/O error, say), or a function of the failure that tells it; None:
+    raise it at once, as a bug."""
 
     def __post_init__(self) -> None:
         if not 0 < self.base <= self.cap:
@@ -75,6 +76,17 @@ class RetryPolicy:
     def begin(self, now: float, rng: Callable[[], float] = random.random) -> Retry:
         """The run of one operation whose first attempt starts at ``now``."""
         return Retry(self, now, rng)
+
+
+class NotYet(Exception):
+    """An answer that says "not yet" (a table still CREATING, a consumer still DELETING),
+    raised by an operation that polls for a state; :func:`not_yet` makes a policy retry it."""
+
+
+def not_yet(error: BaseException) -> ErrorKind | None:
+    """A :attr:`RetryPolicy.unknown` that looks again after a :class:`NotYet` (as
+    :attr:`ErrorKind.IN_USE`) and raises anything else the error table does not know."""
+    return ErrorKind.IN_USE if isinstance(error, NotYet) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +152,8 @@ class Retry:
         self._codes[code or type(error).__name__] += 1
         self._unreachable += unreachable
         if kind is None:
-            kind = policy.unknown
+            unknown = policy.unknown
+            kind = unknown(error) if callable(unknown) else unknown
         if kind is None or kind not in policy.retry_on:
             return None
         if policy.attempts is not None and self.failures >= policy.attempts:

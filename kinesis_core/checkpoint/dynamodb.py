@@ -55,7 +55,6 @@ import asyncio
 import contextlib
 import dataclasses
 import re
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -64,7 +63,8 @@ from botocore.exceptions import ClientError
 from kinesis_core.aws.backoff import Jitter
 from kinesis_core.aws.classify import ErrorKind, classify, error_details
 from kinesis_core.aws.client import ClientConfig, create_dynamodb_client
-from kinesis_core.aws.retry import RetryPolicy
+from kinesis_core.aws.executor import AsyncExecutor
+from kinesis_core.aws.retry import NotYet, RetryPolicy, not_yet
 from kinesis_core.checkpoint.base import (
     Checkpoint,
     CheckpointConflictError,
@@ -76,6 +76,7 @@ from kinesis_core.checkpoint.base import (
     same_incarnation,
 )
 from kinesis_core.errors import ConfigurationError, ValidationError
+from kinesis_core.runtime.clock import SYSTEM_CLOCK, Clock
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb.client import DynamoDBClient
@@ -93,8 +94,16 @@ APPLICATION = "applicationName"
 STREAM = "kinesisStream"
 _OPTIONAL = ("parentShardId", "childShardIds", "startingHashKey", "endingHashKey")
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
-TABLE_POLL = RetryPolicy(base=0.1, cap=2.0, jitter=Jitter.EQUAL, attempts=None)
-"""The looks at a lease table being created, until ACTIVE (the deadline is ``table_timeout``)."""
+TABLE_POLL = RetryPolicy(
+    base=0.1,
+    cap=2.0,
+    jitter=Jitter.EQUAL,
+    attempts=None,
+    retry_on=frozenset({ErrorKind.IN_USE}),
+    unknown=not_yet,
+)
+"""The looks at a lease table being created, until ACTIVE (the deadline is ``table_timeout``);
+an error of DescribeTable raises."""
 _REMOVED_BY_CHECKPOINT = (
     "pendingCheckpoint",
     "pendingCheckpointSubSequenceNumber",
@@ -327,6 +336,19 @@ class _Scope:
             ) from exc
 
 
+class _TableNotActive(NotYet):
+    def __init__(self, table: str, status: str | None) -> None:
+        super().__init__(f"lease table {table!r} is {status}, not ACTIVE")
+        self.status = status
+
+
+async def _active(client: DynamoDBClient, table: str) -> None:
+    """DescribeTable: :class:`_TableNotActive` until the table is ACTIVE."""
+    status = (await client.describe_table(TableName=table))["Table"].get("TableStatus")
+    if status != "ACTIVE":
+        raise _TableNotActive(table, status)
+
+
 def _failed_condition(exc: ClientError) -> bool:
     """A conditional write lost: the stored row is not the one the write expected."""
     return classify(*error_details(exc)) is ErrorKind.CONFLICT
@@ -340,7 +362,8 @@ class DynamoDBCheckpointStore:
     creates a missing table on first use, keyed by ``leaseKey`` with on-demand billing;
     False requires an existing table. ``client`` is an aiobotocore DynamoDB client the
     caller owns; otherwise one is made from ``client_config`` (default: the environment)
-    in the event loop of the first call, and closed by :meth:`close`.
+    in the event loop of the first call, and closed by :meth:`close`. ``clock`` is what the
+    waits for a table being created run on.
     """
 
     def __init__(
@@ -351,6 +374,7 @@ class DynamoDBCheckpointStore:
         client: DynamoDBClient | None = None,
         create_table: bool = True,
         table_timeout: float = 120.0,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if table_name is not None:
             _check_table_name("table_name", table_name)
@@ -359,6 +383,7 @@ class DynamoDBCheckpointStore:
         self.table_name = table_name
         self.create_table = create_table
         self._table_timeout = table_timeout
+        self._clock = clock
         self._client_config = client_config
         self._client = client
         self._exit = contextlib.AsyncExitStack()
@@ -405,8 +430,10 @@ class DynamoDBCheckpointStore:
         return client, _Scope(table, application, _stream_name(stream))
 
     async def _ensure_table(self, client: DynamoDBClient, table: str) -> None:
+        """Find the table (or create it) and wait until it is ACTIVE (:data:`TABLE_POLL`)."""
         try:
-            status = (await client.describe_table(TableName=table))["Table"].get("TableStatus")
+            await _active(client, table)
+            return
         except client.exceptions.ResourceNotFoundException:
             if not self.create_table:
                 raise ConfigurationError(
@@ -419,19 +446,18 @@ class DynamoDBCheckpointStore:
                     AttributeDefinitions=[{"AttributeName": LEASE_KEY, "AttributeType": "S"}],
                     BillingMode="PAY_PER_REQUEST",
                 )
-            status = None
-        looks = dataclasses.replace(TABLE_POLL, deadline=self._table_timeout).begin(
-            time.monotonic()
-        )
-        while status != "ACTIVE":
-            delay = looks.pause(time.monotonic())
-            if delay is None:
-                raise ConfigurationError(
-                    "table_timeout",
-                    f"lease table {table!r} is still {status} after {self._table_timeout:g} s",
-                )
-            await asyncio.sleep(delay)
-            status = (await client.describe_table(TableName=table))["Table"].get("TableStatus")
+        except _TableNotActive:
+            pass  # being created: waited for below
+        executor = AsyncExecutor(client, clock=self._clock)
+        policy = dataclasses.replace(TABLE_POLL, deadline=self._table_timeout)
+        what = f"the look at lease table {table!r}"
+        try:
+            await executor.attempt(lambda: _active(client, table), policy, what)
+        except _TableNotActive as exc:
+            raise ConfigurationError(
+                "table_timeout",
+                f"lease table {table!r} is still {exc.status} after {self._table_timeout:g} s",
+            ) from exc
 
     async def _conflict(
         self,

@@ -18,6 +18,7 @@ its ``-wal`` and ``-shm`` files the same mode).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import sqlite3
@@ -27,6 +28,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from kinesis_core.aws.backoff import Jitter
+from kinesis_core.aws.classify import ErrorKind
+from kinesis_core.aws.executor import SyncExecutor
+from kinesis_core.aws.retry import RetryPolicy
 from kinesis_core.checkpoint.base import (
     Checkpoint,
     CheckpointTableGoneError,
@@ -36,10 +41,21 @@ from kinesis_core.checkpoint.base import (
     apply_put,
 )
 from kinesis_core.errors import ConfigurationError
+from kinesis_core.runtime.clock import SYSTEM_BLOCKING_CLOCK, BlockingClock
 
 _T = TypeVar("_T")
-_WAL_RETRY = 0.01
-"""Seconds between two tries to switch a file that another connection is switching to WAL."""
+
+
+def _locked(error: BaseException) -> ErrorKind | None:
+    """Retried: "database is locked" (another connection has the file); other errors raise."""
+    if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
+        return ErrorKind.IN_USE
+    return None
+
+
+WAL_SWITCH = RetryPolicy(base=0.01, cap=0.2, jitter=Jitter.EQUAL, attempts=None, unknown=_locked)
+"""The switch of a file to WAL, tried again while another connection has the file (the
+deadline is the store's ``busy_timeout``)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kinesis_checkpoints (
@@ -206,6 +222,7 @@ class SQLiteCheckpointStore:
 
     ``read_only=True`` opens an existing file for reading only (``kinesis-connectors status``
     beside running consumers): no file, table or column is created, and writes raise.
+    ``clock`` is what the store's waits for the file run on.
     """
 
     def __init__(
@@ -214,12 +231,14 @@ class SQLiteCheckpointStore:
         *,
         busy_timeout: float = 30.0,
         read_only: bool = False,
+        clock: BlockingClock = SYSTEM_BLOCKING_CLOCK,
     ) -> None:
         if busy_timeout <= 0:
             raise ConfigurationError("busy_timeout", f"must be > 0 seconds, got {busy_timeout}")
         self.path = os.fspath(path)
         self.read_only = read_only
         self._busy_timeout = busy_timeout
+        self._calls = SyncExecutor(None, clock=clock)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-checkpoints")
         self._conn: sqlite3.Connection | None = None
         self._columns = _COLUMNS
@@ -283,19 +302,15 @@ class SQLiteCheckpointStore:
         return conn
 
     def _use_wal(self, conn: sqlite3.Connection) -> None:
-        """Switch the file to WAL, waiting up to ``busy_timeout`` for the other connections
-        opening it at the same moment: SQLite answers "database is locked" to all but one of
-        them at once, without its busy handler (the switch needs the file to itself), as two
-        channels of one Faust worker opening a new file showed."""
-        deadline = time.monotonic() + self._busy_timeout
-        while True:
-            try:
-                conn.execute("PRAGMA journal_mode = WAL")
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() >= deadline:
-                    raise
-            time.sleep(_WAL_RETRY)
+        """Switch the file to WAL, waiting up to ``busy_timeout`` (:data:`WAL_SWITCH`) for the
+        other connections opening it at the same moment: the switch needs the file to itself,
+        and SQLite answers "database is locked" to all but one of them at once, without its
+        busy handler."""
+        self._calls.attempt(
+            lambda: conn.execute("PRAGMA journal_mode = WAL"),
+            dataclasses.replace(WAL_SWITCH, deadline=self._busy_timeout),
+            f"the switch of SQLite checkpoint store {self.path!r} to WAL",
+        )
 
     def _open_read_only(self) -> sqlite3.Connection:
         if os.path.isdir(self.path):

@@ -2,8 +2,9 @@
 deregister; and the start every fan-out reader shares (:func:`open_fan_out`).
 
 Every call goes through an :class:`~kinesis_core.aws.executor.AsyncExecutor` on an aiobotocore
-Kinesis client from ``kinesis_core.aws.client.create_kinesis_client``; the decisions (which call
-next, how long to back off, when to give up) are
+Kinesis client from ``kinesis_core.aws.client.create_kinesis_client``, which retries each call's
+throttling and server errors; the decisions (which call next, how long to wait for a consumer
+that is not ACTIVE yet, when to give up) are
 :class:`~kinesis_core.fanout.registration.ConsumerActivation`'s, and the ARN and name rules are
 in :mod:`kinesis_core.fanout.registration` too.
 """
@@ -29,7 +30,7 @@ from kinesis_core.aws.calls import (
 from kinesis_core.aws.classify import ErrorKind
 from kinesis_core.aws.client import ClientConfig, create_kinesis_client, error_kind
 from kinesis_core.aws.executor import AsyncExecutor
-from kinesis_core.aws.retry import RetryPolicy
+from kinesis_core.aws.retry import NotYet, RetryPolicy, not_yet
 from kinesis_core.consumer.links import LoopFanOut, look_at_consumer
 from kinesis_core.consumer.subscription import ConsumerCheck
 from kinesis_core.errors import ConfigurationError
@@ -57,8 +58,37 @@ logger = logging.getLogger(__name__)
 
 DESCRIBE_RETRY = RetryPolicy(base=0.2, cap=5.0, attempts=5)
 """DescribeStreamSummary (the stream's ARN) on throttling and server errors."""
-DEREGISTER_POLL = RetryPolicy(base=0.05, cap=2.0, jitter=Jitter.EQUAL, attempts=None)
-"""The looks at a consumer being deregistered (the deadline is the caller's timeout)."""
+DEREGISTER_POLL = RetryPolicy(
+    base=0.05, cap=2.0, jitter=Jitter.EQUAL, attempts=None, unknown=not_yet
+)
+"""The looks at a consumer being deregistered, until it is gone, and their throttling and
+server errors (the deadline is the caller's timeout)."""
+
+
+REGISTER_RETRY = RetryPolicy(
+    base=0.05,
+    cap=2.0,
+    jitter=Jitter.EQUAL,
+    attempts=None,
+    retry_on=frozenset({ErrorKind.TRANSIENT}),
+)
+"""RegisterStreamConsumer on server errors, until the registration's deadline (its
+LimitExceededException is the machine's: a rate, or the stream's consumer limit)."""
+LOOK_RETRY = RetryPolicy(
+    base=0.05,
+    cap=2.0,
+    jitter=Jitter.EQUAL,
+    attempts=None,
+    retry_on=frozenset({ErrorKind.THROTTLED, ErrorKind.TRANSIENT}),
+)
+"""DescribeStreamConsumer and ListStreamConsumers on throttling and server errors, until the
+registration's deadline."""
+
+
+class _StillThere(NotYet):
+    def __init__(self, consumer_arn: str, status: str) -> None:
+        super().__init__(f"consumer {consumer_arn} is {status}")
+        self.status = status
 
 
 def _executor(client: Any, clock: Clock) -> AsyncExecutor:
@@ -148,23 +178,24 @@ async def deregister_consumer(
         return
     if not wait:
         return
-    clock = executor.clock
-    policy = dataclasses.replace(DEREGISTER_POLL, deadline=timeout)
-    errors, looks = policy.begin(clock.now()), policy.begin(clock.now())
-    while True:
+
+    async def gone() -> None:
         try:
-            description = await executor.execute(DescribeStreamConsumer(consumer_arn), errors)
+            description = await executor.execute(DescribeStreamConsumer(consumer_arn))
         except Exception as exc:
             if error_kind(exc) is ErrorKind.NOT_FOUND:
                 return
             raise
-        delay = looks.pause(clock.now())
-        if delay is None:
-            raise ConsumerRegistrationError(
-                f"consumer {consumer_arn} is still {description['ConsumerStatus']} "
-                f"{timeout:g} s after DeregisterStreamConsumer"
-            )
-        await clock.sleep(delay)
+        raise _StillThere(consumer_arn, description["ConsumerStatus"])
+
+    policy = dataclasses.replace(DEREGISTER_POLL, deadline=timeout)
+    try:
+        await executor.attempt(gone, policy, f"the look at deregistered consumer {consumer_arn}")
+    except _StillThere as exc:
+        raise ConsumerRegistrationError(
+            f"consumer {consumer_arn} is still {exc.status} "
+            f"{timeout:g} s after DeregisterStreamConsumer"
+        ) from exc
 
 
 async def consumer_check(client: Any, consumer_arn: str) -> ConsumerCheck:
@@ -250,7 +281,7 @@ async def open_fan_out(
     ``client_config`` is made for them. Returns the client and the consumer's ARN."""
     from kinesis_core.fanout.client import FanOutClient
 
-    # Made first: it refuses to be made without h2 and h11, and nothing may be registered
+    # Made first: it refuses to be made without h2, and nothing may be registered
     # then (a consumer costs money and counts toward the stream's 20).
     fanout = FanOutClient(
         client_config,
@@ -309,7 +340,13 @@ async def _drive(
     stream_arn: str,
     tags: tuple[tuple[str, str], ...] = (),
 ) -> StreamConsumer:
+    """Carry out ``machine``'s actions until the consumer is ACTIVE. Each call's own failures
+    are retried by the executor (:data:`REGISTER_RETRY`, :data:`LOOK_RETRY`) until the
+    machine's deadline; a failure that outlasts them is the machine's to report."""
     clock = executor.clock
+    left = max(0.0, machine.deadline - clock.now())
+    register_errors = dataclasses.replace(REGISTER_RETRY, deadline=left).begin(clock.now())
+    look_errors = dataclasses.replace(LOOK_RETRY, deadline=left).begin(clock.now())
     described: dict[str, Any] = {}
     while True:
         action = machine.next_action(clock.now())
@@ -322,7 +359,8 @@ async def _drive(
         try:
             if action.operation is Operation.REGISTER:
                 described = await executor.execute(
-                    RegisterStreamConsumer(stream_arn, machine.consumer_name, tags)
+                    RegisterStreamConsumer(stream_arn, machine.consumer_name, tags),
+                    register_errors,
                 )
             elif action.operation is Operation.DESCRIBE:
                 if machine.consumer_arn is not None:
@@ -331,9 +369,9 @@ async def _drive(
                     describe = DescribeStreamConsumer(
                         stream_arn=stream_arn, consumer_name=machine.consumer_name
                     )
-                described = await executor.execute(describe)
+                described = await executor.execute(describe, look_errors)
             else:
-                names = await executor.execute(ListStreamConsumers(stream_arn))
+                names = await executor.execute(ListStreamConsumers(stream_arn), look_errors)
                 machine.on_listed(names, clock.now())
                 continue
         except Exception as exc:

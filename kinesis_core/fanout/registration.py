@@ -213,6 +213,11 @@ class ConsumerActivation:
         self._next: Action = Send(Operation.DESCRIBE if self._by_arn else Operation.REGISTER)
         self._after_wait = self._next
 
+    @property
+    def deadline(self) -> float:
+        """When the machine gives up waiting for ACTIVE (on the clock of its ``now``)."""
+        return self._deadline
+
     def next_action(self, now: float) -> Action:
         action = self._next
         if isinstance(action, Wait) and now >= action.until:

@@ -16,13 +16,13 @@ import contextlib
 import dataclasses
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from kinesis_core.aws.backoff import Backoff, BackoffTracker
 from kinesis_core.aws.classify import CERTIFICATE_VERIFY_FAILED, ErrorKind, classify
+from kinesis_core.aws.executor import AsyncExecutor
+from kinesis_core.aws.retry import RetryPolicy
 from kinesis_core.errors import CERTIFICATE_HINT, ConfigurationError, KinesisConnectorError
 from kinesis_core.lifecycle import Event, Lifecycle, State
 from kinesis_core.producer.admission import Standing, Submission
@@ -41,6 +41,7 @@ from kinesis_core.producer.result import (
 )
 from kinesis_core.producer.sender import LeanPutRecords, error_of, send_batch
 from kinesis_core.producer.shard_map_driver import ShardMapDriver, ShardMapTimeoutError
+from kinesis_core.runtime.clock import SYSTEM_CLOCK, Clock
 from kinesis_core.runtime.heap import freeze_start_up_heap
 from kinesis_core.runtime.timeouts import within
 from kinesis_core.serde import RecordSerializer, serialized
@@ -59,6 +60,11 @@ START_ATTEMPTS_UNREACHABLE = 3
 (about 3 s when nothing listens on the port), instead of retrying for ``start_timeout``."""
 START_TIMEOUT = 30.0
 """Seconds ``start`` retries ListShards errors that may pass (throttling, a 5xx)."""
+LANDING_LISTING_RETRY = RetryPolicy(
+    base=1.0, cap=10.0, attempts=None, retry_on=frozenset(ErrorKind), unknown=ErrorKind.TRANSIENT
+)
+"""The listing of every shard that decides where aggregates landed is tried until it works,
+whatever fails (the records it decides wait for it)."""
 
 
 class Producer:
@@ -74,6 +80,9 @@ class Producer:
     ``client``, when given, is used instead of creating one from ``client_config`` (it must
     have botocore's retries off) and is not closed by the producer.
 
+    ``clock`` (:class:`~kinesis_core.runtime.clock.Clock`) is the time the producer reads and
+    waits on: its deadlines, its shard map's refreshes and its retries.
+
     ``serializer`` (:class:`~kinesis_core.serde.RecordSerializer`, e.g.
     ``kinesis_schema_registry.GlueSerializer``) turns the values given to ``put``, ``submit``,
     ``put_many`` and ``submit_many`` into the records' data; ``hand_over`` (the blocking
@@ -88,7 +97,7 @@ class Producer:
         producer_config: ProducerConfig | None = None,
         client: Any = None,
         on_metrics: MetricsHook | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
         serializer: RecordSerializer | None = None,
     ) -> None:
         self.stream = StreamRef.of(stream)
@@ -105,7 +114,8 @@ class Producer:
         self._client_config = client_config
         self._client = client
         self._on_metrics = on_metrics
-        self._clock = clock
+        self._time = clock
+        self._clock = clock.now
         self._metrics = ProducerMetrics(self.stream_name)
         self._lifecycle = Lifecycle(f"Producer({str(self.stream)!r})")
         self._trace = TraceInjector(self._lifecycle.owner) if self.config.trace_context else None
@@ -145,6 +155,7 @@ class Producer:
                 self.stream,
                 client.list_shards,
                 clock=self._clock,
+                sleep=self._time.sleep,
                 start_timeout=START_TIMEOUT,
                 give_up=_unreachable_at_start,
                 describe_fn=client.describe_stream_summary,
@@ -628,11 +639,13 @@ class Producer:
 
     async def _resolve_landings(self) -> None:
         """Decide the aggregates written to a shard the map did not know: wait for the map's
-        refresh, then list every shard (closed ones too) for those it still lacks."""
+        refresh, then list every shard (closed ones too) for those it still lacks; the listing
+        is retried (:data:`LANDING_LISTING_RETRY`) until it works."""
         pipeline = self._require_pipeline()
         driver = self._shard_map
         assert driver is not None
-        retry = BackoffTracker(Backoff(1.0, 10.0))
+        executor = AsyncExecutor(self._client, clock=self._time)
+        what = f"{self._lifecycle.owner}: the listing of every shard"
         try:
             while pipeline.landings:
                 await driver.wait_ready()
@@ -641,19 +654,7 @@ class Producer:
                 if not unknown:
                     continue
                 listed_at = self._clock()
-                try:
-                    await driver.learn_all_shards()
-                except Exception as exc:
-                    delay = retry.failed("ListShards", self._clock())
-                    logger.warning(
-                        "%s: listing every shard failed (%r); trying again in %.1f s",
-                        self._lifecycle.owner,
-                        exc,
-                        delay,
-                    )
-                    await asyncio.sleep(delay)
-                    continue
-                retry.succeeded("ListShards")
+                await executor.attempt(driver.learn_all_shards, LANDING_LISTING_RETRY, what)
                 pipeline.resolve_landings(
                     self._clock(),
                     final="not in a ListShards of every shard of the stream",
@@ -684,7 +685,7 @@ class Producer:
 
     async def _report_metrics(self) -> None:
         while True:
-            await asyncio.sleep(self.config.metrics_interval)
+            await self._time.sleep(self.config.metrics_interval)
             self._emit_metrics()
 
     def _emit_metrics(self) -> None:

@@ -78,3 +78,16 @@ class _Loop(asyncio.SelectorEventLoop):
 
     def time(self) -> float:
         return self._fake_clock.now()
+
+
+class RecordingClock(FakeClock):
+    """A :class:`FakeClock` that keeps every wait asked of it (``waits``, in seconds): a test
+    sees which waits ran on the clock it injected."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        super().__init__(start)
+        self.waits: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        await super().sleep(seconds)

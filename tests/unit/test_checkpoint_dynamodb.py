@@ -1,4 +1,5 @@
-"""The DynamoDB store's item format against the KCL's lease serializer (no server).
+"""The DynamoDB store's item format against the KCL's lease serializer, and its wait for a
+table being created (no server).
 
 ``kcl_read`` is a line-by-line port of ``DynamoDBLeaseSerializer.fromDynamoRecord`` (KCL 3.5.1,
 awslabs/amazon-kinesis-client @ 024eb86e): what a KCL worker would make of an item.
@@ -11,8 +12,15 @@ from typing import Any
 import pytest
 
 from kinesis_core.checkpoint import Checkpoint, Sentinel
-from kinesis_core.checkpoint.dynamodb import _Scope, _Update, decode_lease, encode_lease
-from kinesis_core.errors import ValidationError
+from kinesis_core.checkpoint.dynamodb import (
+    DynamoDBCheckpointStore,
+    _Scope,
+    _Update,
+    decode_lease,
+    encode_lease,
+)
+from kinesis_core.errors import ConfigurationError, ValidationError
+from tests.fakes.clock import RecordingClock
 
 BIG = 49_680_446_358_758_688_350_039_136_273_873_520_000_000_000_000_000_002  # 56 digits
 MAX_HASH = 2**128 - 1
@@ -221,3 +229,70 @@ def test_update_expressions_are_conditional_on_the_counter_and_the_owners() -> N
         "#checkpointOwner = :expectedCheckpointOwner" + SCOPED
     )
     assert handing.values[":expectedCheckpointOwner"] == {"S": "me"}
+
+
+# -- a table being created -----------------------------------------------------------------
+
+
+class _Tables:
+    """A DynamoDB client whose table answers ``statuses`` to DescribeTable, one after the
+    other (the last one then on), after a first ResourceNotFoundException when ``missing``."""
+
+    class exceptions:
+        class ResourceNotFoundException(Exception):
+            pass
+
+        class ResourceInUseException(Exception):
+            pass
+
+    def __init__(self, statuses: list[str], *, missing: bool = False) -> None:
+        self.statuses = statuses
+        self.missing = missing
+        self.created = 0
+        self.looks = 0
+
+    async def describe_table(self, TableName: str) -> dict[str, Any]:
+        self.looks += 1
+        if self.missing:
+            self.missing = False
+            raise self.exceptions.ResourceNotFoundException(TableName)
+        status = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+        return {"Table": {"TableStatus": status}}
+
+    async def create_table(self, **kwargs: Any) -> dict[str, Any]:
+        self.created += 1
+        return {}
+
+    async def scan(self, **kwargs: Any) -> dict[str, Any]:
+        return {"Items": []}
+
+
+def test_a_table_being_created_is_waited_for_on_the_stores_clock() -> None:
+    client = _Tables(["CREATING", "CREATING", "CREATING", "ACTIVE"], missing=True)
+    clock = RecordingClock()
+
+    async def main() -> list[Checkpoint]:
+        store = DynamoDBCheckpointStore(client=client, clock=clock)  # type: ignore[arg-type]
+        return await store.list("app", "stream")
+
+    assert clock.run(main()) == []
+    assert client.created == 1
+    assert client.looks == 5  # not found, three CREATING, ACTIVE
+    assert len(clock.waits) == 3
+    assert all(0.05 <= wait <= 0.4 for wait in clock.waits)  # TABLE_POLL: equal jitter
+
+
+def test_a_table_never_active_fails_at_table_timeout_with_its_looks() -> None:
+    client = _Tables(["CREATING"])
+    clock = RecordingClock()
+
+    async def main() -> None:
+        store = DynamoDBCheckpointStore(client=client, clock=clock, table_timeout=30.0)  # type: ignore[arg-type]
+        await store.list("app", "stream")
+
+    with pytest.raises(ConfigurationError, match="table_timeout") as info:
+        clock.run(main())
+    assert "lease table 'app' is still CREATING after 30 s" in str(info.value)
+    assert sum(clock.waits) == pytest.approx(30.0)  # the last wait ends at the deadline
+    notes = getattr(info.value.__cause__, "__notes__", [])
+    assert any("failed attempts" in note and "CREATING" in note for note in notes)

@@ -410,6 +410,72 @@ def test_stores_opening_a_new_file_at_the_same_moment_all_open_it(tmp_path: Path
         assert errors == [], f"trial {trial}"
 
 
+class _BlockingTime:
+    """A blocking clock whose waits pass at once (and are kept)."""
+
+    def __init__(self) -> None:
+        self.at = 0.0
+        self.waits: list[float] = []
+
+    def now(self) -> float:
+        return self.at
+
+    def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.at += seconds
+
+
+class _Switching:
+    """A connection whose switch to WAL fails with ``error`` ``times`` times."""
+
+    def __init__(self, times: int, error: str = "database is locked") -> None:
+        self.times = times
+        self.error = error
+        self.tries = 0
+
+    def execute(self, sql: str) -> None:
+        assert sql == "PRAGMA journal_mode = WAL"
+        self.tries += 1
+        if self.times:
+            self.times -= 1
+            raise sqlite3.OperationalError(self.error)
+
+
+def _switch(connection: _Switching, clock: _BlockingTime, tmp_path: Path) -> None:
+    store = SQLiteCheckpointStore(tmp_path / "wal.sqlite3", busy_timeout=2.0, clock=clock)
+    try:
+        store._use_wal(connection)  # type: ignore[arg-type]
+    finally:
+        asyncio.run(store.close())
+
+
+def test_sqlite_the_switch_to_wal_waits_on_the_stores_clock_while_the_file_is_locked(
+    tmp_path: Path,
+) -> None:
+    connection, clock = _Switching(3), _BlockingTime()
+    _switch(connection, clock, tmp_path)
+    assert connection.tries == 4
+    assert len(clock.waits) == 3
+    assert all(0 < wait <= 0.2 for wait in clock.waits)
+
+
+def test_sqlite_a_file_locked_past_busy_timeout_raises_with_the_tries(tmp_path: Path) -> None:
+    connection, clock = _Switching(10_000), _BlockingTime()
+    with pytest.raises(sqlite3.OperationalError, match="database is locked") as info:
+        _switch(connection, clock, tmp_path)
+    assert sum(clock.waits) == pytest.approx(2.0)  # busy_timeout: the last wait ends there
+    notes = getattr(info.value, "__notes__", [])
+    assert any(f"{connection.tries} failed attempts" in note for note in notes), notes
+
+
+def test_sqlite_another_error_of_the_switch_to_wal_raises_at_once(tmp_path: Path) -> None:
+    connection, clock = _Switching(1, "disk I/O error"), _BlockingTime()
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+        _switch(connection, clock, tmp_path)
+    assert connection.tries == 1
+    assert clock.waits == []
+
+
 @pytest.mark.parametrize("fault", ["deleted", "replaced"])
 def test_sqlite_a_file_deleted_or_replaced_under_the_store_stops_it(
     tmp_path: Path, fault: str

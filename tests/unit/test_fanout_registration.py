@@ -1,4 +1,5 @@
-"""The consumer life-cycle machine, consumer ARNs, and FanOutClient's argument checks."""
+"""The consumer life-cycle machine and its driver, consumer ARNs, and FanOutClient's argument
+checks."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from kinesis_core.fanout import (
     FanOutClient,
     RegisteredConsumer,
     check_consumer_of_stream,
+    deregister_consumer,
     parse_consumer_arn,
+    register_consumer,
 )
 from kinesis_core.fanout.registration import (
     LIMIT_RETRIES,
@@ -26,7 +29,9 @@ from kinesis_core.fanout.registration import (
     Send,
     Wait,
 )
+from tests.fakes.clock import RecordingClock
 from tests.fakes.fanout import CONSUMER_ARN
+from tests.fakes.kinesis import client_error
 
 STREAM = "arn:aws:kinesis:us-east-1:123456789012:stream/orders"
 
@@ -318,3 +323,90 @@ def test_tags_go_with_the_registration_only() -> None:
         ]
 
     asyncio.run(main())
+
+
+# -- the driver: each call's failures retried by the executor, on its clock -----------------
+
+
+class _Scripted:
+    """A Kinesis client whose calls answer from ``script[operation]`` in turn (an exception
+    is raised); the last answer then on."""
+
+    def __init__(self, **script: list[object]) -> None:
+        self.script = script
+        self.calls: list[str] = []
+
+    def __getattr__(self, operation: str) -> object:
+        if operation not in self.script:
+            raise AttributeError(operation)
+
+        async def call(**params: object) -> object:
+            self.calls.append(operation)
+            answers = self.script[operation]
+            answer = answers.pop(0) if len(answers) > 1 else answers[0]
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+        return call
+
+
+def _described(status: str) -> dict[str, object]:
+    return {
+        "ConsumerDescription": {
+            "ConsumerName": "reader",
+            "ConsumerARN": CONSUMER_ARN,
+            "ConsumerStatus": status,
+            "StreamARN": STREAM,
+        }
+    }
+
+
+def test_deregistering_waits_on_the_clock_until_the_consumer_is_gone() -> None:
+    gone = client_error("ResourceNotFoundException", "no such consumer", "Describe")
+    busy = client_error("ThrottlingException", "slow down", "Describe")
+    client = _Scripted(
+        deregister_stream_consumer=[{}],
+        describe_stream_consumer=[_described("DELETING"), busy, _described("DELETING"), gone],
+    )
+    clock = RecordingClock()
+    clock.run(deregister_consumer(client, CONSUMER_ARN, clock=clock))
+    assert client.calls.count("describe_stream_consumer") == 4
+    assert len(clock.waits) == 3
+
+
+def test_deregistering_gives_up_at_the_timeout_naming_the_status() -> None:
+    client = _Scripted(
+        deregister_stream_consumer=[{}], describe_stream_consumer=[_described("DELETING")]
+    )
+    clock = RecordingClock()
+    with pytest.raises(ConsumerRegistrationError, match="still DELETING 10 s after") as info:
+        clock.run(deregister_consumer(client, CONSUMER_ARN, timeout=10.0, clock=clock))
+    assert sum(clock.waits) == pytest.approx(10.0)
+    assert any("failed attempts" in note for note in info.value.__cause__.__notes__)  # type: ignore[union-attr]
+
+
+def test_a_registration_retries_server_errors_through_the_executor() -> None:
+    hiccup = client_error("InternalFailure", "hiccup", "Register", 500)
+    client = _Scripted(
+        register_stream_consumer=[
+            hiccup,
+            hiccup,
+            {"Consumer": _described("ACTIVE")["ConsumerDescription"]},
+        ],
+    )
+    clock = RecordingClock()
+    consumer = clock.run(register_consumer(client, STREAM, "reader", clock=clock))
+    assert consumer.status == "ACTIVE"
+    assert client.calls == ["register_stream_consumer"] * 3
+    assert len(clock.waits) == 2
+
+
+def test_a_registration_whose_errors_outlast_the_timeout_gives_up_with_their_history() -> None:
+    hiccup = client_error("InternalFailure", "hiccup", "Register", 500)
+    client = _Scripted(register_stream_consumer=[hiccup])
+    clock = RecordingClock()
+    with pytest.raises(ConsumerRegistrationError, match="not registered after 5 s") as info:
+        clock.run(register_consumer(client, STREAM, "reader", timeout=5.0, clock=clock))
+    assert sum(clock.waits) == pytest.approx(5.0)
+    assert any("failed attempts" in note for note in info.value.__context__.__notes__)  # type: ignore[union-attr]

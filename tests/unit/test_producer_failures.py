@@ -23,6 +23,7 @@ from kinesis_core.producer import (
     ProducerFailedError,
 )
 from kinesis_core.stream import StreamRef
+from tests.fakes.clock import RecordingClock
 from tests.fakes.kinesis import Entry, FakeKinesis, client_error
 from tests.helpers.producer import FAST, check_landed, producer, records, run
 
@@ -317,6 +318,57 @@ def test_a_landing_on_a_shard_born_and_closed_between_refreshes_is_decided() -> 
     check_landed(fake, list(batch), sent)
     kcl = {(r.partition_key, r.data) for r in fake.read_all(kcl=True)}
     assert {(pk, data) for data, pk in sent} <= kcl
+
+
+class _ListingsFail(FakeKinesis):
+    """The listings of every shard (AT_TRIM_HORIZON) fail ``failures`` times, then work."""
+
+    def __init__(self, failures: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.failures = failures
+
+    async def list_shards(self, **params: Any) -> dict[str, Any]:
+        every = params.get("ShardFilter") == {"Type": "AT_TRIM_HORIZON"}
+        if every and self.failures:
+            self.failures -= 1
+            raise client_error("InternalFailure", "a hiccup", "ListShards", 500)
+        return await super().list_shards(**params)
+
+
+def test_the_landing_lookup_retries_its_listing_on_the_producers_clock() -> None:
+    """The listing of every shard that decides a landing fails three times: it is tried
+    again after waits of the injected clock (on the retry policy's schedule), then decides."""
+    fake = _ListingsFail(3, shards=1)
+    parent = "shardId-000000000000"
+
+    def split_write_merge(entries: list[Entry]) -> dict[str, Any]:
+        children = fake.split(parent)
+        response = fake.accept(entries)
+        fake.merge(*children)
+        return response
+
+    fake.script.append(split_write_merge)
+    sent = [(b"r%d" % i, f"k{i}") for i in range(100)]
+    clock = RecordingClock()
+
+    async def main() -> Any:
+        config = ProducerConfig(**FAST)
+        async with Producer("stream", client=fake, producer_config=config, clock=clock) as p:
+            return await p.put_many(sent)
+
+    batch = clock.run(main())
+    assert batch.ok
+    check_landed(fake, list(batch), sent)
+    assert fake.failures == 0
+    listings = [f for f in fake.shard_filters if f == {"Type": "AT_TRIM_HORIZON"}]
+    assert len(listings) == 1  # the three that failed raised before the fake logged them
+    ceilings = [1.0, 2.0, 4.0]  # LANDING_LISTING_RETRY: full jitter below 1, 2, 4 s
+    retries = [w for w in clock.waits if w <= 4.0]
+    assert len(retries) >= 3
+    assert any(
+        all(0 <= w <= c for w, c in zip(clock.waits[i : i + 3], ceilings, strict=True))
+        for i in range(len(clock.waits) - 2)
+    )
 
 
 # -- preserve_order ------------------------------------------------------------------------

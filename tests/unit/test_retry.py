@@ -9,7 +9,7 @@ import pytest
 
 from kinesis_core.aws.backoff import Jitter
 from kinesis_core.aws.classify import ErrorKind
-from kinesis_core.aws.retry import RetryPolicy
+from kinesis_core.aws.retry import NotYet, RetryPolicy, not_yet
 from kinesis_core.errors import ConfigurationError
 
 
@@ -68,6 +68,14 @@ def test_unknown_failures_are_retried_only_when_the_policy_says_what_they_are() 
     assert RetryPolicy().begin(0.0).failed(0.0, bug, None) is None
     forever = RetryPolicy(attempts=None, unknown=ErrorKind.TRANSIENT).begin(0.0, lambda: 1.0)
     assert [forever.failed(0.0, bug, None) for _ in range(3)] == [0.2, 0.4, 0.8]
+
+
+def test_a_function_of_the_failure_tells_which_unknown_failures_are_retried() -> None:
+    policy = RetryPolicy(attempts=None, unknown=not_yet)
+    retry = policy.begin(0.0, lambda: 1.0)
+    assert retry.failed(0.0, NotYet("CREATING"), None) == 0.2
+    assert retry.failed(0.0, ValueError("a bug"), None) is None
+    assert retry.failed(0.0, NotYet("CREATING"), ErrorKind.AUTH) is None  # the table's kind first
 
 
 def test_no_answer_at_all_gives_up_after_its_own_count() -> None:
