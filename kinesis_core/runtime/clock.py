@@ -88,13 +88,16 @@ def _wake(ticks: _Waiters, tick: int) -> None:
 
 
 class SleepingClock:
-    """``time.monotonic`` and a given ``sleep`` (a driver that takes a sleep function)."""
+    """A given ``sleep`` and ``now`` (``time.monotonic`` unless given): the clock of a driver
+    that takes a sleep function (and a time function)."""
 
-    def __init__(self, sleep: Callable[[float], Awaitable[object]]) -> None:
+    def __init__(
+        self,
+        sleep: Callable[[float], Awaitable[object]],
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.sleep = sleep
-
-    def now(self) -> float:
-        return time.monotonic()
+        self.now = now
 
 
 class BlockingClock(Protocol):
