@@ -24,7 +24,7 @@ from kinesis_core.aws.classify import ErrorKind, classify, error_details, error_
 from kinesis_core.aws.executor import AsyncExecutor, list_all_shards
 from kinesis_core.aws.retry import RetryPolicy
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError
-from kinesis_core.runtime.clock import SleepingClock
+from kinesis_core.runtime.clock import Clock, SleepingClock, time_of
 from kinesis_core.runtime.timeouts import within
 from kinesis_core.shards.info import AT_LATEST, AT_TRIM_HORIZON, ShardInfo
 from kinesis_core.shards.record_size import RecordSizeLimit
@@ -41,8 +41,6 @@ ListShardsFn = Callable[..., Awaitable[Mapping[str, Any]]]
 DescribeFn = Callable[..., Awaitable[Mapping[str, Any]]]
 """``await fn(**DescribeStreamSummary kwargs)`` returns the DescribeStreamSummary response."""
 Sleep = Callable[[float], Awaitable[object]]
-Now = Callable[[], float]
-"""Seconds on a monotonic clock (the time the producer dates its requests with)."""
 
 
 def refresh_policy(min_backoff: float, max_backoff: float) -> RetryPolicy:
@@ -91,8 +89,10 @@ class ShardMapDriver:
     waits until the map is READY: it raises :class:`ShardMapTimeoutError` after
     ``start_timeout`` seconds, or at once on an error retrying cannot fix (no such stream,
     access denied), or when ``give_up(error, attempts)`` says so. With ``wait_on_start=False``
-    records flow unpredicted until the map is ready. ``clock`` must be the clock the callers of
-    ``invalidate`` read ``seen_at`` from.
+    records flow unpredicted until the map is ready. ``clock`` (a :class:`Clock`, or a bare time
+    function such as ``time.monotonic``) must be the clock the callers of ``invalidate`` read
+    ``seen_at`` from; the driver waits on ``sleep``, else on the clock's ``sleep`` (a
+    :class:`Clock`), else on ``asyncio.sleep``.
 
     With ``describe_fn`` (``client.describe_stream_summary``), every refresh first asks
     DescribeStreamSummary for the stream's maximum record size (:attr:`record_limit`), and
@@ -111,8 +111,8 @@ class ShardMapDriver:
         page_size: int = 1000,
         wait_on_start: bool = True,
         start_timeout: float | None = 30.0,
-        clock: Now = time.monotonic,
-        sleep: Sleep = asyncio.sleep,
+        clock: Clock | Callable[[], float] = time.monotonic,
+        sleep: Sleep | None = None,
         give_up: Callable[[BaseException, int], bool] | None = None,
         describe_fn: DescribeFn | None = None,
         limit_check_interval: float = 1.0,
@@ -123,7 +123,11 @@ class ShardMapDriver:
         self._limit_task: asyncio.Task[None] | None = None
         self._stream = stream_name
         self._give_up = give_up
-        self.clock = clock
+        self.clock = time_of(clock)
+        """The driver's time function (a :class:`Clock`'s ``now``)."""
+        if sleep is None:
+            clock_sleep = getattr(clock, "sleep", None)
+            sleep = asyncio.sleep if clock_sleep is None else clock_sleep
         self._list_shards_fn = list_shards_fn
         self._page_size = page_size
         self._wait_on_start = wait_on_start
@@ -131,7 +135,7 @@ class ShardMapDriver:
         self._sleep = sleep
         self._policy = refresh_policy(min_backoff, max_backoff)
         self._map = ShardMap(closed_shard_ttl=closed_shard_ttl)
-        self._executor = AsyncExecutor(_NO_CLIENT, clock=SleepingClock(sleep, clock), rng=_top)
+        self._executor = AsyncExecutor(_NO_CLIENT, clock=SleepingClock(sleep, self.clock), rng=_top)
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Condition()
         self._attempts = 0

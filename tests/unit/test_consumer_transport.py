@@ -150,15 +150,33 @@ class Link:
         pass
 
 
-def test_no_event_yet_is_the_synchronous_drivers_and_it_looks_again_shortly() -> None:
+class _ListClock:
+    """A BlockingClock whose time is ``now[0]``."""
+
+    def __init__(self, now: list[float]) -> None:
+        self._now = now
+
+    def now(self) -> float:
+        return self._now[0]
+
+    def sleep(self, seconds: float) -> None:
+        self._now[0] += seconds
+
+
+@pytest.mark.parametrize("flavour", ["time function", "blocking clock"])
+def test_no_event_yet_is_the_synchronous_drivers_and_it_looks_again_shortly(
+    flavour: str,
+) -> None:
     """A synchronous link never blocks on a subscription: it answers PENDING when no event is
     waiting, and the driver waits ``pending_interval`` before it asks again; the machine is
-    not told (it was, before: the driver's PENDING lived in the pure machine)."""
+    not told (it was, before: the driver's PENDING lived in the pure machine). The driver's
+    clock is a bare time function or a BlockingClock."""
     now = [1.0]
     machine = SubscriptionRead(NODE, TRIM_HORIZON, SubscriptionOptions(pending_interval=0.05))
     event = SubscribeEvent([{"SequenceNumber": "1", "Data": b"x", "PartitionKey": "k"}], "1", 0)
+    clock = _ListClock(now) if flavour == "blocking clock" else (lambda: now[0])
     reader = SyncShardReader(
-        machine, Link(object(), PENDING, event), pending_interval=0.05, clock=lambda: now[0]
+        machine, Link(object(), PENDING, event), pending_interval=0.05, clock=clock
     )
     subscribe = reader.next_action(now[0])
     assert isinstance(subscribe, Subscribe)

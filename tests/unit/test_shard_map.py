@@ -696,6 +696,32 @@ def test_driver_backoff_doubles_to_its_cap_and_starts_again_at_the_next_refresh(
     run(main)
 
 
+def test_driver_takes_a_clock_and_waits_on_its_sleep() -> None:
+    class Ticking:
+        def __init__(self) -> None:
+            self.t = 100.0
+            self.slept: list[float] = []
+
+        def now(self) -> float:
+            return self.t
+
+        async def sleep(self, seconds: float) -> None:
+            self.slept.append(seconds)
+            self.t += seconds
+            fake.answer = listing(*TWO)
+
+    async def main() -> None:
+        ticking = Ticking()
+        async with ShardMapDriver("s", fake, clock=ticking) as driver:
+            assert driver.clock() == 101.0
+            assert driver.map.updated_at == 101.0
+            assert driver.hash_range("s0") == TWO[0].hash_range
+        assert ticking.slept == [1.0]
+
+    fake = Switchable(throttled("InternalFailure"))
+    run(main)
+
+
 def test_driver_start_fails_fast_on_a_missing_stream() -> None:
     async def main() -> None:
         driver = ShardMapDriver("nope", Switchable(throttled("ResourceNotFoundException")))
