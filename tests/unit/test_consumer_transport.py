@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from itertools import product
 from typing import Any
 
 import pytest
@@ -85,15 +86,17 @@ def test_every_event_in_every_state_goes_where_the_table_says_or_raises(
 
 
 def test_the_table_is_the_one_spelled_out_and_only_ended_and_failed_are_final() -> None:
-    table = {(s, e, t) for s, events in TRANSITIONS.items() for e, t in events.items()}
+    assert set(TRANSITIONS) == set(product(ReadState, ReadEvent))  # every pair, one entry
+    table = {(s, e, t) for (s, e), t in TRANSITIONS.items() if t is not None}
     assert table == EXPECTED
-    assert set(TRANSITIONS) == set(ReadState)
-    final = {state for state, events in TRANSITIONS.items() if not events}
+    final = {s for s in ReadState if all(TRANSITIONS[s, e] is None for e in ReadEvent)}
     assert final == {S.ENDED, S.FAILED}
     reached, frontier = {S.CONNECTING}, [S.CONNECTING]
     while frontier:
-        for target in TRANSITIONS[frontier.pop()].values():
-            if target not in reached:
+        state = frontier.pop()
+        for event in ReadEvent:
+            target = TRANSITIONS[state, event]
+            if target is not None and target not in reached:
                 reached.add(target)
                 frontier.append(target)
     assert reached == set(ReadState)
