@@ -35,7 +35,7 @@ from kinesis_core.consumer.transport import (
     ShardRead,
 )
 from kinesis_core.errors import KinesisConnectorError, KinesisServiceError
-from kinesis_core.runtime.clock import SYSTEM_CLOCK, Clock
+from kinesis_core.runtime.clock import SYSTEM_CLOCK, Clock, TimeSource, time_of
 
 logger = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ class SyncShardReader:
         link: SyncLink,
         *,
         pending_interval: float = 0.05,
-        clock: Callable[[], float] = time.monotonic,
+        clock: TimeSource = time.monotonic,
         where: str = "",
         ahead: Executor | None = None,
         earlier: Callable[[Call], Future[Any] | None] | None = None,
@@ -169,7 +169,7 @@ class SyncShardReader:
         self.machine = machine
         self.link = link
         self._pending_interval = pending_interval
-        self._clock = clock
+        self._clock = time_of(clock)
         self._where = where
         self._pending_until = float("-inf")
         self._last: BaseException | None = None

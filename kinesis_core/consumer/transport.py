@@ -11,8 +11,9 @@ off. :class:`ShardRead` holds that common part as a sans-I/O state machine; a tr
 only its calls.
 
 The machine is explicit, h11 style: its :class:`ReadState` changes only through
-:data:`TRANSITIONS`, a table of (state, :class:`ReadEvent`) -> state, and an event the table
-does not allow in the current state raises :class:`ReadProtocolError`. A machine says what to
+:data:`TRANSITIONS`, a table of (state, :class:`ReadEvent`) -> state with one entry for every
+pair (as :mod:`kinesis_core.consumer.shard_consumer`'s), and an event the table does not allow
+in the current state raises :class:`ReadProtocolError`. A machine says what to
 do next (:meth:`ShardRead.next_action`): a transport call (a :class:`Call` subclass the
 transport defines, or the :class:`CheckStream` every transport executes), :class:`Wait` until
 a time, :class:`Ended`, or :class:`Failed`. A driver hands calls to an executor
@@ -174,46 +175,84 @@ class ReadEvent(enum.Enum):
 
 
 _S, _E = ReadState, ReadEvent
-TRANSITIONS: Mapping[ReadState, Mapping[ReadEvent, ReadState]] = MappingProxyType(
+TRANSITIONS: Mapping[tuple[ReadState, ReadEvent], ReadState | None] = MappingProxyType(
     {
-        _S.CONNECTING: {
-            _E.CONNECTED: _S.READING,
-            _E.LOOKED_UP: _S.CONNECTING,
-            _E.DISCONNECTED: _S.CONNECTING,
-            _E.RETRY: _S.CONNECTING,
-            _E.REFUSED: _S.CHECKING,
-            _E.DOUBTED_CONSUMER: _S.CHECKING_CONSUMER,
-            _E.SHARD_ENDED: _S.ENDED,
-            _E.GAVE_UP: _S.FAILED,
-        },
-        _S.READING: {
-            _E.DATA: _S.READING,
-            _E.LOOKED_UP: _S.READING,
-            _E.DISCONNECTED: _S.CONNECTING,
-            _E.RETRY: _S.READING,
-            _E.REFUSED: _S.CHECKING,
-            _E.DOUBTED_CONSUMER: _S.CHECKING_CONSUMER,
-            _E.SHARD_ENDED: _S.ENDED,
-            _E.GAVE_UP: _S.FAILED,
-        },
-        _S.CHECKING_CONSUMER: {
-            _E.CONSUMER_THERE: _S.CHECKING,
-            _E.RETRY: _S.CONNECTING,
-            _E.GAVE_UP: _S.FAILED,
-        },
-        _S.CHECKING: {
-            _E.RESTART: _S.CONNECTING,
-            _E.RESUME: _S.READING,
-            _E.RETRY: _S.CHECKING,
-            _E.SHARD_ENDED: _S.ENDED,
-            _E.GAVE_UP: _S.FAILED,
-        },
-        _S.ENDED: {},
-        _S.FAILED: {},
+        (_S.CONNECTING, _E.CONNECTED): _S.READING,
+        (_S.CONNECTING, _E.DATA): None,
+        (_S.CONNECTING, _E.LOOKED_UP): _S.CONNECTING,
+        (_S.CONNECTING, _E.DISCONNECTED): _S.CONNECTING,
+        (_S.CONNECTING, _E.RETRY): _S.CONNECTING,
+        (_S.CONNECTING, _E.REFUSED): _S.CHECKING,
+        (_S.CONNECTING, _E.RESUME): None,
+        (_S.CONNECTING, _E.DOUBTED_CONSUMER): _S.CHECKING_CONSUMER,
+        (_S.CONNECTING, _E.CONSUMER_THERE): None,
+        (_S.CONNECTING, _E.RESTART): None,
+        (_S.CONNECTING, _E.SHARD_ENDED): _S.ENDED,
+        (_S.CONNECTING, _E.GAVE_UP): _S.FAILED,
+        (_S.READING, _E.CONNECTED): None,
+        (_S.READING, _E.DATA): _S.READING,
+        (_S.READING, _E.LOOKED_UP): _S.READING,
+        (_S.READING, _E.DISCONNECTED): _S.CONNECTING,
+        (_S.READING, _E.RETRY): _S.READING,
+        (_S.READING, _E.REFUSED): _S.CHECKING,
+        (_S.READING, _E.RESUME): None,
+        (_S.READING, _E.DOUBTED_CONSUMER): _S.CHECKING_CONSUMER,
+        (_S.READING, _E.CONSUMER_THERE): None,
+        (_S.READING, _E.RESTART): None,
+        (_S.READING, _E.SHARD_ENDED): _S.ENDED,
+        (_S.READING, _E.GAVE_UP): _S.FAILED,
+        (_S.CHECKING_CONSUMER, _E.CONNECTED): None,
+        (_S.CHECKING_CONSUMER, _E.DATA): None,
+        (_S.CHECKING_CONSUMER, _E.LOOKED_UP): None,
+        (_S.CHECKING_CONSUMER, _E.DISCONNECTED): None,
+        (_S.CHECKING_CONSUMER, _E.RETRY): _S.CONNECTING,
+        (_S.CHECKING_CONSUMER, _E.REFUSED): None,
+        (_S.CHECKING_CONSUMER, _E.RESUME): None,
+        (_S.CHECKING_CONSUMER, _E.DOUBTED_CONSUMER): None,
+        (_S.CHECKING_CONSUMER, _E.CONSUMER_THERE): _S.CHECKING,
+        (_S.CHECKING_CONSUMER, _E.RESTART): None,
+        (_S.CHECKING_CONSUMER, _E.SHARD_ENDED): None,
+        (_S.CHECKING_CONSUMER, _E.GAVE_UP): _S.FAILED,
+        (_S.CHECKING, _E.CONNECTED): None,
+        (_S.CHECKING, _E.DATA): None,
+        (_S.CHECKING, _E.LOOKED_UP): None,
+        (_S.CHECKING, _E.DISCONNECTED): None,
+        (_S.CHECKING, _E.RETRY): _S.CHECKING,
+        (_S.CHECKING, _E.REFUSED): None,
+        (_S.CHECKING, _E.RESUME): _S.READING,
+        (_S.CHECKING, _E.DOUBTED_CONSUMER): None,
+        (_S.CHECKING, _E.CONSUMER_THERE): None,
+        (_S.CHECKING, _E.RESTART): _S.CONNECTING,
+        (_S.CHECKING, _E.SHARD_ENDED): _S.ENDED,
+        (_S.CHECKING, _E.GAVE_UP): _S.FAILED,
+        (_S.ENDED, _E.CONNECTED): None,
+        (_S.ENDED, _E.DATA): None,
+        (_S.ENDED, _E.LOOKED_UP): None,
+        (_S.ENDED, _E.DISCONNECTED): None,
+        (_S.ENDED, _E.RETRY): None,
+        (_S.ENDED, _E.REFUSED): None,
+        (_S.ENDED, _E.RESUME): None,
+        (_S.ENDED, _E.DOUBTED_CONSUMER): None,
+        (_S.ENDED, _E.CONSUMER_THERE): None,
+        (_S.ENDED, _E.RESTART): None,
+        (_S.ENDED, _E.SHARD_ENDED): None,
+        (_S.ENDED, _E.GAVE_UP): None,
+        (_S.FAILED, _E.CONNECTED): None,
+        (_S.FAILED, _E.DATA): None,
+        (_S.FAILED, _E.LOOKED_UP): None,
+        (_S.FAILED, _E.DISCONNECTED): None,
+        (_S.FAILED, _E.RETRY): None,
+        (_S.FAILED, _E.REFUSED): None,
+        (_S.FAILED, _E.RESUME): None,
+        (_S.FAILED, _E.DOUBTED_CONSUMER): None,
+        (_S.FAILED, _E.CONSUMER_THERE): None,
+        (_S.FAILED, _E.RESTART): None,
+        (_S.FAILED, _E.SHARD_ENDED): None,
+        (_S.FAILED, _E.GAVE_UP): None,
     }
 )
-"""Every state a reader can be in, and where each event it allows takes it. ENDED and
-FAILED allow none: the driver stops there."""
+"""Every (state, event): the state it leads to, or None: the event is not allowed there
+(:class:`ReadProtocolError`). ENDED and FAILED allow none: the driver stops there."""
 
 
 class ReadProtocolError(KinesisConnectorError, RuntimeError):
@@ -224,7 +263,7 @@ class ReadProtocolError(KinesisConnectorError, RuntimeError):
 def transition(state: ReadState, event: ReadEvent) -> ReadState:
     """The state ``event`` leads to from ``state`` (:data:`TRANSITIONS`), or
     :class:`ReadProtocolError` when the table does not allow it."""
-    target = TRANSITIONS[state].get(event)
+    target = TRANSITIONS[state, event]
     if target is None:
         raise ReadProtocolError(f"{event.name} is not allowed while {state.name}")
     return target

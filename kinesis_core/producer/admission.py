@@ -18,12 +18,16 @@ calls nothing, and the drivers execute its answers:
 - ``withdraw(sub)``: its caller stopped waiting; ``stop(reason)``: every waiting submission is
   refused, and so is every later offer.
 
-The states (``state``): ``OPEN`` (nobody waits for room), ``FULL`` (someone does: later offers
-queue behind them) and ``STOPPED`` (closing, closed, failed or crashed). The budget counts the
-records admitted and not finished (the inbox's too) and their cost
-(:func:`~kinesis_core.producer.config.records_cost`). A new offer takes what fits the whole
-budget; waiting submissions are let in once the budget is below ``LOW_WATER`` again, not record
-by record. An empty budget takes any one record, so a record bigger than the budget still goes.
+A submission's :class:`Standing` moves by one table, :data:`STANDINGS` (a :class:`Step` in,
+the next standing out; :meth:`Submission.handle`), as a shard's life does in
+:mod:`kinesis_core.consumer.shard_consumer`. The admission's states (``state``): ``OPEN``
+(nobody waits for room), ``FULL`` (someone does: later offers queue behind them) and
+``STOPPED`` (closing, closed, failed or crashed), read from what it holds (a reason to stop,
+a queue). The budget counts the records admitted and not finished (the inbox's too) and their
+cost (:func:`~kinesis_core.producer.config.records_cost`). A new offer takes what fits the
+whole budget; waiting submissions are let in once the budget is below ``LOW_WATER`` again,
+not record by record. An empty budget takes any one record, so a record bigger than the
+budget still goes.
 
 A blocking caller offers from its own thread while the event loop releases room, so every
 method runs under ``lock``, which the driver supplies (a ``threading.Lock``; by default none).
@@ -33,7 +37,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +75,57 @@ class Standing(enum.Enum):
     """The producer stopped before every record was admitted: the rest failed."""
     WITHDRAWN = "withdrawn"
     """Its caller stopped waiting: the records not admitted failed."""
+
+
+class Step(enum.Enum):
+    """What happens to one submission."""
+
+    ADMIT = "admit"
+    """Its last records are admitted."""
+    QUEUE = "queue"
+    """Offered while the budget has no room for all of it (or others wait): it waits."""
+    REFUSE = "refuse"
+    """The producer stopped before all of it was admitted."""
+    WITHDRAW = "withdraw"
+    """Its caller stopped waiting (a no-op unless it waits)."""
+
+
+_N, _W, _A, _R, _X = (
+    Standing.NEW,
+    Standing.WAITING,
+    Standing.ADMITTED,
+    Standing.REFUSED,
+    Standing.WITHDRAWN,
+)
+
+STANDINGS: Mapping[tuple[Standing, Step], Standing | None] = {
+    (_N, Step.ADMIT): _A,
+    (_N, Step.QUEUE): _W,
+    (_N, Step.REFUSE): _R,
+    (_N, Step.WITHDRAW): _N,
+    (_W, Step.ADMIT): _A,
+    (_W, Step.QUEUE): None,
+    (_W, Step.REFUSE): _R,
+    (_W, Step.WITHDRAW): _X,
+    (_A, Step.ADMIT): None,
+    (_A, Step.QUEUE): None,
+    (_A, Step.REFUSE): None,
+    (_A, Step.WITHDRAW): _A,
+    (_R, Step.ADMIT): None,
+    (_R, Step.QUEUE): None,
+    (_R, Step.REFUSE): None,
+    (_R, Step.WITHDRAW): _R,
+    (_X, Step.ADMIT): None,
+    (_X, Step.QUEUE): None,
+    (_X, Step.REFUSE): None,
+    (_X, Step.WITHDRAW): _X,
+}
+"""Every (standing, step): the next standing, or None: the step is a bug
+(:class:`AdmissionError`). A decided submission is offered once."""
+
+
+class AdmissionError(RuntimeError):
+    """A step a submission's standing does not expect (a bug in the admission's driver)."""
 
 
 class Submission:
@@ -127,6 +182,16 @@ class Submission:
         finish before it is validated again."""
         self.waker: Any = None
         self.error: Exception | None = None
+
+    def handle(self, step: Step) -> Standing:
+        """Feed one step; return the standing it leads to."""
+        standing = STANDINGS[self.standing, step]
+        if standing is None:
+            raise AdmissionError(
+                f"submission: {step.value} is not expected while {self.standing.value}"
+            )
+        self.standing = standing
+        return standing
 
     @property
     def hungry(self) -> bool:
@@ -218,8 +283,7 @@ class Admission:
         its standing, and whether the loop must be woken to take the inbox."""
         with self.lock:
             if self.stopped is not None:
-                sub.standing = Standing.REFUSED
-                return sub.standing, False
+                return sub.handle(Step.REFUSE), False
             sink = sub.sink
             if sink.epoch < 0:
                 sink.epoch = epoch = self.epoch
@@ -227,9 +291,9 @@ class Admission:
             if not self.waiting:
                 self._take(sub)
             if sub.complete:
-                sub.standing = Standing.ADMITTED
+                sub.handle(Step.ADMIT)
             else:
-                sub.standing = Standing.WAITING
+                sub.handle(Step.QUEUE)
                 sub.waited = True
                 self.waiting.append(sub)
             wake = (bool(self.inbox) or self._hungry() is not None) and not self.signalled
@@ -281,7 +345,7 @@ class Admission:
         with self.lock:
             if sub.standing is Standing.WAITING:
                 self.waiting.remove(sub)
-                sub.standing = Standing.WITHDRAWN
+            sub.handle(Step.WITHDRAW)
             return self._let_in()
 
     def stop(self, reason: str) -> list[Submission]:
@@ -293,7 +357,7 @@ class Admission:
             refused = list(self.waiting)
             self.waiting.clear()
             for sub in refused:
-                sub.standing = Standing.REFUSED
+                sub.handle(Step.REFUSE)
             return refused
 
     def flush(self) -> Flush | None:
@@ -380,7 +444,7 @@ class Admission:
             if not sub.complete:
                 break
             waiting.popleft()
-            sub.standing = Standing.ADMITTED
+            sub.handle(Step.ADMIT)
             admitted.append(sub)
         return admitted
 

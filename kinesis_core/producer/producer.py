@@ -174,7 +174,7 @@ class Producer:
                 self.config,
                 predict=driver.map.predict,
                 predict_many=driver.map.predict_many,
-                hash_range=driver.map.hash_range,
+                hash_range=driver.hash_range,
                 metrics=self._metrics,
                 record_limit=driver.record_limit,
                 stream=str(self.stream),

@@ -5,6 +5,9 @@ refreshes in a background task, and the stream's maximum record size (DescribeSt
 production ``client.list_shards`` of an aiobotocore client; in tests a fake), through
 :func:`~kinesis_core.aws.executor.list_all_shards` (every page, a throttled page sent again), and
 with a ``describe_fn`` learns the stream's maximum record size at every refresh and on demand.
+A failed refresh is retried through the executor
+(:meth:`~kinesis_core.aws.executor.AsyncExecutor.attempt`) under :func:`refresh_policy`, on the
+driver's clock; the map only keeps the state.
 """
 
 from __future__ import annotations
@@ -16,22 +19,53 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any
 
+from kinesis_core.aws.backoff import Jitter
 from kinesis_core.aws.classify import ErrorKind, classify, error_details, error_message
-from kinesis_core.aws.executor import list_all_shards
-from kinesis_core.errors import KinesisConnectorError
+from kinesis_core.aws.executor import AsyncExecutor, list_all_shards
+from kinesis_core.aws.retry import RetryPolicy
+from kinesis_core.errors import ConfigurationError, KinesisConnectorError
+from kinesis_core.runtime.clock import Clock, SleepingClock, time_of
 from kinesis_core.runtime.timeouts import within
-from kinesis_core.shards.info import AT_LATEST, AT_TRIM_HORIZON
+from kinesis_core.shards.info import AT_LATEST, AT_TRIM_HORIZON, ShardInfo
 from kinesis_core.shards.record_size import RecordSizeLimit
-from kinesis_core.shards.shard_map import Clock, ShardMap, ShardMapState
+from kinesis_core.shards.shard_map import ShardMap, ShardMapState
 from kinesis_core.stream import StreamRef
 
 logger = logging.getLogger(__name__)
+
+_NO_CLIENT = object()
+"""The refresh executor only runs :meth:`AsyncExecutor.attempt`: it calls no client."""
 
 ListShardsFn = Callable[..., Awaitable[Mapping[str, Any]]]
 """``await fn(**ListShards kwargs)`` returns the ListShards response dict."""
 DescribeFn = Callable[..., Awaitable[Mapping[str, Any]]]
 """``await fn(**DescribeStreamSummary kwargs)`` returns the DescribeStreamSummary response."""
 Sleep = Callable[[float], Awaitable[object]]
+
+
+def refresh_policy(min_backoff: float, max_backoff: float) -> RetryPolicy:
+    """How a failed refresh is tried again: every failure, without end (the producer cannot
+    predict shards until one works; ``start`` and ``give_up`` decide when a waiting start gives
+    up), waiting ``min_backoff`` seconds doubling to ``max_backoff``, back to ``min_backoff``
+    for the next refresh. No jitter (see :func:`_top`): one producer refreshes its map alone."""
+    if not 0 < min_backoff <= max_backoff:
+        raise ConfigurationError(
+            "min_backoff",
+            f"need 0 < min_backoff <= max_backoff, got {min_backoff}, {max_backoff}",
+        )
+    return RetryPolicy(
+        base=min_backoff,
+        cap=max_backoff,
+        jitter=Jitter.EQUAL,
+        attempts=None,
+        retry_on=frozenset(ErrorKind),
+        unknown=ErrorKind.TRANSIENT,
+    )
+
+
+def _top() -> float:
+    """The draw that puts an EQUAL-jittered wait at its ceiling: the fixed schedule."""
+    return 1.0
 
 
 def _permanent(error: BaseException) -> bool:
@@ -55,8 +89,10 @@ class ShardMapDriver:
     waits until the map is READY: it raises :class:`ShardMapTimeoutError` after
     ``start_timeout`` seconds, or at once on an error retrying cannot fix (no such stream,
     access denied), or when ``give_up(error, attempts)`` says so. With ``wait_on_start=False``
-    records flow unpredicted until the map is ready. ``clock`` must be the clock the callers of
-    ``invalidate`` read ``seen_at`` from.
+    records flow unpredicted until the map is ready. ``clock`` (a :class:`Clock`, or a bare time
+    function such as ``time.monotonic``) must be the clock the callers of ``invalidate`` read
+    ``seen_at`` from; the driver waits on ``sleep``, else on the clock's ``sleep`` (a
+    :class:`Clock`), else on ``asyncio.sleep``.
 
     With ``describe_fn`` (``client.describe_stream_summary``), every refresh first asks
     DescribeStreamSummary for the stream's maximum record size (:attr:`record_limit`), and
@@ -75,8 +111,8 @@ class ShardMapDriver:
         page_size: int = 1000,
         wait_on_start: bool = True,
         start_timeout: float | None = 30.0,
-        clock: Clock = time.monotonic,
-        sleep: Sleep = asyncio.sleep,
+        clock: Clock | Callable[[], float] = time.monotonic,
+        sleep: Sleep | None = None,
         give_up: Callable[[BaseException, int], bool] | None = None,
         describe_fn: DescribeFn | None = None,
         limit_check_interval: float = 1.0,
@@ -87,18 +123,19 @@ class ShardMapDriver:
         self._limit_task: asyncio.Task[None] | None = None
         self._stream = stream_name
         self._give_up = give_up
-        self.clock = clock
+        self.clock = time_of(clock)
+        """The driver's time function (a :class:`Clock`'s ``now``)."""
+        if sleep is None:
+            clock_sleep = getattr(clock, "sleep", None)
+            sleep = asyncio.sleep if clock_sleep is None else clock_sleep
         self._list_shards_fn = list_shards_fn
         self._page_size = page_size
         self._wait_on_start = wait_on_start
         self._start_timeout = start_timeout
         self._sleep = sleep
-        self._map = ShardMap(
-            closed_shard_ttl=closed_shard_ttl,
-            min_backoff=min_backoff,
-            max_backoff=max_backoff,
-            clock=clock,
-        )
+        self._policy = refresh_policy(min_backoff, max_backoff)
+        self._map = ShardMap(closed_shard_ttl=closed_shard_ttl)
+        self._executor = AsyncExecutor(_NO_CLIENT, clock=SleepingClock(sleep, self.clock), rng=_top)
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Condition()
         self._attempts = 0
@@ -230,11 +267,15 @@ class ShardMapDriver:
             page_size=self._page_size,
             sleep=self._sleep,
         )
-        self._map.learn(shards)
+        self._map.learn(shards, self.clock())
+
+    def hash_range(self, shard_id: str) -> tuple[int, int] | None:
+        """:meth:`ShardMap.hash_range` now."""
+        return self._map.hash_range(shard_id, self.clock())
 
     def invalidate(self, seen_at: float, predicted_shard_id: str | None) -> bool:
         """Ask for a refresh (see :meth:`ShardMap.invalidate`). True if one was started."""
-        if self._closed or not self._map.invalidate(seen_at, predicted_shard_id):
+        if self._closed or not self._map.invalidate(seen_at, predicted_shard_id, self.clock()):
             return False
         self._spawn()
         return True
@@ -266,40 +307,37 @@ class ShardMapDriver:
         )
 
     async def _refresh(self) -> None:
-        while True:
-            self._attempts += 1
-            if self._describe_fn is not None:
-                await self._check_limit()
-            try:
-                shards = await list_all_shards(
-                    self._list_shards_fn,
-                    self._stream,
-                    AT_LATEST,
-                    page_size=self._page_size,
-                    sleep=self._sleep,
-                )
-            except Exception as exc:
-                self._last_error = exc
-                delay = self._map.refresh_failed()
-                # A start that gives up on this error raises it: announce no retry then.
-                if not (self._starting and self._hopeless(exc)):
-                    logger.warning(
-                        "ListShards for stream %r failed (%r); retrying in %.1f s",
-                        self.stream_name,
-                        exc,
-                        delay,
-                    )
-                await self._notify()
-                await self._sleep(delay)
-                self._map.retry_due()
-                continue
-            self._last_error = None
-            self._map.refresh_succeeded(shards)
-            logger.debug(
-                "shard map of %r: %d open shards", self.stream_name, len(self._map.open_shards)
+        shards = await self._executor.attempt(
+            self._refresh_once, self._policy, f"ListShards for stream {self.stream_name!r}"
+        )
+        self._last_error = None
+        self._map.refresh_succeeded(shards, self.clock())
+        logger.debug(
+            "shard map of %r: %d open shards", self.stream_name, len(self._map.open_shards)
+        )
+        await self._notify()
+
+    async def _refresh_once(self) -> list[ShardInfo]:
+        """One attempt at a refresh; a failure leaves the map INVALID (and wakes the waiters
+        of ``wait_ready``) until the executor tries again."""
+        if self._map.retry_pending:
+            self._map.retry_due()
+        self._attempts += 1
+        if self._describe_fn is not None:
+            await self._check_limit()
+        try:
+            return await list_all_shards(
+                self._list_shards_fn,
+                self._stream,
+                AT_LATEST,
+                page_size=self._page_size,
+                sleep=self._sleep,
             )
+        except Exception as exc:
+            self._last_error = exc
+            self._map.refresh_failed()
             await self._notify()
-            return
+            raise
 
     async def _notify(self) -> None:
         async with self._changed:

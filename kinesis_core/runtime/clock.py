@@ -1,7 +1,11 @@
 """The time of the drivers, injected: what "now" is and how a driver waits.
 
-The sans-I/O machines take ``now`` as an argument; the drivers read it from a :class:`Clock`
-and wait through it. :data:`SYSTEM_CLOCK` is the event loop's own (``time.monotonic`` and
+The sans-I/O machines take ``now`` as an argument; the drivers read it from a clock and wait
+through it. One protocol in two flavours: :class:`Time` is what now is (seconds on a monotonic
+clock); a :class:`Clock` adds an awaitable ``sleep`` (asyncio drivers), a
+:class:`BlockingClock` a ``sleep`` that blocks the thread (synchronous drivers). A driver that
+also takes a bare time function (``time.monotonic``, as the producer does) turns it into one
+with :func:`time_of`. :data:`SYSTEM_CLOCK` is the event loop's own (``time.monotonic`` and
 ``asyncio.sleep``); a test gives a consumer a clock whose time only moves when every task
 waits (tests/fakes/clock.py), so a test of minutes of timeouts runs in milliseconds and
 asserts what happened, not how long it took.
@@ -14,7 +18,7 @@ import math
 import time
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 SHARED_TICK = 0.02
 """Seconds between the ticks of the loop's clock at which the long waits of
@@ -27,10 +31,14 @@ starts)."""
 _Waiters = dict[int, list["asyncio.Future[None]"]]
 
 
-class Clock(Protocol):
-    """Seconds on a monotonic clock, and a way to wait on it."""
+class Time(Protocol):
+    """Seconds on a monotonic clock: what both flavours of clock share."""
 
     def now(self) -> float: ...
+
+
+class Clock(Time, Protocol):
+    """Seconds on a monotonic clock, and a way to wait on it (asyncio)."""
 
     def sleep(self, seconds: float) -> Awaitable[object]: ...
 
@@ -88,19 +96,20 @@ def _wake(ticks: _Waiters, tick: int) -> None:
 
 
 class SleepingClock:
-    """``time.monotonic`` and a given ``sleep`` (a driver that takes a sleep function)."""
+    """A given ``sleep`` and ``now`` (``time.monotonic`` unless given): the clock of a driver
+    that takes a sleep function (and a time function)."""
 
-    def __init__(self, sleep: Callable[[float], Awaitable[object]]) -> None:
+    def __init__(
+        self,
+        sleep: Callable[[float], Awaitable[object]],
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.sleep = sleep
-
-    def now(self) -> float:
-        return time.monotonic()
+        self.now = now
 
 
-class BlockingClock(Protocol):
+class BlockingClock(Time, Protocol):
     """The same for a synchronous driver: its waits block the thread."""
-
-    def now(self) -> float: ...
 
     def sleep(self, seconds: float) -> None: ...
 
@@ -116,6 +125,20 @@ class SystemBlockingClock:
 
 
 SYSTEM_BLOCKING_CLOCK: BlockingClock = SystemBlockingClock()
+
+TimeSource = Time | Callable[[], float]
+"""What a driver that predates :class:`Time` takes as its clock: either."""
+
+
+def time_of(source: TimeSource) -> Callable[[], float]:
+    """The time function of ``source``: a clock's ``now``, or ``source`` itself when it is a
+    bare time function."""
+    now = getattr(source, "now", None)
+    if callable(now):
+        return cast(Callable[[], float], now)
+    if callable(source):
+        return source
+    raise TypeError(f"need a clock (with now()) or a time function, got {source!r}")
 
 
 async def wait_event(clock: Clock, event: asyncio.Event, timeout: float) -> bool:

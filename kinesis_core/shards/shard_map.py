@@ -3,12 +3,20 @@
 
 The producer predicts each record's shard locally so it can aggregate per shard; asking Kinesis
 per record would cost a round trip. This follows the C++ KPL's ``shard_map.cc``.
-:class:`ShardMap`'s states are INVALID (no snapshot), UPDATING (a ListShards refresh is in
-flight) and READY (``predict`` answers). Events go in (``start``, ``refresh_succeeded``,
-``refresh_failed``, ``retry_due``, ``invalidate``); decisions come out (start a refresh:
-``True``; wait this many seconds, then send ``retry_due``). The time comes from the ``clock``
-the driver gives it. :class:`~kinesis_core.producer.shard_map_driver.ShardMapDriver` runs the
-refreshes; the shards themselves are :mod:`kinesis_core.shards.info` values.
+:class:`ShardMap` is one machine in the style of
+:mod:`kinesis_core.consumer.shard_consumer`: one table, :data:`TRANSITIONS`, says for every
+:class:`Phase` and :class:`Event` the next phase and the :class:`Action`; ``handle`` feeds one
+event. The time is an argument (``now``) of the calls that need it.
+
+::
+
+    IDLE --START--> UPDATING --SUCCEEDED--> READY --INVALIDATED--> UPDATING
+    UPDATING --FAILED--> FAILED --RETRY--> UPDATING
+
+The map keeps no retry timing:
+:class:`~kinesis_core.producer.shard_map_driver.ShardMapDriver` retries a failed refresh
+through the executor with a :class:`~kinesis_core.aws.retry.RetryPolicy`. The shards
+themselves are :mod:`kinesis_core.shards.info` values.
 """
 
 from __future__ import annotations
@@ -16,15 +24,12 @@ from __future__ import annotations
 import bisect
 import enum
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
 from operator import rshift
 
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.shards.info import ShardInfo
-
-Clock = Callable[[], float]
-
 
 _SLOT_BITS = 12
 _SLOT_SHIFT = 128 - _SLOT_BITS
@@ -90,6 +95,8 @@ class ShardTable:
 
 
 class ShardMapState(enum.Enum):
+    """What :attr:`ShardMap.state` says: whether ``predict`` answers."""
+
     INVALID = "INVALID"
     """No usable snapshot: never refreshed, or the last refresh failed (a retry may be due)."""
     UPDATING = "UPDATING"
@@ -98,46 +105,96 @@ class ShardMapState(enum.Enum):
     """A snapshot is installed and ``predict`` answers."""
 
 
+class Phase(enum.Enum):
+    """The states of the machine; :attr:`ShardMap.state` shows IDLE and FAILED as INVALID."""
+
+    IDLE = "idle"
+    """Never refreshed."""
+    UPDATING = "updating"
+    """A ListShards refresh is in flight."""
+    FAILED = "failed"
+    """The last refresh failed; the driver retries it (``RETRY``)."""
+    READY = "ready"
+    """A snapshot is installed."""
+
+
+class Event(enum.Enum):
+    START = "start"
+    """The driver starts: the first refresh."""
+    SUCCEEDED = "succeeded"
+    """The refresh in flight listed the shards."""
+    FAILED = "failed"
+    """The refresh in flight failed."""
+    RETRY = "retry"
+    """The driver tries a failed refresh again."""
+    INVALIDATED = "invalidated"
+    """A record landed elsewhere than predicted by the snapshot in use (the guard in
+    :meth:`ShardMap.invalidate` passed)."""
+
+
+class Action(enum.Enum):
+    REFRESH = "refresh"
+    """Start a refresh now: ListShards AT_LATEST, then ``SUCCEEDED`` or ``FAILED``."""
+
+
+P, E, A = Phase, Event, Action
+
+TRANSITIONS: Mapping[tuple[Phase, Event], tuple[Phase, tuple[Action, ...]] | None] = {
+    (P.IDLE, E.START): (P.UPDATING, (A.REFRESH,)),
+    (P.IDLE, E.SUCCEEDED): None,
+    (P.IDLE, E.FAILED): None,
+    (P.IDLE, E.RETRY): None,
+    (P.IDLE, E.INVALIDATED): (P.IDLE, ()),
+    (P.UPDATING, E.START): (P.UPDATING, ()),
+    (P.UPDATING, E.SUCCEEDED): (P.READY, ()),
+    (P.UPDATING, E.FAILED): (P.FAILED, ()),
+    (P.UPDATING, E.RETRY): None,
+    (P.UPDATING, E.INVALIDATED): (P.UPDATING, ()),
+    (P.FAILED, E.START): (P.FAILED, ()),
+    (P.FAILED, E.SUCCEEDED): None,
+    (P.FAILED, E.FAILED): None,
+    (P.FAILED, E.RETRY): (P.UPDATING, ()),
+    (P.FAILED, E.INVALIDATED): (P.FAILED, ()),
+    (P.READY, E.START): (P.READY, ()),
+    (P.READY, E.SUCCEEDED): None,
+    (P.READY, E.FAILED): None,
+    (P.READY, E.RETRY): None,
+    (P.READY, E.INVALIDATED): (P.UPDATING, (A.REFRESH,)),
+}
+"""Every (phase, event): the next phase and what to do, or None: the event is a bug
+(:class:`ShardMapError`). A refresh asked for while one is in flight or due is not started
+twice."""
+
+_SHOWN = {
+    P.IDLE: ShardMapState.INVALID,
+    P.UPDATING: ShardMapState.UPDATING,
+    P.FAILED: ShardMapState.INVALID,
+    P.READY: ShardMapState.READY,
+}
+
+
+class ShardMapError(RuntimeError):
+    """An event the map's phase does not expect (a bug in its driver)."""
+
+
 class ShardMap:
-    """Sans-I/O shard map. Call the event methods; do what they return.
+    """Sans-I/O shard map. Feed events (:meth:`handle`, or the methods named after them); do
+    what they return.
 
-    ==================  ==============  ===============  ==============  ===================
-    event               INVALID (idle)  INVALID (retry)  UPDATING        READY
-    ==================  ==============  ===============  ==============  ===================
-    start()             UPDATING, True  False            False           False
-    refresh_succeeded   error           error            READY           error
-    refresh_failed      error           error            INVALID, delay  error
-    retry_due()         error           UPDATING         error           error
-    invalidate(...)     False           False            False           guard: UPDATING/True
-    ==================  ==============  ===============  ==============  ===================
-
-    ``True`` means: start a refresh now (ListShards AT_LATEST, then ``refresh_succeeded`` or
-    ``refresh_failed``). ``refresh_failed`` returns the delay after which to send
-    ``retry_due``: 1 s doubling to 30 s, back to 1 s after a success. ``clock`` (seconds,
-    monotonic: the driver's) dates the snapshots and the closed shards' TTL.
+    ``start()`` and ``invalidate(...)`` return True when a refresh must start now (the
+    :data:`Action.REFRESH`); ``refresh_succeeded(shards, now)`` installs a listing and
+    ``refresh_failed()`` records a failure, after which ``retry_due()`` starts the next
+    attempt. ``now`` (seconds on the driver's monotonic clock) dates the snapshots and the
+    closed shards' TTL.
     """
 
-    def __init__(
-        self,
-        *,
-        clock: Clock,
-        closed_shard_ttl: float = 60.0,
-        min_backoff: float = 1.0,
-        max_backoff: float = 30.0,
-    ) -> None:
-        if closed_shard_ttl < 0 or min_backoff <= 0 or max_backoff < min_backoff:
+    def __init__(self, *, closed_shard_ttl: float = 60.0) -> None:
+        if not closed_shard_ttl >= 0:
             raise ConfigurationError(
-                "min_backoff" if closed_shard_ttl >= 0 else "closed_shard_ttl",
-                "need closed_shard_ttl >= 0 and 0 < min_backoff <= max_backoff, got "
-                f"{closed_shard_ttl}, {min_backoff}, {max_backoff}",
+                "closed_shard_ttl", f"need closed_shard_ttl >= 0, got {closed_shard_ttl}"
             )
         self._ttl = closed_shard_ttl
-        self._min_backoff = min_backoff
-        self._max_backoff = max_backoff
-        self._clock = clock
-        self._state = ShardMapState.INVALID
-        self._retry_pending = False
-        self._backoff = min_backoff
+        self.phase = Phase.IDLE
         self._table = ShardTable(())
         self._closed: dict[str, tuple[ShardInfo, float]] = {}
         self._updated_at = -math.inf
@@ -145,7 +202,7 @@ class ShardMap:
 
     @property
     def state(self) -> ShardMapState:
-        return self._state
+        return _SHOWN[self.phase]
 
     @property
     def updated_at(self) -> float:
@@ -155,7 +212,7 @@ class ShardMap:
     @property
     def retry_pending(self) -> bool:
         """INVALID after a failed refresh, waiting for ``retry_due``."""
-        return self._retry_pending
+        return self.phase is Phase.FAILED
 
     @property
     def refreshes(self) -> int:
@@ -169,7 +226,7 @@ class ShardMap:
 
     def predict(self, hash_key: int) -> str | None:
         """The shard that owns ``hash_key``, or None when not READY or no open shard owns it."""
-        if self._state is not ShardMapState.READY:
+        if self.phase is not Phase.READY:
             return None
         # The producer asks once per user record: the slot table, else ShardTable.index
         # inlined; one call instead of three.
@@ -187,7 +244,7 @@ class ShardMap:
         """:meth:`predict` of each key, in order. The slot table answers the keys whose slot
         holds no shard's edge in one pass in C (the producer predicts every user record);
         only the others take ``predict``."""
-        if self._state is not ShardMapState.READY:
+        if self.phase is not Phase.READY:
             return [None] * len(hash_keys)
         if not hash_keys or min(hash_keys) < 0 or max(hash_keys) >> _SLOT_SHIFT >= _SLOTS:
             return list(map(self.predict, hash_keys))
@@ -201,33 +258,40 @@ class ShardMap:
             ]
         return owners
 
-    def hash_range(self, shard_id: str) -> tuple[int, int] | None:
-        """[start, end] of an open shard, or of a closed one for ``closed_shard_ttl`` seconds."""
+    def hash_range(self, shard_id: str, now: float) -> tuple[int, int] | None:
+        """[start, end] of an open shard, or of a closed one for ``closed_shard_ttl`` seconds
+        (until ``now``)."""
         shard = self._table.get(shard_id)
         if shard is not None:
             return shard.hash_range
         closed = self._closed.get(shard_id)
         if closed is None:
             return None
-        if closed[1] <= self._clock():
+        if closed[1] <= now:
             self._closed.pop(shard_id, None)
             return None
         return closed[0].hash_range
 
     # Events.
 
+    def handle(self, event: Event) -> tuple[Action, ...]:
+        """Feed one event; return what the driver must do now."""
+        result = TRANSITIONS[self.phase, event]
+        if result is None:
+            raise ShardMapError(
+                f"shard map: {event.value} is not expected while {self.phase.value}"
+            )
+        self.phase, actions = result
+        return actions
+
     def start(self) -> bool:
         """The first refresh. True: start it now."""
-        if self._state is not ShardMapState.INVALID or self._retry_pending:
-            return False
-        self._state = ShardMapState.UPDATING
-        return True
+        return Action.REFRESH in self.handle(Event.START)
 
-    def refresh_succeeded(self, shards: Iterable[ShardInfo]) -> None:
-        """Install a ListShards result; shards that left it (and closed shards in it) stay in
-        ``hash_range`` for the TTL."""
-        self._expect_updating("refresh_succeeded")
-        now = self._clock()
+    def refresh_succeeded(self, shards: Iterable[ShardInfo], now: float) -> None:
+        """Install a ListShards result listed at ``now``; shards that left it (and closed
+        shards in it) stay in ``hash_range`` for the TTL."""
+        self.handle(Event.SUCCEEDED)
         shards = list(shards)
         table = ShardTable(shards)
         for old in self._table.shards:
@@ -240,38 +304,27 @@ class ShardMap:
             self._closed.pop(shard.shard_id, None)
         self._purge(now)
         self._table = table
-        self._state = ShardMapState.READY
         self._updated_at = now
-        self._backoff = self._min_backoff
         self._refreshes += 1
 
-    def learn(self, shards: Iterable[ShardInfo]) -> None:
+    def learn(self, shards: Iterable[ShardInfo], now: float) -> None:
         """Remember the hash ranges of ``shards`` that are not in the snapshot (closed ones, or
-        newer ones) for the TTL: ``hash_range`` answers for them. Any state; predictions do
-        not change. For a producer whose record landed on a shard born and closed between two
-        refreshes (a fuller ListShards than AT_LATEST lists it)."""
-        now = self._clock()
+        newer ones) for the TTL from ``now``: ``hash_range`` answers for them. Any state;
+        predictions do not change. For a producer whose record landed on a shard born and
+        closed between two refreshes (a fuller ListShards than AT_LATEST lists it)."""
         for shard in shards:
             if shard.shard_id not in self._table:
                 self._closed[shard.shard_id] = (shard, now + self._ttl)
 
-    def refresh_failed(self) -> float:
-        """The refresh failed: INVALID; returns the seconds to wait before ``retry_due``."""
-        self._expect_updating("refresh_failed")
-        delay = self._backoff
-        self._backoff = min(self._backoff * 2, self._max_backoff)
-        self._state = ShardMapState.INVALID
-        self._retry_pending = True
-        return delay
+    def refresh_failed(self) -> None:
+        """The refresh in flight failed: INVALID until ``retry_due``."""
+        self.handle(Event.FAILED)
 
     def retry_due(self) -> None:
-        """The backoff after a failed refresh elapsed: start the next attempt now."""
-        if not self._retry_pending:
-            raise RuntimeError(f"retry_due without a failed refresh (state {self._state.name})")
-        self._retry_pending = False
-        self._state = ShardMapState.UPDATING
+        """The driver tries the failed refresh again: UPDATING."""
+        self.handle(Event.RETRY)
 
-    def invalidate(self, seen_at: float, predicted_shard_id: str | None) -> bool:
+    def invalidate(self, seen_at: float, predicted_shard_id: str | None, now: float) -> bool:
         """A record landed elsewhere than predicted. True: start a refresh now.
 
         ``seen_at`` is the clock time the prediction was used (the request was sent). Ignored
@@ -279,17 +332,12 @@ class ShardMap:
         (a newer snapshot already covers it), or when the predicted shard is no longer open in
         the snapshot (a refresh would teach nothing new). So callers may invalidate liberally.
         """
-        self._purge(self._clock())
-        if self._state is not ShardMapState.READY or seen_at <= self._updated_at:
+        self._purge(now)
+        if seen_at <= self._updated_at:
             return False
         if predicted_shard_id is not None and predicted_shard_id not in self._table:
             return False
-        self._state = ShardMapState.UPDATING
-        return True
-
-    def _expect_updating(self, event: str) -> None:
-        if self._state is not ShardMapState.UPDATING:
-            raise RuntimeError(f"{event} while {self._state.name}: no refresh was in flight")
+        return Action.REFRESH in self.handle(Event.INVALIDATED)
 
     def _purge(self, now: float) -> None:
         # list(): another thread may drop an entry in hash_range meanwhile.

@@ -67,9 +67,9 @@ def test_predictions_match_put_records_and_a_split_is_learned(kinesis_stream: An
                 assert driver.map.predict(end) == high
                 assert len(driver.map.open_shards) == 4
                 assert parent.shard_id not in {s.shard_id for s in driver.map.open_shards}
-                assert driver.map.hash_range(parent.shard_id) == (start, end)
-                assert driver.map.hash_range(low)[0] == start
-                assert driver.map.hash_range(high)[1] == end
+                assert driver.hash_range(parent.shard_id) == (start, end)
+                assert driver.hash_range(low)[0] == start
+                assert driver.hash_range(high)[1] == end
                 # The snapshot is fresh: a late answer for the parent changes nothing.
                 assert not driver.invalidate(sent_at, parent.shard_id)
                 await put_and_check(client, stream.name, driver, [f"user-{i}" for i in range(150)])

@@ -100,3 +100,43 @@ def test_a_readers_default_idle_wait_is_long_enough_to_share_a_tick(
     wait = machine.next_action(1.05)  # the driver asks after its own work
     assert isinstance(wait, Wait)
     assert wait.until - 1.05 >= clock.SHARED_FROM
+
+
+class _Ticking:
+    """A clock of the Clock flavour: its own time and its own waits."""
+
+    def __init__(self) -> None:
+        self.t = 5.0
+        self.slept: list[float] = []
+
+    def now(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.t += seconds
+
+
+def test_both_flavours_are_one_protocol_of_time() -> None:
+    async_flavour: clock.Clock = _Ticking()
+    blocking: clock.BlockingClock = clock.SYSTEM_BLOCKING_CLOCK
+    for flavour in (async_flavour, blocking, clock.SYSTEM_CLOCK):
+        time: clock.Time = flavour
+        assert isinstance(time.now(), float)
+
+
+def test_time_of_takes_a_clock_or_a_bare_time_function() -> None:
+    ticking = _Ticking()
+    assert clock.time_of(ticking)() == 5.0
+    assert clock.time_of(clock.SYSTEM_BLOCKING_CLOCK) == clock.SYSTEM_BLOCKING_CLOCK.now
+    assert clock.time_of(lambda: 7.0)() == 7.0
+    with pytest.raises(TypeError, match="need a clock"):
+        clock.time_of(3.0)  # type: ignore[arg-type]
+
+
+def test_a_sleeping_clock_takes_its_time_function_too() -> None:
+    async def nap(seconds: float) -> None:
+        pass
+
+    assert clock.SleepingClock(nap, lambda: 42.0).now() == 42.0
+    assert clock.SleepingClock(nap).sleep is nap

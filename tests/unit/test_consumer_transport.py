@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from itertools import product
 from typing import Any
 
 import pytest
@@ -85,15 +86,17 @@ def test_every_event_in_every_state_goes_where_the_table_says_or_raises(
 
 
 def test_the_table_is_the_one_spelled_out_and_only_ended_and_failed_are_final() -> None:
-    table = {(s, e, t) for s, events in TRANSITIONS.items() for e, t in events.items()}
+    assert set(TRANSITIONS) == set(product(ReadState, ReadEvent))  # every pair, one entry
+    table = {(s, e, t) for (s, e), t in TRANSITIONS.items() if t is not None}
     assert table == EXPECTED
-    assert set(TRANSITIONS) == set(ReadState)
-    final = {state for state, events in TRANSITIONS.items() if not events}
+    final = {s for s in ReadState if all(TRANSITIONS[s, e] is None for e in ReadEvent)}
     assert final == {S.ENDED, S.FAILED}
     reached, frontier = {S.CONNECTING}, [S.CONNECTING]
     while frontier:
-        for target in TRANSITIONS[frontier.pop()].values():
-            if target not in reached:
+        state = frontier.pop()
+        for event in ReadEvent:
+            target = TRANSITIONS[state, event]
+            if target is not None and target not in reached:
                 reached.add(target)
                 frontier.append(target)
     assert reached == set(ReadState)
@@ -150,15 +153,33 @@ class Link:
         pass
 
 
-def test_no_event_yet_is_the_synchronous_drivers_and_it_looks_again_shortly() -> None:
+class _ListClock:
+    """A BlockingClock whose time is ``now[0]``."""
+
+    def __init__(self, now: list[float]) -> None:
+        self._now = now
+
+    def now(self) -> float:
+        return self._now[0]
+
+    def sleep(self, seconds: float) -> None:
+        self._now[0] += seconds
+
+
+@pytest.mark.parametrize("flavour", ["time function", "blocking clock"])
+def test_no_event_yet_is_the_synchronous_drivers_and_it_looks_again_shortly(
+    flavour: str,
+) -> None:
     """A synchronous link never blocks on a subscription: it answers PENDING when no event is
     waiting, and the driver waits ``pending_interval`` before it asks again; the machine is
-    not told (it was, before: the driver's PENDING lived in the pure machine)."""
+    not told (it was, before: the driver's PENDING lived in the pure machine). The driver's
+    clock is a bare time function or a BlockingClock."""
     now = [1.0]
     machine = SubscriptionRead(NODE, TRIM_HORIZON, SubscriptionOptions(pending_interval=0.05))
     event = SubscribeEvent([{"SequenceNumber": "1", "Data": b"x", "PartitionKey": "k"}], "1", 0)
+    clock = _ListClock(now) if flavour == "blocking clock" else (lambda: now[0])
     reader = SyncShardReader(
-        machine, Link(object(), PENDING, event), pending_interval=0.05, clock=lambda: now[0]
+        machine, Link(object(), PENDING, event), pending_interval=0.05, clock=clock
     )
     subscribe = reader.next_action(now[0])
     assert isinstance(subscribe, Subscribe)

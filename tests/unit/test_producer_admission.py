@@ -14,10 +14,13 @@ import pytest
 from kinesis_core.errors import RecordTooLargeError, ValidationError
 from kinesis_core.producer.admission import (
     LOW_WATER,
+    STANDINGS,
     Admission,
+    AdmissionError,
     Flush,
     Standing,
     State,
+    Step,
     Submission,
 )
 from kinesis_core.producer.config import ProducerConfig, record_cost, records_cost
@@ -197,6 +200,53 @@ def test_every_state_and_event(state: State, event: str) -> None:
     admission = machine.admission
     assert admission.records <= admission.max_records
     assert admission.urgent == bool(admission.waiting or admission.flushes)
+
+
+# One submission's standing: every (standing, step) pair.
+
+SUBMISSION: dict[tuple[Standing, Step], Standing | None] = {
+    # standing, step: the standing after it; None: AdmissionError, standing unchanged
+    (NEW, Step.ADMIT): ADMITTED,
+    (NEW, Step.QUEUE): WAITING,
+    (NEW, Step.REFUSE): REFUSED,
+    (NEW, Step.WITHDRAW): NEW,
+    (WAITING, Step.ADMIT): ADMITTED,
+    (WAITING, Step.QUEUE): None,
+    (WAITING, Step.REFUSE): REFUSED,
+    (WAITING, Step.WITHDRAW): WITHDRAWN,
+    (ADMITTED, Step.ADMIT): None,
+    (ADMITTED, Step.QUEUE): None,
+    (ADMITTED, Step.REFUSE): None,
+    (ADMITTED, Step.WITHDRAW): ADMITTED,
+    (REFUSED, Step.ADMIT): None,
+    (REFUSED, Step.QUEUE): None,
+    (REFUSED, Step.REFUSE): None,
+    (REFUSED, Step.WITHDRAW): REFUSED,
+    (WITHDRAWN, Step.ADMIT): None,
+    (WITHDRAWN, Step.QUEUE): None,
+    (WITHDRAWN, Step.REFUSE): None,
+    (WITHDRAWN, Step.WITHDRAW): WITHDRAWN,
+}
+
+
+def test_the_standing_table_covers_every_standing_and_step() -> None:
+    every = set(product(Standing, Step))
+    assert set(STANDINGS) == every
+    assert set(SUBMISSION) == every
+
+
+@pytest.mark.parametrize(("standing", "step"), list(product(Standing, Step)))
+def test_every_standing_and_step(standing: Standing, step: Step) -> None:
+    sub = validated(1)
+    sub.standing = standing
+    after = SUBMISSION[standing, step]
+    if after is None:
+        with pytest.raises(AdmissionError, match=f"{step.value} is not expected"):
+            sub.handle(step)
+        assert sub.standing is standing
+    else:
+        assert sub.handle(step) is after
+        assert sub.standing is after
 
 
 def test_records_waiting_are_let_in_below_the_low_water_mark_in_order() -> None:

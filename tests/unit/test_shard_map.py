@@ -19,7 +19,16 @@ from kinesis_core.producer.shard_map_driver import ShardMapDriver, ShardMapTimeo
 from kinesis_core.shards.hashing import MAX_HASH_KEY
 from kinesis_core.shards.info import ShardInfo, uniform_shards
 from kinesis_core.shards.record_size import RecordSizeLimit
-from kinesis_core.shards.shard_map import ShardMap, ShardMapState, ShardTable
+from kinesis_core.shards.shard_map import (
+    TRANSITIONS,
+    Action,
+    Event,
+    Phase,
+    ShardMap,
+    ShardMapError,
+    ShardMapState,
+    ShardTable,
+)
 
 HALF = 2**127
 
@@ -153,144 +162,153 @@ def test_uniform_shards_are_contiguous(count: int) -> None:
     assert len(sizes) <= 1
 
 
-# The sans-I/O state machine.
+# The sans-I/O state machine: every (phase, event) pair.
 
-CONFIGS = ["INVALID_IDLE", "INVALID_RETRY", "UPDATING", "READY"]
-EVENTS = ["start", "refresh_succeeded", "refresh_failed", "retry_due", "invalidate"]
+NOW = 1000.0
 
 
-def map_in(config: str, clock: FakeClock | None = None) -> ShardMap:
-    m = ShardMap(clock=clock or FakeClock())
-    if config == "INVALID_IDLE":
+def map_in(phase: Phase) -> ShardMap:
+    m = ShardMap()
+    if phase is Phase.IDLE:
         return m
     assert m.start()
-    if config == "INVALID_RETRY":
+    if phase is Phase.FAILED:
         m.refresh_failed()
-    elif config == "READY":
-        m.refresh_succeeded(TWO)
+    elif phase is Phase.READY:
+        m.refresh_succeeded(TWO, NOW)
+    assert m.phase is phase
     return m
 
 
-def config_of(m: ShardMap) -> str:
-    if m.state is ShardMapState.INVALID:
-        return "INVALID_RETRY" if m.retry_pending else "INVALID_IDLE"
-    return m.state.name
-
-
-def fire(m: ShardMap, event: str) -> object:
-    if event == "start":
-        return m.start()
-    if event == "refresh_succeeded":
-        return m.refresh_succeeded(TWO)
-    if event == "refresh_failed":
-        return m.refresh_failed()
-    if event == "retry_due":
-        return m.retry_due()
-    return m.invalidate(
-        seen_at=m.updated_at + 1 if m.updated_at > 0 else 5000.0, predicted_shard_id="s0"
-    )
-
-
-# (config, event) -> (result, next config); "error" = RuntimeError, config unchanged.
-TRANSITIONS: dict[tuple[str, str], tuple[object, str]] = {
-    ("INVALID_IDLE", "start"): (True, "UPDATING"),
-    ("INVALID_IDLE", "refresh_succeeded"): ("error", "INVALID_IDLE"),
-    ("INVALID_IDLE", "refresh_failed"): ("error", "INVALID_IDLE"),
-    ("INVALID_IDLE", "retry_due"): ("error", "INVALID_IDLE"),
-    ("INVALID_IDLE", "invalidate"): (False, "INVALID_IDLE"),
-    ("INVALID_RETRY", "start"): (False, "INVALID_RETRY"),
-    ("INVALID_RETRY", "refresh_succeeded"): ("error", "INVALID_RETRY"),
-    ("INVALID_RETRY", "refresh_failed"): ("error", "INVALID_RETRY"),
-    ("INVALID_RETRY", "retry_due"): (None, "UPDATING"),
-    ("INVALID_RETRY", "invalidate"): (False, "INVALID_RETRY"),
-    ("UPDATING", "start"): (False, "UPDATING"),
-    ("UPDATING", "refresh_succeeded"): (None, "READY"),
-    ("UPDATING", "refresh_failed"): (1.0, "INVALID_RETRY"),
-    ("UPDATING", "retry_due"): ("error", "UPDATING"),
-    ("UPDATING", "invalidate"): (False, "UPDATING"),
-    ("READY", "start"): (False, "READY"),
-    ("READY", "refresh_succeeded"): ("error", "READY"),
-    ("READY", "refresh_failed"): ("error", "READY"),
-    ("READY", "retry_due"): ("error", "READY"),
-    ("READY", "invalidate"): (True, "UPDATING"),
+# (phase, event) -> (actions, next phase); None: ShardMapError, phase unchanged.
+EXPECTED: dict[tuple[Phase, Event], tuple[tuple[Action, ...], Phase] | None] = {
+    (Phase.IDLE, Event.START): ((Action.REFRESH,), Phase.UPDATING),
+    (Phase.IDLE, Event.SUCCEEDED): None,
+    (Phase.IDLE, Event.FAILED): None,
+    (Phase.IDLE, Event.RETRY): None,
+    (Phase.IDLE, Event.INVALIDATED): ((), Phase.IDLE),
+    (Phase.UPDATING, Event.START): ((), Phase.UPDATING),
+    (Phase.UPDATING, Event.SUCCEEDED): ((), Phase.READY),
+    (Phase.UPDATING, Event.FAILED): ((), Phase.FAILED),
+    (Phase.UPDATING, Event.RETRY): None,
+    (Phase.UPDATING, Event.INVALIDATED): ((), Phase.UPDATING),
+    (Phase.FAILED, Event.START): ((), Phase.FAILED),
+    (Phase.FAILED, Event.SUCCEEDED): None,
+    (Phase.FAILED, Event.FAILED): None,
+    (Phase.FAILED, Event.RETRY): ((), Phase.UPDATING),
+    (Phase.FAILED, Event.INVALIDATED): ((), Phase.FAILED),
+    (Phase.READY, Event.START): ((), Phase.READY),
+    (Phase.READY, Event.SUCCEEDED): None,
+    (Phase.READY, Event.FAILED): None,
+    (Phase.READY, Event.RETRY): None,
+    (Phase.READY, Event.INVALIDATED): ((Action.REFRESH,), Phase.UPDATING),
 }
 
 
-def test_transition_table_is_exhaustive() -> None:
-    assert set(TRANSITIONS) == {(c, e) for c in CONFIGS for e in EVENTS}
+def test_the_table_covers_every_phase_and_event() -> None:
+    every = {(p, e) for p in Phase for e in Event}
+    assert set(TRANSITIONS) == every
+    assert set(EXPECTED) == every
 
 
-@pytest.mark.parametrize(("config", "event"), sorted(TRANSITIONS))
-def test_transition(config: str, event: str) -> None:
-    m = map_in(config)
-    assert config_of(m) == config
-    expected, next_config = TRANSITIONS[config, event]
-    if expected == "error":
-        with pytest.raises(RuntimeError, match=r"retry_due|no refresh was in flight"):
-            fire(m, event)
+@pytest.mark.parametrize(("phase", "event"), sorted(EXPECTED, key=str))
+def test_transition(phase: Phase, event: Event) -> None:
+    m = map_in(phase)
+    expected = EXPECTED[phase, event]
+    if expected is None:
+        with pytest.raises(ShardMapError, match=f"{event.value} is not expected"):
+            m.handle(event)
+        assert m.phase is phase
     else:
-        assert fire(m, event) == expected
-    assert config_of(m) == next_config
+        assert m.handle(event) == expected[0]
+        assert m.phase is expected[1]
 
 
-@pytest.mark.parametrize("config", CONFIGS)
-def test_predict_answers_only_when_ready(config: str) -> None:
-    m = map_in(config)
-    assert (m.predict(0) == "s0") is (config == "READY")
+# The event methods: what each feeds and what it answers, in every phase.
+
+SHOWN = {
+    Phase.IDLE: (ShardMapState.INVALID, False),
+    Phase.UPDATING: (ShardMapState.UPDATING, False),
+    Phase.FAILED: (ShardMapState.INVALID, True),
+    Phase.READY: (ShardMapState.READY, False),
+}
+
+
+@pytest.mark.parametrize("phase", list(Phase))
+def test_state_and_retry_pending_show_the_phase(phase: Phase) -> None:
+    m = map_in(phase)
+    assert (m.state, m.retry_pending) == SHOWN[phase]
+
+
+def fire(m: ShardMap, event: Event) -> object:
+    if event is Event.START:
+        return m.start()
+    if event is Event.SUCCEEDED:
+        return m.refresh_succeeded(TWO, NOW + 1)
+    if event is Event.FAILED:
+        return m.refresh_failed()
+    if event is Event.RETRY:
+        return m.retry_due()
+    return m.invalidate(NOW + 0.5, "s0", NOW + 1)
+
+
+@pytest.mark.parametrize(("phase", "event"), sorted(EXPECTED, key=str))
+def test_event_methods_follow_the_table(phase: Phase, event: Event) -> None:
+    m = map_in(phase)
+    expected = EXPECTED[phase, event]
+    if expected is None:
+        with pytest.raises(ShardMapError):
+            fire(m, event)
+        assert m.phase is phase
+        return
+    answer = fire(m, event)
+    if event in (Event.START, Event.INVALIDATED):
+        assert answer is (Action.REFRESH in expected[0])
+    else:
+        assert answer is None
+    assert m.phase is expected[1]
+
+
+@pytest.mark.parametrize("phase", list(Phase))
+def test_predict_answers_only_when_ready(phase: Phase) -> None:
+    m = map_in(phase)
+    assert (m.predict(0) == "s0") is (phase is Phase.READY)
 
 
 def test_predict_and_hash_range_while_updating_after_ready() -> None:
-    m = map_in("READY")
+    m = map_in(Phase.READY)
     assert m.predict(HALF) == "s1"
-    assert m.invalidate(m.updated_at + 1, "s1")
+    assert m.invalidate(m.updated_at + 1, "s1", NOW)
     assert m.state is ShardMapState.UPDATING
     assert m.predict(HALF) is None
-    assert m.hash_range("s1") == (HALF, MAX_HASH_KEY)
+    assert m.hash_range("s1", NOW) == (HALF, MAX_HASH_KEY)
     assert m.open_shards == tuple(TWO)
-
-
-def test_backoff_doubles_from_1_to_30_and_resets_on_success() -> None:
-    m = map_in("UPDATING")
-    delays = []
-    for _ in range(8):
-        delays.append(m.refresh_failed())
-        m.retry_due()
-    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
-    m.refresh_succeeded(TWO)
-    assert m.invalidate(m.updated_at + 1, None)
-    assert m.refresh_failed() == 1.0
-
-
-def test_backoff_bounds_are_configurable() -> None:
-    m = ShardMap(min_backoff=0.5, max_backoff=3.0, clock=FakeClock())
-    m.start()
-    delays = []
-    for _ in range(5):
-        delays.append(m.refresh_failed())
-        m.retry_due()
-    assert delays == [0.5, 1.0, 2.0, 3.0, 3.0]
 
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
         ({"min_backoff": 0}, "min_backoff"),
-        ({"max_backoff": 0.5}, "max_backoff"),
-        ({"closed_shard_ttl": -1}, "closed_shard_ttl"),
+        ({"max_backoff": 0.5}, "min_backoff"),
     ],
 )
-def test_shard_map_refuses_bad_settings(kwargs: dict[str, float], match: str) -> None:
+def test_driver_refuses_bad_backoff(kwargs: dict[str, float], match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        ShardMap(clock=FakeClock(), **kwargs)
+        ShardMapDriver("s", Switchable({"Shards": []}), **kwargs)
+
+
+def test_shard_map_refuses_a_negative_ttl() -> None:
+    with pytest.raises(ValueError, match="closed_shard_ttl"):
+        ShardMap(closed_shard_ttl=-1)
 
 
 def test_updated_at_is_the_clock_at_the_last_success() -> None:
     clock = FakeClock(50.0)
-    m = ShardMap(clock=clock)
+    m = ShardMap()
     assert m.updated_at == float("-inf")
     m.start()
     clock.now = 51.5
-    m.refresh_succeeded(TWO)
+    m.refresh_succeeded(TWO, clock.now)
     assert m.updated_at == 51.5
     assert m.refreshes == 1
 
@@ -299,34 +317,34 @@ def test_updated_at_is_the_clock_at_the_last_success() -> None:
 
 
 def test_invalidate_ignores_what_a_newer_snapshot_already_covers() -> None:
-    m = map_in("READY")
-    assert not m.invalidate(m.updated_at, "s0")
-    assert not m.invalidate(m.updated_at - 10, "s0")
+    m = map_in(Phase.READY)
+    assert not m.invalidate(m.updated_at, "s0", NOW)
+    assert not m.invalidate(m.updated_at - 10, "s0", NOW)
     assert m.state is ShardMapState.READY
-    assert m.invalidate(m.updated_at + 0.001, "s0")
+    assert m.invalidate(m.updated_at + 0.001, "s0", NOW)
 
 
 def test_invalidate_ignores_a_predicted_shard_already_gone() -> None:
     clock = FakeClock()
-    m = map_in("READY", clock)
-    assert m.invalidate(clock.now + 1, "s0")
+    m = map_in(Phase.READY)
+    assert m.invalidate(clock.now + 1, "s0", clock.now)
     clock.now += 2
-    m.refresh_succeeded(SPLIT)
+    m.refresh_succeeded(SPLIT, clock.now)
     # A batch predicted for s0 before the split comes back after the refresh, seen later:
-    assert not m.invalidate(clock.now + 5, "s0")
-    assert not m.invalidate(clock.now + 5, "never-existed")
+    assert not m.invalidate(clock.now + 5, "s0", clock.now)
+    assert not m.invalidate(clock.now + 5, "never-existed", clock.now)
     assert m.state is ShardMapState.READY
 
 
 def test_invalidate_with_no_prediction_refreshes() -> None:
-    m = map_in("READY")
-    assert m.invalidate(m.updated_at + 1, None)
+    m = map_in(Phase.READY)
+    assert m.invalidate(m.updated_at + 1, None, NOW)
 
 
 def test_invalidate_is_idempotent_while_a_refresh_is_in_flight() -> None:
-    m = map_in("READY")
-    assert m.invalidate(m.updated_at + 1, "s0")
-    assert [m.invalidate(m.updated_at + 2, s) for s in ("s0", "s1", None)] == [False] * 3
+    m = map_in(Phase.READY)
+    assert m.invalidate(m.updated_at + 1, "s0", NOW)
+    assert [m.invalidate(m.updated_at + 2, s, NOW) for s in ("s0", "s1", None)] == [False] * 3
 
 
 # Closed-shard TTL.
@@ -334,58 +352,58 @@ def test_invalidate_is_idempotent_while_a_refresh_is_in_flight() -> None:
 
 def test_closed_shards_answer_hash_range_for_the_ttl_then_are_purged() -> None:
     clock = FakeClock(100.0)
-    m = ShardMap(clock=clock, closed_shard_ttl=60.0)
+    m = ShardMap(closed_shard_ttl=60.0)
     m.start()
-    m.refresh_succeeded(TWO)
-    m.invalidate(clock.now + 1, "s0")
+    m.refresh_succeeded(TWO, clock.now)
+    m.invalidate(clock.now + 1, "s0", clock.now)
     clock.now = 200.0
-    m.refresh_succeeded(SPLIT)
+    m.refresh_succeeded(SPLIT, clock.now)
     assert m.predict(0) == "s2"
     assert m.predict(HALF - 1) == "s3"
-    assert m.hash_range("s0") == (0, HALF - 1)
-    assert m.hash_range("s2") == (0, HALF // 2 - 1)
+    assert m.hash_range("s0", clock.now) == (0, HALF - 1)
+    assert m.hash_range("s2", clock.now) == (0, HALF // 2 - 1)
     clock.now = 259.999
-    assert m.hash_range("s0") == (0, HALF - 1)
+    assert m.hash_range("s0", clock.now) == (0, HALF - 1)
     clock.now = 260.0
-    assert m.hash_range("s0") is None
-    assert m.hash_range("s1") == (HALF, MAX_HASH_KEY)
-    assert m.hash_range("nope") is None
+    assert m.hash_range("s0", clock.now) is None
+    assert m.hash_range("s1", clock.now) == (HALF, MAX_HASH_KEY)
+    assert m.hash_range("nope", clock.now) is None
 
 
 def test_closed_shards_are_purged_on_events_too() -> None:
     clock = FakeClock(0.0)
-    m = ShardMap(clock=clock, closed_shard_ttl=10.0)
+    m = ShardMap(closed_shard_ttl=10.0)
     m.start()
-    m.refresh_succeeded(TWO)
-    m.invalidate(1.0, "s0")
+    m.refresh_succeeded(TWO, clock.now)
+    m.invalidate(1.0, "s0", clock.now)
     clock.now = 1.0
-    m.refresh_succeeded(SPLIT)
+    m.refresh_succeeded(SPLIT, clock.now)
     clock.now = 11.0
-    m.invalidate(0.0, None)  # ignored by the guard, but it purges
+    m.invalidate(0.0, None, clock.now)  # ignored by the guard, but it purges
     assert m._closed == {}
 
 
 def test_ttl_of_a_shard_runs_from_the_refresh_that_dropped_it() -> None:
     clock = FakeClock(0.0)
-    m = ShardMap(clock=clock, closed_shard_ttl=10.0)
+    m = ShardMap(closed_shard_ttl=10.0)
     m.start()
-    m.refresh_succeeded(TWO)
-    assert m.invalidate(1.0, "s0")
+    m.refresh_succeeded(TWO, clock.now)
+    assert m.invalidate(1.0, "s0", clock.now)
     clock.now = 5.0
-    m.refresh_succeeded(SPLIT)
-    assert m.invalidate(6.0, "s2")
+    m.refresh_succeeded(SPLIT, clock.now)
+    assert m.invalidate(6.0, "s2", clock.now)
     clock.now = 8.0
-    m.refresh_succeeded(SPLIT)  # s0 is still gone: its TTL is not restarted
+    m.refresh_succeeded(SPLIT, clock.now)  # s0 is still gone: its TTL is not restarted
     clock.now = 14.9
-    assert m.hash_range("s0") == (0, HALF - 1)
+    assert m.hash_range("s0", clock.now) == (0, HALF - 1)
     clock.now = 15.0
-    assert m.hash_range("s0") is None
+    assert m.hash_range("s0", clock.now) is None
 
 
 def test_ready_map_with_a_gap_predicts_none() -> None:
-    m = ShardMap(clock=FakeClock())
+    m = ShardMap()
     m.start()
-    m.refresh_succeeded([shard("a", 0, 9), shard("b", 20, MAX_HASH_KEY)])
+    m.refresh_succeeded([shard("a", 0, 9), shard("b", 20, MAX_HASH_KEY)], NOW)
     assert m.predict(9) == "a"
     assert m.predict(10) is None
     assert m.predict(20) == "b"
@@ -394,27 +412,28 @@ def test_ready_map_with_a_gap_predicts_none() -> None:
 def test_ready_map_predicts_open_shards_only_but_knows_closed_ranges_in_the_listing() -> None:
     """moto lists closed shards too: never predicted, but a record that landed there can
     still be checked against its range."""
-    m = ShardMap(clock=FakeClock())
+    m = ShardMap()
     m.start()
-    m.refresh_succeeded([shard("parent", 0, MAX_HASH_KEY, closed=True), *TWO])
+    m.refresh_succeeded([shard("parent", 0, MAX_HASH_KEY, closed=True), *TWO], NOW)
     assert m.predict(0) == "s0"
-    assert m.hash_range("parent") == (0, MAX_HASH_KEY)
+    assert m.hash_range("parent", NOW) == (0, MAX_HASH_KEY)
     assert m.open_shards == tuple(TWO)
 
 
 def test_learn_remembers_ranges_outside_the_snapshot_for_the_ttl() -> None:
     clock = FakeClock()
-    m = ShardMap(closed_shard_ttl=10.0, clock=clock)
-    m.learn([shard("born-and-closed", 5, 9, closed=True)])  # any state, even before a refresh
-    assert m.hash_range("born-and-closed") == (5, 9)
+    m = ShardMap(closed_shard_ttl=10.0)
+    # Any state, even before a refresh:
+    m.learn([shard("born-and-closed", 5, 9, closed=True)], clock.now)
+    assert m.hash_range("born-and-closed", clock.now) == (5, 9)
     m.start()
-    m.refresh_succeeded(TWO)
-    m.learn([*TWO, shard("newer", 0, 3)])  # shards of the snapshot stay as they are
-    assert m.hash_range("newer") == (0, 3)
+    m.refresh_succeeded(TWO, clock.now)
+    m.learn([*TWO, shard("newer", 0, 3)], clock.now)  # shards of the snapshot stay as they are
+    assert m.hash_range("newer", clock.now) == (0, 3)
     assert m.predict(0) == "s0"
     clock.now += 10.0
-    assert m.hash_range("newer") is None
-    assert m.hash_range("s0") == TWO[0].hash_range
+    assert m.hash_range("newer", clock.now) is None
+    assert m.hash_range("s0", clock.now) == TWO[0].hash_range
 
 
 @st.composite
@@ -441,16 +460,16 @@ def contiguous_shards(draw: st.DrawFn) -> list[ShardInfo]:
 def test_predict_matches_brute_force_owner(
     shards: list[ShardInfo], keys: list[int], data: st.DataObject
 ) -> None:
-    m = ShardMap(clock=FakeClock())
+    m = ShardMap()
     m.start()
-    m.refresh_succeeded(shards)
+    m.refresh_succeeded(shards, NOW)
     open_shards = [s for s in shards if s.is_open]
     edges = [k for s in open_shards for k in (s.start_hash_key, s.end_hash_key)]
     for key in keys + edges:
         owners = [s.shard_id for s in open_shards if s.start_hash_key <= key <= s.end_hash_key]
         assert len(owners) == 1
         assert m.predict(key) == owners[0]
-        assert m.hash_range(owners[0]) == next(
+        assert m.hash_range(owners[0], NOW) == next(
             s.hash_range for s in open_shards if s.shard_id == owners[0]
         )
 
@@ -474,9 +493,9 @@ def test_predict_agrees_with_the_bisect_lookup_on_any_table(
     # Gaps, overlaps and bounds on and next to slot edges: predict's slot table must give
     # what ShardTable.owner's bisect gives for every key, on and off the key space.
     shards = [shard(f"s{i}", max(lo, 0), hi) for i, (lo, hi) in enumerate(ranges)]
-    m = ShardMap(clock=FakeClock())
+    m = ShardMap()
     m.start()
-    m.refresh_succeeded(shards)
+    m.refresh_succeeded(shards, NOW)
     table = ShardTable(shards)
     every = keys + [k + d for s in shards for k in s.hash_range for d in (-1, 0, 1)]
     for key in every:
@@ -488,10 +507,10 @@ def test_predict_agrees_with_the_bisect_lookup_on_any_table(
 
 
 def test_predict_many_answers_only_when_ready() -> None:
-    m = ShardMap(clock=FakeClock())
+    m = ShardMap()
     assert m.predict_many([0, MAX_HASH_KEY]) == [None, None]
     m.start()
-    m.refresh_succeeded(TWO)
+    m.refresh_succeeded(TWO, NOW)
     assert m.predict_many([0, MAX_HASH_KEY]) == [m.predict(0), m.predict(MAX_HASH_KEY)]
     assert m.predict_many([]) == []
 
@@ -649,6 +668,60 @@ def test_driver_retries_with_backoff_until_listshards_works() -> None:
     run(main)
 
 
+def test_driver_backoff_doubles_to_its_cap_and_starts_again_at_the_next_refresh() -> None:
+    async def main() -> None:
+        fake = Switchable(throttled("InternalFailure"))
+        clock = FakeClock()
+        delays: list[float] = []
+        seen: list[tuple[ShardMapState, bool]] = []
+
+        async def sleep(delay: float) -> None:
+            delays.append(delay)
+            seen.append((driver.map.state, driver.map.retry_pending))
+            clock.now += delay
+            if len(delays) in (5, 7):
+                fake.answer = listing(*TWO)
+            await asyncio.sleep(0)
+
+        driver = ShardMapDriver("s", fake, clock=clock, sleep=sleep, max_backoff=4.0)
+        async with driver:
+            assert delays == [1.0, 2.0, 4.0, 4.0, 4.0]
+            assert seen == [(ShardMapState.INVALID, True)] * 5
+            assert driver.map.updated_at == clock.now
+            fake.answer = throttled("InternalFailure")
+            assert driver.invalidate(clock.now + 1, None)
+            await driver.wait_ready(5)
+            assert delays[5:] == [1.0, 2.0]
+
+    run(main)
+
+
+def test_driver_takes_a_clock_and_waits_on_its_sleep() -> None:
+    class Ticking:
+        def __init__(self) -> None:
+            self.t = 100.0
+            self.slept: list[float] = []
+
+        def now(self) -> float:
+            return self.t
+
+        async def sleep(self, seconds: float) -> None:
+            self.slept.append(seconds)
+            self.t += seconds
+            fake.answer = listing(*TWO)
+
+    async def main() -> None:
+        ticking = Ticking()
+        async with ShardMapDriver("s", fake, clock=ticking) as driver:
+            assert driver.clock() == 101.0
+            assert driver.map.updated_at == 101.0
+            assert driver.hash_range("s0") == TWO[0].hash_range
+        assert ticking.slept == [1.0]
+
+    fake = Switchable(throttled("InternalFailure"))
+    run(main)
+
+
 def test_driver_start_fails_fast_on_a_missing_stream() -> None:
     async def main() -> None:
         driver = ShardMapDriver("nope", Switchable(throttled("ResourceNotFoundException")))
@@ -708,7 +781,7 @@ def test_driver_invalidate_learns_the_children_of_a_split() -> None:
             await driver.wait_ready(5)
             assert fake.calls == 2
             assert driver.map.predict(0) == "s2"
-            assert driver.map.hash_range("s0") == (0, HALF - 1)
+            assert driver.hash_range("s0") == (0, HALF - 1)
             assert not driver.invalidate(sent_at + 0.7, "s0")
 
     run(main)
