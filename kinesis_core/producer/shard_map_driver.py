@@ -310,6 +310,8 @@ class ShardMapDriver:
         shards = await self._executor.attempt(
             self._refresh_once, self._policy, f"ListShards for stream {self.stream_name!r}"
         )
+        if shards is None:  # a waiting start gave up: it raises the error
+            return
         self._last_error = None
         self._map.refresh_succeeded(shards, self.clock())
         logger.debug(
@@ -317,9 +319,10 @@ class ShardMapDriver:
         )
         await self._notify()
 
-    async def _refresh_once(self) -> list[ShardInfo]:
+    async def _refresh_once(self) -> list[ShardInfo] | None:
         """One attempt at a refresh; a failure leaves the map INVALID (and wakes the waiters
-        of ``wait_ready``) until the executor tries again."""
+        of ``wait_ready``) until the executor tries again. None: a waiting start gives up on
+        the failure (it raises it), so no retry comes, and none is announced."""
         if self._map.retry_pending:
             self._map.retry_due()
         self._attempts += 1
@@ -337,6 +340,8 @@ class ShardMapDriver:
             self._last_error = exc
             self._map.refresh_failed()
             await self._notify()
+            if self._starting and self._hopeless(exc):
+                return None
             raise
 
     async def _notify(self) -> None:
