@@ -338,14 +338,12 @@ class Consumer:
     async def batches(self) -> AsyncIterator[RecordBatch]:
         """One :class:`RecordBatch` per GetRecords response: the fast path (ack with
         ``batch.ack()``)."""
-        while True:
-            self._scheduler.settle()
-            batch = await self._delivery.next_batch()
-            if batch is None:
-                return
+        self._scheduler.settle()
+        while (batch := await self._delivery.next_batch()) is not None:
             yield batch
             if self.config.auto_ack:
                 batch.ack()
+            self._scheduler.settle()
 
     async def checkpoint(self) -> None:
         """Write the checkpoints now instead of at the next ``checkpoint_interval``."""

@@ -16,6 +16,7 @@ from kinesis_core.aws.retry import RetryPolicy
 from kinesis_core.checkpoint.base import SHARD_END, CheckpointStore, CheckpointTableGoneError
 from kinesis_core.checkpoint.sqlite import SQLiteCheckpointStore
 from kinesis_core.consumer.checkpointer import Checkpointer
+from kinesis_core.consumer.rounds import rounds
 from kinesis_core.consumer.shard_run import ShardRun
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.lease.manager import LeaseManager
@@ -50,15 +51,13 @@ class CheckpointFlusher:
     async def run(self, fail: Callable[[BaseException], None]) -> None:
         """Flush every interval; a failed flush is logged and the next one writes what it
         missed; a checkpoint table that is gone stops the consumer (``fail``)."""
-        while True:
-            await self._clock.sleep(self._interval)
-            try:
-                await self.flush()
-            except CheckpointTableGoneError as exc:
-                fail(exc)
-                return
-            except Exception:
-                logger.warning("checkpoint flush of %s failed", self._where, exc_info=True)
+        await rounds(
+            lambda: self._clock.sleep(self._interval),
+            self.flush,
+            f"checkpoint flush of {self._where}",
+            fatal=lambda exc: exc if isinstance(exc, CheckpointTableGoneError) else None,
+            fail=fail,
+        )
 
     async def flush(self) -> None:
         """Write every shard's contiguous acked prefix that moved since the last write."""

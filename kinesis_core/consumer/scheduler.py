@@ -45,6 +45,7 @@ from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
 from kinesis_core.consumer.polling import PollingRead
 from kinesis_core.consumer.positions import InitialPosition
 from kinesis_core.consumer.reading import run_shard_read
+from kinesis_core.consumer.rounds import rounds
 from kinesis_core.consumer.shard_consumer import Action, Event as ShardEvent
 from kinesis_core.consumer.shard_run import ShardRun
 from kinesis_core.consumer.status import ShardStatus
@@ -256,23 +257,29 @@ class Scheduler:
     async def _discovery_loop(self) -> None:
         """A listing every ``shard_refresh_interval`` (or when a shard ended, or a scan showed
         a lease of a shard not listed yet); a failed one is logged and the next one comes."""
-        while True:
+
+        async def refresh() -> None:
             await wait_event(self._clock, self._refresh, self.config.shard_refresh_interval)
             self._refresh.clear()
-            try:
-                await self.discover()
-            except (StreamRecreatedError, CheckpointTableGoneError, ConfigurationError) as exc:
-                # The stream or the store is not the one this consumer started on.
-                self.fail(exc)
-                return
-            except Exception as exc:
-                if error_kind(exc) is ErrorKind.NOT_FOUND:
-                    # The stream was deleted: no retry brings it back; the iterator raises.
-                    wrapped = KinesisServiceError.wrap(exc, f"listing the shards of {self.stream}")
-                    wrapped.__cause__ = exc
-                    self.fail(wrapped)
-                    return
-                logger.warning("shard discovery of %s failed", self.stream, exc_info=True)
+
+        await rounds(
+            refresh,
+            self.discover,
+            f"shard discovery of {self.stream}",
+            fatal=self._discovery_fatal,
+            fail=self.fail,
+        )
+
+    def _discovery_fatal(self, exc: Exception) -> BaseException | None:
+        """The error a failed discovery stops the consumer with, if no later one can help."""
+        if isinstance(exc, (StreamRecreatedError, CheckpointTableGoneError, ConfigurationError)):
+            return exc  # the stream or the store is not the one this consumer started on
+        if error_kind(exc) is ErrorKind.NOT_FOUND:
+            # The stream was deleted: no retry brings it back; the iterator raises.
+            wrapped = KinesisServiceError.wrap(exc, f"listing the shards of {self.stream}")
+            wrapped.__cause__ = exc
+            return wrapped
+        return None
 
     # -- readers ----------------------------------------------------------------------------
 
@@ -512,29 +519,33 @@ class Scheduler:
 
     async def _parent_poll_loop(self) -> None:
         """Held shards waiting for parents that other workers read: look at those parents'
-        rows now and then (the KCL's BlockOnParentShardTask); a failed look is logged and the
-        next one comes."""
+        rows every ``parent_poll_interval`` (the KCL's BlockOnParentShardTask)."""
         leases = self.leases
         assert leases is not None
-        while True:
-            await self._clock.sleep(leases.config.parent_poll_interval)
-            waiting = [
-                node
-                for shard_id in leases.held()
-                if self.lineage.state(shard_id) is ShardState.WAITING_FOR_PARENT
-                and (node := self.lineage.node(shard_id)) is not None
-            ]
-            parents = {
-                parent
-                for node in waiting
-                for parent in node.parents
-                if self.lineage.state(parent) is ShardState.WAITING_FOR_PARENT
-            }
-            try:
-                app, name = self.config.application_name, self.stream.name
-                rows = await asyncio.gather(*(self._store.get(app, name, p) for p in parents))
-            except Exception:
-                logger.warning("reading parent leases failed", exc_info=True)
-                continue
-            self.lineage.observe({row.shard_id: row.value for row in rows if row is not None})
-            self.start_ready()
+        await rounds(
+            lambda: self._clock.sleep(leases.config.parent_poll_interval),
+            self._look_at_parents,
+            "reading parent leases",
+            fatal=lambda exc: None,
+            fail=self.fail,
+        )
+
+    async def _look_at_parents(self) -> None:
+        leases = self.leases
+        assert leases is not None
+        waiting = [
+            node
+            for shard_id in leases.held()
+            if self.lineage.state(shard_id) is ShardState.WAITING_FOR_PARENT
+            and (node := self.lineage.node(shard_id)) is not None
+        ]
+        parents = {
+            parent
+            for node in waiting
+            for parent in node.parents
+            if self.lineage.state(parent) is ShardState.WAITING_FOR_PARENT
+        }
+        app, name = self.config.application_name, self.stream.name
+        rows = await asyncio.gather(*(self._store.get(app, name, p) for p in parents))
+        self.lineage.observe({row.shard_id: row.value for row in rows if row is not None})
+        self.start_ready()
