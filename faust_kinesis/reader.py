@@ -37,7 +37,7 @@ from faust_kinesis.partitions import shard_tp
 from faust_kinesis.queues import KinesisQueue
 from kinesis_core.checkpoint import SQLiteCheckpointStore
 from kinesis_core.consumer import Consumer, ShardStatus
-from kinesis_core.consumer.consumer import DEFAULT_CHECKPOINT_PATH
+from kinesis_core.consumer.flusher import DEFAULT_CHECKPOINT_PATH
 from kinesis_core.runtime.clock import SYSTEM_CLOCK, Clock, wait_event
 
 if TYPE_CHECKING:

@@ -17,6 +17,12 @@ _EXPORTS = {
     "LeaseCoordinator": "kinesis_core.lease.coordinator",
     "Take": "kinesis_core.lease.coordinator",
     "LeaseManager": "kinesis_core.lease.manager",
+    "LeaseEvent": "kinesis_core.lease.events",
+    "LeaseAcquired": "kinesis_core.lease.events",
+    "LeaseLost": "kinesis_core.lease.events",
+    "HandOffAsked": "kinesis_core.lease.events",
+    "TableScanned": "kinesis_core.lease.events",
+    "LeasesFailed": "kinesis_core.lease.events",
     "default_worker_id": "kinesis_core.lease.manager",
 }
 
@@ -25,6 +31,14 @@ if TYPE_CHECKING:
         LeaseConfig as LeaseConfig,
         LeaseCoordinator as LeaseCoordinator,
         Take as Take,
+    )
+    from kinesis_core.lease.events import (
+        HandOffAsked as HandOffAsked,
+        LeaseAcquired as LeaseAcquired,
+        LeaseEvent as LeaseEvent,
+        LeaseLost as LeaseLost,
+        LeasesFailed as LeasesFailed,
+        TableScanned as TableScanned,
     )
     from kinesis_core.lease.manager import (
         LeaseManager as LeaseManager,

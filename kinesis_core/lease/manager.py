@@ -4,13 +4,16 @@
 :class:`~kinesis_core.lease.coordinator.LeaseCoordinator`. Every write to a held lease (renewal,
 checkpoint, release) goes through it, one at a time per lease, conditional on the counter it
 last wrote: a write that loses its condition means another worker holds the lease now, so the
-lease is dropped at once and ``on_lost`` tells the consumer to stop the shard. A lease whose
-renewals keep failing (no answer from the store) is dropped the same way once the failover time
-has passed since its last successful write, since other workers may take it from then on.
-A store that says no retry will help (its table was deleted or replaced:
+lease is dropped at once and a :class:`~.events.LeaseLost` tells the consumer to stop the
+shard. A lease whose renewals keep failing (no answer from the store) is dropped the same way
+once the failover time has passed since its last successful write, since other workers may
+take it from then on. A store that says no retry will help (its table was deleted or replaced:
 :class:`~kinesis_core.checkpoint.base.CheckpointTableGoneError`; the table belongs to another
 application or stream: :class:`~kinesis_core.errors.ConfigurationError`) ends every lease at
-once, at the first renewal, scan or checkpoint that meets it, and ``on_failure`` is told.
+once, at the first renewal, scan or checkpoint that meets it (:class:`~.events.LeasesFailed`).
+
+The manager calls nothing back: what happens to the leases it queues as events
+(:mod:`kinesis_core.lease.events`), in order, for the consumer to take.
 """
 
 from __future__ import annotations
@@ -36,6 +39,14 @@ from kinesis_core.checkpoint.base import (
 from kinesis_core.consumer.checkpointer import landed
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.lease.coordinator import LeaseConfig, LeaseCoordinator, Take
+from kinesis_core.lease.events import (
+    HandOffAsked,
+    LeaseAcquired,
+    LeaseEvent,
+    LeaseLost,
+    LeasesFailed,
+    TableScanned,
+)
 from kinesis_core.runtime.clock import SYSTEM_CLOCK, Clock, wait_event
 from kinesis_core.telemetry.names import LeaseChange
 from kinesis_core.telemetry.recorder import NO_RECORDER, ConsumerRecorder
@@ -54,24 +65,28 @@ def default_worker_id() -> str:
 class LeaseManager:
     """Leases of one worker on one (application, stream).
 
-    ``eligible()`` names the shards that may be leased now; ``on_acquired(shard_id)`` and
-    ``on_lost(shard_id)`` are called (synchronously) when a lease is taken or lost;
-    ``on_scan(rows)`` sees every table scan. ``config.worker_id`` None: the worker's name is
+    ``eligible()`` names the shards that may be leased now. What happens to the leases comes
+    out as events (:mod:`~kinesis_core.lease.events`), in order: :meth:`take_events` takes
+    those queued, :meth:`next_events` waits for some; :class:`~.events.LeaseAcquired` and
+    :class:`~.events.LeaseLost` when a lease is taken or lost, :class:`~.events.TableScanned`
+    for every table scan. ``config.worker_id`` None: the worker's name is
     :func:`default_worker_id`'s. Every wait is on ``clock``.
 
     Hand-offs (the KCL 3.x graceful lease hand-off): a lease asked from a live owner is marked
     (``leaseOwner`` this worker, ``checkpointOwner`` the owner) and counts as held, but is
     not started (not in :meth:`held`) until the owner's final checkpoint cleared the marker,
     or ``handoff_timeout`` passed (then it is taken as it is). An owner learns of the request
-    at its next renewal or checkpoint: ``on_handoff(shard_id)`` is called, the lease is no
-    longer held, its row is renewed as it is while the owner finishes, and
-    :meth:`hand_over` writes the final checkpoint (without ``on_handoff``, at once).
+    at its next renewal or checkpoint: the lease is no longer held, its row is renewed as it
+    is while the owner finishes, and :meth:`hand_over` writes the final checkpoint; with
+    ``graceful_handoff`` a :class:`~.events.HandOffAsked` says when (the owner calls
+    :meth:`hand_over` once its acks are in), without it the manager hands over at once.
 
     ``throughput(shard_id)``: the KiB/s read from a held shard since the last call, written
     into the lease at each renewal (``throughputKBps``) for the throughput assignment.
 
-    ``on_failure(exc)`` is called once when the store raises one of :data:`FATAL`: every held
-    lease was dropped (``on_lost`` for each) and no lease is taken any more.
+    A :class:`~.events.LeasesFailed` comes once, when the store raises one of :data:`FATAL`:
+    every held lease was dropped (a :class:`~.events.LeaseLost` for each) and no lease is
+    taken any more.
     """
 
     def __init__(
@@ -82,12 +97,8 @@ class LeaseManager:
         config: LeaseConfig,
         *,
         eligible: Callable[[], Collection[str]],
-        on_acquired: Callable[[str], None],
-        on_lost: Callable[[str], None],
-        on_scan: Callable[[list[Checkpoint]], None] | None = None,
-        on_handoff: Callable[[str], None] | None = None,
+        graceful_handoff: bool = False,
         throughput: Callable[[str], float | None] | None = None,
-        on_failure: Callable[[BaseException], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         recorder: ConsumerRecorder = NO_RECORDER,
@@ -100,12 +111,10 @@ class LeaseManager:
         """This worker's name in the lease table."""
         self.coordinator = LeaseCoordinator(config, rng=rng, worker_id=self.worker_id)
         self._eligible = eligible
-        self._on_acquired = on_acquired
-        self._on_lost = on_lost
-        self._on_scan = on_scan
-        self._on_handoff = on_handoff
+        self._graceful_handoff = graceful_handoff
         self._throughput = throughput
-        self._on_failure = on_failure
+        self._events: list[LeaseEvent] = []
+        self._has_events = asyncio.Event()
         self.failure: BaseException | None = None
         """The error that ended every lease (one of :data:`FATAL`), if any."""
         self._clock = clock
@@ -137,6 +146,30 @@ class LeaseManager:
         self._handing: dict[str, Checkpoint] = {}
         """Leases this worker is handing over -> their rows (``checkpoint_owner`` us)."""
         self._beating: asyncio.Task[None] | None = None
+
+    @property
+    def has_events(self) -> bool:
+        """Whether events wait to be taken."""
+        return bool(self._events)
+
+    def take_events(self) -> list[LeaseEvent]:
+        """The events queued since the last take, oldest first."""
+        events, self._events = self._events, []
+        self._has_events.clear()
+        return events
+
+    async def next_events(self) -> list[LeaseEvent]:
+        """The next events, once there are some."""
+        await self._has_events.wait()
+        return self.take_events()
+
+    def _emit(self, event: LeaseEvent) -> None:
+        if isinstance(event, TableScanned):
+            # A scan supersedes the ones not taken yet: the queue stays bounded when nobody
+            # takes the events for a while.
+            self._events = [e for e in self._events if not isinstance(e, TableScanned)]
+        self._events.append(event)
+        self._has_events.set()
 
     def _lock(self, shard_id: str) -> asyncio.Lock:
         return self._locks.setdefault(shard_id, asyncio.Lock())
@@ -373,10 +406,10 @@ class LeaseManager:
         self.coordinator.dropped(shard_id)
         self._handing[shard_id] = self._rows[shard_id] = current
         logger.info("%s asked for the lease of %s; handing it over", current.owner, shard_id)
-        if self._on_handoff is None:
-            self.hand_over_soon(shard_id)
+        if self._graceful_handoff:
+            self._emit(HandOffAsked(shard_id))
         else:
-            self._on_handoff(shard_id)
+            self.hand_over_soon(shard_id)
 
     def hand_over_soon(self, shard_id: str) -> None:
         """:meth:`hand_over` at the stored checkpoint, in the background (a lease whose shard
@@ -385,7 +418,7 @@ class LeaseManager:
 
     def _fail(self, exc: BaseException) -> None:
         """The store raised an error no retry fixes: drop every lease now (their shards stop),
-        take no more, and tell ``on_failure``."""
+        take no more, and say so (:class:`~.events.LeasesFailed`)."""
         if self.failure is not None:
             return
         self.failure = exc
@@ -397,15 +430,14 @@ class LeaseManager:
         for shard_id in self.coordinator.held:
             self.coordinator.dropped(shard_id)
             self.recorder.lease(LeaseChange.LOST)
-            self._on_lost(shard_id)
-        if self._on_failure is not None:
-            self._on_failure(exc)
+            self._emit(LeaseLost(shard_id))
+        self._emit(LeasesFailed(exc))
 
     def _lose(self, shard_id: str, reason: str) -> None:
         self.coordinator.dropped(shard_id)
         logger.warning("lost the lease of %s: %s", shard_id, reason)
         self.recorder.lease(LeaseChange.LOST)
-        self._on_lost(shard_id)
+        self._emit(LeaseLost(shard_id))
 
     # -- renewer ------------------------------------------------------------------------------
 
@@ -426,7 +458,7 @@ class LeaseManager:
                 )
                 self._pending.pop(shard_id, None)
                 self.recorder.lease(LeaseChange.LOST)
-                self._on_lost(shard_id)
+                self._emit(LeaseLost(shard_id))
             for shard_id in [*self.coordinator.held, *self._handing]:
                 if shard_id not in self._renewing:
                     self._renewing[shard_id] = asyncio.create_task(self._renew(shard_id))
@@ -544,7 +576,7 @@ class LeaseManager:
         self._rows[shard_id] = row
         self.coordinator.renewed(shard_id, sent_at)
         logger.info("the lease of %s was handed over at %s", shard_id, row.value)
-        self._on_acquired(shard_id)
+        self._emit(LeaseAcquired(shard_id))
         self.poke()  # more to ask for, maybe: no need to wait for the next interval
 
     # -- taker --------------------------------------------------------------------------------
@@ -584,8 +616,7 @@ class LeaseManager:
                 f"forgetting the worker row of {worker}",
             )
         self._known = {row.shard_id for row in rows}
-        if self._on_scan is not None:
-            self._on_scan(rows)
+        self._emit(TableScanned(tuple(rows)))
         if self._no_takes.is_set():
             return []
         takes = self.coordinator.plan(now, self._eligible())
@@ -638,7 +669,7 @@ class LeaseManager:
             f" from {take.row.owner}" if take.row.owner else "",
         )
         if not take.steal:
-            self._on_acquired(shard_id)
+            self._emit(LeaseAcquired(shard_id))
         return True
 
     def _lost_take(self, take: Take, current: Checkpoint | None) -> None:

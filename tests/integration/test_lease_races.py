@@ -47,8 +47,6 @@ def worker(store: DynamoDBCheckpointStore, app: str, name: str) -> LeaseManager:
         STREAM,
         config,
         eligible=lambda: set(SHARDS),
-        on_acquired=lambda shard_id: None,
-        on_lost=lambda shard_id: None,
     )
 
 

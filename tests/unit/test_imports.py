@@ -63,6 +63,7 @@ PURE = [
     "kinesis_core.fanout.registration",
     "kinesis_core.lease",
     "kinesis_core.lease.coordinator",
+    "kinesis_core.lease.events",
     "kinesis_core.producer",
     "kinesis_core.producer.admission",
     "kinesis_core.producer.aggregator",

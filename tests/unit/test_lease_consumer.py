@@ -215,7 +215,7 @@ def test_a_lost_lease_stops_delivery_at_once_and_fences_checkpoints() -> None:
         )
         async with a:
             first = await asyncio.wait_for(a.__anext__(), 5)
-            while a._queue.qsize() < 3:  # noqa: ASYNC110 (batches read, not delivered)
+            while a._delivery.queue.qsize() < 3:  # noqa: ASYNC110 (batches read, not delivered)
                 await asyncio.sleep(0.01)
             first.ack()
             await a.checkpoint()
@@ -249,7 +249,7 @@ def test_a_lost_lease_stops_delivery_at_once_and_fences_checkpoints() -> None:
             # not the batches that were queued.
             with pytest.raises(asyncio.TimeoutError):
                 await asyncio.wait_for(a.__anext__(), 0.5)
-            assert a._queue.qsize() == 0
+            assert a._delivery.queue.qsize() == 0
             assert shard not in a.shard_states()
             assert lost == [shard]  # the hook
             # And no checkpoint of it is written any more.

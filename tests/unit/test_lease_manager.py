@@ -12,7 +12,15 @@ from kinesis_core.checkpoint import (
     MemoryCheckpointStore,
     Sentinel,
 )
-from kinesis_core.lease import LeaseConfig, LeaseManager
+from kinesis_core.lease import (
+    HandOffAsked,
+    LeaseAcquired,
+    LeaseConfig,
+    LeaseLost,
+    LeaseManager,
+    LeasesFailed,
+    TableScanned,
+)
 from kinesis_core.telemetry import ConsumerRecorder, LeaseChange
 from tests.fakes.clock import FakeClock
 
@@ -29,24 +37,42 @@ class SlowStore(MemoryCheckpointStore):
         return await super().update_lease(*args, **kwargs)
 
 
+class Seen:
+    """The events a manager handed out so far, by kind (taking them as they are looked at)."""
+
+    def __init__(self, manager: LeaseManager) -> None:
+        self._manager = manager
+        self._seen: dict[str, list[Any]] = {
+            "acquired": [],
+            "lost": [],
+            "handoff": [],
+            "failed": [],
+            "scanned": [],
+        }
+
+    def __getitem__(self, kind: str) -> list[Any]:
+        for event in self._manager.take_events():
+            if isinstance(event, LeaseAcquired):
+                self._seen["acquired"].append(event.shard_id)
+            elif isinstance(event, LeaseLost):
+                self._seen["lost"].append(event.shard_id)
+            elif isinstance(event, HandOffAsked):
+                self._seen["handoff"].append(event.shard_id)
+            elif isinstance(event, LeasesFailed):
+                self._seen["failed"].append(event.error)
+            else:
+                self._seen["scanned"].append(event.rows)
+        return self._seen[kind]
+
+
 def manager(
     store: MemoryCheckpointStore, renew_interval: float = 1.0, **kwargs: Any
 ) -> LeaseManager:
     config = LeaseConfig(
         worker_id="me", failover_time=5.0, renew_interval=renew_interval, take_interval=10
     )
-    events: dict[str, list[str]] = {"acquired": [], "lost": []}
-    m = LeaseManager(
-        store,
-        APP,
-        STREAM,
-        config,
-        eligible=lambda: {"s1", "s2"},
-        on_acquired=events["acquired"].append,
-        on_lost=events["lost"].append,
-        **kwargs,
-    )
-    m.events = events  # type: ignore[attr-defined]
+    m = LeaseManager(store, APP, STREAM, config, eligible=lambda: {"s1", "s2"}, **kwargs)
+    m.events = Seen(m)  # type: ignore[attr-defined]
     return m
 
 
@@ -167,13 +193,13 @@ class GoneStore(MemoryCheckpointStore):
 
 def test_a_table_gone_ends_every_lease_at_the_next_renewal_and_says_so_once() -> None:
     """Not after the failover time, as a store that does not answer: the first renewal that
-    meets the missing table drops every lease, stops taking and tells ``on_failure``."""
+    meets the missing table drops every lease, stops taking and says so (LeasesFailed), after
+    a LeaseLost for each held lease."""
     clock = FakeClock()
 
     async def main() -> None:
         store = GoneStore()
-        failures: list[BaseException] = []
-        m = manager(store, renew_interval=0.02, clock=clock, on_failure=failures.append)
+        m = manager(store, renew_interval=0.02, clock=clock)
         for shard_id in ("s1", "s2"):
             await m.create(shard_id, Sentinel.TRIM_HORIZON, [], None)
         await m.take_round()
@@ -183,6 +209,7 @@ def test_a_table_gone_ends_every_lease_at_the_next_renewal_and_says_so_once() ->
         await asyncio.sleep(0.1)  # a few renewal intervals, far below the failover time (5 s)
         assert sorted(m.events["lost"]) == ["s1", "s2"]  # type: ignore[attr-defined]
         assert m.held() == {}
+        failures = m.events["failed"]  # type: ignore[attr-defined]
         assert len(failures) == 1
         assert isinstance(failures[0], CheckpointTableGoneError)
         assert m.failure is failures[0]
@@ -250,10 +277,11 @@ def test_a_lease_asked_for_is_handed_over_at_the_owners_final_checkpoint() -> No
     async def main() -> None:
         store = MemoryCheckpointStore()
         owner_changes = Changes()
-        handoffs: list[str] = []
-        owner = manager(store, renew_interval=0.05, recorder=owner_changes, clock=clock)
+        owner = manager(
+            store, renew_interval=0.05, recorder=owner_changes, clock=clock, graceful_handoff=True
+        )
         owner.worker_id = owner.coordinator.worker_id = "owner"
-        owner._on_handoff = handoffs.append
+        handoffs = owner.events["handoff"]  # type: ignore[attr-defined]
         taker = manager(store, renew_interval=0.05, clock=clock)
         for shard_id in ("s1", "s2"):
             await owner.create(shard_id, Sentinel.TRIM_HORIZON, [], None)
@@ -265,7 +293,7 @@ def test_a_lease_asked_for_is_handed_over_at_the_owners_final_checkpoint() -> No
         await taker.take_round()  # target 1 each: one is asked for
         [asked] = [s for s in ("s1", "s2") if taker.coordinator.holds(s)]
         assert taker.held() == {}  # not started before the hand-off
-        while not handoffs:
+        while not owner.events["handoff"]:  # type: ignore[attr-defined]
             await clock.sleep(0.01)
         assert handoffs == [asked]
         assert owner.handing(asked)
@@ -294,9 +322,9 @@ def test_a_lease_not_handed_over_in_time_is_taken_as_it_is() -> None:
 
     async def main() -> None:
         store = MemoryCheckpointStore()
-        owner = manager(store, renew_interval=0.05, clock=clock)
+        # Told of the request, the owner never calls hand_over.
+        owner = manager(store, renew_interval=0.05, clock=clock, graceful_handoff=True)
         owner.worker_id = owner.coordinator.worker_id = "owner"
-        owner._on_handoff = lambda shard_id: None  # never calls hand_over
         taker = manager(store, renew_interval=0.05, clock=clock)
         for shard_id in ("s1", "s2"):
             await owner.create(shard_id, Sentinel.TRIM_HORIZON, [], None)
@@ -416,3 +444,44 @@ def test_a_take_lost_to_another_worker_scans_again_at_once() -> None:
         return store.scans
 
     assert clock.run(main()) >= 2
+
+
+def test_events_come_in_order_and_scans_do_not_pile_up() -> None:
+    """The manager calls nothing back: a take is a LeaseAcquired; a scan nobody took yet is
+    replaced by the newer one; a table gone is a LeaseLost per held lease, then one
+    LeasesFailed."""
+    clock = FakeClock()
+
+    async def main() -> None:
+        store = GoneStore()
+        m = LeaseManager(
+            store,
+            APP,
+            STREAM,
+            LeaseConfig(worker_id="me", failover_time=5.0, renew_interval=0.02),
+            eligible=lambda: {"s1"},
+            clock=clock,
+        )
+        await m.create("s1", Sentinel.TRIM_HORIZON, [], None)
+        assert not m.has_events
+        assert await m.take_round() == ["s1"]
+        await m.take_round()
+        await m.take_round()
+        events = m.take_events()
+        assert [type(e) for e in events] == [LeaseAcquired, TableScanned]
+        assert events[0] == LeaseAcquired("s1")
+        assert isinstance(events[1], TableScanned)
+        assert [row.shard_id for row in events[1].rows] == ["s1"]
+        assert m.take_events() == []
+        m.start()
+        store.gone = True
+        events = await m.next_events()
+        while not any(isinstance(e, LeasesFailed) for e in events):
+            events += await m.next_events()
+        kinds = [type(e) for e in events if not isinstance(e, TableScanned)]
+        assert kinds == [LeaseLost, LeasesFailed]
+        assert isinstance(events[-1], LeasesFailed)
+        assert isinstance(events[-1].error, CheckpointTableGoneError)
+        await m.close()
+
+    clock.run(main())

@@ -5,8 +5,7 @@ is called on: ``asyncio.sleep``, ``time.sleep``, ``clock.sleep``, ``self._sleep`
 catches an exception or asks a backoff for its next wait (``.failed(``, ``.pause(``,
 ``.delay(``). Such loops belong in :mod:`kinesis_core.aws.executor` (``execute`` and
 ``attempt`` with a :class:`~kinesis_core.aws.retry.RetryPolicy`); everywhere else only the
-loops of :data:`NOT_RETRIES` (each with the reason it is not a retry) and
-:data:`RETRY_LOOPS_LEFT` may have that shape.
+loops of :data:`NOT_RETRIES` (each with the reason it is not a retry) may have that shape.
 """
 
 from __future__ import annotations
@@ -22,14 +21,6 @@ EXECUTOR = CORE / "aws" / "executor.py"
 BACKOFF_ASKS = frozenset({"failed", "pause", "delay"})
 
 NOT_RETRIES: dict[tuple[str, str], str] = {
-    ("consumer/consumer.py", "_flush_loop"): (
-        "writes the checkpoints every checkpoint_interval; a failed write is logged and the "
-        "next interval writes what moved since"
-    ),
-    ("consumer/consumer.py", "_parent_poll_loop"): (
-        "looks at the parents' leases every parent_poll_interval (the KCL's "
-        "BlockOnParentShardTask); a failed look is logged and the next interval looks again"
-    ),
     ("consumer/reading.py", "run_shard_read"): (
         "drives a shard reader's machine (ShardConsumer): its waits are the machine's "
         "decisions, and it raises what the machine does not take"
@@ -46,11 +37,6 @@ NOT_RETRIES: dict[tuple[str, str], str] = {
     ),
 }
 """Loops with a retry's shape that are not retries: (module under kinesis_core/, function)."""
-
-RETRY_LOOPS_LEFT: dict[tuple[str, str], str] = {
-    ("consumer/consumer.py", "_first_discovery"): "issue 41, the Consumer split",
-}
-"""Retry loops still to go (issue 41): remove each entry with its loop."""
 
 
 def _called_name(node: ast.Call) -> str | None:
@@ -104,7 +90,7 @@ def core_retry_loops() -> dict[tuple[str, str], int]:
 
 
 def test_no_loop_retries_by_hand_outside_the_executor() -> None:
-    allowed = NOT_RETRIES.keys() | RETRY_LOOPS_LEFT.keys()
+    allowed = NOT_RETRIES.keys()
     found = core_retry_loops()
     by_hand = [
         f"kinesis_core/{m}:{line} {f}" for (m, f), line in found.items() if (m, f) not in allowed
@@ -118,7 +104,7 @@ def test_no_loop_retries_by_hand_outside_the_executor() -> None:
 def test_every_allowed_loop_is_still_there() -> None:
     """An entry whose loop went goes too, so the lists stay short."""
     found = core_retry_loops()
-    gone = sorted((NOT_RETRIES.keys() | RETRY_LOOPS_LEFT.keys()) - found.keys())
+    gone = sorted(NOT_RETRIES.keys() - found.keys())
     assert gone == []
 
 
