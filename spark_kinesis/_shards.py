@@ -30,7 +30,7 @@ from kinesis_core.consumer.transport import Ended, Failed
 from kinesis_core.errors import KinesisConnectorError
 from kinesis_core.executor import LISTING_RETRY, SyncExecutor
 from kinesis_core.records import KinesisRecord, Position
-from spark_kinesis.offsets import parse_mark, position_mark
+from spark_kinesis.offsets import WHOLE, parse_mark, position_mark
 from spark_kinesis.options import SourceSpec
 
 
@@ -57,9 +57,21 @@ class Shards:
         shards = self.executor.execute(ListShards(self.spec.stream, None), LISTING_RETRY)
         return [ShardNode.from_shard_info(info) for info in shards]
 
-    def reader(self, node: ShardNode, start: StartPoint, created_ms: int | None) -> SyncShardReader:
+    def reader(
+        self,
+        node: ShardNode,
+        start: StartPoint,
+        created_ms: int | None,
+        *,
+        deaggregate: bool = True,
+    ) -> SyncShardReader:
         machine = PollingRead(
-            node, start, self.options, incarnation=created_ms, stream=self.spec.stream.name
+            node,
+            start,
+            self.options,
+            incarnation=created_ms,
+            stream=self.spec.stream.name,
+            deaggregate=deaggregate,
         )
         link = self.executor.link(self.spec.stream, node.shard_id)
         return SyncShardReader(machine, link, where=self.spec.stream.name)
@@ -70,12 +82,13 @@ class Shards:
 
 @dataclass
 class _Peek:
-    """The driver's reader of one shard: the positions it read past the last offered end."""
+    """The driver's reader of one shard: the sequence numbers of the Kinesis records it read
+    past the last offered end."""
 
     reader: SyncShardReader
     after: str
     """The mark the buffered positions follow (the end last offered for this shard)."""
-    positions: deque[Position] = field(default_factory=deque)
+    positions: deque[int] = field(default_factory=deque)
     ended: Ended | None = None
     done: bool = False
     """Nothing more to read in this look: caught up, ended or full."""
@@ -84,14 +97,29 @@ class _Peek:
     in this query."""
 
 
+def _sequence(record: KinesisRecord) -> int:
+    return record.position[0]
+
+
 def _before(until: float, record: KinesisRecord) -> bool:
     arrival = record.approximate_arrival_seconds
     return arrival is None or arrival <= until
 
 
+def _driver_start(mark: str) -> StartPoint:
+    """Where the driver reads a shard from after ``mark``: a mark inside a Kinesis record (a
+    user record's) from that record on, so that the rest of an aggregate gets an end."""
+    start = parse_mark(mark)
+    assert start is not None  # the caller leaves out the shards at SHARD_END
+    if isinstance(start, tuple) and start[1] != WHOLE:
+        return (start[0], -1)
+    return start
+
+
 class Fetcher:
-    """The driver's look ahead: it reads each shard from where the last batch ends, keeps only
-    the positions of the records, and offers ends that :func:`read_slice` reaches exactly."""
+    """The driver's look ahead: it reads each shard from where the last batch ends, without
+    deaggregating, keeps only the sequence numbers of the Kinesis records, and offers ends
+    (through a whole Kinesis record) that :func:`read_slice` reaches exactly."""
 
     def __init__(self, shards: Shards, created_ms: int) -> None:
         self.shards = shards
@@ -117,9 +145,8 @@ class Fetcher:
                 continue
             if peek is not None:
                 peek.reader.close()
-            start = parse_mark(mark)
-            assert start is not None  # the caller leaves out the shards at SHARD_END
-            reader = self.shards.reader(nodes[shard_id], start, self.created_ms)
+            start = _driver_start(mark)
+            reader = self.shards.reader(nodes[shard_id], start, self.created_ms, deaggregate=False)
             self._peeks[shard_id] = _Peek(reader, mark)
         until = self.until
         limit = self.shards.spec.max_fetch_seconds if until is None else math.inf
@@ -149,7 +176,7 @@ class Fetcher:
                     if until is not None:
                         records = list(itertools.takewhile(partial(_before, until), records))
                         peek.past = len(records) < len(outcome.records)
-                    peek.positions.extend(record.position for record in records)
+                    peek.positions.extend(map(_sequence, records))
                     if outcome.data and outcome.caught_up:
                         peek.done = True
                         peek.past = peek.past or until is not None
@@ -169,14 +196,14 @@ class Fetcher:
         return self._peeks
 
     def take(self, shard_id: str, count: int) -> str:
-        """The end mark after the next ``count`` positions of ``shard_id`` (SHARD_END once an
-        ended shard has none left), now the mark its next look follows."""
+        """The end mark after the next ``count`` Kinesis records of ``shard_id`` (SHARD_END
+        once an ended shard has none left), now the mark its next look follows."""
         peek = self._peeks[shard_id]
         positions = peek.positions
         if count:
             for _ in range(count - 1):
                 positions.popleft()
-            peek.after = position_mark(positions.popleft())
+            peek.after = position_mark((positions.popleft(), WHOLE))
         if not positions and peek.ended is not None:
             peek.after = "SHARD_END"
         return peek.after
@@ -194,6 +221,16 @@ saw records there, so they were trimmed or the stream is not the one they were r
 
 class SliceError(KinesisConnectorError):
     """A task could not read its shard through the end the driver fixed."""
+
+
+def _reached(stop: Position, last: int | None, records: list[KinesisRecord]) -> bool:
+    """Whether a reader whose last Kinesis record read is ``last``, having just delivered
+    ``records``, has delivered every record through ``stop``."""
+    if last is None or last < stop[0]:
+        return False
+    if last > stop[0] or stop[1] == WHOLE:
+        return True
+    return bool(records) and records[-1].position >= stop
 
 
 def read_slice(
@@ -234,7 +271,7 @@ def read_slice(
             assert isinstance(action, Call)
             outcome = reader.step(action)
             records = outcome.records
-            if stop is not None and records and records[-1].position >= stop:
+            if stop is not None and _reached(stop, reader.machine.last_sequence, records):
                 cut = [r for r in records if r.position <= stop]
                 if cut:
                     yield cut

@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from kinesis_core.aggregation import encode_aggregate
 from kinesis_core.local import LocalStream, StreamFactory
+from kinesis_core.records import SubRecord
 from spark_kinesis.offsets import SHARD_END
 from spark_kinesis.options import SourceSpec
 from spark_kinesis.source import KinesisStreamReader
@@ -73,6 +75,27 @@ def test_a_batch_read_again_gives_the_same_records(kinesis_stream: StreamFactory
         assert reader.latestOffset(rest, ReadAllAvailable()) == rest
     finally:
         reader.stop()
+
+
+def test_batches_end_through_whole_aggregates_and_the_limit_counts_kinesis_records(
+    kinesis_stream: StreamFactory,
+) -> None:
+    stream = kinesis_stream(1)
+    for a in range(3):
+        subs = [SubRecord(f"k{i}", None, f"a{a}-{i}".encode()) for i in range(5)]
+        stream.put(encode_aggregate(subs), "k0")
+    reader = reader_of(stream, maxRecordsPerTrigger="2")
+    try:
+        offsets = offsets_from(reader, reader.initialOffset(), reader.getDefaultReadLimit())
+        batches = [batch(reader, a, b) for a, b in itertools.pairwise(offsets)]
+        # A replay from a new reader (a restarted driver) gives the same records.
+        assert batch(reader_of(stream), offsets[0], offsets[1]) == batches[0]
+    finally:
+        reader.stop()
+    assert [len(b) for b in batches] == [10, 5, 0]
+    assert [v for b in batches for v in b] == [f"a{a}-{i}" for a in range(3) for i in range(5)]
+    (mark,) = offsets[1]["shards"].values()
+    assert mark.isdigit()  # through every sub-record of the second aggregate
 
 
 def test_children_join_the_offsets_only_after_their_parent_ended_in_a_batch(
