@@ -11,6 +11,7 @@ import pytest
 from botocore.parsers import create_parser
 
 from kinesis_core.consumer import fastparse
+from kinesis_core.records import WireRecord
 
 BODY = json.dumps(
     {
@@ -107,3 +108,28 @@ def test_install_and_uninstall_on_a_client() -> None:
     uninstall()
     assert emit() == {}
     assert fastparse.install(object())() is None
+
+
+def test_installed_for_wire_records_the_records_stay_the_parsers() -> None:
+    client = botocore.session.get_session().create_client(
+        "kinesis",
+        region_name="us-east-1",
+        endpoint_url="http://127.0.0.1:9",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    fastparse.install(client, wire=True)
+    customized: dict[str, Any] = {}
+    client.meta.events.emit(
+        fastparse.EVENT,
+        response_dict={"body": BODY, "headers": {}, "status_code": 200},
+        customized_response_dict=customized,
+    )
+    first, second = customized["Records"]
+    assert isinstance(first, WireRecord)
+    assert (first.data, first.approximate_arrival_timestamp) == (
+        b"\xf3\x89hello",
+        1_795_314_817.648,
+    )
+    assert second.partition_key == "pk-2"
+    assert customized["MillisBehindLatest"] == 12
