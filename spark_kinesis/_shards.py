@@ -41,7 +41,7 @@ class Shards:
         self.spec = spec
         # The readers retry on their own terms (rate, backoff, expired iterators).
         self.client: Any = create_botocore_client(spec.client_config, "kinesis", max_attempts=1)
-        fastparse.install(self.client)
+        fastparse.install(self.client, wire=True)
         self.executor = SyncExecutor(self.client)
         self.options = PollingOptions(
             limit=spec.max_records_per_call, idle_interval=spec.idle_interval

@@ -17,6 +17,7 @@ from operator import attrgetter
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -88,22 +89,22 @@ _ARROW = pa.schema(
 """:data:`SCHEMA` in Arrow's terms, nullability included (Spark checks both)."""
 
 
-_TIMESTAMP = pa.timestamp("us", tz="UTC")
 _DATA = attrgetter("data")
 _KEY = attrgetter("partition_key")
 _HASH_KEY = attrgetter("explicit_hash_key")
 _SEQUENCE = attrgetter("sequence_number")
 _SUB_SEQUENCE = attrgetter("sub_sequence_number")
-_ARRIVAL = attrgetter("approximate_arrival_timestamp")
+_ARRIVAL = attrgetter("approximate_arrival_seconds")
 
 
 def record_batch(records: Sequence[KinesisRecord], stream: str) -> pa.RecordBatch:
     """The records (of one shard) as an Arrow batch of :data:`SCHEMA`'s columns. The columns
-    are made with C loops (``map`` over attribute getters, Arrow's conversion of the arrival
-    datetimes, which the reader's parser makes once per distinct time, repeated scalars for
-    the shard and the stream): a Python loop per record and column costs more than the rest
-    of the read."""
+    are made with C loops (``map`` over attribute getters, Arrow's compute for the times,
+    which the reader's parser gives in epoch seconds, repeated scalars for the shard and the
+    stream): a Python loop per record and column costs more than the rest of the read."""
     count = len(records)
+    seconds = pa.array(list(map(_ARRIVAL, records)), pa.float64())
+    micros = pc.cast(pc.round(pc.multiply(seconds, 1e6)), pa.int64())
     return pa.RecordBatch.from_arrays(
         [
             pa.array(list(map(_DATA, records)), pa.binary()),
@@ -112,7 +113,7 @@ def record_batch(records: Sequence[KinesisRecord], stream: str) -> pa.RecordBatc
             pa.array(list(map(_SEQUENCE, records)), pa.string()),
             pa.array(list(map(_SUB_SEQUENCE, records)), pa.int64()),
             pa.repeat(pa.scalar(records[0].shard_id, pa.string()), count),
-            pa.array(list(map(_ARRIVAL, records)), _TIMESTAMP),
+            micros.cast(pa.timestamp("us", tz="UTC")),
             pa.repeat(pa.scalar(stream, pa.string()), count),
         ],
         schema=_ARROW,
