@@ -24,13 +24,14 @@ from kinesis_core.client import create_botocore_client
 from kinesis_core.consumer import fastparse
 from kinesis_core.consumer.incarnation import StreamFacts
 from kinesis_core.consumer.lineage import ShardNode, StartPoint
-from kinesis_core.consumer.polling import PollingOptions, PollingRead
+from kinesis_core.consumer.polling import GetIterator, PollingOptions, PollingRead
+from kinesis_core.consumer.positions import LATEST
 from kinesis_core.consumer.reading import SyncShardReader
 from kinesis_core.consumer.transport import Ended, Failed
 from kinesis_core.errors import KinesisConnectorError
 from kinesis_core.executor import LISTING_RETRY, SyncExecutor
 from kinesis_core.records import KinesisRecord, Position
-from spark_kinesis.offsets import WHOLE, parse_mark, position_mark
+from spark_kinesis.offsets import BEFORE, WHOLE, parse_mark, position_mark
 from spark_kinesis.options import SourceSpec
 
 
@@ -64,11 +65,12 @@ class Shards:
         created_ms: int | None,
         *,
         deaggregate: bool = True,
+        options: PollingOptions | None = None,
     ) -> SyncShardReader:
         machine = PollingRead(
             node,
             start,
-            self.options,
+            options or self.options,
             incarnation=created_ms,
             stream=self.spec.stream.name,
             deaggregate=deaggregate,
@@ -125,6 +127,7 @@ class Fetcher:
         self.shards = shards
         self.created_ms = created_ms
         self._peeks: dict[str, _Peek] = {}
+        self._probes: dict[str, SyncShardReader] = {}
         self.until: float | None = None
         """Set (epoch seconds) for a Trigger.AvailableNow query: the looks take the records
         that arrived until then, with no time limit, and nothing after."""
@@ -208,10 +211,59 @@ class Fetcher:
             peek.after = "SHARD_END"
         return peek.after
 
+    def probe(self, marks: dict[str, str]) -> dict[str, str]:
+        """Ends that cost no look: for each shard of ``marks`` whose probe (:meth:`arm`) now
+        reads a first Kinesis record R after the mark, ``before:R``. Every record before R is
+        in the shard already (a shard's sequence numbers grow with time), so the end names
+        the same records on every read. A probe that found its record, or one past the mark,
+        is spent; one that found nothing waits for the next call."""
+        ends: dict[str, str] = {}
+        now = time.monotonic()
+        for shard_id, mark in marks.items():
+            probe = self._probes.get(shard_id)
+            if probe is None:
+                continue
+            action = probe.next_action(now)
+            if isinstance(action, (Ended, Failed)):
+                self._probes.pop(shard_id).close()
+                continue
+            if isinstance(action, Wait):
+                continue
+            records = probe.step(action).records
+            if not records:
+                continue
+            self._probes.pop(shard_id).close()
+            end = (records[0].position[0], BEFORE)
+            start = parse_mark(mark)
+            if not isinstance(start, tuple) or end > start:
+                ends[shard_id] = position_mark(end)
+        return ends
+
+    def arm(self, marks: dict[str, str], nodes: dict[str, ShardNode]) -> None:
+        """A probe for each shard of ``marks`` that has none: a reader at the shard's tip now
+        (LATEST), asking for one Kinesis record per call, which :meth:`probe` reads."""
+        for shard_id in [s for s in self._probes if s not in marks]:
+            self._probes.pop(shard_id).close()
+        options = PollingOptions(limit=1, idle_interval=self.shards.options.idle_interval)
+        now = time.monotonic()
+        for shard_id in marks:
+            if shard_id in self._probes:
+                continue
+            probe = self.shards.reader(
+                nodes[shard_id], LATEST, self.created_ms, deaggregate=False, options=options
+            )
+            self._probes[shard_id] = probe
+            action = probe.next_action(now)
+            if isinstance(action, GetIterator):
+                probe.step(action)
+
     def close(self) -> None:
         for peek in self._peeks.values():
             peek.reader.close()
         self._peeks.clear()
+        for probe in self._probes.values():
+            probe.close()
+        self._probes.clear()
 
 
 IDLE_READS_BEFORE_FAILING = 3
@@ -228,7 +280,7 @@ def _reached(stop: Position, last: int | None, records: list[KinesisRecord]) -> 
     ``records``, has delivered every record through ``stop``."""
     if last is None or last < stop[0]:
         return False
-    if last > stop[0] or stop[1] == WHOLE:
+    if last > stop[0] or stop[1] in (WHOLE, BEFORE):
         return True
     return bool(records) and records[-1].position >= stop
 

@@ -211,13 +211,19 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         joining = admit(offset, self._nodes.values(), self.spec.initial_position)
         reading = {s: m for s, m in offset.shards.items() if m != SHARD_END}
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        peeks = fetcher.look(reading, self._nodes, cap)
+        probing = self.spec.probe_ends and cap is None and fetcher.until is None
+        probed = fetcher.probe(reading) if probing else {}
+        looking = {s: m for s, m in reading.items() if s not in probed}
+        peeks = fetcher.look(looking, self._nodes, cap)
         counts = allot({s: len(p.positions) for s, p in peeks.items()}, cap)
         marks = {shard_id: fetcher.take(shard_id, n) for shard_id, n in counts.items()}
         for peek in peeks.values():
             if peek.ended is not None:
                 self._nodes.update((c.shard_id, c) for c in peek.ended.children)
-        return offset.with_marks({**marks, **joining}).to_json()
+        end = offset.with_marks({**marks, **probed, **joining})
+        if probing:
+            fetcher.arm({s: m for s, m in end.shards.items() if m != SHARD_END}, self._nodes)
+        return end.to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ShardPartition]:
         first, last = StreamOffset.from_json(start), StreamOffset.from_json(end)

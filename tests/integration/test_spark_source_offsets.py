@@ -98,6 +98,39 @@ def test_batches_end_through_whole_aggregates_and_the_limit_counts_kinesis_recor
     assert mark.isdigit()  # through every sub-record of the second aggregate
 
 
+def test_records_written_between_looks_get_their_end_from_a_probe_not_a_read(
+    kinesis_stream: StreamFactory,
+) -> None:
+    stream = kinesis_stream(1)
+
+    def put(prefix: str) -> None:
+        for i in range(5):
+            stream.put(f"{prefix}{i}".encode(), f"k{i}")
+
+    put("a")
+    reader = reader_of(stream)
+    try:
+        offsets = [reader.initialOffset()]
+        offsets.append(reader.latestOffset(offsets[-1], ReadAllAvailable()))  # a look; a probe
+        for prefix in "bc":
+            put(prefix)
+            offsets.append(reader.latestOffset(offsets[-1], ReadAllAvailable()))
+        # The probe's end is the first record after the look before: b0, then c0.
+        assert [next(iter(o["shards"].values()))[:7] for o in offsets[2:]] == ["before:"] * 2
+        offsets += offsets_from(reader, offsets[-1], ReadAllAvailable())[1:]
+        batches = [batch(reader, a, b) for a, b in itertools.pairwise(offsets)]
+        assert batch(reader_of(stream), offsets[2], offsets[3]) == batches[2]
+    finally:
+        reader.stop()
+    assert batches[:4] == [
+        [f"a{i}" for i in range(5)],
+        [],
+        [f"b{i}" for i in range(5)],
+        [f"c{i}" for i in range(5)],  # nothing arrived after the last probe: a look
+    ]
+    assert not any(batches[4:])
+
+
 def test_children_join_the_offsets_only_after_their_parent_ended_in_a_batch(
     kinesis_stream: StreamFactory,
 ) -> None:
