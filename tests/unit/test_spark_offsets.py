@@ -13,6 +13,7 @@ from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.positions import LATEST, TRIM_HORIZON, AtTimestamp
 from kinesis_core.errors import ConfigurationError
 from spark_kinesis.offsets import (
+    BEFORE,
     SHARD_END,
     WHOLE,
     ShardSlice,
@@ -56,13 +57,20 @@ def test_marks_round_trip_positions_of_any_size() -> None:
         parse_mark("12:x")
 
 
-def test_a_whole_kinesis_record_mark_is_its_sequence_number_and_covers_every_sub_record() -> None:
+def test_marks_through_and_before_a_whole_kinesis_record() -> None:
     sequence = 49_680_753_371_155_370_943_657_230_959_653_049_768_616_189_946_887_143_426
     whole = parse_mark(str(sequence))
     assert whole == (sequence, WHOLE)
     assert position_mark((sequence, WHOLE)) == str(sequence)
     assert isinstance(whole, tuple)
     assert (sequence, 10_000) < whole < (sequence + 1, 0)
+    before = parse_mark(f"before:{sequence}")
+    assert before == (sequence, BEFORE)
+    assert position_mark((sequence, BEFORE)) == f"before:{sequence}"
+    assert isinstance(before, tuple)
+    assert (sequence - 1, WHOLE) < before < (sequence, 0)
+    with pytest.raises(ValueError, match="not a shard mark"):
+        parse_mark("before:x")
 
 
 def test_latest_is_resolved_to_the_query_start_so_replays_name_the_same_records() -> None:
