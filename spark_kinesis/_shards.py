@@ -15,6 +15,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -66,6 +67,7 @@ class Shards:
         *,
         deaggregate: bool = True,
         options: PollingOptions | None = None,
+        ahead: Executor | None = None,
     ) -> SyncShardReader:
         machine = PollingRead(
             node,
@@ -76,7 +78,7 @@ class Shards:
             deaggregate=deaggregate,
         )
         link = self.executor.link(self.spec.stream, node.shard_id)
-        return SyncShardReader(machine, link, where=self.spec.stream.name)
+        return SyncShardReader(machine, link, where=self.spec.stream.name, ahead=ahead)
 
     def close(self) -> None:
         self.client.close()
@@ -92,6 +94,8 @@ class _Peek:
     """The mark the buffered positions follow (the end last offered for this shard)."""
     positions: deque[int] = field(default_factory=deque)
     ended: Ended | None = None
+    caught_up: bool = False
+    """The last answer reached the shard's tip."""
     done: bool = False
     """Nothing more to read in this look: caught up, ended or full."""
     past: bool = False
@@ -118,6 +122,10 @@ def _driver_start(mark: str) -> StartPoint:
     return start
 
 
+LOOK_THREADS = 8
+"""Threads that send the driver's GetRecords calls of a look, a shard's each."""
+
+
 class Fetcher:
     """The driver's look ahead: it reads each shard from where the last batch ends, without
     deaggregating, keeps only the sequence numbers of the Kinesis records, and offers ends
@@ -128,6 +136,7 @@ class Fetcher:
         self.created_ms = created_ms
         self._peeks: dict[str, _Peek] = {}
         self._probes: dict[str, SyncShardReader] = {}
+        self._ahead = ThreadPoolExecutor(LOOK_THREADS, thread_name_prefix="kinesis-look")
         self.until: float | None = None
         """Set (epoch seconds) for a Trigger.AvailableNow query: the looks take the records
         that arrived until then, with no time limit, and nothing after."""
@@ -149,7 +158,9 @@ class Fetcher:
             if peek is not None:
                 peek.reader.close()
             start = _driver_start(mark)
-            reader = self.shards.reader(nodes[shard_id], start, self.created_ms, deaggregate=False)
+            reader = self.shards.reader(
+                nodes[shard_id], start, self.created_ms, deaggregate=False, ahead=self._ahead
+            )
             self._peeks[shard_id] = _Peek(reader, mark)
         until = self.until
         limit = self.shards.spec.max_fetch_seconds if until is None else math.inf
@@ -160,13 +171,18 @@ class Fetcher:
             next_due = float("inf")
             round_called = False
             for peek in self._peeks.values():
+                if not peek.done and (cap is None or len(peek.positions) < cap):
+                    peek.reader.read_ahead(now)  # the shards' calls go out together
+            for peek in self._peeks.values():
                 if peek.done:
                     continue
                 if cap is not None and len(peek.positions) >= cap:
                     peek.done = True
                     continue
                 action = peek.reader.next_action(now)
-                if isinstance(action, Wait):
+                if isinstance(action, Wait) and peek.caught_up:
+                    peek.done = True  # at the tip, and not due: nothing to wait for now
+                elif isinstance(action, Wait):
                     next_due = min(next_due, action.until)
                 elif isinstance(action, Ended):
                     peek.ended, peek.done = action, True
@@ -180,6 +196,8 @@ class Fetcher:
                         records = list(itertools.takewhile(partial(_before, until), records))
                         peek.past = len(records) < len(outcome.records)
                     peek.positions.extend(map(_sequence, records))
+                    if outcome.data:
+                        peek.caught_up = outcome.caught_up
                     if outcome.data and outcome.caught_up:
                         peek.done = True
                         peek.past = peek.past or until is not None
@@ -264,6 +282,7 @@ class Fetcher:
         for probe in self._probes.values():
             probe.close()
         self._probes.clear()
+        self._ahead.shutdown(wait=False, cancel_futures=True)
 
 
 IDLE_READS_BEFORE_FAILING = 3
