@@ -25,8 +25,8 @@ from kinesis_core.client import create_botocore_client
 from kinesis_core.consumer import fastparse
 from kinesis_core.consumer.incarnation import StreamFacts
 from kinesis_core.consumer.lineage import ShardNode, StartPoint
-from kinesis_core.consumer.polling import GetIterator, PollingOptions, PollingRead
-from kinesis_core.consumer.positions import LATEST
+from kinesis_core.consumer.polling import PollingOptions, PollingRead
+from kinesis_core.consumer.positions import AtTimestamp
 from kinesis_core.consumer.reading import SyncShardReader
 from kinesis_core.consumer.transport import Ended, Failed
 from kinesis_core.errors import KinesisConnectorError
@@ -126,6 +126,28 @@ LOOK_THREADS = 8
 """Threads that send the driver's GetRecords calls of a look, a shard's each."""
 
 
+PROBE_WINDOW = 0.1
+"""Seconds back from now in which a probe looks for a shard's first record: the records that
+arrived in them wait for the next batch."""
+PROBE_INTERVAL = 0.25
+"""Seconds between two probes of a shard (a GetShardIterator each: 5 per second per shard)."""
+
+
+def _first_record(reader: SyncShardReader) -> int | None:
+    """The sequence number of the first Kinesis record of a probe's first GetRecords, if it
+    has one (None also when a call failed: the look is the way then)."""
+    for _ in range(2):
+        action = reader.next_action(time.monotonic())
+        if not isinstance(action, Call):
+            return None
+        outcome = reader.step(action)
+        if outcome.error is not None:
+            return None
+        if outcome.records:
+            return outcome.records[0].position[0]
+    return None
+
+
 class Fetcher:
     """The driver's look ahead: it reads each shard from where the last batch ends, without
     deaggregating, keeps only the sequence numbers of the Kinesis records, and offers ends
@@ -135,7 +157,8 @@ class Fetcher:
         self.shards = shards
         self.created_ms = created_ms
         self._peeks: dict[str, _Peek] = {}
-        self._probes: dict[str, SyncShardReader] = {}
+        self._next_probe: dict[str, float] = {}
+        self._probing = PollingOptions(limit=1, idle_interval=shards.options.idle_interval)
         self._ahead = ThreadPoolExecutor(LOOK_THREADS, thread_name_prefix="kinesis-look")
         self.until: float | None = None
         """Set (epoch seconds) for a Trigger.AvailableNow query: the looks take the records
@@ -229,59 +252,36 @@ class Fetcher:
             peek.after = "SHARD_END"
         return peek.after
 
-    def probe(self, marks: dict[str, str]) -> dict[str, str]:
-        """Ends that cost no look: for each shard of ``marks`` whose probe (:meth:`arm`) now
-        reads a first Kinesis record R after the mark, ``before:R``. Every record before R is
-        in the shard already (a shard's sequence numbers grow with time), so the end names
-        the same records on every read. A probe that found its record, or one past the mark,
-        is spent; one that found nothing waits for the next call."""
+    def probe(self, marks: dict[str, str], nodes: dict[str, ShardNode]) -> dict[str, str]:
+        """Ends that cost no look: for each shard of ``marks`` not probed in the last
+        :data:`PROBE_INTERVAL` seconds, the first Kinesis record R that arrived in the last
+        :data:`PROBE_WINDOW` seconds (an AT_TIMESTAMP iterator, one GetRecords of Limit 1),
+        and when R is past the mark, ``before:R``. Every record before R is in the shard
+        already (a shard's sequence numbers grow with time), so the end names the same
+        records on every read."""
         ends: dict[str, str] = {}
         now = time.monotonic()
+        since = AtTimestamp(time.time() - PROBE_WINDOW)
         for shard_id, mark in marks.items():
-            probe = self._probes.get(shard_id)
-            if probe is None:
+            if now < self._next_probe.get(shard_id, 0.0):
                 continue
-            action = probe.next_action(now)
-            if isinstance(action, (Ended, Failed)):
-                self._probes.pop(shard_id).close()
-                continue
-            if isinstance(action, Wait):
-                continue
-            records = probe.step(action).records
-            if not records:
-                continue
-            self._probes.pop(shard_id).close()
-            end = (records[0].position[0], BEFORE)
-            start = parse_mark(mark)
-            if not isinstance(start, tuple) or end > start:
-                ends[shard_id] = position_mark(end)
-        return ends
-
-    def arm(self, marks: dict[str, str], nodes: dict[str, ShardNode]) -> None:
-        """A probe for each shard of ``marks`` that has none: a reader at the shard's tip now
-        (LATEST), asking for one Kinesis record per call, which :meth:`probe` reads."""
-        for shard_id in [s for s in self._probes if s not in marks]:
-            self._probes.pop(shard_id).close()
-        options = PollingOptions(limit=1, idle_interval=self.shards.options.idle_interval)
-        now = time.monotonic()
-        for shard_id in marks:
-            if shard_id in self._probes:
-                continue
-            probe = self.shards.reader(
-                nodes[shard_id], LATEST, self.created_ms, deaggregate=False, options=options
+            self._next_probe[shard_id] = now + PROBE_INTERVAL
+            reader = self.shards.reader(
+                nodes[shard_id], since, self.created_ms, deaggregate=False, options=self._probing
             )
-            self._probes[shard_id] = probe
-            action = probe.next_action(now)
-            if isinstance(action, GetIterator):
-                probe.step(action)
+            try:
+                first = _first_record(reader)
+            finally:
+                reader.close()
+            start = parse_mark(mark)
+            if first is not None and (not isinstance(start, tuple) or (first, BEFORE) > start):
+                ends[shard_id] = position_mark((first, BEFORE))
+        return ends
 
     def close(self) -> None:
         for peek in self._peeks.values():
             peek.reader.close()
         self._peeks.clear()
-        for probe in self._probes.values():
-            probe.close()
-        self._probes.clear()
         self._ahead.shutdown(wait=False, cancel_futures=True)
 
 

@@ -212,7 +212,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         reading = {s: m for s, m in offset.shards.items() if m != SHARD_END}
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         probing = self.spec.probe_ends and cap is None and fetcher.until is None
-        probed = fetcher.probe(reading) if probing else {}
+        probed = fetcher.probe(reading, self._nodes) if probing else {}
         looking = {s: m for s, m in reading.items() if s not in probed}
         peeks = fetcher.look(looking, self._nodes, cap)
         counts = allot({s: len(p.positions) for s, p in peeks.items()}, cap)
@@ -220,10 +220,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for peek in peeks.values():
             if peek.ended is not None:
                 self._nodes.update((c.shard_id, c) for c in peek.ended.children)
-        end = offset.with_marks({**marks, **probed, **joining})
-        if probing:
-            fetcher.arm({s: m for s, m in end.shards.items() if m != SHARD_END}, self._nodes)
-        return end.to_json()
+        return offset.with_marks({**marks, **probed, **joining}).to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ShardPartition]:
         first, last = StreamOffset.from_json(start), StreamOffset.from_json(end)

@@ -14,6 +14,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from kinesis_core.aggregation import encode_aggregate
 from kinesis_core.local import LocalStream, StreamFactory
 from kinesis_core.records import SubRecord
+from spark_kinesis import _shards
 from spark_kinesis.offsets import SHARD_END
 from spark_kinesis.options import SourceSpec
 from spark_kinesis.source import KinesisStreamReader
@@ -23,8 +24,12 @@ pytestmark = pytest.mark.integration
 
 
 def reader_of(stream: LocalStream, **extra: str) -> KinesisStreamReader:
+    """The stream reader of ``stream``; without probes unless ``extra`` turns them on (a
+    probe may end a batch before records written just before it: the tests say when)."""
     return KinesisStreamReader(
-        SourceSpec.parse({**options(stream.name, stream.client_config), **extra})
+        SourceSpec.parse(
+            {**options(stream.name, stream.client_config), "probeEnds": "false", **extra}
+        )
     )
 
 
@@ -98,37 +103,38 @@ def test_batches_end_through_whole_aggregates_and_the_limit_counts_kinesis_recor
     assert mark.isdigit()  # through every sub-record of the second aggregate
 
 
-def test_records_written_between_looks_get_their_end_from_a_probe_not_a_read(
-    kinesis_stream: StreamFactory,
+def test_a_busy_shard_gets_its_end_from_a_probe_at_its_tip_not_from_a_look(
+    moto_stream: StreamFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    stream = kinesis_stream(1)
+    # A wide window, so that a slow machine still finds the records just written in it.
+    monkeypatch.setattr(_shards, "PROBE_WINDOW", 1.0)
+    stream = moto_stream(1)
 
     def put(prefix: str) -> None:
         for i in range(5):
             stream.put(f"{prefix}{i}".encode(), f"k{i}")
 
     put("a")
-    reader = reader_of(stream)
+    time.sleep(1.5)  # out of the probe's window: nothing new there, so the driver looks
+    reader = reader_of(stream, probeEnds="true")
     try:
         offsets = [reader.initialOffset()]
-        offsets.append(reader.latestOffset(offsets[-1], ReadAllAvailable()))  # a look; a probe
-        for prefix in "bc":
-            put(prefix)
-            offsets.append(reader.latestOffset(offsets[-1], ReadAllAvailable()))
-        # The probe's end is the first record after the look before: b0, then c0.
-        assert [next(iter(o["shards"].values()))[:7] for o in offsets[2:]] == ["before:"] * 2
-        offsets += offsets_from(reader, offsets[-1], ReadAllAvailable())[1:]
+        offsets.append(reader.latestOffset(offsets[-1], ReadAllAvailable()))
+        put("b")
+        time.sleep(1.5)
+        put("c")
+        # The first record in the window is c0: the batch ends before it, with no look.
+        offsets.append(reader.latestOffset(offsets[-1], ReadAllAvailable()))
+        time.sleep(1.5)
+        offsets.append(reader.latestOffset(offsets[-1], ReadAllAvailable()))
         batches = [batch(reader, a, b) for a, b in itertools.pairwise(offsets)]
-        assert batch(reader_of(stream), offsets[2], offsets[3]) == batches[2]
+        assert batch(reader_of(stream), offsets[1], offsets[2]) == batches[1]
     finally:
         reader.stop()
-    assert batches[:4] == [
-        [f"a{i}" for i in range(5)],
-        [],
-        [f"b{i}" for i in range(5)],
-        [f"c{i}" for i in range(5)],  # nothing arrived after the last probe: a look
-    ]
-    assert not any(batches[4:])
+    marks = [next(iter(o["shards"].values())) for o in offsets[1:]]
+    assert [m.isdigit() for m in marks] == [True, False, True], marks
+    assert marks[1].startswith("before:")
+    assert batches == [[f"{p}{i}" for i in range(5)] for p in "abc"]
 
 
 def test_children_join_the_offsets_only_after_their_parent_ended_in_a_batch(
