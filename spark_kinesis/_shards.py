@@ -1,8 +1,8 @@
-"""Reading shards for the source, on the core's polling reader: the driver's look ahead that
-fixes each batch's end (:class:`Fetcher`) and a task's read of one shard between two marks
-(:func:`read_slice`).
+"""Reading shards for the source, on the core's polling reader: the driver's probes and look
+ahead that fix each batch's end (:class:`Fetcher`) and a task's read of one shard between two
+marks (:func:`read_slice`).
 
-Both step the core's sans-I/O :class:`~kinesis_core.consumer.polling.PollingRead` through a
+All step the core's sans-I/O :class:`~kinesis_core.consumer.polling.PollingRead` through a
 :class:`~kinesis_core.consumer.reading.SyncShardReader` on the core's synchronous executor, so
 deaggregation with the shard's hash-range filter, resumes inside an aggregate, expired
 iterators, throttling and the per-shard pacing (5 GetRecords calls/s, 2 MiB/s) are the core's.

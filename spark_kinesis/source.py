@@ -1,8 +1,9 @@
 """The Kinesis data source of Spark (``pyspark.sql.datasource``): the stream reader of
 Structured Streaming, the batch reader, and the writers of :mod:`spark_kinesis.sink`.
 
-Streaming: the driver fixes each micro-batch's end per shard by reading ahead
-(:class:`~spark_kinesis._shards.Fetcher`) and writes it in the offset; a task per shard reads
+Streaming: the driver fixes each micro-batch's end per shard, before a record that a probe
+found near the shard's tip or after the last Kinesis record it read ahead
+(:class:`~spark_kinesis._shards.Fetcher`), and writes it in the offset; a task per shard reads
 from the start mark through the end mark (:func:`~spark_kinesis._shards.read_slice`), so a batch
 replayed after a failure gives the same records. :mod:`spark_kinesis.offsets` has the offset
 rules (parents before children, the read limit).
