@@ -118,7 +118,7 @@ def _driver_start(mark: str) -> StartPoint:
     start = parse_mark(mark)
     assert start is not None  # the caller leaves out the shards at SHARD_END
     if isinstance(start, tuple) and start[1] != WHOLE:
-        return (start[0], -1)
+        return (start[0], BEFORE)
     return start
 
 
@@ -130,7 +130,8 @@ PROBE_WINDOW = 0.1
 """Seconds back from now in which a probe looks for a shard's first record: the records that
 arrived in them wait for the next batch."""
 PROBE_INTERVAL = 0.25
-"""Seconds between two probes of a shard (a GetShardIterator each: 5 per second per shard)."""
+"""Seconds between two probes of a shard (a GetShardIterator each: 5 per second per shard);
+after a probe that found nothing, the spec's idle interval."""
 
 
 def _first_record(reader: SyncShardReader) -> int | None:
@@ -149,9 +150,10 @@ def _first_record(reader: SyncShardReader) -> int | None:
 
 
 class Fetcher:
-    """The driver's look ahead: it reads each shard from where the last batch ends, without
-    deaggregating, keeps only the sequence numbers of the Kinesis records, and offers ends
-    (through a whole Kinesis record) that :func:`read_slice` reaches exactly."""
+    """The driver's ends of batches, which :func:`read_slice` reaches exactly: before a record
+    a probe found near a shard's tip (:meth:`probe`), or after the Kinesis records of a look
+    ahead (:meth:`look`, :meth:`take`), which reads each shard from where the last batch ends
+    without deaggregating and keeps only their sequence numbers."""
 
     def __init__(self, shards: Shards, created_ms: int) -> None:
         self.shards = shards
@@ -265,7 +267,6 @@ class Fetcher:
         for shard_id, mark in marks.items():
             if now < self._next_probe.get(shard_id, 0.0):
                 continue
-            self._next_probe[shard_id] = now + PROBE_INTERVAL
             reader = self.shards.reader(
                 nodes[shard_id], since, self.created_ms, deaggregate=False, options=self._probing
             )
@@ -276,6 +277,8 @@ class Fetcher:
             start = parse_mark(mark)
             if first is not None and (not isinstance(start, tuple) or (first, BEFORE) > start):
                 ends[shard_id] = position_mark((first, BEFORE))
+            wait = PROBE_INTERVAL if shard_id in ends else self.shards.options.idle_interval
+            self._next_probe[shard_id] = now + wait
         return ends
 
     def close(self) -> None:
