@@ -113,10 +113,15 @@ def _before(until: float, record: KinesisRecord) -> bool:
 
 
 def _driver_start(mark: str) -> StartPoint:
-    """Where the driver reads a shard from after ``mark``: a mark inside a Kinesis record (a
-    user record's) from that record on, so that the rest of an aggregate gets an end."""
+    """Where the driver reads a shard from after ``mark`` (:func:`_driver_start_point`)."""
     start = parse_mark(mark)
     assert start is not None  # the caller leaves out the shards at SHARD_END
+    return _driver_start_point(start)
+
+
+def _driver_start_point(start: StartPoint) -> StartPoint:
+    """A mark inside a Kinesis record (a user record's) from that record on, so that the rest
+    of an aggregate gets an end; others as they are."""
     if isinstance(start, tuple) and start[1] != WHOLE:
         return (start[0], BEFORE)
     return start
@@ -129,24 +134,17 @@ LOOK_THREADS = 8
 PROBE_WINDOW = 0.1
 """Seconds back from now in which a probe looks for a shard's first record: the records that
 arrived in them wait for the next batch."""
+BACKLOG_SECONDS = 60.0
+"""Seconds of a shard's arrivals a batch that a backlog probe ends holds at most (a shard
+takes at most 1 MiB/s of writes: 60 MiB)."""
 PROBE_INTERVAL = 0.25
 """Seconds between two probes of a shard (a GetShardIterator each: 5 per second per shard);
 after a probe that found nothing, the spec's idle interval."""
 
 
-def _first_record(reader: SyncShardReader) -> int | None:
-    """The sequence number of the first Kinesis record of a probe's first GetRecords, if it
-    has one (None also when a call failed: the look is the way then)."""
-    for _ in range(2):
-        action = reader.next_action(time.monotonic())
-        if not isinstance(action, Call):
-            return None
-        outcome = reader.step(action)
-        if outcome.error is not None:
-            return None
-        if outcome.records:
-            return outcome.records[0].position[0]
-    return None
+def _past(sequence: int, start: StartPoint) -> bool:
+    """Whether an end before the Kinesis record ``sequence`` is past ``start``."""
+    return not isinstance(start, tuple) or (sequence, BEFORE) > start
 
 
 class Fetcher:
@@ -160,7 +158,8 @@ class Fetcher:
         self.created_ms = created_ms
         self._peeks: dict[str, _Peek] = {}
         self._next_probe: dict[str, float] = {}
-        self._probing = PollingOptions(limit=1, idle_interval=shards.options.idle_interval)
+        # Two: a start through a whole Kinesis record reads that record again first.
+        self._probing = PollingOptions(limit=2, idle_interval=shards.options.idle_interval)
         self._ahead = ThreadPoolExecutor(LOOK_THREADS, thread_name_prefix="kinesis-look")
         self.until: float | None = None
         """Set (epoch seconds) for a Trigger.AvailableNow query: the looks take the records
@@ -255,31 +254,71 @@ class Fetcher:
         return peek.after
 
     def probe(self, marks: dict[str, str], nodes: dict[str, ShardNode]) -> dict[str, str]:
-        """Ends that cost no look: for each shard of ``marks`` not probed in the last
-        :data:`PROBE_INTERVAL` seconds, the first Kinesis record R that arrived in the last
-        :data:`PROBE_WINDOW` seconds (an AT_TIMESTAMP iterator, one GetRecords of Limit 1),
-        and when R is past the mark, ``before:R``. Every record before R is in the shard
-        already (a shard's sequence numbers grow with time), so the end names the same
-        records on every read."""
+        """Ends that cost no look, ``before:R`` for a Kinesis record R past the mark: for each
+        shard of ``marks`` not probed in the last :data:`PROBE_INTERVAL` seconds, the first
+        record that arrived in the last :data:`PROBE_WINDOW` seconds; failing that, for a
+        shard with a backlog (no look of it caught up at this mark), the first record that
+        arrived :data:`PROBE_WINDOW` seconds before the tip (:meth:`_backlog_time`), at most
+        :data:`BACKLOG_SECONDS` after the mark's first record. Each is a shard iterator and
+        one GetRecords of Limit 2. Every record before R is in the shard already
+        (a shard's sequence numbers grow with time), so the end names the same records on
+        every read."""
         ends: dict[str, str] = {}
         now = time.monotonic()
-        since = AtTimestamp(time.time() - PROBE_WINDOW)
+        recent = AtTimestamp(time.time() - PROBE_WINDOW)
         for shard_id, mark in marks.items():
             if now < self._next_probe.get(shard_id, 0.0):
                 continue
-            reader = self.shards.reader(
-                nodes[shard_id], since, self.created_ms, deaggregate=False, options=self._probing
-            )
-            try:
-                first = _first_record(reader)
-            finally:
-                reader.close()
             start = parse_mark(mark)
-            if first is not None and (not isinstance(start, tuple) or (first, BEFORE) > start):
-                ends[shard_id] = position_mark((first, BEFORE))
+            assert start is not None  # the caller leaves out the shards at SHARD_END
+            first = self._first(nodes[shard_id], recent)
+            if first is None or not _past(first[0], start):
+                peek = self._peeks.get(shard_id)
+                caught_up = peek is not None and peek.after == mark and peek.caught_up
+                at = None if caught_up else self._backlog_time(nodes[shard_id], start)
+                first = None if at is None else self._first(nodes[shard_id], AtTimestamp(at))
+            if first is not None and _past(first[0], start):
+                ends[shard_id] = position_mark((first[0], BEFORE))
             wait = PROBE_INTERVAL if shard_id in ends else self.shards.options.idle_interval
             self._next_probe[shard_id] = now + wait
         return ends
+
+    def _first(self, node: ShardNode, start: StartPoint) -> tuple[int, float | None, int] | None:
+        """The first Kinesis record from ``start`` (one GetRecords of Limit 2): its sequence
+        number, arrival (epoch seconds) and the answer's MillisBehindLatest; None when the
+        answer has none or a call failed."""
+        reader = self.shards.reader(
+            node, start, self.created_ms, deaggregate=False, options=self._probing
+        )
+        try:
+            for _ in range(2):
+                action = reader.next_action(time.monotonic())
+                if not isinstance(action, Call):
+                    return None
+                outcome = reader.step(action)
+                if outcome.error is not None:
+                    return None
+                if outcome.records:
+                    record = outcome.records[0]
+                    behind = outcome.millis_behind_latest or 0
+                    return record.position[0], record.approximate_arrival_seconds, behind
+            return None
+        finally:
+            reader.close()
+
+    def _backlog_time(self, node: ShardNode, start: StartPoint) -> float | None:
+        """When the shard's records that arrived :data:`PROBE_WINDOW` seconds before its tip
+        begin, as its first record after ``start`` tells (its arrival plus the answer's
+        MillisBehindLatest), at most :data:`BACKLOG_SECONDS` after that record; None when
+        the shard has no record after ``start``, or less than a second of them."""
+        after = _driver_start_point(start)
+        first = self._first(node, after)
+        if first is None:
+            return None
+        _, arrival, behind = first
+        if arrival is None or behind < 1000:
+            return None
+        return arrival + min(behind / 1000 - PROBE_WINDOW, BACKLOG_SECONDS)
 
     def close(self) -> None:
         for peek in self._peeks.values():

@@ -137,6 +137,28 @@ def test_a_busy_shard_gets_its_end_from_a_probe_at_its_tip_not_from_a_look(
     assert batches == [[f"{p}{i}" for i in range(5)] for p in "abc"]
 
 
+def test_a_backlog_gets_its_end_from_a_probe_near_the_tip_and_the_tail_from_a_look(
+    moto_stream: StreamFactory,
+) -> None:
+    stream = moto_stream(1)
+    for prefix in "ab":
+        for i in range(5):
+            stream.put(f"{prefix}{i}".encode(), f"k{i}")
+        time.sleep(1.2)  # the backlog spans more than a second; the last write is not recent
+    reader = reader_of(stream, probeEnds="true")
+    try:
+        offsets = offsets_from(reader, reader.initialOffset(), ReadAllAvailable())
+        batches = [batch(reader, a, b) for a, b in itertools.pairwise(offsets)]
+        assert batch(reader_of(stream), offsets[0], offsets[1]) == batches[0]
+    finally:
+        reader.stop()
+    marks = [next(iter(o["shards"].values())) for o in offsets[1:]]
+    assert marks[0].startswith("before:"), marks  # the backlog but its last 0.1 s: no look
+    assert marks[1].isdigit(), marks  # the tail: a look
+    assert batches[0][:5] == [f"a{i}" for i in range(5)]
+    assert [v for b in batches for v in b] == [f"{p}{i}" for p in "ab" for i in range(5)]
+
+
 def test_children_join_the_offsets_only_after_their_parent_ended_in_a_batch(
     kinesis_stream: StreamFactory,
 ) -> None:
