@@ -215,3 +215,21 @@ def test_sink_options_and_their_errors() -> None:
     with pytest.raises(ConfigurationError) as caught:
         SinkSpec.parse({**LOCAL, "maxRecordsPerTrigger": "5"})
     assert caught.value.field == "maxRecordsPerTrigger"
+
+
+def test_a_slice_is_read_once_its_reader_is_past_the_end_delivered_or_not() -> None:
+    from kinesis_core.records import KinesisRecord
+    from spark_kinesis._shards import _reached
+
+    def at(sub: int) -> list[KinesisRecord]:
+        return [KinesisRecord(b"", "k", None, "10", sub, "s", None, True)]
+
+    # An aggregate the hash-range filter dropped still ends a slice through or before it.
+    assert _reached((10, WHOLE), 10, [])
+    assert _reached((10, BEFORE), 10, [])
+    assert not _reached((10, WHOLE), 9, [])
+    assert not _reached((10, BEFORE), None, [])
+    # A user record's mark: reached at that user record, or past its Kinesis record.
+    assert not _reached((10, 3), 10, at(2))
+    assert _reached((10, 3), 10, at(3))
+    assert _reached((10, 3), 11, [])
