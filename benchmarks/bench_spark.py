@@ -12,7 +12,8 @@ One local[2] session, a 4-shard moto stream per subject, records of 100 bytes (1
   compared);
 * read: the records the write made (KPL aggregates), read back into a DataFrame and counted:
   the streaming source (a query into the ``noop`` sink, ``processAllAvailable``: the driver's
-  look, which fetches every Kinesis record without deaggregating, and the tasks' read), the
+  ends, from probes near the shards' tips of the backlog and a look at its last 0.1 s, and the
+  tasks' read), the
   batch source, and ``mapPartitions`` over the shard ids with a boto3 client, GetRecords from
   TRIM_HORIZON to the tip and aws-kinesis-agg's deaggregation (which a stream of KPL aggregates
   needs), made into a DataFrame of the same columns;
@@ -241,7 +242,7 @@ def run(quick: bool) -> list[Row]:
             "rows/s",
             BOTO3_READ,
             TARGET,
-            note="driver look + task read",
+            note="driver probes + task read",
         ),
         Row(read, OURS_BATCH, rates[OURS_BATCH], "rows/s", BOTO3_READ),
         Row(plain_read, BOTO3_PLAIN_READ, rates[BOTO3_PLAIN_READ], "rows/s"),
@@ -252,7 +253,7 @@ def run(quick: bool) -> list[Row]:
             "rows/s",
             BOTO3_PLAIN_READ,
             TARGET,
-            note="driver look + task read",
+            note="driver probes + task read",
         ),
         Row(plain_read, OURS_BATCH + PLAIN, rates[OURS_BATCH + PLAIN], "rows/s", BOTO3_PLAIN_READ),
     ]
