@@ -85,14 +85,19 @@ def test_errors_are_left_to_botocore() -> None:
     assert botocore_parse(error, 400, hook=True) == botocore_parse(error, 400)
 
 
-def test_install_and_uninstall_on_a_client() -> None:
-    client = botocore.session.get_session().create_client(
+def local_client() -> Any:
+    """A botocore Kinesis client that is never called (the tests emit its events)."""
+    return botocore.session.get_session().create_client(
         "kinesis",
         region_name="us-east-1",
         endpoint_url="http://127.0.0.1:9",
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     )
+
+
+def test_install_and_uninstall_on_a_client() -> None:
+    client = local_client()
 
     def emit() -> dict[str, Any]:
         customized: dict[str, Any] = {}
@@ -111,13 +116,7 @@ def test_install_and_uninstall_on_a_client() -> None:
 
 
 def test_installed_for_wire_records_the_records_stay_the_parsers() -> None:
-    client = botocore.session.get_session().create_client(
-        "kinesis",
-        region_name="us-east-1",
-        endpoint_url="http://127.0.0.1:9",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    client = local_client()
     fastparse.install(client, wire=True)
     customized: dict[str, Any] = {}
     client.meta.events.emit(
