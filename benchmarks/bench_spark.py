@@ -12,10 +12,15 @@ One local[2] session, a 4-shard moto stream per subject, records of 100 bytes (1
   compared);
 * read: the records the write made (KPL aggregates), read back into a DataFrame and counted:
   the streaming source (a query into the ``noop`` sink, ``processAllAvailable``: the driver's
-  read-ahead and the tasks' read, so every record is fetched twice), the batch source, and
-  ``mapPartitions`` over the shard ids with a boto3 client, GetRecords from TRIM_HORIZON to the
-  tip and aws-kinesis-agg's deaggregation (which a stream of KPL aggregates needs), made into
-  a DataFrame of the same columns.
+  ends, from probes near the shards' tips of the backlog and a look at its last 0.1 s, and the
+  tasks' read), the
+  batch source, and ``mapPartitions`` over the shard ids with a boto3 client, GetRecords from
+  TRIM_HORIZON to the tip and aws-kinesis-agg's deaggregation (which a stream of KPL aggregates
+  needs), made into a DataFrame of the same columns;
+* read of plain records (what most boto3 producers write: one Kinesis record per row), 50,000
+  of them (``PLAIN_ROWS``; 20,000 with ``--quick``) written by the sink with aggregation off
+  (moto's quadratic numbering bounds the volume: the write takes some 20 s): the same two
+  sources against the same ``mapPartitions`` reader without the deaggregation.
 
 Measured: rows per second of the whole action, the Spark job's start included, best of the
 runs (one with ``--quick``).
@@ -27,6 +32,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 from benchmarks._table import Row
@@ -36,11 +42,14 @@ from spark_kinesis.local import session
 SHARDS = 4
 RECORD_BYTES = 100
 BOTO3_ROWS = 20_000
+PLAIN_ROWS = 50_000
 OURS_WRITE = "format('kinesis') write"
 BOTO3_WRITE = "foreachPartition + boto3 put_records"
 OURS_STREAM = "readStream.format('kinesis')"
 OURS_BATCH = "read.format('kinesis')"
 BOTO3_READ = "mapPartitions + boto3 GetRecords + aws-kinesis-agg"
+PLAIN = " (plain records)"
+BOTO3_PLAIN_READ = "mapPartitions + boto3 GetRecords (plain records)"
 TARGET = 5.0
 
 
@@ -80,7 +89,9 @@ def _boto3_writer(endpoint_url: str, stream: str) -> Callable[[Iterator[Any]], N
     return write
 
 
-def _boto3_reader(endpoint_url: str, stream: str) -> Callable[[Iterator[str]], Iterator[Any]]:
+def _boto3_reader(
+    endpoint_url: str, stream: str, *, aggregated: bool = True
+) -> Callable[[Iterator[str]], Iterator[Any]]:
     def read(shard_ids: Iterator[str]) -> Iterator[Any]:
         import base64
 
@@ -94,14 +105,23 @@ def _boto3_reader(endpoint_url: str, stream: str) -> Callable[[Iterator[str]], I
             )["ShardIterator"]
             while iterator:
                 page = client.get_records(ShardIterator=iterator, Limit=10_000)
-                for record in iter_deaggregate_records(page["Records"], data_format="Boto3"):
-                    user = record["kinesis"]  # Lambda's form: the data in base64
-                    yield (
-                        base64.b64decode(user["data"]),
-                        user["partitionKey"],
-                        user["sequenceNumber"],
-                        shard_id,
-                    )
+                if aggregated:
+                    for record in iter_deaggregate_records(page["Records"], data_format="Boto3"):
+                        user = record["kinesis"]  # Lambda's form: the data in base64
+                        yield (
+                            base64.b64decode(user["data"]),
+                            user["partitionKey"],
+                            user["sequenceNumber"],
+                            shard_id,
+                        )
+                else:
+                    for plain in page["Records"]:
+                        yield (
+                            plain["Data"],
+                            plain["PartitionKey"],
+                            plain["SequenceNumber"],
+                            shard_id,
+                        )
                 if not page["Records"] and page.get("MillisBehindLatest", 0) == 0:
                     break
                 iterator = page.get("NextShardIterator")
@@ -120,6 +140,7 @@ def _timed(action: Callable[[], int], expected: int) -> float:
 def run(quick: bool) -> list[Row]:
     count = 20_000 if quick else 1_000_000
     boto_rows = min(count, BOTO3_ROWS)
+    plain_rows = min(count, PLAIN_ROWS)
     repeat = 1 if quick else 2
     # The boto3 subjects' clients, in the Python workers the session starts, find these.
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
@@ -162,14 +183,15 @@ def run(quick: bool) -> list[Row]:
                 written.append(ours)
             for older in written[:-1]:
                 older.delete()
-            read_stream = written[-1].name
+            plain = moto.create_stream(f"plain-{uuid.uuid4().hex[:8]}", SHARDS)
+            rows.limit(plain_rows).write.format("kinesis").options(
+                **options, streamName=plain.name, aggregation="false", recordTtlSeconds="600"
+            ).mode("append").save()
 
-            source = {**options, "streamName": read_stream}
-
-            def ours_stream() -> int:
+            def ours_stream(stream: str) -> int:
                 query = (
                     spark.readStream.format("kinesis")
-                    .options(**source)
+                    .options(**options, streamName=stream)
                     .load()
                     .writeStream.format("noop")
                     .start()
@@ -179,30 +201,36 @@ def run(quick: bool) -> list[Row]:
                 query.stop()
                 return int(total)
 
-            def ours_batch() -> int:
-                return int(spark.read.format("kinesis").options(**source).load().count())
+            def ours_batch(stream: str) -> int:
+                df = spark.read.format("kinesis").options(**options, streamName=stream).load()
+                return int(df.count())
 
-            def boto3_read() -> int:
+            def boto3_read(stream: str, aggregated: bool = True) -> int:
                 shard_ids = [f"shardId-{i:012d}" for i in range(SHARDS)]
                 rdd = spark.sparkContext.parallelize(shard_ids, SHARDS).mapPartitions(
-                    _boto3_reader(endpoint, read_stream)
+                    _boto3_reader(endpoint, stream, aggregated=aggregated)
                 )
                 df = spark.createDataFrame(
                     rdd, "data binary, partition_key string, sequence_number string, shard string"
                 )
                 return int(df.count())
 
+            reads: list[tuple[str, Callable[[], int], int]] = [
+                (OURS_STREAM, partial(ours_stream, written[-1].name), count),
+                (OURS_BATCH, partial(ours_batch, written[-1].name), count),
+                (BOTO3_READ, partial(boto3_read, written[-1].name), count),
+                (OURS_STREAM + PLAIN, partial(ours_stream, plain.name), plain_rows),
+                (OURS_BATCH + PLAIN, partial(ours_batch, plain.name), plain_rows),
+                (BOTO3_PLAIN_READ, partial(boto3_read, plain.name, False), plain_rows),
+            ]
             for _ in range(repeat):
-                for name, action in (
-                    (OURS_STREAM, ours_stream),
-                    (OURS_BATCH, ours_batch),
-                    (BOTO3_READ, boto3_read),
-                ):
-                    rates[name] = max(rates.get(name, 0.0), _timed(action, count))
+                for name, reading, expected in reads:
+                    rates[name] = max(rates.get(name, 0.0), _timed(reading, expected))
     finally:
         spark.stop()
     write = f"spark write, {count:,} x {RECORD_BYTES} B, {SHARDS} shards"
     read = f"spark read, {count:,} x {RECORD_BYTES} B, {SHARDS} shards"
+    plain_read = f"spark read, {plain_rows:,} plain records x {RECORD_BYTES} B, {SHARDS} shards"
     return [
         Row(write, BOTO3_WRITE, rates[BOTO3_WRITE], "rows/s", note=f"{boto_rows:,} rows"),
         Row(write, OURS_WRITE, rates[OURS_WRITE], "rows/s", BOTO3_WRITE, TARGET),
@@ -214,7 +242,18 @@ def run(quick: bool) -> list[Row]:
             "rows/s",
             BOTO3_READ,
             TARGET,
-            note="driver read-ahead + task read",
+            note="driver probes + task read",
         ),
         Row(read, OURS_BATCH, rates[OURS_BATCH], "rows/s", BOTO3_READ),
+        Row(plain_read, BOTO3_PLAIN_READ, rates[BOTO3_PLAIN_READ], "rows/s"),
+        Row(
+            plain_read,
+            OURS_STREAM + PLAIN,
+            rates[OURS_STREAM + PLAIN],
+            "rows/s",
+            BOTO3_PLAIN_READ,
+            TARGET,
+            note="driver probes + task read",
+        ),
+        Row(plain_read, OURS_BATCH + PLAIN, rates[OURS_BATCH + PLAIN], "rows/s", BOTO3_PLAIN_READ),
     ]

@@ -645,6 +645,27 @@ def _in_range(columns: _Columns, start: int, end: int, in_range: set[str]) -> bo
     return True
 
 
+def as_records(
+    records: Sequence[WireRecord], shard_id: str, ack: Callable[[KinesisRecord], None] | None = None
+) -> list[KinesisRecord]:
+    """GetRecords ``Records`` as they are, with no deaggregation: one :class:`KinesisRecord`
+    each, sub-sequence number 0 (an aggregate's data is its KPL bytes)."""
+    return [
+        KinesisRecord(
+            record.data,
+            record.partition_key,
+            None,
+            record.sequence_number,
+            0,
+            shard_id,
+            record.approximate_arrival_timestamp,
+            False,
+            ack,
+        )
+        for record in records
+    ]
+
+
 def deaggregate(
     records: Sequence[WireRecord | Mapping[str, Any]],
     shard_id: str,

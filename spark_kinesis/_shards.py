@@ -1,8 +1,8 @@
-"""Reading shards for the source, on the core's polling reader: the driver's look ahead that
-fixes each batch's end (:class:`Fetcher`) and a task's read of one shard between two marks
-(:func:`read_slice`).
+"""Reading shards for the source, on the core's polling reader: the driver's probes and look
+ahead that fix each batch's end (:class:`Fetcher`) and a task's read of one shard between two
+marks (:func:`read_slice`).
 
-Both step the core's sans-I/O :class:`~kinesis_core.consumer.polling.PollingRead` through a
+All step the core's sans-I/O :class:`~kinesis_core.consumer.polling.PollingRead` through a
 :class:`~kinesis_core.consumer.reading.SyncShardReader` on the core's synchronous executor, so
 deaggregation with the shard's hash-range filter, resumes inside an aggregate, expired
 iterators, throttling and the per-shard pacing (5 GetRecords calls/s, 2 MiB/s) are the core's.
@@ -15,6 +15,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -27,11 +28,12 @@ from kinesis_core.consumer.incarnation import StreamFacts
 from kinesis_core.consumer.lineage import ShardNode, StartPoint
 from kinesis_core.consumer.links import sync_link
 from kinesis_core.consumer.polling import PollingOptions, PollingRead
+from kinesis_core.consumer.positions import AtTimestamp
 from kinesis_core.consumer.reading import SyncShardReader
 from kinesis_core.consumer.transport import Ended, Failed
 from kinesis_core.errors import KinesisConnectorError
 from kinesis_core.records import KinesisRecord, Position
-from spark_kinesis.offsets import parse_mark, position_mark
+from spark_kinesis.offsets import BEFORE, WHOLE, parse_mark, position_mark
 from spark_kinesis.options import SourceSpec
 
 
@@ -42,7 +44,7 @@ class Shards:
         self.spec = spec
         # The readers retry on their own terms (rate, backoff, expired iterators).
         self.client: Any = create_botocore_client(spec.client_config, "kinesis", max_attempts=1)
-        fastparse.install(self.client)
+        fastparse.install(self.client, wire=True)
         self.executor = SyncExecutor(self.client)
         self.options = PollingOptions(
             limit=spec.max_records_per_call, idle_interval=spec.idle_interval
@@ -58,12 +60,26 @@ class Shards:
         shards = self.executor.execute(ListShards(self.spec.stream, None), LISTING_RETRY)
         return [ShardNode.from_shard_info(info) for info in shards]
 
-    def reader(self, node: ShardNode, start: StartPoint, created_ms: int | None) -> SyncShardReader:
+    def reader(
+        self,
+        node: ShardNode,
+        start: StartPoint,
+        created_ms: int | None,
+        *,
+        deaggregate: bool = True,
+        options: PollingOptions | None = None,
+        ahead: Executor | None = None,
+    ) -> SyncShardReader:
         machine = PollingRead(
-            node, start, self.options, incarnation=created_ms, stream=self.spec.stream.name
+            node,
+            start,
+            options or self.options,
+            incarnation=created_ms,
+            stream=self.spec.stream.name,
+            deaggregate=deaggregate,
         )
         link = sync_link(self.executor, self.spec.stream, node.shard_id)
-        return SyncShardReader(machine, link, where=self.spec.stream.name)
+        return SyncShardReader(machine, link, where=self.spec.stream.name, ahead=ahead)
 
     def close(self) -> None:
         self.client.close()
@@ -71,13 +87,16 @@ class Shards:
 
 @dataclass
 class _Peek:
-    """The driver's reader of one shard: the positions it read past the last offered end."""
+    """The driver's reader of one shard: the sequence numbers of the Kinesis records it read
+    past the last offered end."""
 
     reader: SyncShardReader
     after: str
     """The mark the buffered positions follow (the end last offered for this shard)."""
-    positions: deque[Position] = field(default_factory=deque)
+    positions: deque[int] = field(default_factory=deque)
     ended: Ended | None = None
+    caught_up: bool = False
+    """The last answer reached the shard's tip."""
     done: bool = False
     """Nothing more to read in this look: caught up, ended or full."""
     past: bool = False
@@ -85,19 +104,64 @@ class _Peek:
     in this query."""
 
 
+def _sequence(record: KinesisRecord) -> int:
+    return record.position[0]
+
+
 def _before(until: float, record: KinesisRecord) -> bool:
     arrival = record.approximate_arrival_seconds
     return arrival is None or arrival <= until
 
 
+def _driver_start(mark: str) -> StartPoint:
+    """Where the driver reads a shard from after ``mark`` (:func:`_driver_start_point`)."""
+    start = parse_mark(mark)
+    assert start is not None  # the caller leaves out the shards at SHARD_END
+    return _driver_start_point(start)
+
+
+def _driver_start_point(start: StartPoint) -> StartPoint:
+    """A mark inside a Kinesis record (a user record's) from that record on, so that the rest
+    of an aggregate gets an end; others as they are."""
+    if isinstance(start, tuple) and start[1] != WHOLE:
+        return (start[0], BEFORE)
+    return start
+
+
+LOOK_THREADS = 8
+"""Threads that send the driver's GetRecords calls of a look, a shard's each."""
+
+
+PROBE_WINDOW = 0.1
+"""Seconds back from now in which a probe looks for a shard's first record: the records that
+arrived in them wait for the next batch."""
+BACKLOG_SECONDS = 60.0
+"""Seconds of a shard's arrivals a batch that a backlog probe ends holds at most (a shard
+takes at most 1 MiB/s of writes: 60 MiB)."""
+PROBE_INTERVAL = 0.25
+"""Seconds between two probes of a shard (a GetShardIterator each: 5 per second per shard);
+after a probe that found nothing, the spec's idle interval."""
+
+
+def _past(sequence: int, start: StartPoint) -> bool:
+    """Whether an end before the Kinesis record ``sequence`` is past ``start``."""
+    return not isinstance(start, tuple) or (sequence, BEFORE) > start
+
+
 class Fetcher:
-    """The driver's look ahead: it reads each shard from where the last batch ends, keeps only
-    the positions of the records, and offers ends that :func:`read_slice` reaches exactly."""
+    """The driver's ends of batches, which :func:`read_slice` reaches exactly: before a record
+    a probe found near a shard's tip (:meth:`probe`), or after the Kinesis records of a look
+    ahead (:meth:`look`, :meth:`take`), which reads each shard from where the last batch ends
+    without deaggregating and keeps only their sequence numbers."""
 
     def __init__(self, shards: Shards, created_ms: int) -> None:
         self.shards = shards
         self.created_ms = created_ms
         self._peeks: dict[str, _Peek] = {}
+        self._next_probe: dict[str, float] = {}
+        # Two: a start through a whole Kinesis record reads that record again first.
+        self._probing = PollingOptions(limit=2, idle_interval=shards.options.idle_interval)
+        self._ahead = ThreadPoolExecutor(LOOK_THREADS, thread_name_prefix="kinesis-look")
         self.until: float | None = None
         """Set (epoch seconds) for a Trigger.AvailableNow query: the looks take the records
         that arrived until then, with no time limit, and nothing after."""
@@ -118,9 +182,10 @@ class Fetcher:
                 continue
             if peek is not None:
                 peek.reader.close()
-            start = parse_mark(mark)
-            assert start is not None  # the caller leaves out the shards at SHARD_END
-            reader = self.shards.reader(nodes[shard_id], start, self.created_ms)
+            start = _driver_start(mark)
+            reader = self.shards.reader(
+                nodes[shard_id], start, self.created_ms, deaggregate=False, ahead=self._ahead
+            )
             self._peeks[shard_id] = _Peek(reader, mark)
         until = self.until
         limit = self.shards.spec.max_fetch_seconds if until is None else math.inf
@@ -131,13 +196,18 @@ class Fetcher:
             next_due = float("inf")
             round_called = False
             for peek in self._peeks.values():
+                if not peek.done and (cap is None or len(peek.positions) < cap):
+                    peek.reader.read_ahead(now)  # the shards' calls go out together
+            for peek in self._peeks.values():
                 if peek.done:
                     continue
                 if cap is not None and len(peek.positions) >= cap:
                     peek.done = True
                     continue
                 action = peek.reader.next_action(now)
-                if isinstance(action, Wait):
+                if isinstance(action, Wait) and peek.caught_up:
+                    peek.done = True  # at the tip, and not due: nothing to wait for now
+                elif isinstance(action, Wait):
                     next_due = min(next_due, action.until)
                 elif isinstance(action, Ended):
                     peek.ended, peek.done = action, True
@@ -150,7 +220,9 @@ class Fetcher:
                     if until is not None:
                         records = list(itertools.takewhile(partial(_before, until), records))
                         peek.past = len(records) < len(outcome.records)
-                    peek.positions.extend(record.position for record in records)
+                    peek.positions.extend(map(_sequence, records))
+                    if outcome.data:
+                        peek.caught_up = outcome.caught_up
                     if outcome.data and outcome.caught_up:
                         peek.done = True
                         peek.past = peek.past or until is not None
@@ -170,22 +242,90 @@ class Fetcher:
         return self._peeks
 
     def take(self, shard_id: str, count: int) -> str:
-        """The end mark after the next ``count`` positions of ``shard_id`` (SHARD_END once an
-        ended shard has none left), now the mark its next look follows."""
+        """The end mark after the next ``count`` Kinesis records of ``shard_id`` (SHARD_END
+        once an ended shard has none left), now the mark its next look follows."""
         peek = self._peeks[shard_id]
         positions = peek.positions
         if count:
             for _ in range(count - 1):
                 positions.popleft()
-            peek.after = position_mark(positions.popleft())
+            peek.after = position_mark((positions.popleft(), WHOLE))
         if not positions and peek.ended is not None:
             peek.after = "SHARD_END"
         return peek.after
+
+    def probe(self, marks: dict[str, str], nodes: dict[str, ShardNode]) -> dict[str, str]:
+        """Ends that cost no look, ``before:R`` for a Kinesis record R past the mark: for each
+        shard of ``marks`` not probed in the last :data:`PROBE_INTERVAL` seconds, the first
+        record that arrived in the last :data:`PROBE_WINDOW` seconds; failing that, for a
+        shard with a backlog (no look of it caught up at this mark), the first record that
+        arrived :data:`PROBE_WINDOW` seconds before the tip (:meth:`_backlog_time`), at most
+        :data:`BACKLOG_SECONDS` after the mark's first record. Each is a shard iterator and
+        one GetRecords of Limit 2. Every record before R is in the shard already
+        (a shard's sequence numbers grow with time), so the end names the same records on
+        every read."""
+        ends: dict[str, str] = {}
+        now = time.monotonic()
+        recent = AtTimestamp(time.time() - PROBE_WINDOW)
+        for shard_id, mark in marks.items():
+            if now < self._next_probe.get(shard_id, 0.0):
+                continue
+            start = parse_mark(mark)
+            assert start is not None  # the caller leaves out the shards at SHARD_END
+            first = self._first(nodes[shard_id], recent)
+            if first is None or not _past(first[0], start):
+                peek = self._peeks.get(shard_id)
+                caught_up = peek is not None and peek.after == mark and peek.caught_up
+                at = None if caught_up else self._backlog_time(nodes[shard_id], start)
+                first = None if at is None else self._first(nodes[shard_id], AtTimestamp(at))
+            if first is not None and _past(first[0], start):
+                ends[shard_id] = position_mark((first[0], BEFORE))
+            wait = PROBE_INTERVAL if shard_id in ends else self.shards.options.idle_interval
+            self._next_probe[shard_id] = now + wait
+        return ends
+
+    def _first(self, node: ShardNode, start: StartPoint) -> tuple[int, float | None, int] | None:
+        """The first Kinesis record from ``start`` (one GetRecords of Limit 2): its sequence
+        number, arrival (epoch seconds) and the answer's MillisBehindLatest; None when the
+        answer has none or a call failed."""
+        reader = self.shards.reader(
+            node, start, self.created_ms, deaggregate=False, options=self._probing
+        )
+        try:
+            for _ in range(2):
+                action = reader.next_action(time.monotonic())
+                if not isinstance(action, Call):
+                    return None
+                outcome = reader.step(action)
+                if outcome.error is not None:
+                    return None
+                if outcome.records:
+                    record = outcome.records[0]
+                    behind = outcome.millis_behind_latest or 0
+                    return record.position[0], record.approximate_arrival_seconds, behind
+            return None
+        finally:
+            reader.close()
+
+    def _backlog_time(self, node: ShardNode, start: StartPoint) -> float | None:
+        """When the shard's records that arrived :data:`PROBE_WINDOW` seconds before its tip
+        begin, as its first record after ``start`` tells (its arrival plus the answer's
+        MillisBehindLatest), at most :data:`BACKLOG_SECONDS` after that record; None when
+        the shard has no record after ``start``, or less than a second of them."""
+        after = _driver_start_point(start)
+        first = self._first(node, after)
+        if first is None:
+            return None
+        _, arrival, behind = first
+        if arrival is None or behind < 1000:
+            return None
+        return arrival + min(behind / 1000 - PROBE_WINDOW, BACKLOG_SECONDS)
 
     def close(self) -> None:
         for peek in self._peeks.values():
             peek.reader.close()
         self._peeks.clear()
+        self._ahead.shutdown(wait=False, cancel_futures=True)
 
 
 IDLE_READS_BEFORE_FAILING = 3
@@ -195,6 +335,16 @@ saw records there, so they were trimmed or the stream is not the one they were r
 
 class SliceError(KinesisConnectorError):
     """A task could not read its shard through the end the driver fixed."""
+
+
+def _reached(stop: Position, last: int | None, records: list[KinesisRecord]) -> bool:
+    """Whether a reader whose last Kinesis record read is ``last``, having just delivered
+    ``records``, has delivered every record through ``stop``."""
+    if last is None or last < stop[0]:
+        return False
+    if last > stop[0] or stop[1] in (WHOLE, BEFORE):
+        return True
+    return bool(records) and records[-1].position >= stop
 
 
 def read_slice(
@@ -235,7 +385,7 @@ def read_slice(
             assert isinstance(action, Call)
             outcome = reader.step(action)
             records = outcome.records
-            if stop is not None and records and records[-1].position >= stop:
+            if stop is not None and _reached(stop, reader.machine.last_sequence, records):
                 cut = [r for r in records if r.position <= stop]
                 if cut:
                     yield cut

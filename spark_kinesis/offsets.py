@@ -4,7 +4,11 @@ An offset is what Spark writes to the query's checkpoint before a micro-batch ru
 its incarnation (creation time) and one mark per shard:
 
 - ``"TRIM_HORIZON"`` or ``"AT_TIMESTAMP:<epoch ms>"``: nothing read yet, the shard starts there;
-- ``"<sequence number>:<sub-sequence number>"``: read through this record (inclusive);
+- ``"<sequence number>"``: read through this Kinesis record, every user record of a KPL
+  aggregate included (the marks the driver makes: it never deaggregates);
+- ``"before:<sequence number>"``: read up to this Kinesis record, not into it (the end a
+  probe found: the first record after an earlier look);
+- ``"<sequence number>:<sub-sequence number>"``: read through this user record (inclusive);
 - ``"SHARD_END"``: read to the shard's end.
 
 A batch reads each shard from its mark in the batch's start offset to its mark in the end
@@ -34,10 +38,22 @@ from kinesis_core.records import Position
 
 SHARD_END = "SHARD_END"
 _AT_TIMESTAMP = "AT_TIMESTAMP:"
+_BEFORE = "before:"
+WHOLE = 2**63 - 1
+"""The sub-sequence number of a position through a whole Kinesis record: above any user
+record's index in an aggregate."""
+BEFORE = -1
+"""The sub-sequence number of a position up to a Kinesis record, not into it: below any user
+record's index."""
 
 
 def position_mark(position: Position) -> str:
-    """The mark of a record read through."""
+    """The mark of a record read through (a whole Kinesis record: its sequence number; up to
+    a Kinesis record: ``before:`` it)."""
+    if position[1] == WHOLE:
+        return str(position[0])
+    if position[1] == BEFORE:
+        return f"{_BEFORE}{position[0]}"
     return f"{position[0]}:{position[1]}"
 
 
@@ -60,6 +76,10 @@ def parse_mark(mark: str) -> StartPoint | None:
         return TRIM_HORIZON
     if mark.startswith(_AT_TIMESTAMP):
         return AtTimestamp(int(mark[len(_AT_TIMESTAMP) :]) / 1000)
+    if mark.isdigit():
+        return (int(mark), WHOLE)
+    if mark.startswith(_BEFORE) and mark[len(_BEFORE) :].isdigit():
+        return (int(mark[len(_BEFORE) :]), BEFORE)
     sequence, _, sub = mark.partition(":")
     if not (sequence.isdigit() and sub.isdigit()):
         raise ValueError(f"not a shard mark: {mark!r}")

@@ -35,6 +35,7 @@ SOURCE_OPTIONS = (
     "maxFetchSeconds",
     "maxRecordsPerCall",
     "idleIntervalSeconds",
+    "probeEnds",
 )
 SINK_OPTIONS = (
     "streamName",
@@ -180,6 +181,7 @@ class SourceSpec:
     max_fetch_seconds: float
     max_records_per_call: int
     idle_interval: float
+    probe_ends: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceSpec:
@@ -194,6 +196,7 @@ class SourceSpec:
             max_records_per_call=_int(found, "maxRecordsPerCall", 1, MAX_GET_RECORDS_LIMIT)
             or MAX_GET_RECORDS_LIMIT,
             idle_interval=_float(found, "idleIntervalSeconds", 1.0, MIN_CALL_INTERVAL),
+            probe_ends=_bool(found, "probeEnds", True),
         )
 
 

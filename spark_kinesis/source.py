@@ -1,8 +1,9 @@
 """The Kinesis data source of Spark (``pyspark.sql.datasource``): the stream reader of
 Structured Streaming, the batch reader, and the writers of :mod:`spark_kinesis.sink`.
 
-Streaming: the driver fixes each micro-batch's end per shard by reading ahead
-(:class:`~spark_kinesis._shards.Fetcher`) and writes it in the offset; a task per shard reads
+Streaming: the driver fixes each micro-batch's end per shard, before a record that a probe
+found near the shard's tip or after the last Kinesis record it read ahead
+(:class:`~spark_kinesis._shards.Fetcher`), and writes it in the offset; a task per shard reads
 from the start mark through the end mark (:func:`~spark_kinesis._shards.read_slice`), so a batch
 replayed after a failure gives the same records. :mod:`spark_kinesis.offsets` has the offset
 rules (parents before children, the read limit).
@@ -100,8 +101,8 @@ _ARRIVAL = attrgetter("approximate_arrival_seconds")
 def record_batch(records: Sequence[KinesisRecord], stream: str) -> pa.RecordBatch:
     """The records (of one shard) as an Arrow batch of :data:`SCHEMA`'s columns. The columns
     are made with C loops (``map`` over attribute getters, Arrow's compute for the times,
-    repeated scalars for the shard and the stream): a Python loop per record and column costs
-    more than the rest of the read."""
+    which the reader's parser gives in epoch seconds, repeated scalars for the shard and the
+    stream): a Python loop per record and column costs more than the rest of the read."""
     count = len(records)
     seconds = pa.array(list(map(_ARRIVAL, records)), pa.float64())
     micros = pc.cast(pc.round(pc.multiply(seconds, 1e6)), pa.int64())
@@ -211,13 +212,16 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         joining = admit(offset, self._nodes.values(), self.spec.initial_position)
         reading = {s: m for s, m in offset.shards.items() if m != SHARD_END}
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        peeks = fetcher.look(reading, self._nodes, cap)
+        probing = self.spec.probe_ends and cap is None and fetcher.until is None
+        probed = fetcher.probe(reading, self._nodes) if probing else {}
+        looking = {s: m for s, m in reading.items() if s not in probed}
+        peeks = fetcher.look(looking, self._nodes, cap)
         counts = allot({s: len(p.positions) for s, p in peeks.items()}, cap)
         marks = {shard_id: fetcher.take(shard_id, n) for shard_id, n in counts.items()}
         for peek in peeks.values():
             if peek.ended is not None:
                 self._nodes.update((c.shard_id, c) for c in peek.ended.children)
-        return offset.with_marks({**marks, **joining}).to_json()
+        return offset.with_marks({**marks, **probed, **joining}).to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ShardPartition]:
         first, last = StreamOffset.from_json(start), StreamOffset.from_json(end)

@@ -9,7 +9,8 @@ included (about 0.3 microseconds per record, a quarter of ``json`` plus ``binasc
 The lean GetRecords path and fan-out use the records as they are. Hooked into a botocore
 client's ``before-parse`` event (:func:`install`), the parser hands botocore its own shape
 instead (``Data`` bytes, ``SequenceNumber`` str, timestamps as aware datetimes, in UTC rather
-than local time), so other callers of that client see what botocore gives. A 200 body that
+than local time), so other callers of that client see what botocore gives (or, installed with
+``wire``, the records as they are). A 200 body that
 is not a GetRecords answer (cut short, not JSON, bad base64, no ``Records``) raises
 :class:`~kinesis_core.errors.MalformedResponseError`, which the error table calls transient,
 on both paths; an error answer whose body is not UTF-8 (a proxy's binary 5xx) reaches
@@ -120,13 +121,18 @@ def botocore_records(records: list[WireRecord]) -> list[dict[str, Any]]:
 
 
 def _before_parse(
-    response_dict: dict[str, Any], customized_response_dict: dict[str, Any], **_: Any
+    response_dict: dict[str, Any],
+    customized_response_dict: dict[str, Any],
+    *,
+    wire: bool = False,
+    **_: Any,
 ) -> None:
     body = response_dict.get("body")
     if response_dict.get("status_code") != 200 or not isinstance(body, bytes):
         return
     parsed = parse_get_records(body)
-    parsed["Records"] = botocore_records(parsed["Records"])
+    if not wire:
+        parsed["Records"] = botocore_records(parsed["Records"])
     customized_response_dict.update(parsed)
     response_dict["body"] = b"{}"
 
@@ -153,13 +159,23 @@ def guard_error_bodies(client: Any) -> None:
         events.register(ERROR_BODY_EVENT, _error_body_as_text, unique_id=_ERROR_BODY_ID)
 
 
-def install(client: Any) -> Callable[[], None]:
+def _before_parse_wire(**kwargs: Any) -> None:
+    _before_parse(**kwargs, wire=True)
+
+
+def install(client: Any, *, wire: bool = False) -> Callable[[], None]:
     """Hook the fast parser into ``client`` (an aiobotocore or botocore Kinesis client), and
     :func:`guard_error_bodies`; returns the function that unhooks the parser. A client without
-    an event system is left alone."""
+    an event system is left alone.
+
+    With ``wire``, GetRecords' ``Records`` stay the parser's :class:`WireRecord` s (arrival
+    times in epoch seconds), as the lean path gives them: for a client whose only GetRecords
+    callers are the core's shard readers, which take them as they are (no dict, no datetime
+    made per record)."""
     events = getattr(getattr(client, "meta", None), "events", None)
     if events is None:
         return lambda: None
     guard_error_bodies(client)
-    events.register(EVENT, _before_parse, unique_id=_UNIQUE_ID)
+    handler = _before_parse_wire if wire else _before_parse
+    events.register(EVENT, handler, unique_id=_UNIQUE_ID)
     return lambda: events.unregister(EVENT, unique_id=_UNIQUE_ID)

@@ -134,10 +134,17 @@ class PollingRead(ShardRead):
         rng: Callable[[], float] = random.random,
         incarnation: int | None = None,
         stream: str = "",
+        deaggregate: bool = True,
     ) -> None:
         self.options = options or PollingOptions()
         super().__init__(
-            node, start, self.options.backoff, rng, incarnation=incarnation, stream=stream
+            node,
+            start,
+            self.options.backoff,
+            rng,
+            incarnation=incarnation,
+            stream=stream,
+            deaggregate=deaggregate,
         )
         self._iterator: str | None = None
         # GetShardIterator and GetRecords each have their own 5 calls/s per shard; backoff and

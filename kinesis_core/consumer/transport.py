@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from kinesis_core.aggregation import deaggregate
+from kinesis_core.aggregation import as_records, deaggregate
 from kinesis_core.aws.backoff import Backoff
 from kinesis_core.aws.calls import Call, Wait
 from kinesis_core.aws.classify import ErrorKind
@@ -301,9 +301,14 @@ class ShardRead:
         *,
         incarnation: int | None = None,
         stream: str = "",
+        deaggregate: bool = True,
     ) -> None:
         self.node = node
         self.shard_id = node.shard_id
+        self.deaggregate = deaggregate
+        """False: each Kinesis record is delivered as it is (a KPL aggregate as one record of
+        its KPL bytes, sub-sequence number 0, no hash-range filter): for a reader that wants
+        positions, not user records."""
         self.incarnation = incarnation
         """The creation time (epoch ms) of the stream this reader started on; None: unknown
         (a refused position is then never taken for another incarnation's by that)."""
@@ -354,6 +359,12 @@ class ShardRead:
     def bad_answers(self) -> int:
         """Answers taken for bad so far (:meth:`_bad_answer`), for metrics."""
         return self._bad_answers
+
+    @property
+    def last_sequence(self) -> int | None:
+        """The sequence number of the last Kinesis record read (delivered or not: an aggregate
+        the hash-range filter dropped counts); None before the first."""
+        return self._last_sequence
 
     @property
     def connects(self) -> int:
@@ -514,13 +525,17 @@ class ShardRead:
     def _deliver(
         self, records: Sequence[WireRecord | Mapping[str, Any]], ack: Ack | None
     ) -> list[KinesisRecord]:
-        """Deaggregate ``records`` with the shard's hash-range filter and drop what the start
-        checkpoint covers (a resume inside an aggregate)."""
+        """Deaggregate ``records`` with the shard's hash-range filter (unless
+        :attr:`deaggregate` is off) and drop what the start checkpoint covers (a resume inside
+        an aggregate)."""
         if not records:
             return []
         raw = wire_records(records)
         self._last_sequence = int(raw[-1].sequence_number)
-        out = deaggregate(raw, self.shard_id, self.node.hash_range, ack)
+        if self.deaggregate:
+            out = deaggregate(raw, self.shard_id, self.node.hash_range, ack)
+        else:
+            out = as_records(raw, self.shard_id, ack)
         skip = self._skip_through
         if skip is not None:
             out = [r for r in out if r.position > skip]

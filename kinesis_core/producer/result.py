@@ -41,7 +41,7 @@ CANCELLED = "Cancelled"
 """Error code of the records of a ``put_many`` not yet accepted when its caller was cancelled."""
 THROTTLED = "ProvisionedThroughputExceededException"
 """The error code of a throttled record (what ``fail_if_throttled`` fails records with);
-:func:`kinesis_core.classify.classify` decides which codes count as throttling."""
+:func:`kinesis_core.aws.classify.classify` decides which codes count as throttling."""
 
 __all__ = [
     "CANCELLED",

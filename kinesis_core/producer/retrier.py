@@ -1,6 +1,6 @@
 """Classifies every PutRecords outcome: finish, retry or fail each user record (seed 003).
 
-What a failure means comes from the one error table (:func:`kinesis_core.classify.classify`):
+What a failure means comes from the one error table (:func:`kinesis_core.aws.classify.classify`):
 
 - The request failed for credentials or permissions (``ErrorKind.AUTH``, HTTP 401/403): no
   retry can fix it. The producer stops, and every record it holds fails with that error at

@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from kinesis_core.aggregation import encode_aggregate
 from kinesis_core.local import LocalStream, StreamFactory
+from kinesis_core.records import SubRecord
+from spark_kinesis import _shards
 from spark_kinesis.offsets import SHARD_END
 from spark_kinesis.options import SourceSpec
 from spark_kinesis.source import KinesisStreamReader
@@ -21,8 +24,12 @@ pytestmark = pytest.mark.integration
 
 
 def reader_of(stream: LocalStream, **extra: str) -> KinesisStreamReader:
+    """The stream reader of ``stream``; without probes unless ``extra`` turns them on (a
+    probe may end a batch before records written just before it: the tests say when)."""
     return KinesisStreamReader(
-        SourceSpec.parse({**options(stream.name, stream.client_config), **extra})
+        SourceSpec.parse(
+            {**options(stream.name, stream.client_config), "probeEnds": "false", **extra}
+        )
     )
 
 
@@ -73,6 +80,83 @@ def test_a_batch_read_again_gives_the_same_records(kinesis_stream: StreamFactory
         assert reader.latestOffset(rest, ReadAllAvailable()) == rest
     finally:
         reader.stop()
+
+
+def test_batches_end_through_whole_aggregates_and_the_limit_counts_kinesis_records(
+    kinesis_stream: StreamFactory,
+) -> None:
+    stream = kinesis_stream(1)
+    for a in range(3):
+        subs = [SubRecord(f"k{i}", None, f"a{a}-{i}".encode()) for i in range(5)]
+        stream.put(encode_aggregate(subs), "k0")
+    reader = reader_of(stream, maxRecordsPerTrigger="2")
+    try:
+        offsets = offsets_from(reader, reader.initialOffset(), reader.getDefaultReadLimit())
+        batches = [batch(reader, a, b) for a, b in itertools.pairwise(offsets)]
+        # A replay from a new reader (a restarted driver) gives the same records.
+        assert batch(reader_of(stream), offsets[0], offsets[1]) == batches[0]
+    finally:
+        reader.stop()
+    assert [len(b) for b in batches] == [10, 5, 0]
+    assert [v for b in batches for v in b] == [f"a{a}-{i}" for a in range(3) for i in range(5)]
+    (mark,) = offsets[1]["shards"].values()
+    assert mark.isdigit()  # through every sub-record of the second aggregate
+
+
+def test_a_busy_shard_gets_its_end_from_a_probe_at_its_tip_not_from_a_look(
+    moto_stream: StreamFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A wide window, so that a slow machine still finds the records just written in it.
+    monkeypatch.setattr(_shards, "PROBE_WINDOW", 1.0)
+    stream = moto_stream(1)
+
+    def put(prefix: str) -> None:
+        for i in range(5):
+            stream.put(f"{prefix}{i}".encode(), f"k{i}")
+
+    put("a")
+    time.sleep(1.5)  # out of the probe's window: nothing new there, so the driver looks
+    reader = reader_of(stream, probeEnds="true")
+    try:
+        offsets = [reader.initialOffset()]
+        offsets.append(reader.latestOffset(offsets[-1], ReadAllAvailable()))
+        put("b")
+        time.sleep(1.5)
+        put("c")
+        # The first record in the window is c0: the batch ends before it, with no look.
+        offsets.append(reader.latestOffset(offsets[-1], ReadAllAvailable()))
+        time.sleep(1.5)
+        offsets.append(reader.latestOffset(offsets[-1], ReadAllAvailable()))
+        batches = [batch(reader, a, b) for a, b in itertools.pairwise(offsets)]
+        assert batch(reader_of(stream), offsets[1], offsets[2]) == batches[1]
+    finally:
+        reader.stop()
+    marks = [next(iter(o["shards"].values())) for o in offsets[1:]]
+    assert [m.isdigit() for m in marks] == [True, False, True], marks
+    assert marks[1].startswith("before:")
+    assert batches == [[f"{p}{i}" for i in range(5)] for p in "abc"]
+
+
+def test_a_backlog_gets_its_end_from_a_probe_near_the_tip_and_the_tail_from_a_look(
+    moto_stream: StreamFactory,
+) -> None:
+    stream = moto_stream(1)
+    for prefix in "ab":
+        for i in range(5):
+            stream.put(f"{prefix}{i}".encode(), f"k{i}")
+        time.sleep(1.2)  # the backlog spans more than a second; the last write is not recent
+    reader = reader_of(stream, probeEnds="true")
+    try:
+        offsets = offsets_from(reader, reader.initialOffset(), ReadAllAvailable())
+        batches = [batch(reader, a, b) for a, b in itertools.pairwise(offsets)]
+        assert batch(reader_of(stream), offsets[0], offsets[1]) == batches[0]
+    finally:
+        reader.stop()
+    marks = [next(iter(o["shards"].values())) for o in offsets[1:]]
+    assert marks[0].startswith("before:"), marks  # the backlog but its last 0.1 s: no look
+    assert marks[1].isdigit(), marks  # the tail: a look
+    assert batches[0][:5] == [f"a{i}" for i in range(5)]
+    assert [v for b in batches for v in b] == [f"{p}{i}" for p in "ab" for i in range(5)]
 
 
 def test_children_join_the_offsets_only_after_their_parent_ended_in_a_batch(

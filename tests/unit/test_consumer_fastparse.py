@@ -14,6 +14,7 @@ from kinesis_core.aws import fastparse
 from kinesis_core.aws.classify import MALFORMED_RESPONSE, ErrorKind, error_details
 from kinesis_core.aws.client import error_kind
 from kinesis_core.errors import MalformedResponseError
+from kinesis_core.records import WireRecord
 
 BODY = json.dumps(
     {
@@ -102,14 +103,19 @@ def test_errors_are_left_to_botocore() -> None:
     assert botocore_parse(error, 400, hook=True) == botocore_parse(error, 400)
 
 
-def test_install_and_uninstall_on_a_client() -> None:
-    client = botocore.session.get_session().create_client(
+def local_client() -> Any:
+    """A botocore Kinesis client that is never called (the tests emit its events)."""
+    return botocore.session.get_session().create_client(
         "kinesis",
         region_name="us-east-1",
         endpoint_url="http://127.0.0.1:9",
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     )
+
+
+def test_install_and_uninstall_on_a_client() -> None:
+    client = local_client()
 
     def emit() -> dict[str, Any]:
         customized: dict[str, Any] = {}
@@ -125,3 +131,22 @@ def test_install_and_uninstall_on_a_client() -> None:
     uninstall()
     assert emit() == {}
     assert fastparse.install(object())() is None
+
+
+def test_installed_for_wire_records_the_records_stay_the_parsers() -> None:
+    client = local_client()
+    fastparse.install(client, wire=True)
+    customized: dict[str, Any] = {}
+    client.meta.events.emit(
+        fastparse.EVENT,
+        response_dict={"body": BODY, "headers": {}, "status_code": 200},
+        customized_response_dict=customized,
+    )
+    first, second = customized["Records"]
+    assert isinstance(first, WireRecord)
+    assert (first.data, first.approximate_arrival_timestamp) == (
+        b"\xf3\x89hello",
+        1_795_314_817.648,
+    )
+    assert second.partition_key == "pk-2"
+    assert customized["MillisBehindLatest"] == 12

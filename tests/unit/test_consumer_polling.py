@@ -90,6 +90,19 @@ def test_resume_inside_an_aggregate_skips_what_was_checkpointed() -> None:
     assert [r.data for r in records] == [b"500-3", b"500-4", b"plain"]
 
 
+def test_without_deaggregation_an_aggregate_comes_as_one_record_of_its_kpl_bytes() -> None:
+    whole = aggregate(500, 5)
+    machine = PollingRead(NODE, (499, 0), deaggregate=False)
+    reading(machine)
+    machine.next_action(1)
+    response = {"Records": [raw(499, b"read"), whole, raw(501, b"plain")], "NextShardIterator": "x"}
+    records = machine.on_records(1, response).records
+    assert [r.position for r in records] == [(500, 0), (501, 0)]
+    assert [r.data for r in records] == [whole["Data"], b"plain"]
+    assert not any(r.aggregated for r in records)
+    assert machine.last_sequence == 501
+
+
 def test_resume_skip_holds_across_an_expiry_before_the_first_record() -> None:
     machine = PollingRead(NODE, (500, 0))
     reading(machine)

@@ -13,7 +13,9 @@ from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.positions import LATEST, TRIM_HORIZON, AtTimestamp
 from kinesis_core.errors import ConfigurationError
 from spark_kinesis.offsets import (
+    BEFORE,
     SHARD_END,
+    WHOLE,
     ShardSlice,
     StreamOffset,
     admit,
@@ -53,6 +55,22 @@ def test_marks_round_trip_positions_of_any_size() -> None:
     assert parse_mark(start_mark(at)) == at
     with pytest.raises(ValueError, match="not a shard mark"):
         parse_mark("12:x")
+
+
+def test_marks_through_and_before_a_whole_kinesis_record() -> None:
+    sequence = 49_680_753_371_155_370_943_657_230_959_653_049_768_616_189_946_887_143_426
+    whole = parse_mark(str(sequence))
+    assert whole == (sequence, WHOLE)
+    assert position_mark((sequence, WHOLE)) == str(sequence)
+    assert isinstance(whole, tuple)
+    assert (sequence, 10_000) < whole < (sequence + 1, 0)
+    before = parse_mark(f"before:{sequence}")
+    assert before == (sequence, BEFORE)
+    assert position_mark((sequence, BEFORE)) == f"before:{sequence}"
+    assert isinstance(before, tuple)
+    assert (sequence - 1, WHOLE) < before < (sequence, 0)
+    with pytest.raises(ValueError, match="not a shard mark"):
+        parse_mark("before:x")
 
 
 def test_latest_is_resolved_to_the_query_start_so_replays_name_the_same_records() -> None:
@@ -197,3 +215,21 @@ def test_sink_options_and_their_errors() -> None:
     with pytest.raises(ConfigurationError) as caught:
         SinkSpec.parse({**LOCAL, "maxRecordsPerTrigger": "5"})
     assert caught.value.field == "maxRecordsPerTrigger"
+
+
+def test_a_slice_is_read_once_its_reader_is_past_the_end_delivered_or_not() -> None:
+    from kinesis_core.records import KinesisRecord
+    from spark_kinesis._shards import _reached
+
+    def at(sub: int) -> list[KinesisRecord]:
+        return [KinesisRecord(b"", "k", None, "10", sub, "s", None, True)]
+
+    # An aggregate the hash-range filter dropped still ends a slice through or before it.
+    assert _reached((10, WHOLE), 10, [])
+    assert _reached((10, BEFORE), 10, [])
+    assert not _reached((10, WHOLE), 9, [])
+    assert not _reached((10, BEFORE), None, [])
+    # A user record's mark: reached at that user record, or past its Kinesis record.
+    assert not _reached((10, 3), 10, at(2))
+    assert _reached((10, 3), 10, at(3))
+    assert _reached((10, 3), 11, [])
