@@ -10,17 +10,16 @@ the User-Agent and the signing scope (a :class:`Route`). The calls after it send
 written by the caller, signed with the credentials of the client's own signer (its credential
 chain, refreshed as botocore refreshes it), on the client's own HTTP session (its connection
 pool, TLS settings, proxies, timeouts, and the transport errors botocore raises), or, for a
-client made by :func:`~kinesis_core.aws.client.create_kinesis_client`, straight on aiohttp with that
-client's HTTP settings (:class:`~kinesis_core.aws.client.DirectHttp`: aiobotocore's own per-request
-work was a third of a lean call's CPU time). An error
-answer is raised as the client's modeled exception with botocore's error shape, so the error
-table classifies it as before. The signature is botocore's SigV4 (:class:`SigV4`) with the
-signing key kept for the day (one HMAC of the string to sign per call, where botocore derives
-the key with four more) and plain header dicts, where botocore builds and re-reads header
-objects. The first call on each route is signed by botocore, and a route whose signature there
-differs from ours keeps botocore's signer. A client that is not an aiobotocore client itself
-(a wrapper that counts or changes calls), or lacks the pieces this needs (another SDK
-version), is used as it is:
+client made by :func:`~kinesis_core.aws.client.create_kinesis_client`, on the project's own
+HTTP/1.1 client with that client's HTTP settings (:class:`~kinesis_core.aws.client.DirectHttp`,
+:mod:`kinesis_core.aws.http1_pool`). An error answer is raised as the client's modeled
+exception with botocore's error shape, so the error table classifies it as botocore's would.
+The signature is botocore's SigV4 (:class:`SigV4`) with the signing key kept for the day (one
+HMAC of the string to sign per call, where botocore derives the key with four more) and plain
+header dicts, where botocore builds and re-reads header objects. The first call on each route
+is signed by botocore, and a route whose signature there differs from ours keeps botocore's
+signer. A client that is not an aiobotocore client itself (a wrapper that counts or changes
+calls), or lacks the pieces this needs (another SDK version), is used as it is:
 :meth:`LeanRequests.of` returns None for it, and an unsigned client's calls stay botocore's.
 
 Each operation is a subclass (:class:`~kinesis_core.aws.lean_get_records.LeanGetRecords`,

@@ -14,9 +14,8 @@ says (``StreamARN`` when the user gave an ARN).
 
 With :class:`LeanPutRecords` (``ProducerConfig(lean_put_records=True)``, the default) a
 stream's requests after its first skip botocore's per-call machinery
-(:mod:`kinesis_core.aws.lean_requests`): the JSON body is written here, once per Kinesis record
-rather than through botocore's serializer, which turned each aggregate's bytes into base64
-text, validated the parameters and encoded the whole document again.
+(:mod:`kinesis_core.aws.lean_requests`): the JSON body is written here, each Kinesis record's
+base64 once, without botocore's parameter validation and serializer.
 """
 
 from __future__ import annotations

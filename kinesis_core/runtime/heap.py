@@ -13,8 +13,7 @@ def freeze_start_up_heap() -> None:
     alive then (modules, the SDK's service models, the client, the application's own start-up
     objects) to the cyclic garbage collector's permanent generation (``gc.freeze``), where its
     collections no longer walk them. They live as long as the process; without this, each
-    full collection that a burst of records sets off walks them all again (a profile at 256
-    shards: the longest collection 101 ms, 5 ms with them frozen). Objects frozen here that
-    later become cyclic garbage are not collected: start consumers and producers after the
-    application's start-up work, not in the middle of it."""
+    full collection that a burst of records sets off walks them all again. Objects frozen
+    here that later become cyclic garbage are not collected: start consumers and producers
+    after the application's start-up work, not in the middle of it."""
     gc.freeze()
