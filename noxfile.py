@@ -114,7 +114,8 @@ BOTOCORE_TESTS = [
 ]
 """The modules that exercise every use of botocore's private names on real calls."""
 
-BOTOCORE_TOOLS = ["pytest", "pytest-timeout", "hypothesis", "cryptography", "moto[server]"]
+BOTOCORE_TOOLS = ["pytest", "pytest-timeout", "hypothesis", "cryptography", "h11", "moto[server]"]
+"""What those tests need beside the ``efo`` extra (h11: the fan-out signing test's server)."""
 
 
 def declared_lower_bound(distribution: str) -> str:
