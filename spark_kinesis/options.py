@@ -21,7 +21,7 @@ from kinesis_core.consumer.positions import (
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.stream import StreamRef
 
-SOURCE_OPTIONS = (
+CONNECTION_OPTIONS = (
     "streamName",
     "streamARN",
     "region",
@@ -29,6 +29,10 @@ SOURCE_OPTIONS = (
     "awsAccessKeyId",
     "awsSecretKey",
     "awsSessionToken",
+)
+"""The stream and how to reach it: options of the source and of the sink alike."""
+SOURCE_OPTIONS = (
+    *CONNECTION_OPTIONS,
     "initialPosition",
     "initialTimestamp",
     "maxRecordsPerTrigger",
@@ -38,13 +42,7 @@ SOURCE_OPTIONS = (
     "probeEnds",
 )
 SINK_OPTIONS = (
-    "streamName",
-    "streamARN",
-    "region",
-    "endpointUrl",
-    "awsAccessKeyId",
-    "awsSecretKey",
-    "awsSessionToken",
+    *CONNECTION_OPTIONS,
     "dataColumn",
     "partitionKeyColumn",
     "explicitHashKeyColumn",

@@ -75,6 +75,14 @@ def stream_view(shards: list[ShardInfo], summary: Mapping[str, Any]) -> StreamVi
     return StreamView(shards, StreamFacts.from_response(summary))
 
 
+def _not_found(consumer_arn: str, error: Exception) -> ConsumerCheck:
+    """A failed DescribeStreamConsumer as a look: the consumer is gone if it was not found;
+    any other error raises."""
+    if error_kind(error) is not ErrorKind.NOT_FOUND:
+        raise error
+    return consumer_check(consumer_arn, None)
+
+
 async def look_at_stream(executor: AsyncExecutor, stream: StreamRef) -> StreamView:
     """The answer to :class:`~.transport.CheckStream`: a listing and the stream's summary,
     shared by the executor's links for ``view_max_age`` seconds."""
@@ -108,9 +116,7 @@ async def look_at_consumer(
         try:
             description = await executor.execute(DescribeStreamConsumer(consumer_arn))
         except Exception as exc:
-            if error_kind(exc) is not ErrorKind.NOT_FOUND:
-                raise
-            description = None
+            return _not_found(consumer_arn, exc)
         return consumer_check(consumer_arn, description)
 
     if not shared:
@@ -149,9 +155,7 @@ def look_at_consumer_sync(
         try:
             description = executor.execute(DescribeStreamConsumer(consumer_arn))
         except Exception as exc:
-            if error_kind(exc) is not ErrorKind.NOT_FOUND:
-                raise
-            description = None
+            return _not_found(consumer_arn, exc)
         return consumer_check(consumer_arn, description)
 
     if not shared:
