@@ -17,6 +17,9 @@ One local[2] session, a 4-shard moto stream per subject, records of 100 bytes (1
   batch source, and ``mapPartitions`` over the shard ids with a boto3 client, GetRecords from
   TRIM_HORIZON to the tip and aws-kinesis-agg's deaggregation (which a stream of KPL aggregates
   needs), made into a DataFrame of the same columns;
+* the server's floor: every GetRecords answer of the aggregates fetched by boto3 in one
+  process, no row made: the rate at which moto hands the records out, which bounds what any
+  reader of them, and so any ratio to the hand-written one, can reach;
 * read of plain records (what most boto3 producers write: one Kinesis record per row), 50,000
   of them (``PLAIN_ROWS``; 20,000 with ``--quick``) written by the sink with aggregation off
   (moto's quadratic numbering bounds the volume: the write takes some 20 s): the same two
@@ -50,6 +53,7 @@ OURS_BATCH = "read.format('kinesis')"
 BOTO3_READ = "mapPartitions + boto3 GetRecords + aws-kinesis-agg"
 PLAIN = " (plain records)"
 BOTO3_PLAIN_READ = "mapPartitions + boto3 GetRecords (plain records)"
+FETCH_ONLY = "boto3 GetRecords alone, one process (the server's floor)"
 TARGET = 5.0
 
 
@@ -127,6 +131,26 @@ def _boto3_reader(
                 iterator = page.get("NextShardIterator")
 
     return read
+
+
+def _fetch_only(endpoint_url: str, stream: str) -> int:
+    """Every GetRecords answer of the stream, fetched and parsed by botocore, with no row made:
+    how fast the server hands out the records, which no reader of them can beat."""
+    import boto3
+
+    client = boto3.client("kinesis", endpoint_url=endpoint_url, region_name=LOCAL_REGION)
+    kinesis_records = 0
+    for shard in range(SHARDS):
+        iterator = client.get_shard_iterator(
+            StreamName=stream, ShardId=f"shardId-{shard:012d}", ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        while iterator:
+            page = client.get_records(ShardIterator=iterator, Limit=10_000)
+            kinesis_records += len(page["Records"])
+            if not page["Records"] and page.get("MillisBehindLatest", 0) == 0:
+                break
+            iterator = page.get("NextShardIterator")
+    return kinesis_records
 
 
 def _timed(action: Callable[[], int], expected: int) -> float:
@@ -226,6 +250,11 @@ def run(quick: bool) -> list[Row]:
             for _ in range(repeat):
                 for name, reading, expected in reads:
                     rates[name] = max(rates.get(name, 0.0), _timed(reading, expected))
+                started = time.perf_counter()
+                assert _fetch_only(endpoint, written[-1].name) > 0
+                rates[FETCH_ONLY] = max(
+                    rates.get(FETCH_ONLY, 0.0), count / (time.perf_counter() - started)
+                )
     finally:
         spark.stop()
     write = f"spark write, {count:,} x {RECORD_BYTES} B, {SHARDS} shards"
@@ -235,6 +264,14 @@ def run(quick: bool) -> list[Row]:
         Row(write, BOTO3_WRITE, rates[BOTO3_WRITE], "rows/s", note=f"{boto_rows:,} rows"),
         Row(write, OURS_WRITE, rates[OURS_WRITE], "rows/s", BOTO3_WRITE, TARGET),
         Row(read, BOTO3_READ, rates[BOTO3_READ], "rows/s"),
+        Row(
+            read,
+            FETCH_ONLY,
+            rates[FETCH_ONLY],
+            "rows/s",
+            BOTO3_READ,
+            note="the answers' user records per second; bounds every reader's ratio",
+        ),
         Row(
             read,
             OURS_STREAM,

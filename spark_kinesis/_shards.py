@@ -2,19 +2,23 @@
 ahead that fix each batch's end (:class:`Fetcher`) and a task's read of one shard between two
 marks (:func:`read_slice`).
 
-All step the core's sans-I/O :class:`~kinesis_core.consumer.polling.PollingRead` through a
-:class:`~kinesis_core.consumer.reading.SyncShardReader` on the core's synchronous executor, so
+All step one of the core's sans-I/O readers through a
+:class:`~kinesis_core.consumer.reading.SyncShardReader` on the core's synchronous executor: the
+driver :class:`~kinesis_core.consumer.polling.PollingRead`, a task the same or, when the spec
+names a stream consumer, :class:`~kinesis_core.consumer.subscription.SubscriptionRead`. So
 deaggregation with the shard's hash-range filter, resumes inside an aggregate, expired
-iterators, throttling and the per-shard pacing (5 GetRecords calls/s, 2 MiB/s) are the core's.
+iterators, throttling, the per-shard pacing (5 GetRecords calls/s, 2 MiB/s) and the renewal of
+subscriptions are the core's.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -23,18 +27,25 @@ from typing import Any
 from kinesis_core.aws import fastparse
 from kinesis_core.aws.calls import Call, DescribeStreamSummary, ListShards, Wait
 from kinesis_core.aws.client import create_botocore_client
-from kinesis_core.aws.executor import LISTING_RETRY, SyncExecutor
+from kinesis_core.aws.executor import LISTING_MAX_AGE, LISTING_RETRY, SyncExecutor
 from kinesis_core.consumer.incarnation import StreamFacts
 from kinesis_core.consumer.lineage import ShardNode, StartPoint
-from kinesis_core.consumer.links import sync_link
+from kinesis_core.consumer.links import LoopFanOut, sync_link
 from kinesis_core.consumer.polling import PollingOptions, PollingRead
 from kinesis_core.consumer.positions import AtTimestamp
 from kinesis_core.consumer.reading import SyncShardReader
+from kinesis_core.consumer.subscription import SubscriptionRead
 from kinesis_core.consumer.transport import Ended, Failed
 from kinesis_core.errors import KinesisConnectorError
+from kinesis_core.fanout.consumers import open_fan_out_on_loop
 from kinesis_core.records import KinesisRecord, Position
+from kinesis_core.runtime.loop_thread import LoopThread
 from spark_kinesis.offsets import BEFORE, WHOLE, parse_mark, position_mark
 from spark_kinesis.options import SourceSpec
+
+KEEP_SECONDS = 60.0
+"""Seconds a task's reader waits, past its slice's end, for the shard's next slice in the
+same Python worker."""
 
 
 class Shards:
@@ -45,10 +56,18 @@ class Shards:
         # The readers retry on their own terms (rate, backoff, expired iterators).
         self.client: Any = create_botocore_client(spec.client_config, "kinesis", max_attempts=1)
         fastparse.install(self.client, wire=True)
-        self.executor = SyncExecutor(self.client)
+        efo = spec.fan_out
+        self.executor = SyncExecutor(
+            self.client,
+            listing_max_age=LISTING_MAX_AGE if efo is None else efo.closed_check_interval / 2,
+        )
         self.options = PollingOptions(
             limit=spec.max_records_per_call, idle_interval=spec.idle_interval
         )
+        self._fan_out: LoopFanOut | None = None
+        self._close_fan_out: Callable[[], None] = lambda: None
+        self._wake = threading.Event()
+        self._kept: dict[str, tuple[str, SyncShardReader, list[KinesisRecord], float]] = {}
 
     def created_ms(self) -> int:
         """The stream's creation time (its incarnation)."""
@@ -81,8 +100,76 @@ class Shards:
         link = sync_link(self.executor, self.spec.stream, node.shard_id)
         return SyncShardReader(machine, link, where=self.spec.stream.name, ahead=ahead)
 
+    def task_reader(
+        self, node: ShardNode, start: StartPoint, created_ms: int | None
+    ) -> SyncShardReader:
+        """A task's reader of ``node`` from ``start``: through the spec's stream consumer
+        (registered, or found, when the first task of this process needs it), else GetRecords;
+        deaggregating as the spec says."""
+        spec = self.spec
+        efo = spec.fan_out
+        if efo is None:
+            return self.reader(node, start, created_ms, deaggregate=spec.deaggregate)
+        if self._fan_out is None:
+            self._fan_out, self._close_fan_out = open_fan_out_on_loop(
+                LoopThread.get(), spec.client_config, spec.stream, efo
+            )
+        options = efo.subscription
+        machine = SubscriptionRead(
+            node,
+            start,
+            options,
+            incarnation=created_ms,
+            stream=spec.stream.name,
+            deaggregate=spec.deaggregate,
+        )
+        link = sync_link(self.executor, spec.stream, node.shard_id, self._fan_out, wake=self._wake)
+        return SyncShardReader(
+            machine, link, pending_interval=options.pending_interval, where=spec.stream.name
+        )
+
+    def keep(
+        self, shard_id: str, mark: str, reader: SyncShardReader, rest: list[KinesisRecord]
+    ) -> None:
+        """Keep ``reader``, which stopped at ``mark`` having read ``rest`` past it, for the
+        shard's next slice from ``mark``; readers not taken within :data:`KEEP_SECONDS` close."""
+        now = time.monotonic()
+        for stale in [s for s, kept in self._kept.items() if now - kept[3] > KEEP_SECONDS]:
+            self._kept.pop(stale)[1].close()
+        previous = self._kept.pop(shard_id, None)
+        if previous is not None:
+            previous[1].close()
+        self._kept[shard_id] = (mark, reader, rest, now)
+
+    def take_kept(
+        self, shard_id: str, mark: str
+    ) -> tuple[SyncShardReader, list[KinesisRecord]] | None:
+        """The kept reader of ``shard_id`` and what it read past ``mark``, if it stopped
+        there; a reader kept at another mark (a batch read again) closes."""
+        kept = self._kept.pop(shard_id, None)
+        if kept is None:
+            return None
+        if kept[0] != mark:
+            kept[1].close()
+            return None
+        return kept[1], kept[2]
+
+    def wait(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less when a subscription receives an event."""
+        if self._fan_out is None:
+            time.sleep(max(seconds, 0.0))
+        else:
+            self._wake.wait(max(seconds, 0.0))
+            self._wake.clear()
+
     def close(self) -> None:
-        self.client.close()
+        for kept in self._kept.values():
+            kept[1].close()
+        self._kept.clear()
+        try:
+            self._close_fan_out()
+        finally:
+            self.client.close()
 
 
 @dataclass
@@ -356,7 +443,9 @@ def read_slice(
 ) -> Iterator[list[KinesisRecord]]:
     """The records of ``node``'s shard after the ``start`` mark through the ``end`` mark
     (SHARD_END: to the shard's end; None: until caught up, for a batch read), response by
-    response."""
+    response. A streaming slice that ends at a mark leaves its reader with ``shards``
+    (:meth:`Shards.keep`), so the shard's next slice from that mark in this process reads on
+    from it: no new shard iterator or subscription per micro-batch."""
     start_point = parse_mark(start)
     if start_point is None:
         return
@@ -365,42 +454,55 @@ def read_slice(
         parsed = parse_mark(end)
         assert isinstance(parsed, tuple)
         stop = parsed
-    reader = shards.reader(node, start_point, created_ms)
+    kept = shards.take_kept(node.shard_id, start)
+    reader, pending = (
+        kept if kept is not None else (shards.task_reader(node, start_point, created_ms), [])
+    )
     idle = 0
+    keeping = False
     try:
         while True:
-            action = reader.next_action(time.monotonic())
-            if isinstance(action, Wait):
-                time.sleep(max(action.until - time.monotonic(), 0.0))
-                continue
-            if isinstance(action, Ended):
-                if stop is not None:
-                    raise SliceError(
-                        f"shard {node.shard_id} of {shards.spec.stream.name!r} ended before "
-                        f"{end}, the end of this batch"
-                    )
-                return
-            if isinstance(action, Failed):
-                raise reader.failure(action)
-            assert isinstance(action, Call)
-            outcome = reader.step(action)
-            records = outcome.records
+            if pending:
+                records, pending = pending, []
+            else:
+                action = reader.next_action(time.monotonic())
+                if isinstance(action, Wait):
+                    shards.wait(action.until - time.monotonic())
+                    continue
+                if isinstance(action, Ended):
+                    if stop is not None:
+                        raise SliceError(
+                            f"shard {node.shard_id} of {shards.spec.stream.name!r} ended before "
+                            f"{end}, the end of this batch"
+                        )
+                    return
+                if isinstance(action, Failed):
+                    raise reader.failure(action)
+                assert isinstance(action, Call)
+                outcome = reader.step(action)
+                records = outcome.records
+                if outcome.data and outcome.caught_up and end is None:
+                    if records:
+                        yield records
+                    return
+                if outcome.idle and stop is not None:
+                    idle += 1
+                    if idle == IDLE_READS_BEFORE_FAILING:
+                        raise SliceError(
+                            f"shard {node.shard_id} of {shards.spec.stream.name!r} has no "
+                            f"record through {end}, the end of this batch, after {idle} empty "
+                            "reads at its tip (trimmed past the retention period?)"
+                        )
             if stop is not None and _reached(stop, reader.machine.last_sequence, records):
-                cut = [r for r in records if r.position <= stop]
-                if cut:
-                    yield cut
+                through = [r for r in records if r.position <= stop]
+                if through:
+                    yield through
+                assert end is not None
+                shards.keep(node.shard_id, end, reader, [r for r in records if r.position > stop])
+                keeping = True
                 return
             if records:
                 yield records
-            if outcome.data and outcome.caught_up and end is None:
-                return
-            if outcome.idle and stop is not None:
-                idle += 1
-                if idle == IDLE_READS_BEFORE_FAILING:
-                    raise SliceError(
-                        f"shard {node.shard_id} of {shards.spec.stream.name!r} has no record "
-                        f"through {end}, the end of this batch, after {idle} empty reads at "
-                        "its tip (trimmed past the retention period?)"
-                    )
     finally:
-        reader.close()
+        if not keeping:
+            reader.close()

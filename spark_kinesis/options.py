@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from kinesis_core.aws.client import ClientConfig
+from kinesis_core.consumer.config import EnhancedFanOut
 from kinesis_core.consumer.polling import MAX_GET_RECORDS_LIMIT, MIN_CALL_INTERVAL
 from kinesis_core.consumer.positions import (
     TRIM_HORIZON,
@@ -40,6 +41,9 @@ SOURCE_OPTIONS = (
     "maxRecordsPerCall",
     "idleIntervalSeconds",
     "probeEnds",
+    "deaggregate",
+    "consumerName",
+    "consumerARN",
 )
 SINK_OPTIONS = (
     *CONNECTION_OPTIONS,
@@ -168,6 +172,21 @@ def _initial(found: Mapping[str, str]) -> InitialPosition:
         ) from None
 
 
+def _fan_out(found: Mapping[str, str]) -> EnhancedFanOut | None:
+    name, arn = found.get("consumerName"), found.get("consumerARN")
+    if name is not None and arn is not None:
+        raise ConfigurationError("consumerName", "give consumerName or consumerARN, not both")
+    for option, value in (("consumerName", name), ("consumerARN", arn)):
+        if value is not None and not value.strip():
+            raise ConfigurationError(option, "must not be empty")
+    if name is None and arn is None:
+        return None
+    return EnhancedFanOut(
+        consumer_name=None if name is None else name.strip(),
+        consumer_arn=None if arn is None else arn.strip(),
+    )
+
+
 @dataclass(frozen=True)
 class SourceSpec:
     """What the source's driver and tasks need, picklable."""
@@ -180,6 +199,9 @@ class SourceSpec:
     max_records_per_call: int
     idle_interval: float
     probe_ends: bool = True
+    deaggregate: bool = True
+    fan_out: EnhancedFanOut | None = None
+    """The stream consumer the tasks read through (SubscribeToShard); None: GetRecords."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceSpec:
@@ -195,6 +217,8 @@ class SourceSpec:
             or MAX_GET_RECORDS_LIMIT,
             idle_interval=_float(found, "idleIntervalSeconds", 1.0, MIN_CALL_INTERVAL),
             probe_ends=_bool(found, "probeEnds", True),
+            deaggregate=_bool(found, "deaggregate", True),
+            fan_out=_fan_out(found),
         )
 
 

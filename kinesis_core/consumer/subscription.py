@@ -252,10 +252,17 @@ class SubscriptionRead(ShardRead):
         rng: Callable[[], float] = random.random,
         incarnation: int | None = None,
         stream: str = "",
+        deaggregate: bool = True,
     ) -> None:
         self.options = options or SubscriptionOptions()
         super().__init__(
-            node, start, self.options.backoff, rng, incarnation=incarnation, stream=stream
+            node,
+            start,
+            self.options.backoff,
+            rng,
+            incarnation=incarnation,
+            stream=stream,
+            deaggregate=deaggregate,
         )
         self._continuation: str | None = None
         self._next_subscribe_at = 0.0

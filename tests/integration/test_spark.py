@@ -213,3 +213,35 @@ def test_a_batch_job_writes_a_million_records_and_reads_them_back(
         "max(CAST(CAST(data AS STRING) AS LONG)) AS hi",
     ).collect()[0]
     assert (stats.n, stats.distinct, stats.lo, stats.hi) == (MILLION, MILLION, 0, MILLION - 1)
+
+
+def test_a_query_reads_through_a_stream_consumer(
+    spark: Any, kinesis_stream: StreamFactory, tmp_path: Path
+) -> None:
+    stream = kinesis_stream(2)
+    put(stream, 0, 50)
+    query = (
+        spark.readStream.format("kinesis")
+        .options(**options(stream.name, stream.client_config))
+        .option("consumerName", "spark-query")
+        .option("maxRecordsPerTrigger", "20")
+        .load()
+        .selectExpr("CAST(data AS STRING) AS value")
+        .writeStream.format("memory")
+        .queryName("by_fan_out")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(120)
+    finally:
+        query.stop()
+    values = [row.value for row in spark.sql("SELECT value FROM by_fan_out").collect()]
+    assert sorted(values) == sorted(f"k{i % KEYS}:{i // KEYS}" for i in range(50))
+    client = stream.boto_client()
+    arn = client.describe_stream_summary(StreamName=stream.name)["StreamDescriptionSummary"][
+        "StreamARN"
+    ]
+    consumers = client.list_stream_consumers(StreamARN=arn)["Consumers"]
+    assert [c["ConsumerName"] for c in consumers] == ["spark-query"]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-from kinesis_core.aggregation import encode_aggregate
+from kinesis_core.aggregation import decode_aggregate, encode_aggregate
 from kinesis_core.local import LocalStream, StreamFactory
 from kinesis_core.records import SubRecord
 from spark_kinesis import _shards
@@ -247,3 +247,101 @@ def test_an_offset_of_another_incarnation_is_refused(kinesis_stream: StreamFacto
             again.latestOffset(start, ReadAllAvailable())
     finally:
         again.stop()
+
+
+def test_without_deaggregation_a_row_is_a_kinesis_record(kinesis_stream: StreamFactory) -> None:
+    stream = kinesis_stream(1)
+    for a in range(2):
+        subs = [SubRecord(f"k{i}", None, f"a{a}-{i}".encode()) for i in range(5)]
+        stream.put(encode_aggregate(subs), "k0")
+    stream.put(b"plain", "k9")
+    reader = reader_of(stream, deaggregate="false", maxRecordsPerTrigger="2")
+    try:
+        offsets = offsets_from(reader, reader.initialOffset(), reader.getDefaultReadLimit())
+        rows = [
+            row
+            for a, b in itertools.pairwise(offsets)
+            for partition in reader.partitions(a, b)
+            for arrow in reader.read(partition)
+            for row in arrow.to_pylist()
+        ]
+    finally:
+        reader.stop()
+    assert [r["partition_key"] for r in rows] == ["k0", "k0", "k9"]
+    assert {r["sub_sequence_number"] for r in rows} == {0}
+    assert rows[2]["data"] == b"plain"
+    # The aggregates' rows are their KPL bytes, which a reader deaggregates itself.
+    assert [[s.data for s in decode_aggregate(r["data"]) or []] for r in rows[:2]] == [
+        [f"a{a}-{i}".encode() for i in range(5)] for a in range(2)
+    ]
+
+
+def test_tasks_read_through_a_stream_consumer_the_records_polling_reads(
+    kinesis_stream: StreamFactory,
+) -> None:
+    stream = kinesis_stream(2)
+    for i in range(40):
+        stream.put(f"r{i}".encode(), f"k{i % 7}")
+    reader = reader_of(stream, consumerName="spark-tasks", maxRecordsPerTrigger="25")
+    try:
+        offsets = offsets_from(reader, reader.initialOffset(), reader.getDefaultReadLimit())
+        by_subscription = read_all(reader, offsets)
+    finally:
+        reader.stop()
+    consumers = stream.boto_client().list_stream_consumers(
+        StreamARN=stream.boto_client().describe_stream_summary(StreamName=stream.name)[
+            "StreamDescriptionSummary"
+        ]["StreamARN"]
+    )["Consumers"]
+    assert [c["ConsumerName"] for c in consumers] == ["spark-tasks"]
+    assert sorted(by_subscription) == sorted(f"r{i}" for i in range(40))
+    # The same offsets read by GetRecords give the same batches.
+    polling = reader_of(stream)
+    try:
+        assert read_all(polling, offsets) == by_subscription
+    finally:
+        polling.stop()
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"consumerName": "a", "consumerARN": "arn:x"}, "not both"),
+        ({"consumerName": " "}, "must not be empty"),
+        ({"deaggregate": "yes"}, "must be true or false"),
+    ],
+)
+def test_bad_fan_out_and_deaggregate_options_are_refused(
+    given: dict[str, str], message: str
+) -> None:
+    from kinesis_core.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=message):
+        SourceSpec.parse({"streamName": "s", **given})
+
+
+def test_a_shards_next_slice_reads_on_with_the_reader_of_the_last(
+    kinesis_stream: StreamFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[str] = []
+    task_reader = _shards.Shards.task_reader
+
+    def counted(self: _shards.Shards, node: Any, *args: Any) -> Any:
+        made.append(node.shard_id)
+        return task_reader(self, node, *args)
+
+    monkeypatch.setattr(_shards.Shards, "task_reader", counted)
+    stream = kinesis_stream(1)
+    for i in range(30):
+        stream.put(f"r{i}".encode(), "k")
+    reader = reader_of(stream, maxRecordsPerTrigger="10")
+    try:
+        offsets = offsets_from(reader, reader.initialOffset(), reader.getDefaultReadLimit())
+        batches = [batch(reader, a, b) for a, b in itertools.pairwise(offsets)]
+        assert len(made) == 1  # one reader for every batch of the shard
+        # A batch read again (a retried task) starts elsewhere: a reader of its own, same rows.
+        assert batch(reader, offsets[1], offsets[2]) == batches[1]
+        assert len(made) == 2
+    finally:
+        reader.stop()
+    assert [v for b in batches for v in b] == [f"r{i}" for i in range(30)]
