@@ -187,6 +187,32 @@ def admit(
     }
 
 
+def _read_from(mark: str | None) -> bool:
+    return mark is not None and not isinstance(parse_mark(mark), InitialPosition)
+
+
+def prune(offset: StreamOffset, nodes: Iterable[ShardNode]) -> StreamOffset:
+    """``offset`` without the shards at ``SHARD_END`` whose children have all read something
+    (a position or ``SHARD_END`` in it, not a start mark): an ancestor of shards that did
+    counts as finished (:func:`admit`), so an offset stays as large as the shards being read,
+    however often the stream reshards."""
+    children: dict[str, list[str]] = {}
+    for node in nodes:
+        for parent in node.parents:
+            children.setdefault(parent, []).append(node.shard_id)
+    done = [
+        shard_id
+        for shard_id, mark in offset.shards.items()
+        if mark == SHARD_END
+        and shard_id in children
+        and all(_read_from(offset.shards.get(child)) for child in children[shard_id])
+    ]
+    if not done:
+        return offset
+    kept = {s: m for s, m in offset.shards.items() if s not in done}
+    return StreamOffset(offset.stream, offset.created_ms, kept)
+
+
 def unknown_children(offset: StreamOffset, nodes: Iterable[ShardNode]) -> list[str]:
     """The shards at ``SHARD_END`` in ``offset`` whose children ``nodes`` does not know: a
     listing is due."""

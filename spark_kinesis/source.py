@@ -53,6 +53,7 @@ from spark_kinesis.offsets import (
     admit,
     allot,
     initial_offset,
+    prune,
     resolve_initial,
     slices,
     start_mark,
@@ -221,7 +222,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for peek in peeks.values():
             if peek.ended is not None:
                 self._nodes.update((c.shard_id, c) for c in peek.ended.children)
-        return offset.with_marks({**marks, **probed, **joining}).to_json()
+        return prune(
+            offset.with_marks({**marks, **probed, **joining}), self._nodes.values()
+        ).to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ShardPartition]:
         first, last = StreamOffset.from_json(start), StreamOffset.from_json(end)

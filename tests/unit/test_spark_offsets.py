@@ -23,6 +23,7 @@ from spark_kinesis.offsets import (
     initial_offset,
     parse_mark,
     position_mark,
+    prune,
     resolve_initial,
     slices,
     start_mark,
@@ -126,6 +127,30 @@ def test_ancestors_left_out_of_the_offsets_count_as_finished() -> None:
     # join once s3 ends too.
     start = offset(s1="1:0", s2=SHARD_END, s3=SHARD_END)
     assert admit(start, NODES, TRIM_HORIZON) == {"s4": "TRIM_HORIZON"}
+
+
+def test_an_ended_shard_leaves_the_offsets_once_all_its_children_are_in_them() -> None:
+    # s0 ended; its children not joined yet, or joined and not read: it stays (a child at its
+    # start does not tell that its parents finished).
+    for kept in (
+        offset(s0=SHARD_END, s3="9:3"),
+        offset(s0=SHARD_END, s1="TRIM_HORIZON", s2="TRIM_HORIZON", s3="9:3"),
+        offset(s0=SHARD_END, s1="4:0", s2="TRIM_HORIZON", s3="9:3"),
+    ):
+        assert prune(kept, NODES) == kept
+    reading = offset(s0=SHARD_END, s1="4:0", s2="before:6", s3="9:3")
+    pruned = prune(reading, NODES)
+    assert pruned.shards == {"s1": "4:0", "s2": "before:6", "s3": "9:3"}
+    # A merge parent waits for the child, which waits for both parents.
+    joined = offset(s1="4:0", s2=SHARD_END, s3=SHARD_END, s4="TRIM_HORIZON")
+    assert prune(joined, NODES) == joined
+    merged = prune(offset(s1="4:0", s2=SHARD_END, s3=SHARD_END, s4="8:1"), NODES)
+    assert merged.shards == {"s1": "4:0", "s4": "8:1"}
+    # Pruned ancestors, still listed, count as finished: nobody joins again.
+    assert admit(pruned, NODES, TRIM_HORIZON) == {}
+    assert admit(merged, NODES, TRIM_HORIZON) == {}
+    # A pruned shard has no slice.
+    assert slices(reading, pruned) == []
 
 
 def test_a_listing_is_due_for_an_ended_shard_whose_children_are_unknown() -> None:
