@@ -3,16 +3,24 @@
 A restriction's first ``process`` call has nothing to output until its first GetShardIterator
 and GetRecords answer, and a DoFn sees its restrictions one at a time. But the runner splits
 (and sizes) the restrictions before it processes them, so ``split`` hands the new
-restrictions to :data:`FIRST_CALLS`: one thread of this process sends each restriction's
-first GetShardIterator and GetRecords, one restriction after the other, while the runner
-processes the restrictions before it. A reader that a ``process`` call opens later in this
-process takes those answers (:meth:`FirstCalls.take`, given to the core's
-:class:`~kinesis_core.consumer.reading.SyncShardReader` as ``earlier``) if its machine makes
-exactly the same calls: the same shard, the same starting position, the iterator of the
-answer taken, the same limit. Nothing is claimed until the read loop outputs an answer in its
-turn, so an answer that is never taken (the restriction went to another process, was split,
-or checkpointed before its first call) is simply dropped: the restriction reads from its
-cursor as it would have.
+restrictions to the transform's :class:`FirstCalls`: one thread of this process sends each
+restriction's first GetShardIterator and GetRecords, one restriction after the other, while
+the runner processes the restrictions before it. The calls are the restriction's own reader
+machine's, stepped by the core's driver (:class:`~kinesis_core.consumer.reading.SyncShardReader`:
+the GetShardIterator answer is fed to the machine, its GetRecords is read ahead and left for
+the reader that takes it). A reader that a ``process`` call opens later in this process takes
+those answers (:meth:`FirstCalls.take`, given to its own ``SyncShardReader`` as ``earlier``)
+if its machine makes exactly the same calls: the same shard, the same starting position, the
+iterator of the answer taken, the same limit. Nothing is claimed until the read loop outputs
+an answer in its turn, so an answer that is never taken (the restriction went to another
+process, was split, or checkpointed before its first call) is simply dropped: the
+restriction reads from its cursor as it would have.
+
+The runner splits on one copy of the DoFn (the restriction provider of its split stage, never
+set up) and processes on others, all unpickled from the one the transform built.
+:class:`SharedFirstCalls`, drawn when the DoFn is built and pickled with it, finds the same
+:class:`FirstCalls` for every copy in a process (:class:`apache_beam.utils.shared.Shared`):
+one per transform and process, alive while a copy holds it.
 
 The cost: answers wait in memory (at most :data:`MAX_PENDING_BYTES` of record data, the
 next restriction's calls wait for room), and an answer dropped unused was read for nothing
@@ -24,14 +32,17 @@ GetRecords per second, as the reader's own calls do. The drops are counted in th
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Hashable, Iterable
-from concurrent.futures import Future
+from collections.abc import Callable, Hashable, Iterable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
+
+from apache_beam.utils.shared import Shared
 
 from beam_kinesis._read_spec import ReadSpec
 from beam_kinesis._shard_readers import ShardReaders, polling_machine
@@ -39,8 +50,9 @@ from beam_kinesis.plan import KinesisRestriction, ShardCursor
 from kinesis_core.aws.calls import Call
 from kinesis_core.aws.client import ClientConfig, error_kind
 from kinesis_core.aws.executor import SyncExecutor
-from kinesis_core.consumer.links import sync_link
-from kinesis_core.consumer.polling import GetIterator, GetRecords, PollingRead
+from kinesis_core.consumer.links import SyncLink, sync_link
+from kinesis_core.consumer.polling import GetIterator, GetRecords
+from kinesis_core.consumer.reading import SyncShardReader
 from kinesis_core.records import wire_records
 from kinesis_core.stream import StreamRef
 from kinesis_core.telemetry.metered import error_type
@@ -81,19 +93,70 @@ class _Answer:
     """The ``error.type`` of the call's error, if it raised one."""
 
 
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+class _Later(Executor):
+    """Holds the call a reader reads ahead on it until :meth:`run` sends it on the caller's
+    thread: the sending thread registers the call's answer in between."""
+
+    def __init__(self) -> None:
+        self._held: tuple[Future[Any], Callable[[], Any]] | None = None
+
+    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
+        future: Future[_T] = Future()
+        self._held = (future, functools.partial(fn, *args, **kwargs))
+        return future
+
+    def run(self) -> None:
+        """Send the call held (its future then holds the answer, or the error it raised)."""
+        held, self._held = self._held, None
+        if held is None:
+            return
+        future, send = held
+        try:
+            future.set_result(send())
+        except Exception as exc:
+            future.set_exception(exc)
+
+
+class _Link:
+    """A shard's link on the sending thread's client for its configuration (made there by the
+    first call of a restriction of that configuration, and kept for the next ones)."""
+
+    def __init__(self, calls: FirstCalls, spec: ReadSpec, shard_id: str) -> None:
+        self._calls = calls
+        self._spec = spec
+        self._shard_id = shard_id
+        self._link: SyncLink | None = None
+
+    def call(self, call: Call) -> Any:
+        if self._link is None:
+            executor = self._calls.executor(self._spec)
+            self._link = sync_link(executor, StreamRef.of(self._spec.stream), self._shard_id)
+        return self._link.call(call)
+
+    def close(self) -> None:
+        if self._link is not None:
+            self._link.close()
+
+
 @dataclass
 class _Task:
     spec: ReadSpec
     shard_id: str
-    machine: PollingRead
-    call: GetIterator
+    reader: SyncShardReader
+    """The restriction's machine in the core's driver, its first call read ahead on ``later``
+    (decided when the task was made, sent when the thread comes to it)."""
+    later: _Later
     key: Hashable
     queued: float
 
 
 class FirstCalls:
-    """The first calls sent ahead, and their answers until a reader takes them (one per
-    process: :data:`FIRST_CALLS`)."""
+    """The first calls sent ahead for one transform in this process, and their answers until
+    a reader takes them."""
 
     def __init__(self, max_bytes: int = MAX_PENDING_BYTES, expiry: float = EXPIRY) -> None:
         self._max_bytes = max_bytes
@@ -106,8 +169,7 @@ class FirstCalls:
         self._wasted = 0
         self._thread: threading.Thread | None = None
         self._readers: dict[ClientConfig, ShardReaders] = {}
-        """Their clients, one per configuration, kept for the next restrictions (making a
-        client costs about 50 ms of CPU)."""
+        """The sending thread's clients, one per configuration (:meth:`executor`)."""
 
     def send(self, spec: ReadSpec, restrictions: Iterable[KinesisRestriction]) -> None:
         """Send the first calls of the polled shards of ``restrictions`` ahead, in order."""
@@ -133,19 +195,23 @@ class FirstCalls:
                 )
                 self._thread.start()
 
-    @staticmethod
     def _task(
+        self,
         spec: ReadSpec,
         restriction: KinesisRestriction,
         cursor: ShardCursor,
         now: float,
     ) -> _Task | None:
         machine = polling_machine(spec, restriction, cursor)
-        call = machine.next_action(now)
-        if not isinstance(call, GetIterator):
+        later = _Later()
+        link = _Link(self, spec, cursor.shard_id)
+        reader = SyncShardReader(machine, link, where=spec.stream, ahead=later)
+        reader.read_ahead(now)
+        first = reader.in_flight
+        if first is None or not isinstance(first[0], GetIterator):
             return None
-        key = _key(spec, restriction.created_ms, cursor.shard_id, call)
-        return _Task(spec, cursor.shard_id, machine, call, key, now)
+        key = _key(spec, restriction.created_ms, cursor.shard_id, first[0])
+        return _Task(spec, cursor.shard_id, reader, later, key, now)
 
     def take(
         self,
@@ -225,11 +291,7 @@ class FirstCalls:
         while (sending := self._next()) is not None:
             task, answer = sending
             try:
-                config = task.spec.client_config
-                readers = self._readers.get(config)
-                if readers is None:
-                    readers = self._readers[config] = ShardReaders(task.spec)
-                self._send(task, answer, readers.executor)
+                self._send(task, answer)
             except Exception:
                 logger.warning("sending a restriction's first calls ahead failed", exc_info=True)
                 if not answer.future.done():
@@ -254,37 +316,64 @@ class FirstCalls:
         else:
             answer.future.set_result(result)
 
-    def _send(self, task: _Task, answer: _Answer, executor: SyncExecutor) -> None:
-        """GetShardIterator, then the GetRecords its machine asks for next; each answer is
-        registered before the call goes, so a reader that asks meanwhile waits for it."""
-        link = sync_link(executor, StreamRef.of(task.spec.stream), task.shard_id)
-        machine = task.machine
-        call: Call = task.call
-        while True:
-            sent, started = time.time(), time.perf_counter()
-            try:
-                response = link.call(call)
-            except Exception as exc:
-                if error_kind(exc) is None:
-                    raise
-                answer.seconds, answer.error = time.perf_counter() - started, error_type(exc)
-                self._came(answer, exc)  # the reader's machine takes it as its call's error
-                return
-            answer.seconds = time.perf_counter() - started
-            if isinstance(call, GetRecords):
-                # Kept converted: the reader that takes the answer then does not convert again.
-                records = response["Records"] = wire_records(response.get("Records") or ())
-                self._came(answer, (sent, response), sum(len(r.data) for r in records))
-                return
-            machine.on_response(time.monotonic(), call, response)
-            following = machine.next_action(time.monotonic())
-            if not isinstance(following, GetRecords):
-                self._came(answer, (sent, response))
-                return
-            then = self._register(_key(task.spec, None, task.shard_id, following))
-            self._came(answer, (sent, response))
-            answer, call = then, following
+    def executor(self, spec: ReadSpec) -> SyncExecutor:
+        """The sending thread's executor for ``spec``'s client configuration (its client is
+        kept for the next restrictions: making one is costly)."""
+        config = spec.client_config
+        readers = self._readers.get(config)
+        if readers is None:
+            readers = self._readers[config] = ShardReaders(spec)
+        return readers.executor
+
+    def _send(self, task: _Task, answer: _Answer) -> None:
+        """Step the task's reader: its first call (GetShardIterator) goes, and its answer is fed
+        to the machine; the GetRecords the machine asks for next is read ahead and left
+        untaken, for the reader that takes it. Each answer is registered before its call goes,
+        so a reader that asks meanwhile waits for it."""
+        reader = task.reader
+        in_flight = reader.in_flight
+        assert in_flight is not None, "a task's first call is read ahead when it is made"
+        call, future = in_flight
+        try:
+            while True:
+                started = time.perf_counter()
+                task.later.run()
+                answer.seconds = time.perf_counter() - started
+                error = future.exception()
+                if error is not None:
+                    if error_kind(error) is None:
+                        raise error
+                    answer.error = error_type(error)
+                    self._came(answer, error)  # the reader's machine takes it as its call's error
+                    return
+                if isinstance(call, GetRecords):
+                    sent, response = future.result()
+                    # Kept converted: the reader that takes it then does not convert again.
+                    records = response["Records"] = wire_records(response.get("Records") or ())
+                    self._came(answer, (sent, response), sum(len(r.data) for r in records))
+                    return
+                reader.step(call)
+                reader.read_ahead(time.monotonic())
+                following = reader.in_flight
+                if following is None or not isinstance(following[0], GetRecords):
+                    self._came(answer, future.result())
+                    return
+                then = self._register(_key(task.spec, None, task.shard_id, following[0]))
+                self._came(answer, future.result())
+                answer, (call, future) = then, following
+        finally:
+            reader.close()
 
 
-FIRST_CALLS = FirstCalls()
-"""This process's first calls sent ahead."""
+class SharedFirstCalls:
+    """The handle every copy of one ReadFn carries to its transform's :class:`FirstCalls` in
+    this process (its key is drawn once, when the DoFn is built, and pickled with it)."""
+
+    def __init__(self) -> None:
+        self._shared = Shared()  # type: ignore[no-untyped-call]
+
+    def acquire(self) -> FirstCalls:
+        """This transform's :class:`FirstCalls` in this process (made by the first copy that
+        asks; kept while a copy holds it)."""
+        first_calls: FirstCalls = self._shared.acquire(FirstCalls)
+        return first_calls

@@ -22,7 +22,7 @@ from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
 from apache_beam.transforms.core import RestrictionProvider, WatermarkEstimatorProvider
 from apache_beam.utils.timestamp import Duration, Timestamp
 
-from beam_kinesis._first_calls import FIRST_CALLS
+from beam_kinesis._first_calls import FirstCalls, SharedFirstCalls
 from beam_kinesis._metrics import BeamMetrics
 from beam_kinesis._read_loop import ReadLoop
 from beam_kinesis._read_spec import ReadSpec, micros, now_micros
@@ -148,19 +148,32 @@ def _look(
 
 
 class ReadFn(beam.DoFn, RestrictionProvider):
-    """The splittable DoFn and its own restriction provider."""
+    """The splittable DoFn and its own restriction provider.
 
-    def __init__(self, spec: ReadSpec) -> None:
+    ``first_calls``: the handle to the first calls sent ahead that every copy of this DoFn
+    shares in a process (by default its own: one per DoFn built, that is per transform)."""
+
+    def __init__(self, spec: ReadSpec, first_calls: SharedFirstCalls | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self._spec = spec
         self._readers: ShardReaders | None = None
+        self._shared_first_calls = first_calls if first_calls is not None else SharedFirstCalls()
+        self._first_calls: FirstCalls | None = None
+
+    def _calls_ahead(self) -> FirstCalls:
+        """This transform's first calls sent ahead in this process, held by this copy from
+        its first use (``split`` of a copy never set up, or ``setup``) to ``teardown``."""
+        if self._first_calls is None:
+            self._first_calls = self._shared_first_calls.acquire()
+        return self._first_calls
 
     # -- life cycle -----------------------------------------------------------------------
 
     def setup(self) -> None:
         spec = self._spec
         self._metrics = BeamMetrics()
-        self._readers = ShardReaders(spec, self._metrics, FIRST_CALLS)
+        first_calls = self._calls_ahead() if spec.first_calls_ahead else None
+        self._readers = ShardReaders(spec, self._metrics, first_calls)
         self._store: CheckpointStore | None = None
         self._checkpointer: Checkpointer | None = None
         if spec.checkpoint_store is not None:
@@ -176,6 +189,7 @@ class ReadFn(beam.DoFn, RestrictionProvider):
         if self._readers is not None:
             self._readers.close()
             self._readers = None
+        self._first_calls = None
         store, self._store = getattr(self, "_store", None), None
         if store is not None:
             try:
@@ -200,7 +214,7 @@ class ReadFn(beam.DoFn, RestrictionProvider):
         ``first_calls_ahead`` is off."""
         parts = [restriction] if self._spec.max_records is not None else partition(restriction)
         if self._spec.first_calls_ahead:
-            FIRST_CALLS.send(self._spec, parts)
+            self._calls_ahead().send(self._spec, parts)
         yield from parts
 
     def create_tracker(self, restriction: KinesisRestriction) -> KinesisRestrictionTracker:
@@ -246,7 +260,8 @@ class ReadFn(beam.DoFn, RestrictionProvider):
         readers = self._readers
         assert readers is not None, "setup() was not called"
         self._metrics.restriction_shards(len(restriction.cursors))
-        self._metrics.early_calls_wasted(FIRST_CALLS.wasted())
+        if self._first_calls is not None:
+            self._metrics.early_calls_wasted(self._first_calls.wasted())
         run = ReadLoop(spec, readers, self._metrics, restriction, tracker, watermark)
         for outputs in run.poll():
             yield from outputs

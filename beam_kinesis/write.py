@@ -19,8 +19,8 @@ that the runner retries it.
 
 Two DoFns, chosen at construction from the input's windowing. Beam invokes a ``process`` that
 takes only the element through its cheap invoker; asking for the element's window or timestamp
-(``DoFn.WindowedValueParam``) costs about 1.5 us more per element in its per-window invoker,
-as much as the producer's own work per record. A globally windowed input (or
+(``DoFn.WindowedValueParam``) goes through its per-window invoker, which costs per element
+about as much as the producer's own work per record. A globally windowed input (or
 ``on_failure="raise"``, which outputs nothing) takes the cheap path: every element's window is
 the global window, a record refused at once is returned from ``process`` (Beam gives it the
 element's timestamp), and one that fails later is output in the global window at the time its

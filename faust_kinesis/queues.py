@@ -13,9 +13,9 @@ from faust_kinesis.faust_internals import queued_items
 AHEAD = 256
 """The most events the reader keeps in a queue ahead of its agent (fewer if the queue is
 smaller). Events that wait long are promoted by the garbage collector to its older
-generations, whose collections walk the whole heap: a full default-sized queue (4,096
-events) costs about 2 us of collection per event; 256, refilled at half, lets the events die
-young (in a quarter of the collector's first threshold, 700 allocations)."""
+generations, whose collections walk the whole heap, as a full default-sized queue (4,096
+events) makes them; 256, refilled at half, lets the events die young (in a quarter of the
+collector's first threshold, 700 allocations)."""
 
 
 class KinesisQueue(ThrowableQueue[Any]):

@@ -6,8 +6,8 @@ A private descriptor pool keeps us clear of anyone else's registration of the sa
 (``aws_kinesis_agg.messages_pb2`` registers ``aws.kinesis.protobuf`` in the default pool).
 
 Only decoding uses these classes: upb parses an aggregate far faster than Python can walk
-the bytes. Encoding is hand-written in ``aggregation`` (it measured faster, see
-docs/aggregation.md).
+the bytes. Encoding is hand-written in ``aggregation``, which is faster than these classes
+(docs/aggregation.md).
 
 Besides the official messages, two *views* read the same bytes column-wise, without one Python
 object per record: ``AggregatedRecordView`` declares ``records`` as ``bytes``, and

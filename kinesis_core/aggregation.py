@@ -4,7 +4,7 @@ Wire format: ``MAGIC`` + protobuf ``AggregatedRecord`` + MD5 of the protobuf byt
 docs/aggregation.md). Encoding is hand-written with exact, incremental size accounting, so an
 aggregate never goes over its configured size, nor over the 1 MiB record limit once the
 container's partition key is counted. Decoding uses the upb-backed protobuf classes in
-``_kpl_messages``. For each direction this is the faster of the two ways we measured.
+``_kpl_messages``. For each direction this is the faster of the two ways.
 
 Everything here is sans-I/O and synchronous.
 """

@@ -1,7 +1,7 @@
 """Avro's binary encoding for the common schemas, compiled to Python closures (sans-I/O).
 
-fastavro spends about 2 us per call before it reads or writes a field (the schema checked,
-its named types gathered, a writer made); records of a few fields cost that again in fields.
+fastavro does work on every call before it reads or writes a field (the schema checked, its
+named types gathered, a writer made), as much as the fields of a record of a few fields cost.
 A schema made of records, primitives, enums, fixed, arrays, maps and unions of null and one
 type is compiled here once into one closure per node, which reads or writes the record's
 fields directly: the same bytes as fastavro's and Java's (Avro's binary encoding is canonical;

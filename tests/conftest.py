@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import signal
-import sys
 
 import pytest
 
@@ -63,15 +62,3 @@ def pytest_terminal_summary(
 ) -> None:
     for reason, count in config.stash[_DESELECTED_KEY].items():
         terminalreporter.write_line(f"deselected {count} test(s): {reason}")
-
-
-@pytest.fixture(autouse=True)
-def fresh_first_calls(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test starts with an empty process cache of the first calls ReadFromKinesis sends
-    ahead (beam_kinesis._first_calls): an answer one test's ``split`` sent is not taken by the
-    next test's reader of a stream and shard of the same names."""
-    module = sys.modules.get("beam_kinesis._read_fn")
-    if module is not None:
-        from beam_kinesis._first_calls import FirstCalls
-
-        monkeypatch.setattr(module, "FIRST_CALLS", FirstCalls())

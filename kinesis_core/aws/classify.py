@@ -4,8 +4,8 @@ The producer's retrier, the consumer's shard readers (polling and enhanced fan-o
 manager, the checkpoint stores and the Beam source all ask the same question when a call fails:
 retry now, slow down, get a new iterator, give up on this record, or stop and tell the user?
 They answer it here, from the AWS error code and, for codes the table does not know, the HTTP
-status. The KPL and the KCL each keep such a table; two copies disagreed here before
-(``KMSThrottlingException`` throttled the reader but not the producer's limiter).
+status. The KPL and the KCL each keep such a table; one table here means the producer and
+the readers cannot judge the same error differently.
 
 Pure: this module imports no botocore and no aiohttp. Turning an exception into a code and a
 status is duck-typed (:func:`error_details`); recognizing transport errors (no answer at all)

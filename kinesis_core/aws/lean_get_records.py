@@ -1,7 +1,7 @@
 """GetRecords without botocore's per-call machinery (:mod:`kinesis_core.aws.lean_requests`).
 
-A GetRecords call through an aiobotocore client costs about 0.7 ms of CPU before anything
-reaches the network (docs/performance.md, "Where a GetRecords call's CPU goes"). A polling
+A GetRecords call through an aiobotocore client costs CPU before anything reaches the
+network (docs/performance.md, "Where a GetRecords call's CPU goes"). A polling
 reader makes one call per shard per second even when the shard is idle, so at hundreds of
 shards those calls are the consumer's whole cost. Yet every GetRecords of one stream differs
 only in its iterator: after a stream's first call, which botocore sends, the calls write the

@@ -2,9 +2,8 @@
 
 A polling reader gets an iterator when it starts a shard, when its iterator expires, and when
 it takes a lease over: a consumer of 256 shards starts with 256 GetShardIterator calls at
-once, and through botocore each cost about 1 ms of CPU, a third of what the whole consumer
-spent reading 100,000 records from those shards (docs/performance.md). After a stream's first
-call, which botocore sends, the calls write their JSON body by hand, as
+once, and each would pay for botocore's per-call machinery (docs/performance.md). After a
+stream's first call, which botocore sends, the calls write their JSON body by hand, as
 :class:`~kinesis_core.aws.lean_get_records.LeanGetRecords` does; the calls made while that first
 one is on its way wait for it (:meth:`~kinesis_core.aws.lean_requests.LeanRequests.call`).
 

@@ -302,8 +302,8 @@ class LeanRequests:
         """``lean(route)`` once ``key``'s route is learned; until then ``by_botocore()``, which
         teaches it as botocore sends it. The calls made while a key's first call is being
         prepared wait for it to be sent, then go the lean way: a reader of hundreds of shards
-        starts them all at once, and each would otherwise pay for a botocore call (about 1 ms
-        of CPU) that only the first needs. A first call that fails or is cancelled before it
+        starts them all at once, and each would otherwise pay for a botocore call that only the
+        first needs. A first call that fails or is cancelled before it
         is sent hands the learning to a waiting call. Waiting lasts at most
         :attr:`first_call_wait` seconds in all, then a call goes through botocore itself; so
         does every call of a key whose first call was answered without teaching a route (a

@@ -137,8 +137,8 @@ class ConsumerConfig:
     - ``telemetry``: OpenTelemetry metrics (a :class:`~kinesis_core.telemetry.Telemetry`;
       docs/operations.md); None (the default): off, and nothing of OpenTelemetry is imported.
     - ``lean_get_records``: send polling readers' GetRecords and GetShardIterator on the
-      client's signer and HTTP session without botocore's per-call machinery (a third of the
-      CPU per call; see docs/performance.md). False sends every call through botocore, for a
+      client's signer and HTTP session without botocore's per-call machinery (less CPU per
+      call; see docs/performance.md). False sends every call through botocore, for a
       client whose events the application hooks itself.
     """
 

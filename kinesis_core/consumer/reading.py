@@ -136,7 +136,7 @@ class SyncShardReader:
     """One shard's machine and its link, stepped by a synchronous engine.
 
     :meth:`next_action` is the machine's, except after a fan-out link answered
-    :data:`~kinesis_core.aws.executor.PENDING` (no event yet): then it waits
+    :data:`~kinesis_core.consumer.links.PENDING` (no event yet): then it waits
     ``pending_interval`` seconds. :meth:`step` executes a call and feeds the outcome back;
     errors no reader recovers from raise as :class:`KinesisServiceError` (``where`` names the
     stream in their messages), and :meth:`failure` is what to raise for a machine that gave
@@ -184,6 +184,13 @@ class SyncShardReader:
     def reading_ahead(self) -> bool:
         """A call sent by :meth:`read_ahead` waits for :meth:`step` to take its answer."""
         return self._in_flight is not None
+
+    @property
+    def in_flight(self) -> tuple[Call, Future[Any]] | None:
+        """The call :meth:`read_ahead` sent and the future of its ``(sent, response)``, until
+        :meth:`step` takes it: a driver may instead hand that answer to another reader of the
+        same position (as that reader's ``earlier``)."""
+        return self._in_flight
 
     def next_action(self, now: float) -> Action:
         if self._in_flight is not None:

@@ -117,7 +117,7 @@ class RequestIdOnlyInXml:
     """``re`` as ``moto.core.responses`` sees it: its ``re.sub`` of an answer's body with
     :data:`REQUEST_ID_IN_XML` returns a body without a ``<RequestId>`` tag (every JSON answer:
     Kinesis's, DynamoDB's) as it is, where the regex would scan all of it, at every character,
-    to find nothing (a tenth of moto's time serving GetRecords of 40 KB). Everything else is
+    to find nothing. Everything else is
     ``re``'s."""
 
     def __getattr__(self, name: str) -> Any:
@@ -141,13 +141,13 @@ class PastFlask:
     without an ``Origin`` header.
 
     Flask's part of such a request (the request context pushed and popped, the after-request
-    hooks, a class made per request by a debug-mode helper) was a third of moto's CPU time
-    serving GetShardIterator and an empty GetRecords, a quarter for a GetRecords of 40 KB, and
-    it does nothing to the answer but what is done here, as Flask and moto do it: the request is
-    moto's ``BackendRequest`` of the same environ, the handler is called as
-    ``convert_to_flask_response`` calls it (a ``ClientError`` becomes a 400 with its message),
-    the answer is a Flask ``Response``, and flask-cors's header for a request without an
-    ``Origin`` (``Access-Control-Allow-Origin: *``, unless moto's global CORS is off) is added.
+    hooks, a class made per request by a debug-mode helper) is a large share of moto's CPU
+    time serving small calls, and it does nothing to the answer but what is done here, as
+    Flask and moto do it: the request is moto's ``BackendRequest`` of the same environ, the
+    handler is called as ``convert_to_flask_response`` calls it (a ``ClientError`` becomes a
+    400 with its message), the answer is a Flask ``Response``, and flask-cors's header for a
+    request without an ``Origin`` (``Access-Control-Allow-Origin: *``, unless moto's global
+    CORS is off) is added.
     An ``HTTPException`` escaping the handler is answered as Flask in debug mode (moto's app
     runs in it) answers it, with itself, except a ``BadRequestKeyError``, which propagates, as
     every other exception does. Every other request goes to Flask."""
@@ -230,10 +230,10 @@ class PastFlask:
 class BackendsByHost:
     """``DomainDispatcherApplication.get_backend_for_host``, remembered per host. moto looks
     the host up in its list of backends and then tries its URL patterns one by one (about a
-    hundred ``re.match`` for a Kinesis host) for every request: 7% of its CPU time serving
-    GetShardIterator and GetRecords past Flask. The backend of a host does not change (the list
-    and the patterns are fixed when the application is made). A host that no backend claims is
-    looked up again each time, as before (moto prints a warning for it each time)."""
+    hundred ``re.match`` for a Kinesis host) for every request. The backend of a host does not
+    change (the list and the patterns are fixed when the application is made). A host that no
+    backend claims is looked up again each time, as moto does (it prints a warning for it each
+    time)."""
 
     def __init__(self, find: Callable[[str | None], Any]) -> None:
         self._find = find
@@ -250,9 +250,9 @@ class BackendsByHost:
 
 def _serve_faster() -> None:
     """What moto redoes for every request and need not: list its package's directory to route
-    it (an ``os.listdir`` and an ``isdir`` per entry: 40% of its time serving GetRecords; the
-    list does not change), list a response class's methods (``inspect.getmembers``; the
-    classes do not change), and search JSON bodies for an XML tag (:class:`RequestIdOnlyInXml`)."""
+    it (an ``os.listdir`` and an ``isdir`` per entry; the list does not change), list a
+    response class's methods (``inspect.getmembers``; the classes do not change), and search
+    JSON bodies for an XML tag (:class:`RequestIdOnlyInXml`)."""
     from moto import backends
     from moto.core import responses, utils
 

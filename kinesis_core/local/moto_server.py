@@ -1,9 +1,9 @@
 """moto in server mode, in a subprocess: Kinesis and DynamoDB on one loopback port.
 
 A subprocess rather than moto's ThreadedMotoServer: with a busy test process (a producer
-aggregating records) the threaded server shares the GIL and served about a third fewer records
-per second (measured: 2,000 vs 3,000 records/s in PutRecords), it logs every request to our
-stderr, and its backends would be the same objects as an in-process ``mock_aws``. moto is fast
+aggregating records) the threaded server shares the GIL and serves fewer records per second,
+it logs every request to our stderr, and its backends would be the same objects as an
+in-process ``mock_aws``. moto is fast
 and has DynamoDB (lease tables), but its resharding is wrong (records keep landing on closed
 parents after a split): test lineage on kinesis-mock.
 

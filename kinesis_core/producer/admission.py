@@ -18,12 +18,15 @@ calls nothing, and the drivers execute its answers:
 - ``withdraw(sub)``: its caller stopped waiting; ``stop(reason)``: every waiting submission is
   refused, and so is every later offer.
 
-A submission's :class:`Standing` moves by one table, :data:`STANDINGS` (a :class:`Step` in,
-the next standing out; :meth:`Submission.handle`), as a shard's life does in
-:mod:`kinesis_core.consumer.shard_consumer`. The admission's states (``state``): ``OPEN``
-(nobody waits for room), ``FULL`` (someone does: later offers queue behind them) and
-``STOPPED`` (closing, closed, failed or crashed), read from what it holds (a reason to stop,
-a queue). The budget counts the records admitted and not finished (the inbox's too) and their
+Two machines, each one table and a ``handle``, as a shard's life is in
+:mod:`kinesis_core.consumer.shard_consumer`. The admission's :class:`State` moves by
+:data:`TRANSITIONS` (an :class:`Event` in, the next state and the :class:`Action` to carry out
+out; :meth:`Admission.handle`): ``OPEN`` (nobody waits for room), ``FULL`` (someone does:
+later offers queue behind them) and ``STOPPED`` (closing, closed, failed or crashed). A
+submission's :class:`Standing` moves by :data:`STANDINGS` (a :class:`Step` in, the next
+standing out; :meth:`Submission.handle`).
+
+The budget counts the records admitted and not finished (the inbox's too) and their
 cost (:func:`~kinesis_core.producer.config.records_cost`). A new offer takes what fits the
 whole budget; waiting submissions are let in once the budget is below ``LOW_WATER`` again,
 not record by record. An empty budget takes any one record, so a record bigger than the
@@ -60,6 +63,69 @@ class State(enum.Enum):
     """Submissions wait for room; a new offer queues behind them."""
     STOPPED = "stopped"
     """Nothing is taken any more (the producer is closing, closed, failed or crashed)."""
+
+
+class Event(enum.Enum):
+    """What happens to the admission."""
+
+    OFFER = "offer"
+    """A submission is offered."""
+    QUEUE = "queue"
+    """The submission offered did not wholly fit (or others wait): it waits in line."""
+    ROOM = "room"
+    """Room may have come: records finished, a waiting caller left, or the first in line had
+    more records validated."""
+    EMPTIED = "emptied"
+    """The last submission in line left it (wholly admitted, or withdrawn)."""
+    STOP = "stop"
+    """The producer stops taking records."""
+
+
+class Action(enum.Enum):
+    """What the admission does on an event."""
+
+    TAKE = "take"
+    """Admit what fits the budget of the submission offered."""
+    REFUSE = "refuse"
+    """Refuse the submission offered."""
+    LET_IN = "let_in"
+    """Admit the submissions in line, first come first served, while the budget is below
+    the low-water mark."""
+    REFUSE_WAITING = "refuse_waiting"
+    """Refuse every submission in line."""
+
+
+class AdmissionError(RuntimeError):
+    """An event the admission's state, or a step a submission's standing, does not expect (a
+    bug in the admission's driver)."""
+
+
+S, E, A = State, Event, Action
+
+TRANSITIONS: Mapping[tuple[State, Event], tuple[State, tuple[Action, ...]] | None] = {
+    # open: offers are taken as far as the budget has room
+    (S.OPEN, E.OFFER): (S.OPEN, (A.TAKE,)),
+    (S.OPEN, E.QUEUE): (S.FULL, ()),
+    (S.OPEN, E.ROOM): (S.OPEN, ()),
+    (S.OPEN, E.EMPTIED): None,
+    (S.OPEN, E.STOP): (S.STOPPED, ()),
+    # full: a new offer queues behind the ones waiting (one with no record left goes through)
+    (S.FULL, E.OFFER): (S.FULL, ()),
+    (S.FULL, E.QUEUE): (S.FULL, ()),
+    (S.FULL, E.ROOM): (S.FULL, (A.LET_IN,)),
+    (S.FULL, E.EMPTIED): (S.OPEN, ()),
+    (S.FULL, E.STOP): (S.STOPPED, (A.REFUSE_WAITING,)),
+    # stopped: nothing is taken; what was admitted still finishes
+    (S.STOPPED, E.OFFER): (S.STOPPED, (A.REFUSE,)),
+    (S.STOPPED, E.QUEUE): None,
+    (S.STOPPED, E.ROOM): (S.STOPPED, ()),
+    (S.STOPPED, E.EMPTIED): None,
+    (S.STOPPED, E.STOP): (S.STOPPED, ()),
+}
+"""(state, event) -> (next state, actions), or None: the event is a bug in that state
+(:class:`AdmissionError`)."""
+
+del S, E, A
 
 
 class Standing(enum.Enum):
@@ -122,10 +188,6 @@ STANDINGS: Mapping[tuple[Standing, Step], Standing | None] = {
 }
 """Every (standing, step): the next standing, or None: the step is a bug
 (:class:`AdmissionError`). A decided submission is offered once."""
-
-
-class AdmissionError(RuntimeError):
-    """A step a submission's standing does not expect (a bug in the admission's driver)."""
 
 
 class Submission:
@@ -258,13 +320,18 @@ class Admission:
         """Unfinished sinks, by the flush epoch they were accepted in."""
         self.flushes: list[Flush] = []
         self.stopped: str | None = None
-        """Why nothing is taken any more (None while open)."""
+        """Why nothing is taken any more (None until stopped)."""
+        self.state = State.OPEN
 
-    @property
-    def state(self) -> State:
-        if self.stopped is not None:
-            return State.STOPPED
-        return State.FULL if self.waiting else State.OPEN
+    def handle(self, event: Event) -> tuple[Action, ...]:
+        """Feed one event; return what the admission must do now."""
+        result = TRANSITIONS[self.state, event]
+        if result is None:
+            raise AdmissionError(
+                f"admission: {event.value} is not expected while {self.state.value}"
+            )
+        self.state, actions = result
+        return actions
 
     @property
     def room(self) -> tuple[int, int]:
@@ -282,17 +349,19 @@ class Admission:
         """Take ``sub`` in as far as the budget has room (nothing while others wait); returns
         its standing, and whether the loop must be woken to take the inbox."""
         with self.lock:
-            if self.stopped is not None:
+            actions = self.handle(Event.OFFER)
+            if Action.REFUSE in actions:
                 return sub.handle(Step.REFUSE), False
             sink = sub.sink
             if sink.epoch < 0:
                 sink.epoch = epoch = self.epoch
                 self.pending[epoch] = self.pending.get(epoch, 0) + 1
-            if not self.waiting:
+            if Action.TAKE in actions:
                 self._take(sub)
             if sub.complete:
                 sub.handle(Step.ADMIT)
             else:
+                self.handle(Event.QUEUE)
                 sub.handle(Step.QUEUE)
                 sub.waited = True
                 self.waiting.append(sub)
@@ -325,13 +394,13 @@ class Admission:
             self.bytes -= nbytes
             if self.waiting:
                 self.waiting[0].held = False
-            return self._let_in()
+            return self._room()
 
     def let_in(self) -> list[Submission]:
         """Admit what waits as far as the budget and the records validated allow; returns the
         submissions now wholly admitted (after ``hungry``'s were validated further)."""
         with self.lock:
-            return self._let_in()
+            return self._room()
 
     def hungry(self) -> Submission | None:
         """The first in line, if the budget would let more of it in but every record of it
@@ -345,15 +414,20 @@ class Admission:
         with self.lock:
             if sub.standing is Standing.WAITING:
                 self.waiting.remove(sub)
+                if not self.waiting:
+                    self.handle(Event.EMPTIED)
             sub.handle(Step.WITHDRAW)
-            return self._let_in()
+            return self._room()
 
     def stop(self, reason: str) -> list[Submission]:
         """Take nothing any more (``reason`` says why); returns the waiting submissions, now
         refused."""
         with self.lock:
+            actions = self.handle(Event.STOP)
             if self.stopped is None:
                 self.stopped = reason
+            if Action.REFUSE_WAITING not in actions:
+                return []
             refused = list(self.waiting)
             self.waiting.clear()
             for sub in refused:
@@ -433,9 +507,11 @@ class Admission:
         self.bytes += cost
         sub.cost -= cost
 
-    def _let_in(self) -> list[Submission]:
-        """Admit waiting submissions, first come first served, while the budget is below the
-        low-water mark; returns the ones now wholly admitted."""
+    def _room(self) -> list[Submission]:
+        """Room may have come: let in what the state says to; returns the submissions now
+        wholly admitted."""
+        if Action.LET_IN not in self.handle(Event.ROOM):
+            return []
         admitted = []
         waiting = self.waiting
         while waiting and self._below_low_water():
@@ -446,6 +522,8 @@ class Admission:
             waiting.popleft()
             sub.handle(Step.ADMIT)
             admitted.append(sub)
+        if not waiting:
+            self.handle(Event.EMPTIED)
         return admitted
 
     def _hungry(self) -> Submission | None:

@@ -23,9 +23,8 @@ PAYLOAD_COPIES = 5
 """A buffered user record costs about ``PAYLOAD_COPIES`` times its data and partition key in
 memory, plus ``RECORD_OVERHEAD_BYTES``: the caller's bytes, their copy inside an aggregate, and
 the base64 text, JSON text and encoded body botocore makes of a PutRecords request while it is
-in flight; plus the record's tuple, hash key and slots in its aggregate and its result
-(measured: about 980 bytes for a 100-byte record with a 16-character key, 4,800 for 1,000
-bytes). ``max_outstanding_bytes`` charges each record this, so the budget is the memory the
+in flight; plus the record's tuple, hash key and slots in its aggregate and its result.
+``max_outstanding_bytes`` charges each record this, so the budget is the memory the
 buffered records really take, not just the bytes the caller handed over.
 """
 

@@ -1,9 +1,8 @@
 """The things that flow through the pipeline: user records, Kinesis records, PutRecords batches.
 
 The hot path makes one user record per record and nothing else. It is a ``msgspec.Struct``
-that the garbage collector does not track: a plain tuple costs a fifth less to make, but the
-collector examines every new tuple, about 0.15 µs each on the producer's path (the
-collections were a tenth of the producer's CPU), and a struct is never examined. Kinesis
+that the garbage collector does not track: a plain tuple is cheaper to make, but the
+collector examines every new tuple, and a struct is never examined. Kinesis
 records and batches are made per aggregate and per request, a few hundred times less often,
 so they can be slotted classes.
 """

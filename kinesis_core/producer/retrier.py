@@ -1,4 +1,4 @@
-"""Classifies every PutRecords outcome: finish, retry or fail each user record (seed 003).
+"""Classifies every PutRecords outcome: finish, retry or fail each user record.
 
 What a failure means comes from the one error table (:func:`kinesis_core.aws.classify.classify`):
 

@@ -1,4 +1,4 @@
-"""Sends one PutRecords request and reports what happened, never raising (seed 003).
+"""Sends one PutRecords request and reports what happened, never raising.
 
 Error mapping: a service error becomes its ``(code, message)`` and HTTP status (a 200 whose
 body is no PutRecords answer on the lean path: ``MalformedResponse``,
@@ -114,8 +114,8 @@ class LeanPutRecords(LeanRequests):
 
 def put_records_body(params: Mapping[str, str], records: list[KinesisRecordOut]) -> bytes:
     """The JSON body of a PutRecords request: ``params`` (how the stream is named) and one
-    entry per Kinesis record, its data in base64 (pybase64's SIMD encoder: 40 times faster
-    than ``binascii`` on an aggregate). One ``join`` writes the body: the base64 text (most of
+    entry per Kinesis record, its data in base64 (pybase64's SIMD encoder, much faster than
+    ``binascii``). One ``join`` writes the body: the base64 text (most of
     a request's bytes) is copied once."""
     dumps = json.dumps
     parts: list[bytes] = []

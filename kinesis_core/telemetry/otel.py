@@ -3,7 +3,7 @@ per ``MeterProvider``, fed by the producers and consumers that report to it.
 
 Counts and gauges are observable instruments: the producer's :class:`ProducerMetrics` and the
 consumer's plain integer counters are read when the provider collects, so the hot paths pay no
-OpenTelemetry call at all (one ``Counter.add`` of the SDK costs several microseconds). Only
+OpenTelemetry call at all (the SDK's ``Counter.add`` is costly per call). Only
 the histograms are recorded as things happen, once per PutRecords call, per delivered batch
 or per reader call. A producer or consumer that closes hands its final counts to the
 registry, so counters never go down. Imported only when telemetry is on.

@@ -13,6 +13,7 @@ import pytest
 from apache_beam.metrics.metric import MetricsFilter
 
 from beam_kinesis import METRICS_NAMESPACE
+from beam_kinesis._first_calls import SharedFirstCalls
 from beam_kinesis._read_fn import BoundedReadFn, ReadFn, UnboundedReadFn
 from beam_kinesis.read import ReadFromKinesis
 from kinesis_core.aws.client import ClientConfig
@@ -64,7 +65,13 @@ def _fill(stream: LocalStream, shards: int = 2) -> list[bytes]:
     return data
 
 
-def _fn(stream: LocalStream, *, bounded: bool = True, **kw: Any) -> ReadFn:
+def _fn(
+    stream: LocalStream,
+    *,
+    bounded: bool = True,
+    first_calls: SharedFirstCalls | None = None,
+    **kw: Any,
+) -> ReadFn:
     transform = ReadFromKinesis(
         stream.name,
         client_config=ClientConfig(
@@ -75,7 +82,8 @@ def _fn(stream: LocalStream, *, bounded: bool = True, **kw: Any) -> ReadFn:
         idle_interval=0.2,
         **kw,
     )
-    fn: ReadFn = BoundedReadFn(transform._spec) if bounded else UnboundedReadFn(transform._spec)
+    spec = transform._spec
+    fn: ReadFn = BoundedReadFn(spec, first_calls) if bounded else UnboundedReadFn(spec, first_calls)
     fn.setup()
     return fn
 

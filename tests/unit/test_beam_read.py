@@ -12,6 +12,7 @@ from typing import Any
 
 import apache_beam as beam
 import pytest
+from apache_beam.internal import pickler
 from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
@@ -682,3 +683,16 @@ def test_the_restriction_provider_hooks(fake: FakeKinesis) -> None:
     assert fn.truncate("stream", r) is None
     assert fn.restriction_coder().decode(fn.restriction_coder().encode(r)) == r
     assert isinstance(r.cursors[0], ShardCursor)
+
+
+def test_the_copies_of_one_read_share_its_first_calls_and_another_read_has_its_own() -> None:
+    """The runner splits on one copy of the DoFn and processes on others, unpickled from the
+    one the transform built: they find one FirstCalls in the process; another read (another
+    DoFn built) has its own."""
+    spec = ReadFromKinesis("stream", stop_when_caught_up=True)._spec
+    fn = BoundedReadFn(spec)
+    splitting, processing = (pickler.loads(pickler.dumps(fn)) for _ in range(2))
+    shared = splitting._calls_ahead()  # a split-stage copy is never set up
+    assert processing._calls_ahead() is shared
+    assert fn._calls_ahead() is shared
+    assert BoundedReadFn(spec)._calls_ahead() is not shared

@@ -15,8 +15,11 @@ from kinesis_core.errors import RecordTooLargeError, ValidationError
 from kinesis_core.producer.admission import (
     LOW_WATER,
     STANDINGS,
+    TRANSITIONS,
+    Action,
     Admission,
     AdmissionError,
+    Event,
     Flush,
     Standing,
     State,
@@ -200,6 +203,59 @@ def test_every_state_and_event(state: State, event: str) -> None:
     admission = machine.admission
     assert admission.records <= admission.max_records
     assert admission.urgent == bool(admission.waiting or admission.flushes)
+    # The explicit state says what the admission holds.
+    assert (admission.state is State.FULL) == bool(admission.waiting)
+    assert (admission.state is State.STOPPED) == (admission.stopped is not None)
+
+
+# The admission's own machine: every (state, event) pair of its table.
+
+ADMISSION: dict[tuple[State, Event], tuple[State, tuple[Action, ...]] | None] = {
+    # state, event: the state after it and the actions; None: AdmissionError, state unchanged
+    (OPEN, Event.OFFER): (OPEN, (Action.TAKE,)),
+    (OPEN, Event.QUEUE): (FULL, ()),
+    (OPEN, Event.ROOM): (OPEN, ()),
+    (OPEN, Event.EMPTIED): None,  # nobody was in line
+    (OPEN, Event.STOP): (STOPPED, ()),
+    (FULL, Event.OFFER): (FULL, ()),  # behind the line: nothing taken
+    (FULL, Event.QUEUE): (FULL, ()),
+    (FULL, Event.ROOM): (FULL, (Action.LET_IN,)),
+    (FULL, Event.EMPTIED): (OPEN, ()),
+    (FULL, Event.STOP): (STOPPED, (Action.REFUSE_WAITING,)),
+    (STOPPED, Event.OFFER): (STOPPED, (Action.REFUSE,)),
+    (STOPPED, Event.QUEUE): None,  # nothing waits once stopped
+    (STOPPED, Event.ROOM): (STOPPED, ()),
+    (STOPPED, Event.EMPTIED): None,
+    (STOPPED, Event.STOP): (STOPPED, ()),
+}
+
+
+def test_the_admission_table_covers_every_state_and_event() -> None:
+    every = set(product(State, Event))
+    assert set(TRANSITIONS) == every
+    assert set(ADMISSION) == every
+
+
+@pytest.mark.parametrize(("state", "event"), list(product(State, Event)))
+def test_every_admission_state_and_event(state: State, event: Event) -> None:
+    admission = Admission(MAX_RECORDS, 10**9)
+    admission.state = state
+    expected = ADMISSION[state, event]
+    if expected is None:
+        with pytest.raises(AdmissionError, match=f"{event.value} is not expected"):
+            admission.handle(event)
+        assert admission.state is state  # a refused event changes nothing
+        return
+    actions = admission.handle(event)
+    assert (admission.state, actions) == expected
+    # Only a stop leads to STOPPED, and nothing leaves it.
+    assert (admission.state is STOPPED) == (state is STOPPED or event is Event.STOP)
+    # An offer is taken only while nobody waits, refused only once stopped.
+    assert (Action.TAKE in actions) == ((state, event) == (OPEN, Event.OFFER))
+    assert (Action.REFUSE in actions) == ((state, event) == (STOPPED, Event.OFFER))
+    # Only a line that exists is let in or refused.
+    if Action.LET_IN in actions or Action.REFUSE_WAITING in actions:
+        assert state is FULL
 
 
 # One submission's standing: every (standing, step) pair.
