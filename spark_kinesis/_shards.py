@@ -443,9 +443,11 @@ def read_slice(
 ) -> Iterator[list[KinesisRecord]]:
     """The records of ``node``'s shard after the ``start`` mark through the ``end`` mark
     (SHARD_END: to the shard's end; None: until caught up, for a batch read), response by
-    response. A streaming slice that ends at a mark leaves its reader with ``shards``
-    (:meth:`Shards.keep`), so the shard's next slice from that mark in this process reads on
-    from it: no new shard iterator or subscription per micro-batch."""
+    response. A streaming slice read by GetRecords that ends at a mark leaves its reader with
+    ``shards`` (:meth:`Shards.keep`), so the shard's next slice from that mark in this process
+    reads on from it with no new shard iterator. A subscription is closed at the slice's end: a
+    shard has one subscription per consumer at a time, and the next slice may run in another
+    Python worker."""
     start_point = parse_mark(start)
     if start_point is None:
         return
@@ -498,8 +500,10 @@ def read_slice(
                 if through:
                     yield through
                 assert end is not None
-                shards.keep(node.shard_id, end, reader, [r for r in records if r.position > stop])
-                keeping = True
+                if shards.spec.fan_out is None:
+                    rest = [r for r in records if r.position > stop]
+                    shards.keep(node.shard_id, end, reader, rest)
+                    keeping = True
                 return
             if records:
                 yield records

@@ -224,7 +224,7 @@ def test_a_query_reads_through_a_stream_consumer(
         spark.readStream.format("kinesis")
         .options(**options(stream.name, stream.client_config))
         .option("consumerName", "spark-query")
-        .option("maxRecordsPerTrigger", "20")
+        .option("maxRecordsPerTrigger", "30")
         .load()
         .selectExpr("CAST(data AS STRING) AS value")
         .writeStream.format("memory")
