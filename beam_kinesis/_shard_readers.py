@@ -232,11 +232,8 @@ class ShardReaders:
 
     def wait(self, seconds: float) -> None:
         """Sleep until something may be due, or until a subscription receives an event."""
-        if self._fan_out is None:
-            time.sleep(max(seconds, 0.0))
-        else:
-            self._wake.wait(max(seconds, 0.0))
-            self._wake.clear()
+        self._wake.wait(max(seconds, 0.0))
+        self._wake.clear()
 
     def list_shards(self, shard_filter: Mapping[str, Any] | None = None) -> list[ShardInfo]:
         """ListShards (every page), on the synchronous client."""

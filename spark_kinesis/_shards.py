@@ -156,11 +156,8 @@ class Shards:
 
     def wait(self, seconds: float) -> None:
         """Sleep ``seconds``, or less when a subscription receives an event."""
-        if self._fan_out is None:
-            time.sleep(max(seconds, 0.0))
-        else:
-            self._wake.wait(max(seconds, 0.0))
-            self._wake.clear()
+        self._wake.wait(max(seconds, 0.0))
+        self._wake.clear()
 
     def close(self) -> None:
         for kept in self._kept.values():
