@@ -25,7 +25,8 @@ from typing import Any, Generic, TypeVar, cast
 
 from kinesis_core.aws.calls import LIST_SHARDS_PAGE, ApiCall, ListShards
 from kinesis_core.aws.classify import ErrorKind, error_details, error_message
-from kinesis_core.aws.client import call_deadline, error_kind, unreachable
+from kinesis_core.aws.client import call_deadline
+from kinesis_core.aws.exceptions import error_kind, unreachable
 from kinesis_core.aws.lean_get_records import LeanGetRecords
 from kinesis_core.aws.lean_get_shard_iterator import LeanGetShardIterator
 from kinesis_core.aws.retry import Retry, RetryPolicy

@@ -11,7 +11,7 @@ written by the caller, signed with the credentials of the client's own signer (i
 chain, refreshed as botocore refreshes it), on the client's own HTTP session (its connection
 pool, TLS settings, proxies, timeouts, and the transport errors botocore raises), or, for a
 client made by :func:`~kinesis_core.aws.client.create_kinesis_client`, on the project's own
-HTTP/1.1 client with that client's HTTP settings (:class:`~kinesis_core.aws.client.DirectHttp`,
+HTTP/1.1 client with that client's HTTP settings (:class:`~kinesis_core.aws.direct_http.DirectHttp`,
 :mod:`kinesis_core.aws.http1_pool`). An error answer is raised as the client's modeled
 exception with botocore's error shape, so the error table classifies it as botocore's would.
 The signature is botocore's SigV4 (:class:`SigV4`) with the signing key kept for the day (one
@@ -50,7 +50,7 @@ from aiobotocore.client import AioBaseClient
 from botocore.awsrequest import AWSPreparedRequest, AWSRequest
 from botocore.utils import normalize_url_path
 
-from kinesis_core.aws.client import DirectHttp, direct_http
+from kinesis_core.aws.direct_http import DirectHttp, direct_http
 from kinesis_core.runtime.timeouts import within
 
 logger = logging.getLogger(__name__)

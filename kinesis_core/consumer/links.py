@@ -27,7 +27,7 @@ from kinesis_core.aws.calls import (
     ListShards,
 )
 from kinesis_core.aws.classify import ErrorKind
-from kinesis_core.aws.client import error_kind
+from kinesis_core.aws.exceptions import error_kind
 from kinesis_core.aws.executor import AsyncExecutor, SyncExecutor
 from kinesis_core.aws.lean_get_records import LeanGetRecords
 from kinesis_core.aws.lean_get_shard_iterator import LeanGetShardIterator

@@ -28,7 +28,9 @@ from kinesis_core.aws.calls import (
     Wait,
 )
 from kinesis_core.aws.classify import ErrorKind
-from kinesis_core.aws.client import ClientConfig, create_kinesis_client, error_kind
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.config import ClientConfig
+from kinesis_core.aws.exceptions import error_kind
 from kinesis_core.aws.executor import AsyncExecutor
 from kinesis_core.aws.retry import NotYet, RetryPolicy, not_yet
 from kinesis_core.consumer.links import LoopFanOut, look_at_consumer

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from kinesis_core.aggregation import deaggregate
-from kinesis_core.aws.client import create_kinesis_client, direct_http
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.direct_http import direct_http
 from kinesis_core.local.streams import LocalStream
 from kinesis_core.producer import BatchResult, BlockingProducer, Producer, ProducerConfig
 from kinesis_core.runtime.heap import freeze_start_up_heap

@@ -17,11 +17,11 @@ import botocore.loaders
 import pytest
 
 from kinesis_core.aws.client import (
-    ClientConfig,
     create_botocore_client,
     create_dynamodb_client,
     create_kinesis_client,
 )
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.errors import ConfigurationError, ValidationError
 
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"

@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 
 from kinesis_core.aws.calls import DescribeStreamSummary, ListShards
 from kinesis_core.aws.classify import ErrorKind
-from kinesis_core.aws.client import error_kind
+from kinesis_core.aws.exceptions import error_kind
 from kinesis_core.aws.executor import LISTING_RETRY, AsyncExecutor, SyncExecutor, list_all_shards
 from kinesis_core.aws.retry import RetryPolicy
 from kinesis_core.consumer.links import async_link, look_at_consumer, look_at_consumer_sync

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from botocore.awsrequest import AWSRequest
 
-from kinesis_core.aws.client import ClientConfig, create_kinesis_client
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.aws.lean_requests import LeanRequests, Route
 
 AUTH = (

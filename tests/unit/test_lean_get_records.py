@@ -15,7 +15,8 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import ReadOnlyCredentials
 
-from kinesis_core.aws.client import ClientConfig, create_kinesis_client
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.aws.lean_get_records import EVENT, LeanGetRecords
 from kinesis_core.aws.lean_requests import CONTENT_TYPE, Route, SigV4, error_response, route_of
 

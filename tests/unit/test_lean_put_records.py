@@ -10,7 +10,8 @@ from typing import Any
 
 from botocore.awsrequest import AWSRequest
 
-from kinesis_core.aws.client import ClientConfig, create_kinesis_client
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.producer import sender
 from kinesis_core.producer.items import KinesisRecordOut
 from kinesis_core.producer.sender import LeanPutRecords, put_records_body

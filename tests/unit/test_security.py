@@ -28,7 +28,8 @@ from apache_beam.transforms.display import DisplayData
 from beam_kinesis import ReadFromKinesis, WriteToKinesis, compat
 from beam_kinesis.options import CredentialsInPipelineWarning, client_config_from_options
 from faust_kinesis import KinesisChannel, KinesisSink
-from kinesis_core.aws.client import ClientConfig, create_botocore_client, create_kinesis_client
+from kinesis_core.aws.client import create_botocore_client, create_kinesis_client
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.local._server import free_port
 
