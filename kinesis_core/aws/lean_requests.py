@@ -50,6 +50,7 @@ from aiobotocore.client import AioBaseClient
 from botocore.awsrequest import AWSPreparedRequest, AWSRequest
 from botocore.utils import normalize_url_path
 
+from kinesis_core.aws.botocore_private import http_session, request_signer
 from kinesis_core.aws.direct_http import DirectHttp, direct_http
 from kinesis_core.runtime.timeouts import within
 
@@ -270,18 +271,13 @@ class LeanRequests:
         senders = _BY_CLIENT.setdefault(client, {})
         lean = senders.get(cls)
         if lean is None:
-            signer = getattr(client, "_request_signer", None)
-            endpoint = getattr(client, "_endpoint", None)
-            http_session = getattr(endpoint, "http_session", None)
+            signer = request_signer(client)
+            session = http_session(client)
             events = getattr(getattr(client, "meta", None), "events", None)
-            if (
-                getattr(signer, "get_auth_instance", None) is None
-                or getattr(http_session, "send", None) is None
-                or events is None
-            ):
+            if signer is None or session is None or events is None:
                 logger.debug("%s goes through botocore: the client lacks %s", cls.OPERATION, client)
                 return None
-            lean = senders[cls] = cls(client, signer, http_session, direct_http(client))
+            lean = senders[cls] = cls(client, signer, session, direct_http(client))
         assert isinstance(lean, cls)
         return lean
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import SSLError
 
+from kinesis_core.aws.botocore_private import http_session
 from kinesis_core.aws.client import create_kinesis_client
 from kinesis_core.aws.config import ClientConfig
 from kinesis_core.aws.direct_http import DirectHttp, direct_http
@@ -40,14 +41,14 @@ async def _iterator(client: Any, stream: str, shard_id: str) -> str:
 def _count_sends(client: Any) -> list[str]:
     """The X-Amz-Target of every request the client's own HTTP session sends."""
     sent: list[str] = []
-    http_session = client._endpoint.http_session
-    send = http_session.send
+    session = http_session(client)
+    send = session.send
 
     async def counted(request: Any) -> Any:
         sent.append(str(request.headers.get("X-Amz-Target", "")))
         return await send(request)
 
-    http_session.send = counted
+    session.send = counted
     return sent
 
 
