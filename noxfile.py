@@ -7,11 +7,12 @@ pyproject.toml. An interpreter is found as ``python3.X`` on PATH or, for pyenv u
 global version is another one, under ``$PYENV_ROOT/versions/3.X.*/bin`` (the newest patch).
 ``nox -s tests-3.10`` runs one of them; arguments after ``--`` go to pytest.
 
-The ``botocore`` sessions run the tests of the code that uses botocore's private names (the
-lean requests' signing and routes, the fan-out signer) against the lowest aiobotocore the
-project declares with the lowest botocore it allows (``botocore-lowest``) and against the newest
-of both (``botocore-newest``), so a botocore release that moves a private name fails a test,
-not a user. ``scripts/test`` runs both after the suite.
+The ``botocore`` sessions run the tests of :mod:`kinesis_core.aws.botocore_private`, the one
+module that uses botocore's private names (the lean requests' signer and HTTP session,
+DirectHttp's proxy and TLS helpers), against the lowest aiobotocore the project declares with
+the lowest botocore it allows (``botocore-lowest``) and against the newest of both
+(``botocore-newest``), so a botocore release that moves a private name fails a test, not a
+user. ``scripts/test`` runs both after the suite.
 """
 
 from __future__ import annotations
@@ -102,20 +103,12 @@ def tests(session: nox.Session) -> None:
     )
 
 
-BOTOCORE_TESTS = [
-    "tests/unit/test_lean_first_call.py",
-    "tests/unit/test_lean_get_records.py",
-    "tests/unit/test_lean_put_records.py",
-    "tests/unit/test_direct_http.py",
-    "tests/unit/test_fanout_signing.py",
-    "tests/integration/test_lean_get_records_servers.py",
-    "tests/integration/test_lean_get_shard_iterator_servers.py",
-    "tests/integration/test_lean_direct_http.py",
-]
-"""The modules that exercise every use of botocore's private names on real calls."""
+BOTOCORE_TESTS = ["tests/unit/test_botocore_private.py"]
+"""The tests of kinesis_core.aws.botocore_private, the one module that uses botocore's private
+names (tests/unit/test_layering.py keeps it the one), each on real clients."""
 
-BOTOCORE_TOOLS = ["pytest", "pytest-timeout", "hypothesis", "cryptography", "h11", "moto[server]"]
-"""What those tests need beside the ``efo`` extra (h11: the fan-out signing test's server)."""
+BOTOCORE_TOOLS = ["pytest", "pytest-timeout"]
+"""What those tests need beside the ``efo`` extra."""
 
 
 def declared_lower_bound(distribution: str) -> str:

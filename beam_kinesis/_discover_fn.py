@@ -43,7 +43,8 @@ from beam_kinesis.plan import (
     encode_restriction,
 )
 from kinesis_core.aws.calls import ListShards
-from kinesis_core.aws.client import create_botocore_client, error_kind
+from kinesis_core.aws.client import create_botocore_client
+from kinesis_core.aws.exceptions import error_kind
 from kinesis_core.aws.executor import LISTING_RETRY, SyncExecutor
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.errors import KinesisServiceError

@@ -48,7 +48,8 @@ from beam_kinesis._read_spec import ReadSpec
 from beam_kinesis._shard_readers import ShardReaders, polling_machine
 from beam_kinesis.plan import KinesisRestriction, ShardCursor
 from kinesis_core.aws.calls import Call
-from kinesis_core.aws.client import ClientConfig, error_kind
+from kinesis_core.aws.config import ClientConfig
+from kinesis_core.aws.exceptions import error_kind
 from kinesis_core.aws.executor import SyncExecutor
 from kinesis_core.consumer.links import SyncLink, sync_link
 from kinesis_core.consumer.polling import GetIterator, GetRecords

@@ -44,7 +44,8 @@ from beam_kinesis.restriction import (
     StopClaim,
 )
 from kinesis_core.aws.calls import DescribeStreamSummary, ListShards
-from kinesis_core.aws.client import create_botocore_client, error_kind
+from kinesis_core.aws.client import create_botocore_client
+from kinesis_core.aws.exceptions import error_kind
 from kinesis_core.aws.executor import LISTING_RETRY, SyncExecutor
 from kinesis_core.checkpoint import Checkpoint, CheckpointStore, CheckpointValue
 from kinesis_core.consumer import Checkpointer

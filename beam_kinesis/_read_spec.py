@@ -15,7 +15,7 @@ from apache_beam.transforms.display import DisplayDataItem
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_kinesis.record import KinesisRecord
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.checkpoint import CheckpointStore
 from kinesis_core.consumer.config import EnhancedFanOut
 from kinesis_core.consumer.incarnation import OnStreamRecreated

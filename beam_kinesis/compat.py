@@ -26,7 +26,7 @@ import apache_beam as beam
 
 from beam_kinesis.read import ReadFromKinesis
 from beam_kinesis.write import WriteToKinesis as _WriteToKinesis
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.consumer.polling import MIN_CALL_INTERVAL
 from kinesis_core.consumer.positions import LATEST, TRIM_HORIZON, AtTimestamp, InitialPosition
 from kinesis_core.errors import ConfigurationError, ValidationError

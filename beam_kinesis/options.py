@@ -15,7 +15,7 @@ from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.errors import ConfigurationError
 
 __all__ = [

@@ -38,7 +38,7 @@ from beam_kinesis._read_fn import (
 from beam_kinesis._read_spec import CheckpointStoreFactory, ReadSpec, TimestampFn
 from beam_kinesis.options import client_config_from_options, warn_if_credentials
 from beam_kinesis.record import KinesisRecord
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.aws.overrides import with_overrides
 from kinesis_core.checkpoint import SQLiteCheckpointStore
 from kinesis_core.consumer import ConsumerConfig, EnhancedFanOut, InitialPosition

@@ -55,7 +55,7 @@ from beam_kinesis._elements import (
 )
 from beam_kinesis._metrics import BeamMetrics
 from beam_kinesis.options import client_config_from_options, warn_if_credentials
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.aws.overrides import with_overrides
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError, ValidationError
 from kinesis_core.producer import (

@@ -103,7 +103,7 @@ class DecodeGlueRecords(beam.PTransform):  # type: ignore[type-arg]
     ) -> None:
         super().__init__()
         from beam_kinesis.schema_registry import DecodeGlueRecords as _Decode
-        from kinesis_core.aws.client import ClientConfig
+        from kinesis_core.aws.config import ClientConfig
         from kinesis_schema_registry import AvroSchema, JsonSchema, RegistryConfig
 
         formats = {"AVRO": AvroSchema, "JSON": JsonSchema}

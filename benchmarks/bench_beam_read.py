@@ -38,7 +38,7 @@ from beam_kinesis.record import KinesisRecord
 from benchmarks._table import Row
 from benchmarks.bench_consumer import _fill_aggregated
 from kinesis_core.aggregation import deaggregate
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.consumer import TRIM_HORIZON, ConsumerConfig
 from kinesis_core.local import LOCAL_REGION, LocalStream, MotoServer
 

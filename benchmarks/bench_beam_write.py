@@ -57,7 +57,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from beam_kinesis import METRICS_NAMESPACE, WriteToKinesis
 from beam_kinesis.write import CHUNK_RECORDS
 from benchmarks._table import Row, best_rates, marginal_rate
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.local import LOCAL_REGION, MotoServer
 from kinesis_core.producer import BlockingProducer, random_partition_key
 

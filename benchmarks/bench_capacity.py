@@ -45,7 +45,8 @@ from typing import Any
 
 from benchmarks._table import Row
 from benchmarks.peers import why_missing
-from kinesis_core.aws.client import ClientConfig, create_botocore_client
+from kinesis_core.aws.client import create_botocore_client
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.local import LOCAL_REGION, LocalStream, MotoServer, local_client_config
 from kinesis_core.local.shard_limits import ShardUse
 from kinesis_core.producer import Producer, random_partition_key

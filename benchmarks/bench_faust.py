@@ -32,7 +32,7 @@ from faust.types.tuples import Message
 
 from benchmarks._table import Row
 from faust_kinesis import KinesisChannel
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.consumer import ConsumerConfig
 from kinesis_core.local import MotoServer

@@ -50,7 +50,7 @@ from typing import Any
 
 from benchmarks._table import Row, best_rates
 from benchmarks.peers import why_missing
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.local import LocalStream, MotoServer
 from kinesis_core.producer import Producer, ProducerConfig
 from kinesis_core.shards.allocator import BalancedKeyAllocator

@@ -226,7 +226,7 @@ def _beam_write(subject: str, stack: contextlib.ExitStack) -> Run:
 
     from beam_kinesis import WriteToKinesis
     from benchmarks import bench_beam_write as b
-    from kinesis_core.aws.client import ClientConfig
+    from kinesis_core.aws.config import ClientConfig
     from kinesis_core.local import LOCAL_REGION, MotoServer
 
     count = 200_000

@@ -56,8 +56,8 @@ from apache_beam.transforms.window import FixedWindows
 from beam_kinesis import WriteToKinesis
 from beam_kinesis.read import ReadFromKinesis
 from beam_kinesis.record import KinesisRecord
+from kinesis_core import ClientConfig, create_botocore_client
 from kinesis_core.aggregation import deaggregate
-from kinesis_core.aws.client import ClientConfig, create_botocore_client
 from kinesis_core.consumer import TRIM_HORIZON
 from kinesis_core.local import (
     DUMMY_ACCESS_KEY_ID,

@@ -18,7 +18,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core import ClientConfig
 from kinesis_core.checkpoint import SQLiteCheckpointStore
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
 from kinesis_core.local import KinesisMock, LocalStream

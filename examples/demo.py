@@ -31,8 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kinesis_core import ClientConfig
 from kinesis_core.aggregation import deaggregate
-from kinesis_core.aws.client import ClientConfig
 from kinesis_core.aws.noise import silence_third_party_noise
 from kinesis_core.checkpoint import SQLiteCheckpointStore
 from kinesis_core.consumer import TRIM_HORIZON, Consumer

@@ -35,7 +35,7 @@ from typing import Any
 import faust
 
 from faust_kinesis import KinesisChannel, KinesisSink, kinesis_sensor
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core import ClientConfig
 from kinesis_core.consumer import ConsumerConfig
 
 logger = logging.getLogger(__name__)

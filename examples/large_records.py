@@ -22,7 +22,7 @@ import json
 import os
 from typing import Any
 
-from kinesis_core.aws.client import ClientConfig, create_botocore_client
+from kinesis_core import ClientConfig, create_botocore_client
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
 from kinesis_core.errors import RecordTooLargeError

@@ -13,8 +13,8 @@ import json
 from collections import defaultdict
 from typing import Any
 
+from kinesis_core import ClientConfig
 from kinesis_core.aggregation import deaggregate
-from kinesis_core.aws.client import ClientConfig
 from kinesis_core.local.moto_server import MotoServer
 from kinesis_core.local.streams import LocalStream
 from kinesis_core.producer import (

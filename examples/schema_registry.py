@@ -39,7 +39,7 @@ from beam_kinesis import ReadFromKinesis
 from beam_kinesis.schema_registry import DecodeGlueRecords
 from faust_kinesis import KinesisChannel, KinesisSink
 from faust_kinesis.schema_registry import glue_codec
-from kinesis_core.aws.client import create_botocore_client
+from kinesis_core import create_botocore_client
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
 from kinesis_core.local import (

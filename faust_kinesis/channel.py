@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from faust.types.core import HeadersArg
     from faust.types.models import ModelArg
 
-    from kinesis_core.aws.client import ClientConfig
+    from kinesis_core.aws.config import ClientConfig
     from kinesis_core.checkpoint import CheckpointStore
 
 __all__ = ["KinesisChannel"]

@@ -25,7 +25,7 @@ from kinesis_core.errors import ConfigurationError
 from kinesis_core.stream import StreamRef
 
 if TYPE_CHECKING:
-    from kinesis_core.aws.client import ClientConfig
+    from kinesis_core.aws.config import ClientConfig
     from kinesis_core.checkpoint import CheckpointStore
 
 CHANNEL_FIELDS = {

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from faust.types.core import OpenHeadersArg
     from faust.types.models import ModelArg
 
-    from kinesis_core.aws.client import ClientConfig
+    from kinesis_core.aws.config import ClientConfig
     from kinesis_core.producer import ProducerConfig
 
 __all__ = ["KinesisSink"]

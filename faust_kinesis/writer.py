@@ -25,7 +25,7 @@ from kinesis_core.producer.partitioning import random_partition_key
 if TYPE_CHECKING:
     from faust.types import AppT, ProducerT
 
-    from kinesis_core.aws.client import ClientConfig
+    from kinesis_core.aws.config import ClientConfig
     from kinesis_core.producer import ProducerConfig
     from kinesis_core.stream import StreamRef
 

@@ -27,7 +27,7 @@ _EXPORTS = {
     "MemoryCheckpointStore": "kinesis_core.checkpoint",
     "SQLiteCheckpointStore": "kinesis_core.checkpoint",
     "ErrorKind": "kinesis_core.aws.classify",
-    "ClientConfig": "kinesis_core.aws.client",
+    "ClientConfig": "kinesis_core.aws.config",
     "create_botocore_client": "kinesis_core.aws.client",
     "create_dynamodb_client": "kinesis_core.aws.client",
     "create_kinesis_client": "kinesis_core.aws.client",
@@ -89,11 +89,11 @@ if TYPE_CHECKING:
     )
     from kinesis_core.aws.classify import ErrorKind as ErrorKind
     from kinesis_core.aws.client import (
-        ClientConfig as ClientConfig,
         create_botocore_client as create_botocore_client,
         create_dynamodb_client as create_dynamodb_client,
         create_kinesis_client as create_kinesis_client,
     )
+    from kinesis_core.aws.config import ClientConfig as ClientConfig
     from kinesis_core.aws.executor import list_all_shards as list_all_shards
     from kinesis_core.checkpoint import (
         SHARD_END as SHARD_END,

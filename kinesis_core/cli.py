@@ -25,7 +25,7 @@ from kinesis_core.shards.skew import skew_report
 from kinesis_core.stream import StreamRef
 
 if TYPE_CHECKING:
-    from kinesis_core.aws.client import ClientConfig
+    from kinesis_core.aws.config import ClientConfig
 
 Handler = Callable[[argparse.Namespace], int]
 """Runs a parsed subcommand; returns the exit status."""
@@ -117,7 +117,7 @@ def _skew_command(parser: argparse.ArgumentParser) -> Handler:
                 raise ConfigurationError("--shards", f"must be >= 1, got {args.shards}")
             shard_list: Sequence[ShardInfo] | int = args.shards
         else:
-            from kinesis_core.aws.client import ClientConfig
+            from kinesis_core.aws.config import ClientConfig
 
             overrides = {"endpoint_url": args.endpoint_url, "region_name": args.region}
             config = ClientConfig.from_env(**{k: v for k, v in overrides.items() if v is not None})
@@ -180,7 +180,7 @@ def _status_command(parser: argparse.ArgumentParser) -> Handler:
                 "out for 'default' (with --dynamodb-table: the table's name)",
             )
         StreamRef.of(args.stream, "STREAM")
-        from kinesis_core.aws.client import ClientConfig
+        from kinesis_core.aws.config import ClientConfig
 
         overrides = {
             "endpoint_url": args.endpoint_url,

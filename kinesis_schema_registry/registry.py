@@ -29,7 +29,7 @@ from typing import Any, NoReturn, TypeVar
 
 from kinesis_core.aws.calls import ApiCall
 from kinesis_core.aws.classify import error_details, error_message
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.aws.executor import AsyncExecutor
 from kinesis_core.aws.retry import RetryPolicy
 from kinesis_core.errors import ConfigurationError

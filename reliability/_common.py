@@ -12,7 +12,7 @@ from typing import Any
 from unittest import mock
 
 from kinesis_core.aggregation import deaggregate
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.local.faults import FaultKind, FaultStats
 from kinesis_core.local.streams import LocalStream
 from kinesis_core.records import KinesisRecord, Position

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from kinesis_core.aggregation import MAGIC, encode_aggregate
-from kinesis_core.aws.client import ClientConfig, create_botocore_client, create_kinesis_client
+from kinesis_core.aws.client import create_botocore_client, create_kinesis_client
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.checkpoint import MemoryCheckpointStore, SQLiteCheckpointStore
 from kinesis_core.consumer import (
     TRIM_HORIZON,
@@ -972,7 +973,7 @@ async def _status_command(env: Env) -> list[Check]:
 _WITHOUT_EFO_EXTRA = """
 import asyncio, json, sys
 sys.modules["h2"] = None  # as if the efo extra (h2) were not installed
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.consumer import Consumer, EnhancedFanOut
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.stream import StreamRef

@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.local.fault_proxy import FaultProxy
 from kinesis_core.local.faults import FaultConfig, FaultKind, FaultRule
 from kinesis_core.producer import EXPIRED, BatchResult, Producer, ProducerConfig, RecordResult

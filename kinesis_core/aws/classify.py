@@ -9,7 +9,7 @@ the readers cannot judge the same error differently.
 
 Pure: this module imports no botocore and no aiohttp. Turning an exception into a code and a
 status is duck-typed (:func:`error_details`); recognizing transport errors (no answer at all)
-is the I/O layer's business (:func:`kinesis_core.aws.client.error_kind`).
+is the I/O layer's business (:func:`kinesis_core.aws.exceptions.error_kind`).
 """
 
 from __future__ import annotations

@@ -3,21 +3,21 @@
 The machines return calls and never send them; the drivers hand each call to an executor:
 :class:`AsyncExecutor` on an aiobotocore client (the asyncio consumer, the Faust channel, the
 registration of fan-out consumers, the stores), :class:`SyncExecutor` on a botocore client (the
-Beam source and the Spark source). Both run an :class:`~kinesis_core.aws.calls.ApiCall` the
-same way: every page of it, each page under the caller's retry policy
-(:mod:`kinesis_core.aws.retry`: the error table decides what is retried, the backoff how long
-to wait; a line is logged for each retry that comes, and an error that ends the retries carries
-their history in its ``__notes__``). Without a policy a call is sent once: the shard readers
-decide about their own failures. :meth:`AsyncExecutor.shared` and :meth:`SyncExecutor.shared`
-let many callers share one answer for a while (the shard readers' looks at their stream:
-:mod:`kinesis_core.consumer.links`, which also executes a shard reader's own calls).
+Beam source and the Spark source). Both carry out the same steps (:mod:`kinesis_core.aws.run`
+decides them): every page of an :class:`~kinesis_core.aws.calls.ApiCall`, each page under the
+caller's retry policy (:mod:`kinesis_core.aws.retry`: the error table decides what is retried,
+the backoff how long to wait; a line is logged for each retry that comes, and an error that
+ends the retries carries their history in its ``__notes__``). Without a policy a call is sent
+once: the shard readers decide about their own failures. :meth:`AsyncExecutor.shared` and
+:meth:`SyncExecutor.shared` let many callers share one answer for a while (the shard readers'
+looks at their stream: :mod:`kinesis_core.consumer.links`, which also executes a shard
+reader's own calls).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import logging
 import random
 from collections.abc import Awaitable, Callable, Hashable, Mapping
@@ -25,10 +25,12 @@ from typing import Any, Generic, TypeVar, cast
 
 from kinesis_core.aws.calls import LIST_SHARDS_PAGE, ApiCall, ListShards
 from kinesis_core.aws.classify import ErrorKind, error_details, error_message
-from kinesis_core.aws.client import call_deadline, error_kind, unreachable
+from kinesis_core.aws.client import call_deadline
+from kinesis_core.aws.exceptions import error_kind, unreachable
 from kinesis_core.aws.lean_get_records import LeanGetRecords
 from kinesis_core.aws.lean_get_shard_iterator import LeanGetShardIterator
 from kinesis_core.aws.retry import Retry, RetryPolicy
+from kinesis_core.aws.run import GIVE_UP, Done, GiveUp, Run, Send, Wait
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.runtime.clock import (
     SYSTEM_BLOCKING_CLOCK,
@@ -53,36 +55,14 @@ DescribeStreamConsumer answer their periodic looks at their consumer (half the d
 ``closed_check_interval``)."""
 
 
-def _keep_history(error: BaseException, retry: Retry) -> None:
-    """The attempts before ``error`` go with it (``__notes__``, shown by tracebacks and kept in
-    :meth:`KinesisServiceError.wrap`'s message) when there were any before it."""
-    if len(retry.attempts) > 1:
-        notes = list(getattr(error, "__notes__", ()))
-        error.__notes__ = [*notes, f"retried: {retry.history()}"]  # type: ignore[attr-defined]
-
-
 def _failure(error: BaseException) -> str:
     code, _ = error_details(error)
     return f"{code}: {error_message(error)}" if code else error_message(error)
 
 
-def _next_wait(retry: Retry | None, error: BaseException, now: float, what: str) -> float | None:
-    """The wait before the next attempt after ``error`` (announced in the log), or None: raise
-    it, with the history of the attempts before it."""
-    if retry is None:
-        return None
-    delay = retry.failed(now, error, error_kind(error), unreachable=unreachable(error))
-    if delay is None:
-        _keep_history(error, retry)
-    else:
-        logger.warning("%s failed (%s); retrying in %.1f s", what, _failure(error), delay)
-    return delay
-
-
-def _begin(retry: RetryPolicy | Retry | None, now: float, rng: Callable[[], float]) -> Retry | None:
-    if isinstance(retry, RetryPolicy):
-        return retry.begin(now, rng)
-    return retry
+def _fresh(at: float, now: float, max_age: float) -> bool:
+    """Whether an answer got at ``at`` still serves at ``now``."""
+    return now - at <= max_age
 
 
 class _Shared(Generic[_T]):
@@ -98,13 +78,49 @@ class _Shared(Generic[_T]):
 
     async def get(self) -> _T:
         async with self._lock:
-            if self._value is None or self._clock.now() - self._value[0] > self._max_age:
-                value = await self._fetch()
-                self._value = (self._clock.now(), value)
-            return self._value[1]
+            value = self._value
+            if value is None or not _fresh(value[0], self._clock.now(), self._max_age):
+                value = self._value = (self._clock.now(), await self._fetch())
+            return value[1]
 
 
-class AsyncExecutor:
+class _Executor:
+    """What both executors share: the runs they carry out (:class:`~.run.Run`) and the log
+    line of each retry that comes."""
+
+    def __init__(
+        self,
+        client: Any,
+        clock: Clock | BlockingClock,
+        view_max_age: float,
+        listing_max_age: float,
+        rng: Callable[[], float],
+    ) -> None:
+        self.client = client
+        self._now = clock.now
+        self._rng = rng
+        self.view_max_age = view_max_age
+        """Seconds a look at the stream serves every reader (:data:`VIEW_MAX_AGE`)."""
+        self.listing_max_age = listing_max_age
+        """Seconds a listing, or a look at a stream consumer, serves (:data:`LISTING_MAX_AGE`)."""
+
+    def _run(self, call: ApiCall | None, retry: RetryPolicy | Retry | None) -> Run:
+        """The run of ``call``'s pages (None: of an operation) under ``retry``."""
+        if isinstance(retry, RetryPolicy):
+            retry = retry.begin(self._now(), self._rng)
+        return Run(None if call is None else call.pages(), retry)
+
+    def _failed(self, run: Run, error: BaseException, what: str) -> Wait | GiveUp:
+        """What follows ``error``; a retry that comes is announced in the log."""
+        step = run.failed(self._now(), error, error_kind(error), unreachable=unreachable(error))
+        if isinstance(step, Wait):
+            logger.warning(
+                "%s failed (%s); retrying in %.1f s", what, _failure(error), step.seconds
+            )
+        return step
+
+
+class AsyncExecutor(_Executor):
     """Executes calls on an aiobotocore Kinesis client (the caller owns it), waiting on
     ``clock``. ``fanout`` (a :class:`~kinesis_core.fanout.FanOutClient`) opens the
     subscriptions of fan-out readers. With ``lean_get_records`` the polling readers' GetRecords
@@ -122,7 +138,7 @@ class AsyncExecutor:
         rng: Callable[[], float] = random.random,
         lean_get_records: bool = False,
     ) -> None:
-        self.client = client
+        super().__init__(client, clock, view_max_age, listing_max_age, rng)
         self.clock = clock
         self.fanout = fanout
         self.lean = LeanGetRecords.of(client) if lean_get_records else None
@@ -130,47 +146,41 @@ class AsyncExecutor:
         self.call_deadline = call_deadline(client)
         """Seconds a polling reader's call may take in all (:func:`~.client.call_deadline`);
         past it, it fails with asyncio.TimeoutError, a transient error."""
-        self._rng = rng
-        self.view_max_age = view_max_age
-        """Seconds a look at the stream serves every reader (:data:`VIEW_MAX_AGE`)."""
-        self.listing_max_age = listing_max_age
-        """Seconds a listing, or a look at a stream consumer, serves (:data:`LISTING_MAX_AGE`)."""
         self._shared: dict[Hashable, _Shared[Any]] = {}
 
     async def execute(self, call: ApiCall, retry: RetryPolicy | Retry | None = None) -> Any:
         """The answer to ``call`` (every page of it), each request under ``retry`` (once
         without)."""
-        run = _begin(retry, self.clock.now(), self._rng)
         method = getattr(self.client, call.operation)
-        pages = call.pages()
-        kwargs = next(pages)
-        while True:
-            response = await self._send(functools.partial(method, **kwargs), run, call.what)
-            try:
-                kwargs = pages.send(response)
-            except StopIteration as done:
-                return done.value
+        return await self._drive(self._run(call, retry), lambda kwargs: method(**kwargs), call.what)
 
     async def attempt(
         self, operation: Callable[[], Awaitable[_T]], retry: RetryPolicy | Retry, what: str
     ) -> _T:
         """Run ``operation`` (several calls, a store's write) until it succeeds or ``retry``
         gives up; ``what`` names it in the log."""
-        return await self._send(operation, _begin(retry, self.clock.now(), self._rng), what)
+        answer: _T = await self._drive(self._run(None, retry), lambda _: operation(), what)
+        return answer
 
-    async def _send(self, send: Callable[[], Awaitable[_T]], retry: Retry | None, what: str) -> _T:
-        while True:
-            try:
-                result = await send()
-            except Exception as exc:
-                delay = _next_wait(retry, exc, self.clock.now(), what)
-                if delay is None:
-                    raise
-                await self.clock.sleep(delay)
+    async def _drive(
+        self, run: Run, send: Callable[[Mapping[str, Any]], Awaitable[Any]], what: str
+    ) -> Any:
+        step: Send | Wait | GiveUp | Done = run.start()
+        while not isinstance(step, Done):
+            if isinstance(step, Wait):
+                await self.clock.sleep(step.seconds)
+                step = run.waited()
                 continue
-            if retry is not None:
-                retry.succeeded()
-            return result
+            assert isinstance(step, Send)
+            try:
+                answer = await send(step.kwargs)
+            except Exception as exc:
+                step = self._failed(run, exc, what)
+                if step is GIVE_UP:
+                    raise
+            else:
+                step = run.answered(answer)
+        return step.value
 
     async def shared(self, key: Hashable, fetch: Callable[[], Awaitable[_T]], max_age: float) -> _T:
         """``fetch()``'s answer, shared by every caller asking for ``key`` until it is older
@@ -182,7 +192,7 @@ class AsyncExecutor:
         return answer
 
 
-class SyncExecutor:
+class SyncExecutor(_Executor):
     """Executes calls on a botocore Kinesis client (the caller owns it), for a synchronous
     engine. Fan-out readers subscribe through a
     :class:`~kinesis_core.consumer.links.LoopFanOut`: the subscriptions live on the process's
@@ -198,11 +208,8 @@ class SyncExecutor:
         rng: Callable[[], float] = random.random,
         loop_timeout: float = 60.0,
     ) -> None:
-        self.client = client
+        super().__init__(client, clock, view_max_age, listing_max_age, rng)
         self.clock = clock
-        self._rng = rng
-        self.view_max_age = view_max_age
-        self.listing_max_age = listing_max_age
         self.loop_timeout = loop_timeout
         """Seconds a step of a fan-out subscription on the event-loop thread may take."""
         self._shared: dict[Hashable, tuple[float, Any]] = {}
@@ -210,44 +217,40 @@ class SyncExecutor:
     def execute(self, call: ApiCall, retry: RetryPolicy | Retry | None = None) -> Any:
         """The answer to ``call`` (every page of it), each request under ``retry`` (once
         without)."""
-        run = _begin(retry, self.clock.now(), self._rng)
         method = getattr(self.client, call.operation)
-        pages = call.pages()
-        kwargs = next(pages)
-        while True:
-            response = self._send(functools.partial(method, **kwargs), run, call.what)
-            try:
-                kwargs = pages.send(response)
-            except StopIteration as done:
-                return done.value
+        return self._drive(self._run(call, retry), lambda kwargs: method(**kwargs), call.what)
 
     def attempt(self, operation: Callable[[], _T], retry: RetryPolicy | Retry, what: str) -> _T:
         """Run ``operation`` (a local store's step, say) until it succeeds or ``retry`` gives
         up; ``what`` names it in the log."""
-        return self._send(operation, _begin(retry, self.clock.now(), self._rng), what)
+        answer: _T = self._drive(self._run(None, retry), lambda _: operation(), what)
+        return answer
 
-    def _send(self, send: Callable[[], _T], retry: Retry | None, what: str) -> _T:
-        while True:
-            try:
-                result = send()
-            except Exception as exc:
-                delay = _next_wait(retry, exc, self.clock.now(), what)
-                if delay is None:
-                    raise
-                self.clock.sleep(delay)
+    def _drive(self, run: Run, send: Callable[[Mapping[str, Any]], Any], what: str) -> Any:
+        step: Send | Wait | GiveUp | Done = run.start()
+        while not isinstance(step, Done):
+            if isinstance(step, Wait):
+                self.clock.sleep(step.seconds)
+                step = run.waited()
                 continue
-            if retry is not None:
-                retry.succeeded()
-            return result
+            assert isinstance(step, Send)
+            try:
+                answer = send(step.kwargs)
+            except Exception as exc:
+                step = self._failed(run, exc, what)
+                if step is GIVE_UP:
+                    raise
+            else:
+                step = run.answered(answer)
+        return step.value
 
     def shared(self, key: Hashable, fetch: Callable[[], _T], max_age: float) -> _T:
         """``fetch()``'s answer, shared by every caller asking for ``key`` until it is older
         than ``max_age`` seconds."""
-        at, answer = self._shared.get(key, (float("-inf"), None))
-        if key not in self._shared or self.clock.now() - at > max_age:
-            answer = fetch()
-            self._shared[key] = (self.clock.now(), answer)
-        return cast("_T", answer)
+        value = self._shared.get(key)
+        if value is None or not _fresh(value[0], self.clock.now(), max_age):
+            value = self._shared[key] = (self.clock.now(), fetch())
+        return cast("_T", value[1])
 
 
 class _ListShardsClient:

@@ -1,5 +1,5 @@
 """Sans-I/O HTTP/1.1, the library's one HTTP/1.1 stack: the lean calls' POSTs
-(:class:`kinesis_core.aws.client.DirectHttp`) and SubscribeToShard over HTTP/1.1
+(:class:`kinesis_core.aws.direct_http.DirectHttp`) and SubscribeToShard over HTTP/1.1
 (:mod:`kinesis_core.fanout.http11`).
 
 This module holds what those calls need, without I/O: :func:`post_request`, the bytes of a
@@ -9,8 +9,8 @@ are framed by ``Content-Length``, by chunked transfer coding, or by the end of t
 connection. The asyncio drivers: :mod:`kinesis_core.aws.http1_pool` (the lean calls' pool of
 kept-alive connections) and :mod:`kinesis_core.fanout.connection`.
 
-Failures are :class:`HttpError`\\ s; :func:`kinesis_core.aws.client.transport_error` turns each into
-the botocore exception aiobotocore raises for aiohttp's error for the same failure.
+Failures are :class:`HttpError`\\ s; :func:`kinesis_core.aws.exceptions.transport_error` turns each
+into the botocore exception aiobotocore raises for aiohttp's error for the same failure.
 """
 
 from __future__ import annotations

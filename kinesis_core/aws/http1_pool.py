@@ -1,5 +1,5 @@
 """The asyncio driver of :mod:`kinesis_core.aws.http1`: HTTP/1.1 POSTs on a pool of kept-alive
-connections, for :class:`kinesis_core.aws.client.DirectHttp`.
+connections, for :class:`kinesis_core.aws.direct_http.DirectHttp`.
 
 A request is one ``transport.write`` (:func:`~kinesis_core.aws.http1.post_request`); its answer is
 parsed as it arrives (:class:`~kinesis_core.aws.http1.ResponseParser`), and the connection goes

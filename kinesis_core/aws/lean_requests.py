@@ -11,7 +11,7 @@ written by the caller, signed with the credentials of the client's own signer (i
 chain, refreshed as botocore refreshes it), on the client's own HTTP session (its connection
 pool, TLS settings, proxies, timeouts, and the transport errors botocore raises), or, for a
 client made by :func:`~kinesis_core.aws.client.create_kinesis_client`, on the project's own
-HTTP/1.1 client with that client's HTTP settings (:class:`~kinesis_core.aws.client.DirectHttp`,
+HTTP/1.1 client with that client's HTTP settings (:class:`~kinesis_core.aws.direct_http.DirectHttp`,
 :mod:`kinesis_core.aws.http1_pool`). An error answer is raised as the client's modeled
 exception with botocore's error shape, so the error table classifies it as botocore's would.
 The signature is botocore's SigV4 (:class:`SigV4`) with the signing key kept for the day (one
@@ -50,7 +50,8 @@ from aiobotocore.client import AioBaseClient
 from botocore.awsrequest import AWSPreparedRequest, AWSRequest
 from botocore.utils import normalize_url_path
 
-from kinesis_core.aws.client import DirectHttp, direct_http
+from kinesis_core.aws.botocore_private import http_session, request_signer
+from kinesis_core.aws.direct_http import DirectHttp, direct_http
 from kinesis_core.runtime.timeouts import within
 
 logger = logging.getLogger(__name__)
@@ -270,18 +271,13 @@ class LeanRequests:
         senders = _BY_CLIENT.setdefault(client, {})
         lean = senders.get(cls)
         if lean is None:
-            signer = getattr(client, "_request_signer", None)
-            endpoint = getattr(client, "_endpoint", None)
-            http_session = getattr(endpoint, "http_session", None)
+            signer = request_signer(client)
+            session = http_session(client)
             events = getattr(getattr(client, "meta", None), "events", None)
-            if (
-                getattr(signer, "get_auth_instance", None) is None
-                or getattr(http_session, "send", None) is None
-                or events is None
-            ):
+            if signer is None or session is None or events is None:
                 logger.debug("%s goes through botocore: the client lacks %s", cls.OPERATION, client)
                 return None
-            lean = senders[cls] = cls(client, signer, http_session, direct_http(client))
+            lean = senders[cls] = cls(client, signer, session, direct_http(client))
         assert isinstance(lean, cls)
         return lean
 

@@ -5,10 +5,11 @@ Built from the error table (:mod:`kinesis_core.aws.classify`: a failure is retri
 one the policy retries) and the backoff schedule (:mod:`kinesis_core.aws.backoff`: the ceiling
 doubles from ``base`` up to ``cap``, the jitter, full or equal, is chosen once per policy).
 An operation gives up after ``attempts`` attempts, once ``deadline`` seconds have passed since
-its first attempt, or after ``unreachable_attempts`` attempts that reached no endpoint at all,
-whichever comes first. A :class:`Retry` is one operation's run under a policy: the executor
-(:mod:`kinesis_core.aws.executor`) feeds it each failure and sleeps what it returns, or raises
-the last error with :meth:`Retry.history` attached (its ``__notes__``).
+its first attempt, after ``unreachable_attempts`` attempts that reached no endpoint at all, or
+when the policy's ``give_up`` says so, whichever comes first. A :class:`Retry` is one
+operation's run under a policy: the executor (:mod:`kinesis_core.aws.executor`) feeds it each
+failure and sleeps what it returns, or raises the last error with :meth:`Retry.history`
+attached (its ``__notes__``).
 
 The shard readers are not retried by a policy: their machines decide
 (:mod:`kinesis_core.consumer.transport`), and an executor runs each of their calls once.
@@ -56,6 +57,9 @@ class RetryPolicy:
     """The kind of a failure the error table has no answer for (not a service or transport
     error: a local store's I/O error, say), or a function of the failure that tells it; None:
     raise it at once, as a bug."""
+    give_up: Callable[[BaseException, int], bool] | None = None
+    """A function of a failure and the failed attempts so far (it included) that ends the
+    operation's retries when it says True, whatever the failure's kind (None: no such rule)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.base <= self.cap:
@@ -155,6 +159,8 @@ class Retry:
             unknown = policy.unknown
             kind = unknown(error) if callable(unknown) else unknown
         if kind is None or kind not in policy.retry_on:
+            return None
+        if policy.give_up is not None and policy.give_up(error, self._total):
             return None
         if policy.attempts is not None and self.failures >= policy.attempts:
             return None

@@ -62,7 +62,8 @@ from botocore.exceptions import ClientError
 
 from kinesis_core.aws.backoff import Jitter
 from kinesis_core.aws.classify import ErrorKind, classify, error_details
-from kinesis_core.aws.client import ClientConfig, create_dynamodb_client
+from kinesis_core.aws.client import create_dynamodb_client
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.aws.executor import AsyncExecutor
 from kinesis_core.aws.retry import NotYet, RetryPolicy, not_yet
 from kinesis_core.checkpoint.base import (

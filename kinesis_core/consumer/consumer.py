@@ -19,7 +19,8 @@ from types import TracebackType
 from typing import Any, cast
 
 from kinesis_core.aws import fastparse
-from kinesis_core.aws.client import ClientConfig, create_kinesis_client
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.aws.executor import LISTING_MAX_AGE, AsyncExecutor
 from kinesis_core.aws.overrides import with_overrides
 from kinesis_core.checkpoint.base import CheckpointStore, LeaseStore

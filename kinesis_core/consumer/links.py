@@ -15,19 +15,21 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from kinesis_core.aws.calls import (
+    ApiCall,
     Call,
     DescribeStreamConsumer,
     DescribeStreamSummary,
     ListShards,
 )
 from kinesis_core.aws.classify import ErrorKind
-from kinesis_core.aws.client import error_kind
+from kinesis_core.aws.exceptions import error_kind
 from kinesis_core.aws.executor import AsyncExecutor, SyncExecutor
 from kinesis_core.aws.lean_get_records import LeanGetRecords
 from kinesis_core.aws.lean_get_shard_iterator import LeanGetShardIterator
@@ -47,6 +49,8 @@ from kinesis_core.fanout.registration import parse_consumer_arn
 from kinesis_core.runtime.timeouts import within
 from kinesis_core.shards.info import ShardInfo
 from kinesis_core.stream import StreamRef
+
+_T = TypeVar("_T")
 
 
 def shard_check(shards: list[ShardInfo], shard_id: str) -> ShardCheck:
@@ -83,84 +87,89 @@ def _not_found(consumer_arn: str, error: Exception) -> ConsumerCheck:
     return consumer_check(consumer_arn, None)
 
 
-async def look_at_stream(executor: AsyncExecutor, stream: StreamRef) -> StreamView:
-    """The answer to :class:`~.transport.CheckStream`: a listing and the stream's summary,
-    shared by the executor's links for ``view_max_age`` seconds."""
+@dataclass(frozen=True)
+class Look(Generic[_T]):
+    """A look at the stream, its shards or a stream consumer: the ``calls`` it makes, in
+    turn, and its ``answer`` from theirs; ``failed``, if given, is its answer when a call
+    fails (else the failure raises). With a ``key`` the links of one executor share it for
+    ``max_age`` seconds (:meth:`AsyncExecutor.shared
+    <kinesis_core.aws.executor.AsyncExecutor.shared>`)."""
 
-    async def look() -> StreamView:
-        shards = await executor.execute(ListShards(stream))
-        return stream_view(shards, await executor.execute(DescribeStreamSummary(stream)))
+    calls: tuple[ApiCall, ...]
+    answer: Callable[..., _T]
+    key: Hashable | None = None
+    max_age: float = 0.0
+    failed: Callable[[Exception], _T] | None = None
 
-    return await executor.shared(("view", stream), look, executor.view_max_age)
-
-
-async def look_at_shard(executor: AsyncExecutor, stream: StreamRef, shard_id: str) -> ShardCheck:
-    """What a listing at most ``listing_max_age`` seconds old says of ``shard_id``."""
-
-    async def listing() -> list[ShardInfo]:
-        shards: list[ShardInfo] = await executor.execute(ListShards(stream))
-        return shards
-
-    shards = await executor.shared(("listing", stream), listing, executor.listing_max_age)
-    return shard_check(shards, shard_id)
+    def failure(self, error: Exception) -> _T:
+        """The answer when a call failed with ``error``; without ``failed``, ``error`` raises."""
+        if self.failed is None:
+            raise error
+        return self.failed(error)
 
 
-async def look_at_consumer(
-    executor: AsyncExecutor, consumer_arn: str, *, shared: bool = False
-) -> ConsumerCheck:
+def stream_look(executor: AsyncExecutor | SyncExecutor, stream: StreamRef) -> Look[StreamView]:
+    """:class:`~.transport.CheckStream`'s answer: a listing and the stream's summary, shared
+    for ``view_max_age`` seconds."""
+    calls = (ListShards(stream), DescribeStreamSummary(stream))
+    return Look(calls, stream_view, ("view", stream), executor.view_max_age)
+
+
+def listing_look(
+    executor: AsyncExecutor | SyncExecutor, stream: StreamRef
+) -> Look[list[ShardInfo]]:
+    """A listing of the stream, shared for ``listing_max_age`` seconds (a shard's look,
+    :func:`shard_check`, reads it)."""
+    return Look((ListShards(stream),), _listing, ("listing", stream), executor.listing_max_age)
+
+
+def _listing(shards: list[ShardInfo]) -> list[ShardInfo]:
+    return shards
+
+
+def consumer_look(
+    executor: AsyncExecutor | SyncExecutor, consumer_arn: str, *, shared: bool = False
+) -> Look[ConsumerCheck]:
     """DescribeStreamConsumer, as a fan-out reader's machine takes it: its status, or None
     when it is not found; other errors raise. ``shared``: an answer at most
     ``listing_max_age`` seconds old serves."""
-
-    async def look() -> ConsumerCheck:
-        try:
-            description = await executor.execute(DescribeStreamConsumer(consumer_arn))
-        except Exception as exc:
-            return _not_found(consumer_arn, exc)
-        return consumer_check(consumer_arn, description)
-
-    if not shared:
-        return await look()
-    return await executor.shared(("consumer", consumer_arn), look, executor.listing_max_age)
-
-
-def look_at_stream_sync(executor: SyncExecutor, stream: StreamRef) -> StreamView:
-    """:func:`look_at_stream` for a synchronous executor."""
-
-    def look() -> StreamView:
-        shards = executor.execute(ListShards(stream))
-        return stream_view(shards, executor.execute(DescribeStreamSummary(stream)))
-
-    return executor.shared(("view", stream), look, executor.view_max_age)
-
-
-def look_at_shard_sync(executor: SyncExecutor, stream: StreamRef, shard_id: str) -> ShardCheck:
-    """:func:`look_at_shard` for a synchronous executor."""
-
-    def listing() -> list[ShardInfo]:
-        shards: list[ShardInfo] = executor.execute(ListShards(stream))
-        return shards
-
-    return shard_check(
-        executor.shared(("listing", stream), listing, executor.listing_max_age), shard_id
+    return Look(
+        (DescribeStreamConsumer(consumer_arn),),
+        functools.partial(consumer_check, consumer_arn),
+        ("consumer", consumer_arn) if shared else None,
+        executor.listing_max_age,
+        functools.partial(_not_found, consumer_arn),
     )
 
 
-def look_at_consumer_sync(
-    executor: SyncExecutor, consumer_arn: str, *, shared: bool = False
-) -> ConsumerCheck:
-    """:func:`look_at_consumer` for a synchronous executor."""
+async def take_look(executor: AsyncExecutor, look: Look[_T]) -> _T:
+    """``look``'s answer, from its calls on ``executor`` or shared."""
 
-    def look() -> ConsumerCheck:
+    async def fetch() -> _T:
         try:
-            description = executor.execute(DescribeStreamConsumer(consumer_arn))
+            answers = [await executor.execute(call) for call in look.calls]
         except Exception as exc:
-            return _not_found(consumer_arn, exc)
-        return consumer_check(consumer_arn, description)
+            return look.failure(exc)
+        return look.answer(*answers)
 
-    if not shared:
-        return look()
-    return executor.shared(("consumer", consumer_arn), look, executor.listing_max_age)
+    if look.key is None:
+        return await fetch()
+    return await executor.shared(look.key, fetch, look.max_age)
+
+
+def take_look_sync(executor: SyncExecutor, look: Look[_T]) -> _T:
+    """:func:`take_look` on a synchronous executor."""
+
+    def fetch() -> _T:
+        try:
+            answers = [executor.execute(call) for call in look.calls]
+        except Exception as exc:
+            return look.failure(exc)
+        return look.answer(*answers)
+
+    if look.key is None:
+        return fetch()
+    return executor.shared(look.key, fetch, look.max_age)
 
 
 def async_link(
@@ -270,7 +279,7 @@ class AsyncShardLink:
         if isinstance(call, NextEvent):
             return await self._next_event()
         if isinstance(call, CheckStream):
-            return await look_at_stream(self._executor, self._stream)
+            return await take_look(self._executor, stream_look(self._executor, self._stream))
         if isinstance(call, Subscribe):
             await self.aclose()
             self._subscription = await self._executor.fanout.subscribe(
@@ -278,9 +287,11 @@ class AsyncShardLink:
             )
             return self._subscription
         if isinstance(call, CheckShard):
-            return await look_at_shard(self._executor, self._stream, self._shard_id)
+            shards = await take_look(self._executor, listing_look(self._executor, self._stream))
+            return shard_check(shards, self._shard_id)
         if isinstance(call, CheckConsumer):
-            return await look_at_consumer(self._executor, self._arn(), shared=call.shared)
+            check = consumer_look(self._executor, self._arn(), shared=call.shared)
+            return await take_look(self._executor, check)
         raise TypeError(f"a shard reader's link cannot execute {call!r}")
 
     async def _next_event(self) -> Any:
@@ -365,15 +376,15 @@ class SyncShardLink:
         if isinstance(call, NextEvent):
             return self._subscribing().next_event()
         if isinstance(call, CheckStream):
-            return look_at_stream_sync(self._executor, self._stream)
+            return take_look_sync(self._executor, stream_look(self._executor, self._stream))
         if isinstance(call, Subscribe):
             return self._subscribing().subscribe(call.starting_position)
         if isinstance(call, CheckShard):
-            return look_at_shard_sync(self._executor, self._stream, self._shard_id)
+            shards = take_look_sync(self._executor, listing_look(self._executor, self._stream))
+            return shard_check(shards, self._shard_id)
         if isinstance(call, CheckConsumer) and self._fan_out is not None:
-            return look_at_consumer_sync(
-                self._executor, self._fan_out.consumer_arn, shared=call.shared
-            )
+            check = consumer_look(self._executor, self._fan_out.consumer_arn, shared=call.shared)
+            return take_look_sync(self._executor, check)
         raise TypeError(f"a shard reader's link cannot execute {call!r}")
 
     def _subscribing(self) -> _Subscriber:

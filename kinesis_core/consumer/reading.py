@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 from kinesis_core.aws.calls import Call, Wait
 from kinesis_core.aws.classify import ErrorKind, error_details, error_message
-from kinesis_core.aws.client import error_kind
+from kinesis_core.aws.exceptions import error_kind
 from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier
 from kinesis_core.consumer.links import PENDING, AsyncLink, SyncLink
 from kinesis_core.consumer.transport import (

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from kinesis_core.aws.backoff import Jitter
 from kinesis_core.aws.calls import DescribeStreamSummary, ListShards
 from kinesis_core.aws.classify import ErrorKind
-from kinesis_core.aws.client import error_kind
+from kinesis_core.aws.exceptions import error_kind
 from kinesis_core.aws.executor import AsyncExecutor
 from kinesis_core.aws.retry import RetryPolicy
 from kinesis_core.checkpoint.base import Checkpoint, CheckpointStore, CheckpointTableGoneError

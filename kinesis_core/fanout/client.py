@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from kinesis_core.aws.client import ClientConfig, create_kinesis_client
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.consumer.subscription import (
     DEFAULT_MAX_BUFFERED_BYTES,
     MAX_SUBSCRIPTION_SECONDS,

@@ -17,7 +17,7 @@ import ssl
 from collections.abc import Callable
 from typing import Literal, Protocol
 
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.fanout.errors import FanOutTimeoutError, FanOutTransportError
 from kinesis_core.fanout.http2 import Http2ClientProtocol
 from kinesis_core.fanout.http11 import Http11ClientProtocol

@@ -28,10 +28,12 @@ from kinesis_core.aws.calls import (
     Wait,
 )
 from kinesis_core.aws.classify import ErrorKind
-from kinesis_core.aws.client import ClientConfig, create_kinesis_client, error_kind
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.config import ClientConfig
+from kinesis_core.aws.exceptions import error_kind
 from kinesis_core.aws.executor import AsyncExecutor
 from kinesis_core.aws.retry import NotYet, RetryPolicy, not_yet
-from kinesis_core.consumer.links import LoopFanOut, look_at_consumer
+from kinesis_core.consumer.links import LoopFanOut, consumer_look, take_look
 from kinesis_core.consumer.subscription import ConsumerCheck
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.fanout.registration import (
@@ -201,7 +203,8 @@ async def deregister_consumer(
 async def consumer_check(client: Any, consumer_arn: str) -> ConsumerCheck:
     """DescribeStreamConsumer of ``consumer_arn``, as a fan-out reader's machine takes it:
     its status, or None when the consumer is not found. Other errors raise."""
-    return await look_at_consumer(_executor(client, SYSTEM_CLOCK), consumer_arn)
+    executor = _executor(client, SYSTEM_CLOCK)
+    return await take_look(executor, consumer_look(executor, consumer_arn))
 
 
 class RegisteredConsumer:

@@ -13,7 +13,7 @@ import logging
 import ssl
 from collections.abc import Sequence
 
-from kinesis_core.aws.client import ClientConfig, ca_bundle
+from kinesis_core.aws.config import ClientConfig, ca_bundle
 
 LOG = logging.getLogger(__name__)
 

@@ -22,7 +22,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, ClassVar
 
-from kinesis_core.aws.client import ClientConfig, create_botocore_client
+from kinesis_core.aws.client import create_botocore_client
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.errors import EmulatorError
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import kinesis_core
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.errors import EmulatorError
 from kinesis_core.local._server import LOOPBACK, LocalServer
 

@@ -15,7 +15,8 @@ import uuid
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from kinesis_core.aws.client import ClientConfig, create_botocore_client
+from kinesis_core.aws.client import create_botocore_client
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.errors import ConfigurationError, EmulatorError, ValidationError
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from kinesis_core.runtime.loop_thread import LoopThread
 from kinesis_core.stream import StreamRef
 
 if TYPE_CHECKING:
-    from kinesis_core.aws.client import ClientConfig
+    from kinesis_core.aws.config import ClientConfig
 
 logger = logging.getLogger(__name__)
 

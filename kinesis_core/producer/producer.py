@@ -50,7 +50,7 @@ from kinesis_core.stream import StreamRef
 from kinesis_core.tracing import TraceInjector
 
 if TYPE_CHECKING:
-    from kinesis_core.aws.client import ClientConfig
+    from kinesis_core.aws.config import ClientConfig
     from kinesis_core.producer.items import PutBatch
 
 logger = logging.getLogger(__name__)
@@ -219,7 +219,8 @@ class Producer:
         return f"{owner} could not start: {exc}"
 
     def _create_client(self) -> contextlib.AbstractAsyncContextManager[Any]:
-        from kinesis_core.aws.client import ClientConfig, create_kinesis_client
+        from kinesis_core.aws.client import create_kinesis_client
+        from kinesis_core.aws.config import ClientConfig
 
         base = self._client_config if self._client_config is not None else ClientConfig.from_env()
         client_config = dataclasses.replace(
@@ -698,7 +699,7 @@ class Producer:
 
 def _unreachable_at_start(error: BaseException, attempts: int) -> bool:
     """``start`` gives up on an endpoint that no attempt reached, after a few attempts."""
-    from kinesis_core.aws.client import unreachable
+    from kinesis_core.aws.exceptions import unreachable
 
     return attempts >= START_ATTEMPTS_UNREACHABLE and unreachable(error)
 

@@ -7,7 +7,8 @@ production ``client.list_shards`` of an aiobotocore client; in tests a fake), th
 with a ``describe_fn`` learns the stream's maximum record size at every refresh and on demand.
 A failed refresh is retried through the executor
 (:meth:`~kinesis_core.aws.executor.AsyncExecutor.attempt`) under :func:`refresh_policy`, on the
-driver's clock; the map only keeps the state.
+driver's clock; the policy of the refreshes a waiting start waits for also says when that start
+gives up. The map only keeps the state.
 """
 
 from __future__ import annotations
@@ -43,11 +44,16 @@ DescribeFn = Callable[..., Awaitable[Mapping[str, Any]]]
 Sleep = Callable[[float], Awaitable[object]]
 
 
-def refresh_policy(min_backoff: float, max_backoff: float) -> RetryPolicy:
+def refresh_policy(
+    min_backoff: float,
+    max_backoff: float,
+    give_up: Callable[[BaseException, int], bool] | None = None,
+) -> RetryPolicy:
     """How a failed refresh is tried again: every failure, without end (the producer cannot
-    predict shards until one works; ``start`` and ``give_up`` decide when a waiting start gives
-    up), waiting ``min_backoff`` seconds doubling to ``max_backoff``, back to ``min_backoff``
-    for the next refresh. No jitter (see :func:`_top`): one producer refreshes its map alone."""
+    predict shards until one works) unless ``give_up(error, attempts)`` says to stop (a
+    waiting start's rule), waiting ``min_backoff`` seconds doubling to ``max_backoff``, back to
+    ``min_backoff`` for the next refresh. No jitter (see :func:`_top`): one producer refreshes
+    its map alone."""
     if not 0 < min_backoff <= max_backoff:
         raise ConfigurationError(
             "min_backoff",
@@ -60,6 +66,7 @@ def refresh_policy(min_backoff: float, max_backoff: float) -> RetryPolicy:
         attempts=None,
         retry_on=frozenset(ErrorKind),
         unknown=ErrorKind.TRANSIENT,
+        give_up=give_up,
     )
 
 
@@ -134,6 +141,9 @@ class ShardMapDriver:
         self._start_timeout = start_timeout
         self._sleep = sleep
         self._policy = refresh_policy(min_backoff, max_backoff)
+        self._start_policy = refresh_policy(min_backoff, max_backoff, self._hopeless)
+        """The policy of the refreshes a waiting ``start`` waits for: it gives up on a failure
+        no retry fixes, or one ``give_up`` refuses."""
         self._map = ShardMap(closed_shard_ttl=closed_shard_ttl)
         self._executor = AsyncExecutor(_NO_CLIENT, clock=SleepingClock(sleep, self.clock), rng=_top)
         self._task: asyncio.Task[None] | None = None
@@ -142,7 +152,9 @@ class ShardMapDriver:
         self._last_error: BaseException | None = None
         self._closed = False
         self._starting = False
-        """``start`` is waiting (fail fast): a failure it gives up on is not retried."""
+        """``start`` is waiting: the refreshes it starts run under :attr:`_start_policy`."""
+        self._gave_up = False
+        """The start policy gave up on the last refresh: a waiting ``start`` raises its error."""
 
     @property
     def map(self) -> ShardMap:
@@ -234,8 +246,7 @@ class ShardMapDriver:
         def done() -> bool:
             if self._map.state is ShardMapState.READY:
                 return True
-            error = self._last_error
-            return fail_fast and error is not None and self._hopeless(error)
+            return fail_fast and self._gave_up
 
         try:
             async with within(timeout), self._changed:
@@ -250,12 +261,10 @@ class ShardMapDriver:
                 f"ListShards for stream {self.stream_name!r} failed: {self._last_error}"
             ) from self._last_error
 
-    def _hopeless(self, error: BaseException) -> bool:
-        """Whether a failing start gives up on ``error``: one no retry fixes, or one
-        ``give_up`` refuses after this many attempts."""
-        return _permanent(error) or (
-            self._give_up is not None and self._give_up(error, self._attempts)
-        )
+    def _hopeless(self, error: BaseException, attempts: int) -> bool:
+        """Whether a waiting start gives up on ``error``, after ``attempts`` failed attempts:
+        one no retry fixes, or one ``give_up`` refuses."""
+        return _permanent(error) or (self._give_up is not None and self._give_up(error, attempts))
 
     async def learn_all_shards(self) -> None:
         """List every shard of the stream, closed ones included (AT_TRIM_HORIZON), and let
@@ -307,10 +316,17 @@ class ShardMapDriver:
         )
 
     async def _refresh(self) -> None:
-        shards = await self._executor.attempt(
-            self._refresh_once, self._policy, f"ListShards for stream {self.stream_name!r}"
-        )
-        if shards is None:  # a waiting start gave up: it raises the error
+        policy = self._start_policy if self._starting else self._policy
+        try:
+            shards = await self._executor.attempt(
+                self._refresh_once, policy, f"ListShards for stream {self.stream_name!r}"
+            )
+        except Exception as exc:
+            if exc is not self._last_error:  # not a refresh's failure: a bug
+                raise
+            # The start policy gave up on it: the waiting start raises it (wait_ready).
+            self._gave_up = True
+            await self._notify()
             return
         self._last_error = None
         self._map.refresh_succeeded(shards, self.clock())
@@ -319,10 +335,9 @@ class ShardMapDriver:
         )
         await self._notify()
 
-    async def _refresh_once(self) -> list[ShardInfo] | None:
+    async def _refresh_once(self) -> list[ShardInfo]:
         """One attempt at a refresh; a failure leaves the map INVALID (and wakes the waiters
-        of ``wait_ready``) until the executor tries again. None: a waiting start gives up on
-        the failure (it raises it), so no retry comes, and none is announced."""
+        of ``wait_ready``) until the executor tries again, if the policy says so."""
         if self._map.retry_pending:
             self._map.retry_due()
         self._attempts += 1
@@ -340,8 +355,6 @@ class ShardMapDriver:
             self._last_error = exc
             self._map.refresh_failed()
             await self._notify()
-            if self._starting and self._hopeless(exc):
-                return None
             raise
 
     async def _notify(self) -> None:

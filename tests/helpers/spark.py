@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from spark_kinesis.local import session
 
 

@@ -16,7 +16,7 @@ from beam_kinesis import METRICS_NAMESPACE
 from beam_kinesis._first_calls import SharedFirstCalls
 from beam_kinesis._read_fn import BoundedReadFn, ReadFn, UnboundedReadFn
 from beam_kinesis.read import ReadFromKinesis
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.consumer import TRIM_HORIZON
 from kinesis_core.consumer.reading import SyncShardReader
 from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LocalStream

@@ -17,7 +17,7 @@ import pytest
 
 from beam_kinesis._read_fn import UnboundedReadFn
 from beam_kinesis.read import ReadFromKinesis
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.consumer import TRIM_HORIZON
 from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LocalStream
 from kinesis_core.local.faults import FaultConfig, FaultKind

@@ -38,7 +38,8 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_kinesis import METRICS_NAMESPACE, FailedRecord, WriteToKinesis, _producer_cache
 from beam_kinesis.read import ReadFromKinesis
-from kinesis_core.aws.client import ClientConfig, create_botocore_client
+from kinesis_core.aws.client import create_botocore_client
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.consumer import TRIM_HORIZON
 from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LocalStream
 from kinesis_core.local.streams import split_shard

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
 from kinesis_core.errors import ConfigurationError, KinesisConnectorError

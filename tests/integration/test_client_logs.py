@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from kinesis_core.aws.client import ClientConfig, create_botocore_client, create_kinesis_client
+from kinesis_core.aws.client import create_botocore_client, create_kinesis_client
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.producer import Producer
 
 pytestmark = pytest.mark.integration

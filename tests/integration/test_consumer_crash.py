@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from kinesis_core.aggregation import AggregateBuilder
-from kinesis_core.aws.client import ClientConfig, create_kinesis_client
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.aws.executor import list_all_shards
 from kinesis_core.checkpoint import CheckpointValue, Sentinel, SQLiteCheckpointStore
 from kinesis_core.consumer import TRIM_HORIZON, Consumer

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from kinesis_core.aggregation import AggregateBuilder, deaggregate
-from kinesis_core.aws.client import ClientConfig, create_botocore_client, create_kinesis_client
+from kinesis_core.aws.client import create_botocore_client, create_kinesis_client
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.aws.executor import list_all_shards
 from kinesis_core.checkpoint import (
     SHARD_END,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.aws.executor import AsyncExecutor
 from kinesis_core.checkpoint.base import Sentinel
 from kinesis_core.consumer.frontier import RecordBatch, ShardFrontier

@@ -12,7 +12,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from kinesis_core.aggregation import deaggregate
-from kinesis_core.aws.client import ClientConfig, create_kinesis_client
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.fanout import (
     ConsumerRegistrationError,

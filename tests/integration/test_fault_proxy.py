@@ -21,11 +21,11 @@ from botocore.exceptions import (
 
 from kinesis_core.aggregation import deaggregate
 from kinesis_core.aws.client import (
-    ClientConfig,
     create_botocore_client,
     create_dynamodb_client,
     create_kinesis_client,
 )
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.local import LocalStream, MotoServer, read_records
 from kinesis_core.local.fault_proxy import FaultProxy
 from kinesis_core.local.faults import FaultConfig, FaultKind, FaultRule

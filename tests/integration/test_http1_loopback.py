@@ -24,7 +24,8 @@ from botocore.exceptions import (
     SSLError,
 )
 
-from kinesis_core.aws.client import DirectHttp, create_kinesis_client, direct_http
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.direct_http import DirectHttp, direct_http
 from kinesis_core.aws.http1 import MAX_HEAD_BYTES
 from kinesis_core.aws.http1_pool import Endpoint, Http1Pool
 from kinesis_core.local import local_client_config

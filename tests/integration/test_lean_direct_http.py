@@ -1,5 +1,5 @@
-"""The lean calls' direct HTTP path (kinesis_core.aws.client.DirectHttp) on real servers: after a
-route's first call, a client made by create_kinesis_client sends its lean calls on the
+"""The lean calls' direct HTTP path (kinesis_core.aws.direct_http.DirectHttp) on real servers:
+after a route's first call, a client made by create_kinesis_client sends its lean calls on the
 library's own HTTP/1.1 client (kinesis_core.aws.http1), with the client's settings (TLS
 verification, timeouts), and its transport failures are botocore's exceptions, as on the
 client's own session."""
@@ -13,13 +13,11 @@ from typing import Any
 import pytest
 from botocore.exceptions import SSLError
 
-from kinesis_core.aws.client import (
-    ClientConfig,
-    DirectHttp,
-    create_kinesis_client,
-    direct_http,
-    error_kind,
-)
+from kinesis_core.aws.botocore_private import http_session
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.config import ClientConfig
+from kinesis_core.aws.direct_http import DirectHttp, direct_http
+from kinesis_core.aws.exceptions import error_kind
 from kinesis_core.aws.lean_get_records import LeanGetRecords
 from kinesis_core.local import KinesisMock, LocalStream, local_client_config
 from kinesis_core.local.faults import FaultConfig, FaultKind, FaultRule
@@ -43,14 +41,14 @@ async def _iterator(client: Any, stream: str, shard_id: str) -> str:
 def _count_sends(client: Any) -> list[str]:
     """The X-Amz-Target of every request the client's own HTTP session sends."""
     sent: list[str] = []
-    http_session = client._endpoint.http_session
-    send = http_session.send
+    session = http_session(client)
+    send = session.send
 
     async def counted(request: Any) -> Any:
         sent.append(str(request.headers.get("X-Amz-Target", "")))
         return await send(request)
 
-    http_session.send = counted
+    session.send = counted
     return sent
 
 

@@ -14,7 +14,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from kinesis_core.aws import fastparse
-from kinesis_core.aws.client import create_botocore_client, create_kinesis_client, error_kind
+from kinesis_core.aws.client import create_botocore_client, create_kinesis_client
+from kinesis_core.aws.exceptions import error_kind
 from kinesis_core.aws.lean_get_records import LeanGetRecords
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.consumer import TRIM_HORIZON, Consumer

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from kinesis_core.aws.client import create_kinesis_client, error_kind
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.exceptions import error_kind
 from kinesis_core.aws.lean_get_shard_iterator import LeanGetShardIterator
 from kinesis_core.local import LocalStream
 

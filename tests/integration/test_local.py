@@ -23,11 +23,11 @@ import psutil
 import pytest
 
 from kinesis_core.aws.client import (
-    ClientConfig,
     create_botocore_client,
     create_dynamodb_client,
     create_kinesis_client,
 )
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.errors import ConfigurationError, EmulatorError, ValidationError
 from kinesis_core.local import (
     KinesisMock,

@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from kinesis_core.aggregation import deaggregate
-from kinesis_core.aws.client import create_kinesis_client, direct_http
+from kinesis_core.aws.botocore_private import http_session
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.direct_http import direct_http
 from kinesis_core.local.streams import LocalStream
 from kinesis_core.producer import BatchResult, BlockingProducer, Producer, ProducerConfig
 from kinesis_core.runtime.heap import freeze_start_up_heap
@@ -102,7 +104,7 @@ def test_put_records_errors_are_not_retried_by_botocore(moto_stream: Any) -> Non
             Producer(stream.name, client=client, producer_config=config) as p,
         ):
             calls = 0
-            session = client._endpoint.http_session
+            session = http_session(client)
             original = session.send
 
             async def counting(request: Any) -> Any:
@@ -166,7 +168,7 @@ def test_after_a_streams_first_request_botocore_sends_none(moto_stream: Any, lea
         async with create_kinesis_client(stream.client_config, max_attempts=1) as client:
             through_botocore = 0
             sent = 0
-            session = client._endpoint.http_session
+            session = http_session(client)
             original = session.send
 
             def botocore_sends(**_: Any) -> None:

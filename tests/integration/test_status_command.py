@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.checkpoint import (
     Checkpoint,
     CheckpointStore,

@@ -11,7 +11,7 @@ import pytest
 from apache_beam.io import kinesis as xlang
 
 from beam_kinesis import CredentialsInPipelineWarning, compat
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.consumer.positions import LATEST, TRIM_HORIZON, AtTimestamp
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.producer import ProducerConfig

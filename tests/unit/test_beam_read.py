@@ -46,7 +46,7 @@ from beam_kinesis.read import ReadFromKinesis
 from beam_kinesis.record import KinesisRecord
 from kinesis_core.aggregation import encode_aggregate
 from kinesis_core.aws.classify import ErrorKind
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.checkpoint import SHARD_END, MemoryCheckpointStore
 from kinesis_core.consumer import LATEST, TRIM_HORIZON, AtTimestamp, ConsumerConfig
 from kinesis_core.consumer.reading import ShardReadError

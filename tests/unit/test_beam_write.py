@@ -38,7 +38,7 @@ from beam_kinesis import (
 )
 from beam_kinesis._elements import make_record_fn, to_bytes
 from beam_kinesis.options import client_config_from_options
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.errors import ConfigurationError, ValidationError
 from kinesis_core.producer import (
     EXPIRED,

@@ -20,7 +20,7 @@ from kinesis_core.aws.classify import (
     error_details,
     error_message,
 )
-from kinesis_core.aws.client import error_kind
+from kinesis_core.aws.exceptions import error_kind
 
 T, R, E, N, U, A, V, C, F = (
     ErrorKind.THROTTLED,

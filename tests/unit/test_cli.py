@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kinesis_core import cli
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.cli import COMMANDS, Command, Handler, main
 from kinesis_core.shards.info import ShardInfo
 

@@ -16,12 +16,13 @@ from typing import Any
 import botocore.loaders
 import pytest
 
+from kinesis_core.aws.botocore_private import http_session, request_signer
 from kinesis_core.aws.client import (
-    ClientConfig,
     create_botocore_client,
     create_dynamodb_client,
     create_kinesis_client,
 )
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.errors import ConfigurationError, ValidationError
 
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
@@ -112,7 +113,7 @@ def test_unset_fields_resolve_like_botocore_when_the_client_is_made(
         assert kinesis.meta.region_name == "eu-central-1"
         assert kinesis.meta.endpoint_url == "http://127.0.0.1:2"
         assert dynamodb.meta.endpoint_url == "https://dynamodb.eu-central-1.amazonaws.com"
-        assert kinesis._request_signer._credentials.access_key == "AKIDENV"
+        assert request_signer(kinesis)._credentials.access_key == "AKIDENV"
     finally:
         kinesis.close()
         dynamodb.close()
@@ -136,7 +137,7 @@ def test_explicit_fields_win_over_the_environment(monkeypatch: pytest.MonkeyPatc
     try:
         assert client.meta.region_name == "us-west-1"
         assert client.meta.endpoint_url == "http://127.0.0.1:5"
-        assert client._request_signer._credentials.access_key == "AKIDEXAMPLE"
+        assert request_signer(client)._credentials.access_key == "AKIDEXAMPLE"
     finally:
         client.close()
 
@@ -149,7 +150,7 @@ def test_profile_supplies_region_and_credentials(tmp_path: Path) -> None:
     client = create_botocore_client(ClientConfig(profile_name="dev"), "kinesis")
     try:
         assert client.meta.region_name == "eu-north-1"
-        assert client._request_signer._credentials.access_key == "AKIDPROFILE"
+        assert request_signer(client)._credentials.access_key == "AKIDPROFILE"
     finally:
         client.close()
 
@@ -257,7 +258,7 @@ def test_verify_is_on_by_default_and_off_only_explicitly_with_a_warning(
         "kinesis",
     )
     try:
-        assert off._endpoint.http_session._verify is False
+        assert http_session(off)._verify is False
     finally:
         off.close()
     assert len(caplog.records) == 1
@@ -270,7 +271,7 @@ def test_verify_accepts_a_ca_bundle_path(tmp_path: Path) -> None:
     bundle.write_text("")
     client = create_botocore_client(creds(region_name="us-east-1", verify=str(bundle)), "kinesis")
     try:
-        assert client._endpoint.http_session._verify == str(bundle)
+        assert http_session(client)._verify == str(bundle)
     finally:
         client.close()
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.consumer.config import ConsumerConfig, EnhancedFanOut
 from kinesis_core.consumer.polling import PollingOptions
 from kinesis_core.consumer.subscription import SubscriptionOptions

@@ -12,7 +12,7 @@ from botocore.parsers import JSONParser, create_parser
 
 from kinesis_core.aws import fastparse
 from kinesis_core.aws.classify import MALFORMED_RESPONSE, ErrorKind, error_details
-from kinesis_core.aws.client import error_kind
+from kinesis_core.aws.exceptions import error_kind
 from kinesis_core.errors import MalformedResponseError
 from kinesis_core.records import WireRecord
 

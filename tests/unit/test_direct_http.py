@@ -1,6 +1,6 @@
-"""kinesis_core.aws.client.DirectHttp's choices without a server: which URLs it sends (none a proxy
-applies to) and which botocore exception each transport failure becomes (the one aiobotocore
-raises for aiohttp's error for the same failure)."""
+"""kinesis_core.aws.direct_http.DirectHttp's choices without a server: which URLs it sends
+(none a proxy applies to) and which botocore exception each transport failure becomes (the one
+aiobotocore raises for aiohttp's error for the same failure)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ from botocore.exceptions import (
     SSLError,
 )
 
-from kinesis_core.aws.client import ClientConfig, DirectHttp, direct_http, transport_error
+from kinesis_core.aws.config import ClientConfig
+from kinesis_core.aws.direct_http import DirectHttp, direct_http
+from kinesis_core.aws.exceptions import transport_error
 from kinesis_core.aws.http1 import ConnectionBroken, ConnectTimeout, MalformedAnswer, ReadTimeout
 
 URL = "https://kinesis.eu-west-1.amazonaws.com/"

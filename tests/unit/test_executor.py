@@ -13,10 +13,10 @@ from botocore.exceptions import ClientError
 
 from kinesis_core.aws.calls import DescribeStreamSummary, ListShards
 from kinesis_core.aws.classify import ErrorKind
-from kinesis_core.aws.client import error_kind
+from kinesis_core.aws.exceptions import error_kind
 from kinesis_core.aws.executor import LISTING_RETRY, AsyncExecutor, SyncExecutor, list_all_shards
 from kinesis_core.aws.retry import RetryPolicy
-from kinesis_core.consumer.links import async_link, look_at_consumer, look_at_consumer_sync
+from kinesis_core.consumer.links import async_link, consumer_look, take_look, take_look_sync
 from kinesis_core.consumer.transport import CheckStream
 from kinesis_core.errors import KinesisServiceError, MalformedResponseError
 from kinesis_core.stream import StreamRef
@@ -132,7 +132,8 @@ def test_a_consumer_check_of_a_consumer_not_found_says_so() -> None:
             raise client_error("ResourceNotFoundException", operation="DescribeStreamConsumer")
 
     arn = "arn:aws:kinesis:us-east-1:123456789012:stream/orders/consumer/reader:1700000000"
-    check = look_at_consumer_sync(SyncExecutor(Kinesis()), arn)
+    executor = SyncExecutor(Kinesis())
+    check = take_look_sync(executor, consumer_look(executor, arn))
     assert (check.status, check.gone, check.consumer_name, check.stream) == (
         None,
         True,
@@ -159,13 +160,15 @@ def test_shared_consumer_looks_are_one_call_per_listing_max_age_and_fresh_ones_a
 
     async def main() -> None:
         executor = AsyncExecutor(Kinesis(), clock=clock, listing_max_age=15.0)
-        looks = [await look_at_consumer(executor, arn, shared=True) for _ in range(5)]
+        looks = [
+            await take_look(executor, consumer_look(executor, arn, shared=True)) for _ in range(5)
+        ]
         assert {look.status for look in looks} == {"ACTIVE"}
         assert len(calls) == 1
-        await look_at_consumer(executor, arn)
+        await take_look(executor, consumer_look(executor, arn))
         assert len(calls) == 2
         await asyncio.sleep(16)
-        await look_at_consumer(executor, arn, shared=True)
+        await take_look(executor, consumer_look(executor, arn, shared=True))
         assert len(calls) == 3
 
     clock.run(main())

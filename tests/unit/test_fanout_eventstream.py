@@ -9,7 +9,7 @@ from botocore.exceptions import ClientError
 
 from kinesis_core.aggregation import deaggregate, encode_aggregate
 from kinesis_core.aws.classify import ErrorKind
-from kinesis_core.aws.client import error_kind
+from kinesis_core.aws.exceptions import error_kind
 from kinesis_core.consumer.subscription import SubscribeEvent, renewal_position
 from kinesis_core.fanout.errors import FanOutTransportError
 from kinesis_core.fanout.eventstream import MAX_MESSAGE_LENGTH, EventStreamDecoder, http_error

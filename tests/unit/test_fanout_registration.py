@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.consumer import EnhancedFanOut
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.fanout import (

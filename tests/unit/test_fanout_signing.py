@@ -13,7 +13,8 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from kinesis_core.aws.client import ClientConfig, create_kinesis_client
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.fanout.connection import _CONNECTION_HEADERS
 from kinesis_core.fanout.http11 import Http11ClientProtocol
 from kinesis_core.fanout.signing import RequestSigner, SignedRequest

@@ -39,6 +39,7 @@ PURE = [
     "kinesis_core.shards.record_size",
     "kinesis_core.records",
     "kinesis_core.aws.retry",
+    "kinesis_core.aws.run",
     "kinesis_core.serde",
     "kinesis_core.shards.shard_map",
     "kinesis_core.shards.info",

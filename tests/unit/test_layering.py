@@ -10,6 +10,9 @@ the same way (``import_cycles("kinesis_core")``).
 from __future__ import annotations
 
 import ast
+import functools
+import importlib.util
+import re
 from collections.abc import Collection
 from pathlib import Path
 
@@ -30,6 +33,12 @@ PRIVATE_ACCESS_ALLOWED = {
     "kinesis_core": {"kinesis_core.local._moto_child"},
 }
 """Modules whose job is to reach into another library's internals (one per package at most)."""
+
+BOTOCORE_PRIVATE = {"kinesis_core": {"kinesis_core.aws.botocore_private"}}
+"""The one module of the project that touches botocore's and aiobotocore's private names."""
+
+BOTOCORE_INTERNAL_MODULES = ("botocore.httpsession", "aiobotocore.httpsession")
+"""Modules of botocore that are not its documented API, used only where its private names are."""
 
 LOWER_LAYERS = {
     "kinesis_core.aws": ("kinesis_core.shards", "kinesis_core.runtime"),
@@ -121,17 +130,85 @@ def private_uses(package: str, allowed: Collection[str] = ()) -> list[str]:
                     if _private(a.name) and f"{node.module}.{a.name}" not in modules
                 ]
             elif isinstance(node, ast.Attribute) and _private(node.attr):
-                owner = node.value
-                own = (isinstance(owner, ast.Name) and owner.id in ("self", "cls")) or (
-                    isinstance(owner, ast.Call)
-                    and isinstance(owner.func, ast.Name)
-                    and owner.func.id == "super"
-                )
+                own = _own(node.value)
                 names = [] if own or node.attr in own_names else [node.attr]
             else:
                 continue
             found.extend(f"{name}:{node.lineno} {n}" for n in names)
     return found
+
+
+@functools.cache
+def botocore_private_names() -> frozenset[str]:
+    """The private names botocore and aiobotocore define (functions, module globals and
+    ``self._x`` attributes), read from their installed source."""
+    pattern = re.compile(
+        r"\bself\.(_[A-Za-z]\w*)\s*[:=]|\bdef (_[A-Za-z]\w*)|^(_[A-Za-z]\w*)\s*[:=]", re.M
+    )
+    names: set[str] = set()
+    for library in ("botocore", "aiobotocore"):
+        spec = importlib.util.find_spec(library)
+        assert spec is not None, library
+        assert spec.origin is not None, library
+        for path in Path(spec.origin).parent.rglob("*.py"):
+            for found in pattern.findall(path.read_text(encoding="utf-8", errors="replace")):
+                names.update(name for name in found if name and _private(name))
+    return frozenset(names)
+
+
+def _botocore_module(module: str) -> bool:
+    parts = module.split(".")
+    return parts[0] in ("botocore", "aiobotocore") and (
+        any(part.startswith("_") for part in parts) or module in BOTOCORE_INTERNAL_MODULES
+    )
+
+
+def botocore_private_uses(
+    package: str, allowed: Collection[str] = (), names: Collection[str] | None = None
+) -> list[str]:
+    """``module:line name`` for every touch of botocore's private names outside ``allowed``:
+    an import of a private or internal module of botocore or aiobotocore
+    (:data:`BOTOCORE_INTERNAL_MODULES`) or of a private name from one, and one of ``names``
+    (default: :func:`botocore_private_names`) as an attribute of anything but ``self``,
+    ``cls`` and ``super()``, written out or as a ``getattr``/``hasattr``/``setattr`` string.
+    Unlike :func:`private_uses`, a module that defines such a name itself is no exception."""
+    private = botocore_private_names() if names is None else names
+    found = []
+    for name, path in package_modules(package).items():
+        if name in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            touched: list[str] = []
+            if isinstance(node, ast.Import):
+                touched = [a.name for a in node.names if _botocore_module(a.name)]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                if _botocore_module(node.module):
+                    touched = [node.module]
+                elif node.module.split(".")[0] in ("botocore", "aiobotocore"):
+                    touched = [a.name for a in node.names if _private(a.name)]
+            elif isinstance(node, ast.Attribute) and node.attr in private:
+                touched = [] if _own(node.value) else [node.attr]
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr", "setattr", "delattr")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and node.args[1].value in private
+                and not _own(node.args[0])
+            ):
+                touched = [str(node.args[1].value)]
+            found.extend(f"{name}:{node.lineno} {n}" for n in touched)
+    return found
+
+
+def _own(owner: ast.expr) -> bool:
+    """``self``, ``cls`` or ``super()``: an object's own attributes."""
+    return (isinstance(owner, ast.Name) and owner.id in ("self", "cls")) or (
+        isinstance(owner, ast.Call)
+        and isinstance(owner.func, ast.Name)
+        and owner.func.id == "super"
+    )
 
 
 def _defined_names(tree: ast.AST) -> set[str]:
@@ -197,6 +274,47 @@ def test_the_lower_folders_import_nothing_above_them() -> None:
 @pytest.mark.parametrize("package", PACKAGES)
 def test_no_private_names_across_modules(package: str) -> None:
     assert private_uses(package, PRIVATE_ACCESS_ALLOWED.get(package, set())) == []
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_only_one_module_touches_botocores_private_names(package: str) -> None:
+    """Every use of botocore's private names is in kinesis_core.aws.botocore_private, which the
+    botocore nox sessions test on the lowest and the newest botocore; faust_internals touches
+    Faust's ``_queue``, a name botocore has too."""
+    allowed = BOTOCORE_PRIVATE.get(package, set()) | {"faust_kinesis.faust_internals"}
+    assert botocore_private_uses(package, allowed) == []
+
+
+def test_the_botocore_check_finds_every_way_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = {
+        "__init__.py": "",
+        "a.py": (
+            "import botocore.httpsession\n"
+            "from botocore.utils import _private_helper, get_environ_proxies\n"
+            "from aiobotocore._helpers import x\n"
+        ),
+        "b.py": (
+            "class B:\n"
+            "    def _endpoint(self): ...\n"
+            "    def f(self, client):\n"
+            "        signer = getattr(client, '_request_signer', None)\n"
+            "        return client._endpoint, self._endpoint(), super()._endpoint, signer\n"
+        ),
+        "allowed.py": "def f(client):\n    return client._endpoint\n",
+    }
+    make_package(tmp_path, monkeypatch, "botocore_pkg", files)
+
+    names = {"_endpoint", "_request_signer"}
+    assert botocore_private_uses("botocore_pkg", {"botocore_pkg.allowed"}, names) == [
+        "botocore_pkg.a:1 botocore.httpsession",
+        "botocore_pkg.a:2 _private_helper",
+        "botocore_pkg.a:3 aiobotocore._helpers",
+        "botocore_pkg.b:4 _request_signer",
+        "botocore_pkg.b:5 _endpoint",
+    ]
+    assert {"_endpoint", "_request_signer"} <= botocore_private_names()
 
 
 def test_the_checks_find_what_they_look_for(

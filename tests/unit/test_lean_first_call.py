@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 from botocore.awsrequest import AWSRequest
 
-from kinesis_core.aws.client import ClientConfig, create_kinesis_client
+from kinesis_core.aws.botocore_private import request_signer
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.aws.lean_requests import LeanRequests, Route
 
 AUTH = (
@@ -39,7 +41,7 @@ class _Calls:
     which way every call went."""
 
     def __init__(self, client: Any) -> None:
-        self.lean = _Lean(client, client._request_signer, None)
+        self.lean = _Lean(client, request_signer(client), None)
         self._client = client
         self.release = asyncio.Event()
         self.answer = asyncio.Event()

@@ -15,7 +15,9 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import ReadOnlyCredentials
 
-from kinesis_core.aws.client import ClientConfig, create_kinesis_client
+from kinesis_core.aws.botocore_private import request_signer
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.aws.lean_get_records import EVENT, LeanGetRecords
 from kinesis_core.aws.lean_requests import CONTENT_TYPE, Route, SigV4, error_response, route_of
 
@@ -103,7 +105,7 @@ def _lean_calls(
     async def main() -> tuple[list[Any], list[dict[str, Any]]]:
         async with create_kinesis_client(config, max_attempts=1) as client:
             session = _RecordingSession()
-            lean = LeanGetRecords(client, client._request_signer, session)
+            lean = LeanGetRecords(client, request_signer(client), session)
             if sigv4 is not None:
                 lean._sigv4 = sigv4
             learned = AWSRequest(

@@ -10,7 +10,9 @@ from typing import Any
 
 from botocore.awsrequest import AWSRequest
 
-from kinesis_core.aws.client import ClientConfig, create_kinesis_client
+from kinesis_core.aws.botocore_private import request_signer
+from kinesis_core.aws.client import create_kinesis_client
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.producer import sender
 from kinesis_core.producer.items import KinesisRecordOut
 from kinesis_core.producer.sender import LeanPutRecords, put_records_body
@@ -71,7 +73,7 @@ def test_a_learned_route_is_signed_and_only_the_producers_requests_teach_it() ->
     async def main() -> tuple[Any, Any, list[Any]]:
         async with create_kinesis_client(config, max_attempts=1) as client:
             session = _RecordingSession(answer)
-            lean = LeanPutRecords(client, client._request_signer, session)
+            lean = LeanPutRecords(client, request_signer(client), session)
             assert LeanPutRecords.of(client) is not lean  # of() makes its own, once
             request = AWSRequest(
                 method="POST",

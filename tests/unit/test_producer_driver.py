@@ -578,7 +578,7 @@ def test_the_producer_makes_its_client_with_botocore_retries_off(
     import contextlib
 
     from kinesis_core.aws import client as client_module
-    from kinesis_core.aws.client import ClientConfig
+    from kinesis_core.aws.config import ClientConfig
 
     made: list[tuple[ClientConfig, int | None]] = []
     fake = FakeKinesis()

@@ -86,6 +86,23 @@ def test_no_answer_at_all_gives_up_after_its_own_count() -> None:
     assert retry.failed(0.0, cut, ErrorKind.TRANSIENT, unreachable=True) is None
 
 
+def test_give_up_ends_the_retries_whatever_the_kind_and_counts_every_failure() -> None:
+    asked: list[tuple[str, int]] = []  # (the failure, the attempts so far)
+
+    def give_up(error: BaseException, attempts: int) -> bool:
+        asked.append((str(error), attempts))
+        return str(error) == "ResourceNotFoundException" or attempts >= 3
+
+    retry = RetryPolicy(attempts=None, give_up=give_up).begin(0.0)
+    assert retry.failed(0.0, THROTTLED, ErrorKind.THROTTLED) is not None
+    retry.succeeded()  # the count of give_up is the run's, not the streak's
+    assert retry.failed(0.0, THROTTLED, ErrorKind.THROTTLED) is not None
+    assert retry.failed(0.0, THROTTLED, ErrorKind.THROTTLED) is None
+    assert [attempts for _, attempts in asked] == [1, 2, 3]
+    fresh = RetryPolicy(attempts=None, give_up=give_up).begin(0.0)
+    assert fresh.failed(0.0, Refused("ResourceNotFoundException"), ErrorKind.THROTTLED) is None
+
+
 def test_the_history_keeps_the_first_and_the_last_attempts_and_counts_the_codes() -> None:
     retry = RetryPolicy(attempts=None).begin(10.0)
     for i in range(9):

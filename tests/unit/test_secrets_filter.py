@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from kinesis_core.aws.client import SecretsFilter
+from kinesis_core.aws.log_filter import SecretsFilter
 
 
 def test_a_secret_that_begins_with_another_is_masked_whole_whatever_the_order() -> None:

@@ -28,7 +28,9 @@ from apache_beam.transforms.display import DisplayData
 from beam_kinesis import ReadFromKinesis, WriteToKinesis, compat
 from beam_kinesis.options import CredentialsInPipelineWarning, client_config_from_options
 from faust_kinesis import KinesisChannel, KinesisSink
-from kinesis_core.aws.client import ClientConfig, create_botocore_client, create_kinesis_client
+from kinesis_core.aws.botocore_private import http_session
+from kinesis_core.aws.client import create_botocore_client, create_kinesis_client
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.local._server import free_port
 
@@ -276,7 +278,7 @@ def test_tls_verification_is_on_unless_turned_off_explicitly(
 
     async def verify_of(config: ClientConfig) -> object:
         async with create_kinesis_client(config) as client:
-            return client._endpoint.http_session._verify
+            return http_session(client)._verify
 
     endpoint = "https://127.0.0.1:4567"
     defaults = [

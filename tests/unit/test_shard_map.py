@@ -736,6 +736,34 @@ def test_driver_start_fails_fast_on_a_missing_stream() -> None:
     run(main)
 
 
+def test_driver_start_gives_up_by_its_policy_with_the_history_and_no_retry_announced(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``give_up`` is the start policy's: the executor raises the last failure with the
+    history of the attempts before it, and announces the retries that came, not one more."""
+
+    async def main() -> None:
+        fake = Switchable(throttled("InternalFailure"))
+        driver = ShardMapDriver(
+            "s", fake, sleep=RecordingSleep(), give_up=lambda _error, attempts: attempts >= 3
+        )
+        with pytest.raises(KinesisConnectorError, match="InternalFailure") as info:
+            await driver.start()
+        assert not isinstance(info.value, ShardMapTimeoutError)
+        assert fake.calls == 3
+        assert info.value.__cause__ is driver.last_error
+        assert getattr(driver.last_error, "__notes__", []) == [
+            "retried: 3 failed attempts over 0.0 s (InternalFailure x3); the last: slow down"
+        ]
+
+    caplog.set_level("WARNING", logger="kinesis_core.aws.executor")
+    run(main)
+    assert [r.getMessage().rpartition("; ")[2] for r in caplog.records] == [
+        "retrying in 1.0 s",
+        "retrying in 2.0 s",
+    ]
+
+
 def test_driver_start_times_out() -> None:
     async def main() -> None:
         fake = Switchable(throttled("InternalFailure"))

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.aws.executor import SyncExecutor
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.consumer import Consumer

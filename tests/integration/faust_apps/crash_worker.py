@@ -16,7 +16,7 @@ from typing import Any
 
 from faust_apps import kafka_free_app
 from faust_kinesis import KinesisChannel
-from kinesis_core.aws.client import ClientConfig
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.checkpoint import SQLiteCheckpointStore
 from kinesis_core.consumer import ConsumerConfig
 from kinesis_core.lease import LeaseConfig
