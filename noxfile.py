@@ -9,7 +9,7 @@ global version is another one, under ``$PYENV_ROOT/versions/3.X.*/bin`` (the new
 
 The ``botocore`` sessions run the tests of :mod:`kinesis_core.aws.botocore_private`, the one
 module that uses botocore's private names (the lean requests' signer and HTTP session,
-DirectHttp's proxy and TLS helpers), against the lowest aiobotocore the project declares with
+DirectHttp's proxy and TLS helpers), and of the lean paths built on it, against the lowest aiobotocore the project declares with
 the lowest botocore it allows (``botocore-lowest``) and against the newest of both
 (``botocore-newest``), so a botocore release that moves a private name fails a test, not a
 user. ``scripts/test`` runs both after the suite.
@@ -103,12 +103,23 @@ def tests(session: nox.Session) -> None:
     )
 
 
-BOTOCORE_TESTS = ["tests/unit/test_botocore_private.py"]
+BOTOCORE_TESTS = [
+    "tests/unit/test_botocore_private.py",
+    "tests/unit/test_lean_first_call.py",
+    "tests/unit/test_lean_get_records.py",
+    "tests/unit/test_lean_put_records.py",
+    "tests/unit/test_direct_http.py",
+    "tests/unit/test_fanout_signing.py",
+    "tests/integration/test_lean_get_records_servers.py",
+    "tests/integration/test_lean_get_shard_iterator_servers.py",
+    "tests/integration/test_lean_direct_http.py",
+]
 """The tests of kinesis_core.aws.botocore_private, the one module that uses botocore's private
-names (tests/unit/test_layering.py keeps it the one), each on real clients."""
+names (tests/unit/test_layering.py keeps it the one), and of the paths that rest on it and on
+botocore's event hooks (the lean requests, DirectHttp, the fan-out signer), on real calls."""
 
-BOTOCORE_TOOLS = ["pytest", "pytest-timeout"]
-"""What those tests need beside the ``efo`` extra."""
+BOTOCORE_TOOLS = ["pytest", "pytest-timeout", "hypothesis", "cryptography", "h11", "moto[server]"]
+"""What those tests need beside the ``efo`` extra (h11: the fan-out signing test's server)."""
 
 
 def declared_lower_bound(distribution: str) -> str:
