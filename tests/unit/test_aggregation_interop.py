@@ -13,6 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from kinesis_core._kpl_messages import MESSAGES
 from kinesis_core.aggregation import (
+    MAGIC,
     AggregateBuilder,
     Tag,
     deaggregate,
@@ -143,6 +144,28 @@ def test_our_aggregates_deaggregate_with_aws_kinesis_agg(records: list[SubRecord
     for record in records:
         builder.add(*record)
     assert kagg_deaggregate(builder.build()) == records
+
+
+record_ids = st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches(min_size=1), st.data())
+def test_aws_kinesis_agg_reads_every_record_of_our_tagged_aggregates(
+    records: list[SubRecord], data: st.DataObject
+) -> None:
+    """Record ids ride in tags that aws-kinesis-agg (and the KCL) read past: it gets every
+    record's data and keys unchanged, a one-record aggregate included; ours gets the ids."""
+    ids = data.draw(st.lists(record_ids, min_size=len(records), max_size=len(records)))
+    builder = AggregateBuilder(MAX_RECORD_BYTES)
+    for record, record_id in zip(records, ids, strict=True):
+        assert builder.try_add(*record, record_id)
+    blob = builder.build()
+    assert blob.startswith(MAGIC)
+    assert kagg_deaggregate(blob) == records
+    out = deaggregate([boto3_entry(blob)], "shardId-0")
+    assert [(r.partition_key, r.explicit_hash_key, r.data) for r in out] == records
+    assert [r.record_id for r in out] == ids
 
 
 def test_aws_kinesis_agg_mixed_ehk_bug_does_not_affect_us() -> None:
