@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_right
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from hashlib import md5
 from itertools import accumulate, count, repeat
 from operator import add, attrgetter, methodcaller
@@ -794,8 +794,7 @@ def deaggregate(
             )
         elif hash_range is None or _in_range(columns, *hash_range, in_range):
             keys, explicit, datas, ids = columns
-            out += map(
-                KinesisRecord,
+            fields: list[Iterable[Any]] = [
                 datas,
                 keys,
                 explicit or repeat(None),
@@ -806,6 +805,8 @@ def deaggregate(
                 repeat(True),
                 repeat(ack),
                 repeat(sequence),
-                ids or repeat(None),
-            )
+            ]
+            if ids is not None:
+                fields.append(ids)
+            out += map(KinesisRecord, *fields)
     return out

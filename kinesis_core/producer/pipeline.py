@@ -436,15 +436,16 @@ class Pipeline:
             index = pos if indexes is None else indexes[pos]
             record_id = None
             try:
-                if len(rec) == 2:
+                shape = len(rec)
+                if shape == 2:
                     data, pk = rec
                     ehk = None
-                elif len(rec) == 4:
+                elif shape == 3:
+                    data, pk, ehk = rec
+                else:
                     data, pk, ehk, record_id = rec
                     if record_id is not None:
                         record_id = _caller_id(record_id, ids)
-                else:
-                    data, pk, ehk = rec
                 hash_key = validate(data, pk, ehk, max_record_bytes)
             except RecordTooLargeError as exc:
                 if set_aside and self.may_fit_later(exc.size):
