@@ -23,7 +23,6 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from faust_kinesis import KinesisChannel, KinesisSink, kinesis_sensor
-from kinesis_core.aggregation import deaggregate
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.consumer import ConsumerConfig, EnhancedFanOut
 from kinesis_core.producer import ProducerConfig
@@ -31,6 +30,7 @@ from kinesis_core.record_ids import derived_record_id
 from kinesis_core.telemetry import Telemetry
 from tests.helpers.large_records import large_records
 from tests.helpers.otel import collected
+from tests.helpers.streams import user_records
 
 pytestmark = pytest.mark.integration
 
@@ -263,11 +263,7 @@ def test_outputs_carry_ids_derived_from_their_source_records(
 
     asyncio.run(process_once(1))
     asyncio.run(process_once(2))
-    written = [
-        record
-        for shard, wire in _by_shard(target.records()).items()
-        for record in deaggregate(wire, shard)
-    ]
+    written = user_records(target)
     assert len(written) == 4 * count
     expected = {}
     for (sequence, sub_sequence), data in records:
@@ -277,10 +273,3 @@ def test_outputs_carry_ids_derived_from_their_source_records(
             )
     assert all(r.record_id == expected[r.data] for r in written)
     assert sorted(Counter(r.record_id for r in written).values()) == [2] * (2 * count)
-
-
-def _by_shard(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    by_shard: dict[str, list[dict[str, Any]]] = {}
-    for record in records:
-        by_shard.setdefault(record["ShardId"], []).append(record)
-    return by_shard

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from kinesis_core.aggregation import MAGIC, deaggregate
-from kinesis_core.local.streams import LocalStream
+from kinesis_core.aggregation import MAGIC
 from kinesis_core.producer import Producer, ProducerConfig
 from kinesis_core.record_ids import split_counter
+from tests.helpers.streams import user_records
 
 pytestmark = pytest.mark.integration
 
@@ -30,13 +30,6 @@ def _aws_kinesis_agg_deaggregate(record: dict[str, Any]) -> list[tuple[str, byte
         (r["kinesis"]["partitionKey"], base64.b64decode(r["kinesis"]["data"]))
         for r in deaggregator.iter_deaggregate_records(record, data_format="Boto3")
     ]
-
-
-def _by_shard(stream: LocalStream) -> dict[str, list[dict[str, Any]]]:
-    by_shard: dict[str, list[dict[str, Any]]] = {}
-    for record in stream.records():
-        by_shard.setdefault(record["ShardId"], []).append(record)
-    return by_shard
 
 
 def test_ids_arrive_in_the_tags_and_aws_kinesis_agg_reads_every_record(moto_stream: Any) -> None:
@@ -54,10 +47,9 @@ def test_ids_arrive_in_the_tags_and_aws_kinesis_agg_reads_every_record(moto_stre
             return producer.session
 
     session = asyncio.run(main())
-    by_shard = _by_shard(stream)
-    raw = [r for records in by_shard.values() for r in records]
+    raw = stream.records()
     assert all(r["Data"].startswith(MAGIC) for r in raw)  # the record alone too
-    ours = [r for shard, records in by_shard.items() for r in deaggregate(records, shard)]
+    ours = user_records(stream)
     theirs = [kr for r in raw for kr in _aws_kinesis_agg_deaggregate(r)]
     everything = [*sent, (b"alone", "alone-key")]
     assert sorted((r.data, r.partition_key) for r in ours) == sorted(everything)
