@@ -262,6 +262,8 @@ class AggregateBuilder:
         """
         if self._first is not None:
             if record_id is not None:
+                if explicit_hash_key is None:
+                    return self._add_tagged(partition_key, data, record_id)
                 return self._add_prepared(
                     partition_key, explicit_hash_key, data, trailer=_id_tag(record_id)
                 )
@@ -273,8 +275,12 @@ class AggregateBuilder:
             return False
         self._limit = self._max_size - FRAMING_SIZE - pk_len
         if record_id is not None:
-            if not self._add_prepared(
-                partition_key, explicit_hash_key, data, trailer=_id_tag(record_id)
+            if not (
+                self._add_tagged(partition_key, data, record_id)
+                if explicit_hash_key is None
+                else self._add_prepared(
+                    partition_key, explicit_hash_key, data, trailer=_id_tag(record_id)
+                )
             ):
                 self._limit = 0
                 return False
@@ -282,6 +288,36 @@ class AggregateBuilder:
         else:
             self._add_prepared(partition_key, explicit_hash_key, data, check=False)
         self._first = SubRecord(partition_key, explicit_hash_key, data)
+        return True
+
+    def _add_tagged(self, partition_key: str, data: bytes, record_id: str) -> bool:
+        """``try_add`` for a record with an id and no explicit hash key: the bytes
+        ``_add_prepared`` would make, with the id tag's prefix from a table."""
+        raw_id = record_id.encode("utf-8")
+        if len(raw_id) > MAX_RECORD_ID_BYTES:
+            return self._add_prepared(partition_key, None, data, trailer=_id_tag(record_id))
+        trailer = _ID_TAG_PREFIXES[len(raw_id)] + raw_id
+        n = len(data)
+        pk_index = self._pk_index if not self._pk_runs else self._keys()
+        i = pk_index.get(partition_key)
+        entry = None
+        if i is None:
+            i = len(pk_index)
+            entry = _string_field(b"\x0a", partition_key)
+        inner = b"\x08" + _varint(i) + b"\x1a" + _varint(n)
+        header = b"\x1a" + _varint(len(inner) + n + len(trailer)) + inner
+        body_size = self._body_size + len(header) + n + len(trailer)
+        if entry is not None:
+            body_size += len(entry)
+        if body_size > self._limit:
+            return False
+        if entry is not None:
+            pk_index[partition_key] = i
+            self._pk_entries.append(entry)
+        self._parts += (header, data + trailer)
+        self._trailer_size += len(trailer)
+        self._body_size = body_size
+        self._key_chars += len(partition_key)
         return True
 
     def _add_prepared(
@@ -557,6 +593,10 @@ def _tag_field(tag: Tag) -> bytes:
     if value is not None:
         message += _string_field(b"\x12", value)
     return b"\x22" + _varint(len(message)) + message
+
+
+_ID_TAG_PREFIXES = [_id_tag("x" * size)[: -size or None] for size in range(MAX_RECORD_ID_BYTES + 1)]
+"""The bytes of an id tag before the id's, by the id's length in UTF-8 (``_add_tagged``)."""
 
 
 def is_aggregated(blob: bytes) -> bool:

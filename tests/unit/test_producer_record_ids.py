@@ -232,3 +232,17 @@ def test_the_id_tag_is_the_documented_key() -> None:
     assert b"\x0a\x05kc.id\x12\x06the-id" in builder.build()
     (read,) = deaggregate([WireRecord("1", builder.build(), "k")], "shardId-0")
     assert read.record_id == "the-id"
+
+
+def test_many_tagged_records_of_every_size_decode_as_they_were_added() -> None:
+    """Key-table indexes over 127, data and ids whose lengths take two-byte varints."""
+    builder = AggregateBuilder(1024 * 1024)
+    added = []
+    for i in range(400):
+        record = (f"key-{i % 300}", None, bytes([i % 256]) * (i % 260), "é" * (i % 65) or "x")
+        assert builder.try_add(*record)
+        added.append(record)
+        assert builder.size == len(builder.build()) + len("key-0")
+    out = deaggregate([WireRecord("1", builder.build(), "key-0")], "shardId-0")
+    assert [(r.partition_key, r.explicit_hash_key, r.data, r.record_id) for r in out] == added
+    assert builder.data_size == sum(len(data) for _, _, data, _ in added)
