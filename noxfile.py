@@ -9,10 +9,10 @@ global version is another one, under ``$PYENV_ROOT/versions/3.X.*/bin`` (the new
 
 The ``botocore`` sessions run the tests of :mod:`kinesis_core.aws.botocore_private`, the one
 module that uses botocore's private names (the lean requests' signer and HTTP session,
-DirectHttp's proxy and TLS helpers), and of the lean paths built on it, against the lowest aiobotocore the project declares with
-the lowest botocore it allows (``botocore-lowest``) and against the newest of both
-(``botocore-newest``), so a botocore release that moves a private name fails a test, not a
-user. ``scripts/test`` runs both after the suite.
+DirectHttp's proxy and TLS helpers), and of the lean paths built on it, against the lowest
+aiobotocore the project declares with the lowest botocore it allows (``botocore-lowest``) and
+against the newest of both (``botocore-newest``), so a botocore release that moves a private
+name or an event hook fails a test, not a user. ``scripts/test`` runs both after the suite.
 """
 
 from __future__ import annotations

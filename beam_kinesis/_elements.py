@@ -102,8 +102,10 @@ def make_record_fn(
     explicit_hash_key: HashKeyFn | None,
     keyed: bool,
     data_field: str | None = None,
+    record_id: Callable[[Any], str] | None = None,
 ) -> RecordFn:
-    """One function element -> producer record for this configuration.
+    """One function element -> producer record for this configuration; with ``record_id`` a
+    ``(data, key, explicit hash key or None, record id)`` record.
 
     ``keyed``: elements are ``(key, value)`` pairs; the key (str, int or UTF-8 bytes) is the
     partition key and the value is serialized. Otherwise ``partition_key`` (a field name or a
@@ -111,6 +113,26 @@ def make_record_fn(
     spreads the load evenly over every shard. ``data_field``: the data is that field of the
     element (of the value, with ``keyed``), serialized.
     """
+    record = _record_fn(serializer, partition_key, explicit_hash_key, keyed, data_field)
+    if record_id is None:
+        return record
+    id_of = _guard(record_id, _named(record_id, "record_id_fn"))
+
+    def with_id(element: Any) -> tuple[Any, ...]:
+        fields = record(element)
+        return (*fields, None, id_of(element)) if len(fields) == 2 else (*fields, id_of(element))
+
+    return with_id
+
+
+def _record_fn(
+    serializer: Serializer | None,
+    partition_key: str | Callable[[Any], object] | None,
+    explicit_hash_key: HashKeyFn | None,
+    keyed: bool,
+    data_field: str | None,
+) -> RecordFn:
+    """``make_record_fn`` without record ids."""
     serialize = to_bytes if serializer is None else _wrap_serializer(serializer)
     if data_field is not None:
         get_data = field_getter(data_field)

@@ -141,6 +141,7 @@ class _WriteSpec:
     explicit_hash_key: HashKeyFn | None
     keyed: bool
     on_failure: OnFailure
+    record_id: Callable[[Any], str] | None = None
 
     @property
     def producer_key(self) -> tuple[str, ClientConfig, ProducerConfig]:
@@ -164,6 +165,14 @@ class _WriteSpec:
                 "none" if self.explicit_hash_key is None else "from the element",
                 label="Explicit hash key",
             ),
+            "record_id": _item(
+                "from the element"
+                if self.record_id is not None
+                else "automatic"
+                if producer.record_ids
+                else "none",
+                label="Record id",
+            ),
             "on_failure": _item(
                 "failed_records output" if self.on_failure == "output" else "fail the bundle",
                 label="Records that fail for good",
@@ -186,7 +195,11 @@ class WriteToKinesis(beam.PTransform[Any, KinesisWriteResult]):
     (a field name, looked up as ``element[name]`` or ``element.name``, or a function of the
     element returning str, int or UTF-8 bytes), or ``keyed=True`` for ``(key, value)``
     elements (the key is the partition key, the value is serialized). ``explicit_hash_key`` is
-    an optional function of the element returning an int or decimal string. The data is the
+    an optional function of the element returning an int or decimal string. ``record_id_fn``
+    is an optional function of the element returning its record id, a str that must be the
+    same every time the element is written (Beam retries bundles: a retried element then
+    carries the same id, and a deduplicating reader drops the copy; docs/effectively-once.md);
+    it turns the producer's ``record_ids`` on. The data is the
     element (the value, with ``keyed``), or its field ``data_field`` (schema'd rows: a
     NamedTuple, a ``beam.Row``, a dict); ``serializer`` turns it into bytes or str.
 
@@ -205,6 +218,7 @@ class WriteToKinesis(beam.PTransform[Any, KinesisWriteResult]):
         *,
         partition_key: str | Callable[[Any], object] | None = None,
         explicit_hash_key: HashKeyFn | None = None,
+        record_id_fn: Callable[[Any], str] | None = None,
         keyed: bool = False,
         serializer: Serializer | None = None,
         data_field: str | None = None,
@@ -232,11 +246,17 @@ class WriteToKinesis(beam.PTransform[Any, KinesisWriteResult]):
             )
         if data_field is not None and (not isinstance(data_field, str) or not data_field):
             raise ConfigurationError("data_field", f"must be a field name, got {data_field!r}")
-        for name, fn in (("serializer", serializer), ("explicit_hash_key", explicit_hash_key)):
+        for name, fn in (
+            ("serializer", serializer),
+            ("explicit_hash_key", explicit_hash_key),
+            ("record_id_fn", record_id_fn),
+        ):
             if fn is not None and not callable(fn):
                 raise ConfigurationError(name, f"must be a function, got {fn!r}")
         base = producer_config if producer_config is not None else ProducerConfig()
         config = with_overrides(base, producer_options, "WriteToKinesis")
+        if record_id_fn is not None and not config.record_ids:
+            config = dataclasses.replace(config, record_ids=True)
         if client_config is not None:
             warn_if_credentials(client_config, "WriteToKinesis")
         self._client_config = client_config
@@ -250,6 +270,7 @@ class WriteToKinesis(beam.PTransform[Any, KinesisWriteResult]):
             explicit_hash_key=explicit_hash_key,
             keyed=keyed,
             on_failure=on_failure,
+            record_id=record_id_fn,
         )
 
     def expand(self, pcoll: Any) -> KinesisWriteResult:
@@ -321,6 +342,7 @@ class _WriteToKinesisFn(beam.DoFn):
             partition_key=spec.partition_key,
             explicit_hash_key=spec.explicit_hash_key,
             keyed=spec.keyed,
+            record_id=spec.record_id,
         )
         # The default configuration (the data is the element, a random key each) keeps only
         # the data per element and draws the keys for a whole chunk at hand-off.

@@ -17,6 +17,7 @@ from faust.types import TP, Message
 
 from faust_kinesis.acks import Outcome
 from faust_kinesis.faust_internals import ACKED, REFCOUNT
+from kinesis_core.record_ids import derived_record_id
 from kinesis_core.records import KinesisRecord
 
 if TYPE_CHECKING:
@@ -41,13 +42,18 @@ class Run(Protocol):
         """The event ended without a final release (cleared, or a sink write failed)."""
         ...
 
+    @property
+    def stream_created_ms(self) -> int | None:
+        """The creation time of the stream read (epoch ms: its incarnation), once known."""
+        ...
+
 
 class KinesisMessage(Message):
     """A Kinesis record as a Faust message: ``topic`` is the stream, ``partition`` the shard's
     number, ``offset`` the sequence number; ``record``, ``shard_id`` and ``position`` say
     exactly where it came from (aggregated records share a sequence number)."""
 
-    __slots__ = ("_run", "failed", "record", "record_ack", "settled")
+    __slots__ = ("_run", "failed", "outputs", "record", "record_ack", "settled")
 
     def __init__(
         self,
@@ -77,6 +83,8 @@ class KinesisMessage(Message):
         final release checks for itself)."""
         self.settled = False
         """The event's outcome is decided (final release, drop or failure)."""
+        self.outputs = 0
+        """How many outputs were derived from it (``next_record_id``)."""
         self.topic = tp.topic
         self.partition = tp.partition
         self.tp = tp
@@ -96,6 +104,23 @@ class KinesisMessage(Message):
         self.time_out = None
         self.time_total = None
         self.generation_id = generation_id
+
+    def next_record_id(self) -> str:
+        """The derived record id of the next output made from this event
+        (:func:`~kinesis_core.record_ids.derived_record_id`: the record's stream incarnation,
+        shard, position and the output's index among this event's outputs), the same
+        whenever the record is processed again. The incarnation is 0 while the stream's
+        creation time is not known (the consumer describes the stream before it reads)."""
+        record = self.record
+        index = self.outputs
+        self.outputs = index + 1
+        return derived_record_id(
+            self._run.stream_created_ms or 0,
+            record.shard_id,
+            record.sequence_number,
+            record.sub_sequence_number,
+            index,
+        )
 
     def _release(self, value: bool) -> None:
         if value and not self.settled and not _get_acked(self):

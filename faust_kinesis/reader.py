@@ -70,6 +70,11 @@ class ConsumerRun:
         self.pump: asyncio.Task[None] | None = None
         self.stopping: asyncio.Task[None] | None = None
 
+    @property
+    def stream_created_ms(self) -> int | None:
+        facts = self.consumer.stream_facts
+        return None if facts is None else facts.created_ms
+
     def finish(self, message: KinesisMessage, exception_in_flight: bool) -> None:
         reader = self.reader
         outcome = decide(

@@ -18,6 +18,7 @@ service) and a Faust schema for the values, with no reader and no channel.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
@@ -29,7 +30,7 @@ from faust.types.tuples import PendingMessage
 from faust_kinesis.message import KinesisMessage
 from faust_kinesis.sensor import kinesis_sensor
 from faust_kinesis.writer import Writer
-from kinesis_core.producer import Producer
+from kinesis_core.producer import Producer, ProducerConfig
 from kinesis_core.producer.partitioning import key_from
 from kinesis_core.stream import StreamRef
 
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
     from faust.types.models import ModelArg
 
     from kinesis_core.aws.config import ClientConfig
-    from kinesis_core.producer import ProducerConfig
 
 __all__ = ["KinesisSink"]
 
@@ -59,6 +59,13 @@ class KinesisSink:
     ``wait=True`` returns only once the write is confirmed, instead of holding the source
     event: use it when the agent acks events itself in batches (``stream.take()`` acks the
     whole batch when the next one starts, not event by event).
+
+    ``record_ids=True`` turns the producer's record ids on: what the agent yields while it
+    handles an event of a :class:`~faust_kinesis.KinesisChannel` gets an id derived from that
+    event's record and the output's index among the event's outputs
+    (``KinesisMessage.next_record_id``), the same when the event is processed again after a
+    crash, so a deduplicating reader drops the copy (docs/effectively-once.md); anything
+    else gets an automatic id.
     """
 
     def __init__(
@@ -68,6 +75,7 @@ class KinesisSink:
         *,
         partition_key: str | Callable[[Any], object] | None = None,
         wait: bool = False,
+        record_ids: bool = False,
         client_config: ClientConfig | None = None,
         producer_config: ProducerConfig | None = None,
         schema: SchemaT[Any, Any] | None = None,
@@ -82,6 +90,12 @@ class KinesisSink:
         """The stream as given (name or ARN)."""
         self.partition_key = key_from(partition_key) if partition_key is not None else None
         self.wait = wait
+        self.record_ids = record_ids
+        if record_ids:
+            producer_config = dataclasses.replace(
+                producer_config if producer_config is not None else ProducerConfig(),
+                record_ids=True,
+            )
         self.failures = 0
         self._error: BaseException | None = None
         if schema is None:  # as a Faust channel makes its schema
@@ -115,7 +129,10 @@ class KinesisSink:
             error, self._error = self._error, None
             raise error
         event = current_event()
-        fut = await self.writer.publish(self.message(value))
+        record_id = None
+        if self.record_ids and event is not None and isinstance(event.message, KinesisMessage):
+            record_id = event.message.next_record_id()
+        fut = await self.writer.publish(self.message(value), record_id)
         if self.wait or event is None:
             await fut
             return

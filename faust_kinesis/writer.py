@@ -99,9 +99,10 @@ class Writer(Service):
         self.producer = producer
         return producer
 
-    async def publish(self, fut: FutureMessage) -> FutureMessage:
+    async def publish(self, fut: FutureMessage, record_id: str | None = None) -> FutureMessage:
         """Hand a serialized message to the producer; ``fut`` resolves with its
-        ``RecordMetadata`` once Kinesis has it, or raises ``PutFailedError``."""
+        ``RecordMetadata`` once Kinesis has it, or raises ``PutFailedError``. ``record_id``:
+        the record's id (a producer with ``record_ids`` on)."""
         if self.should_stop:
             raise LifecycleError(str(self), State.CLOSED, "write")
         pending = fut.message
@@ -123,7 +124,7 @@ class Writer(Service):
                     "key", "the serialized key is the partition key, so it must be UTF-8 text"
                 ) from None
         producer = await self.running_producer()
-        result = await producer.submit(data, partition_key)
+        result = await producer.submit(data, partition_key, record_id=record_id)
         state = self.app.sensors.on_send_initiated(
             cast("ProducerT", producer), self.topic, pending, len(partition_key), len(data)
         )

@@ -26,12 +26,22 @@ _PACKAGE = "aws.kinesis.protobuf"
 _F = descriptor_pb2.FieldDescriptorProto
 
 
+class TagMessage(Protocol):
+    """``Tag``: a key and an optional value on a record."""
+
+    key: str
+    value: str
+
+    def HasField(self, field_name: str) -> bool: ...
+
+
 class RecordMessage(Protocol):
     """``Record``: one user record inside an aggregate."""
 
     partition_key_index: int
     explicit_hash_key_index: int
     data: bytes
+    tags: Sequence[TagMessage]
 
     def HasField(self, field_name: str) -> bool: ...
 

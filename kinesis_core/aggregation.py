@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_right
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from hashlib import md5
 from itertools import accumulate, count, repeat
 from operator import add, attrgetter, methodcaller
@@ -21,7 +21,12 @@ from typing import Any, cast
 
 from google.protobuf.message import DecodeError
 
-from kinesis_core._kpl_messages import AggregatedRecord, AggregatedRecordView, RecordColumns
+from kinesis_core._kpl_messages import (
+    AggregatedRecord,
+    AggregatedRecordView,
+    RecordColumns,
+    TagMessage,
+)
 from kinesis_core.errors import ValidationError
 from kinesis_core.records import KinesisRecord, SubRecord, WireRecord, wire_records
 from kinesis_core.shards.hashing import (
@@ -39,6 +44,11 @@ DEFAULT_MAX_SIZE = 51_200
 
 Tag = tuple[str, str | None]
 """A ``Record.tags`` entry (key, optional value). The KCL ignores tags; we decode past them."""
+RECORD_ID_TAG = "kc.id"
+"""The key of the tag that carries a user record's id (its value is the id;
+docs/effectively-once.md). Other tags are read past."""
+MAX_RECORD_ID_BYTES = 128
+"""The longest record id, in UTF-8 bytes."""
 
 _SMALL_VARINTS = [bytes((i,)) for i in range(0x80)]
 _PK_FIELD_PREFIXES = [b"\x0a" + v for v in _SMALL_VARINTS]
@@ -117,6 +127,8 @@ class AggregateBuilder:
         "_pk_entries",
         "_pk_index",
         "_pk_runs",
+        "_tagged",
+        "_trailer_size",
     )
 
     def __init__(self, max_size: int = DEFAULT_MAX_SIZE) -> None:
@@ -141,6 +153,10 @@ class AggregateBuilder:
         self._key_chars = 0
         self._limit = 0
         self._first: SubRecord | None = None
+        self._tagged = False
+        """Whether its first record carries an id: then even one record goes framed."""
+        self._trailer_size = 0
+        """The bytes of the tags that follow records' data in ``_parts``."""
 
     @property
     def max_size(self) -> int:
@@ -153,7 +169,7 @@ class AggregateBuilder:
     @property
     def data_size(self) -> int:
         """The data bytes of its records."""
-        return sum(map(len, self._parts[1::2]))
+        return sum(map(len, self._parts[1::2])) - self._trailer_size
 
     @property
     def payload(self) -> int:
@@ -166,7 +182,7 @@ class AggregateBuilder:
         first = self._first
         if first is None:
             return 0
-        if len(self._parts) == 2:
+        if len(self._parts) == 2 and not self._tagged:
             return len(first.data) + len(first.partition_key.encode("utf-8"))
         return self._max_size - self._limit + self._body_size
 
@@ -193,9 +209,10 @@ class AggregateBuilder:
         return self._first
 
     def _prepare(
-        self, partition_key: str, explicit_hash_key: str | None, data: bytes
+        self, partition_key: str, explicit_hash_key: str | None, data: bytes, trailer: int = 0
     ) -> tuple[bytes | None, bytes | None, bytes, int]:
-        """Encode one record against the current tables without changing them.
+        """Encode one record against the current tables without changing them; ``trailer``
+        is the size of its encoded tags.
 
         Returns (new pk-table entry, new ehk-table entry, record header, body growth in bytes).
         """
@@ -210,18 +227,18 @@ class AggregateBuilder:
             growth += len(pk_entry)
         ehk_entry = None
         if explicit_hash_key is None:
-            if i < 0x80 and n < 0x7C:
+            if i < 0x80 and n < 0x7C and not trailer:
                 header = bytes((0x1A, n + 4, 0x08, i, 0x1A, n))
             else:
-                header = _record_header(i, None, n)
+                header = _record_header(i, None, n, trailer)
         else:
             j = self._ehk_index.get(explicit_hash_key)
             if j is None:
                 j = len(self._ehk_entries)
                 ehk_entry = _string_field(b"\x12", explicit_hash_key)
                 growth += len(ehk_entry)
-            header = _record_header(i, j, n)
-        return pk_entry, ehk_entry, header, growth + len(header)
+            header = _record_header(i, j, n, trailer)
+        return pk_entry, ehk_entry, header, growth + len(header) + trailer
 
     def fits(self, partition_key: str, explicit_hash_key: str | None, data: bytes) -> bool:
         """Whether ``add`` would accept this record now."""
@@ -230,26 +247,92 @@ class AggregateBuilder:
         growth = self._prepare(partition_key, explicit_hash_key, data)[3]
         return self._body_size + growth <= self._limit
 
-    def try_add(self, partition_key: str, explicit_hash_key: str | None, data: bytes) -> bool:
-        """Add the record if it fits; False (and nothing changed) if it does not."""
+    def try_add(
+        self,
+        partition_key: str,
+        explicit_hash_key: str | None,
+        data: bytes,
+        record_id: str | None = None,
+    ) -> bool:
+        """Add the record if it fits; False (and nothing changed) if it does not.
+
+        A ``record_id`` goes in the record's ``RECORD_ID_TAG`` tag; an aggregate whose first
+        record has one is framed even when it holds that record alone, and only within
+        ``max_size`` (a record that does not fit so is refused, not sent raw).
+        """
         if self._first is not None:
+            if record_id is not None:
+                if explicit_hash_key is None:
+                    return self._add_tagged(partition_key, data, record_id)
+                return self._add_prepared(
+                    partition_key, explicit_hash_key, data, trailer=_id_tag(record_id)
+                )
             if explicit_hash_key is None:
                 return self._add_plain(partition_key, data)
             return self._add_prepared(partition_key, explicit_hash_key, data)
         pk_len = len(partition_key.encode("utf-8"))
         if len(data) + pk_len > LARGEST_RECORD_BYTES:
             return False
-        self._first = SubRecord(partition_key, explicit_hash_key, data)
         self._limit = self._max_size - FRAMING_SIZE - pk_len
-        self._add_prepared(partition_key, explicit_hash_key, data, check=False)
+        if record_id is not None:
+            if not (
+                self._add_tagged(partition_key, data, record_id)
+                if explicit_hash_key is None
+                else self._add_prepared(
+                    partition_key, explicit_hash_key, data, trailer=_id_tag(record_id)
+                )
+            ):
+                self._limit = 0
+                return False
+            self._tagged = True
+        else:
+            self._add_prepared(partition_key, explicit_hash_key, data, check=False)
+        self._first = SubRecord(partition_key, explicit_hash_key, data)
+        return True
+
+    def _add_tagged(self, partition_key: str, data: bytes, record_id: str) -> bool:
+        """``try_add`` for a record with an id and no explicit hash key: the bytes
+        ``_add_prepared`` would make, with the id tag's prefix from a table."""
+        raw_id = record_id.encode("utf-8")
+        if len(raw_id) > MAX_RECORD_ID_BYTES:
+            return self._add_prepared(partition_key, None, data, trailer=_id_tag(record_id))
+        trailer = _ID_TAG_PREFIXES[len(raw_id)] + raw_id
+        n = len(data)
+        pk_index = self._pk_index if not self._pk_runs else self._keys()
+        i = pk_index.get(partition_key)
+        entry = None
+        if i is None:
+            i = len(pk_index)
+            entry = _string_field(b"\x0a", partition_key)
+        inner = b"\x08" + _varint(i) + b"\x1a" + _varint(n)
+        header = b"\x1a" + _varint(len(inner) + n + len(trailer)) + inner
+        body_size = self._body_size + len(header) + n + len(trailer)
+        if entry is not None:
+            body_size += len(entry)
+        if body_size > self._limit:
+            return False
+        if entry is not None:
+            pk_index[partition_key] = i
+            self._pk_entries.append(entry)
+        self._parts += (header, data + trailer)
+        self._trailer_size += len(trailer)
+        self._body_size = body_size
+        self._key_chars += len(partition_key)
         return True
 
     def _add_prepared(
-        self, partition_key: str, explicit_hash_key: str | None, data: bytes, check: bool = True
+        self,
+        partition_key: str,
+        explicit_hash_key: str | None,
+        data: bytes,
+        check: bool = True,
+        trailer: bytes = b"",
     ) -> bool:
         """``try_add`` for any record, through ``_prepare``; ``check=False`` adds the first
-        record whatever its size."""
-        pk_entry, ehk_entry, header, growth = self._prepare(partition_key, explicit_hash_key, data)
+        record whatever its size; ``trailer`` is the record's encoded tags."""
+        pk_entry, ehk_entry, header, growth = self._prepare(
+            partition_key, explicit_hash_key, data, len(trailer)
+        )
         body_size = self._body_size + growth
         if check and body_size > self._limit:
             return False
@@ -260,7 +343,11 @@ class AggregateBuilder:
         if ehk_entry is not None and explicit_hash_key is not None:
             self._ehk_index[explicit_hash_key] = len(self._ehk_entries)
             self._ehk_entries.append(ehk_entry)
-        self._parts += (header, data)
+        if trailer:
+            self._parts += (header, data + trailer)
+            self._trailer_size += len(trailer)
+        else:
+            self._parts += (header, data)
         self._body_size = body_size
         self._key_chars += len(partition_key)
         return True
@@ -429,7 +516,7 @@ class AggregateBuilder:
     def build(self) -> bytes:
         """The Kinesis record's data: raw data for one record, a framed aggregate otherwise."""
         first = self._require_first()
-        if len(self._parts) == 2:
+        if len(self._parts) == 2 and not self._tagged:
             return bytes(first.data)
         return _frame(b"".join(self._pk_entries + self._ehk_entries + self._parts))
 
@@ -444,6 +531,8 @@ class AggregateBuilder:
         self._key_chars = 0
         self._limit = 0
         self._first = None
+        self._tagged = False
+        self._trailer_size = 0
 
 
 def encode_aggregate(
@@ -477,12 +566,37 @@ def encode_aggregate(
     return _frame(b"".join(pk_entries + ehk_entries + parts))
 
 
+def _id_tag(record_id: str) -> bytes:
+    """The encoded ``RECORD_ID_TAG`` tag of a record."""
+    return _tag_field((RECORD_ID_TAG, record_id))
+
+
+def validate_record_id(record_id: object) -> str:
+    """``record_id`` if it is a valid record id: a str of 1 to ``MAX_RECORD_ID_BYTES`` bytes
+    in UTF-8; ValidationError naming ``record_id`` and the limit otherwise."""
+    if type(record_id) is not str:
+        raise ValidationError("record_id", f"must be a str, got {type(record_id).__name__}")
+    try:
+        size = len(record_id.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValidationError("record_id", "must be encodable as UTF-8") from None
+    if not 1 <= size <= MAX_RECORD_ID_BYTES:
+        raise ValidationError(
+            "record_id", f"must be 1 to {MAX_RECORD_ID_BYTES} bytes in UTF-8, got {size}"
+        )
+    return record_id
+
+
 def _tag_field(tag: Tag) -> bytes:
     key, value = tag
     message = _string_field(b"\x0a", key)
     if value is not None:
         message += _string_field(b"\x12", value)
     return b"\x22" + _varint(len(message)) + message
+
+
+_ID_TAG_PREFIXES = [_id_tag("x" * size)[: -size or None] for size in range(MAX_RECORD_ID_BYTES + 1)]
+"""The bytes of an id tag before the id's, by the id's length in UTF-8 (``_add_tagged``)."""
 
 
 def is_aggregated(blob: bytes) -> bool:
@@ -525,9 +639,10 @@ def _check_ehks(ehks: list[str]) -> bool:
     return True
 
 
-_Columns = tuple[list[str], list[str | None] | None, list[bytes]]
+_Columns = tuple[list[str], list[str | None] | None, list[bytes], list[str | None] | None]
 """An aggregate's user records column-wise: partition keys, EHKs (None: no record has one),
-data. Columns let ``map`` build the output objects without a Python-level loop."""
+data, record ids (None: no record has a tag). Columns let ``map`` build the output objects
+without a Python-level loop."""
 
 
 def _columns(body: bytes) -> _Columns | None:
@@ -565,13 +680,22 @@ def _columns(body: bytes) -> _Columns | None:
         )
     except IndexError:
         return None
-    return keys, explicit, list(columns.data)
+    return keys, explicit, list(columns.data), None
 
 
 _get_pk_index = attrgetter("partition_key_index")
 _get_ehk_index = attrgetter("explicit_hash_key_index")
 _get_data = attrgetter("data")
 _has_ehk_index = methodcaller("HasField", "explicit_hash_key_index")
+_get_tags = attrgetter("tags")
+
+
+def _record_id(tags: Sequence[TagMessage]) -> str | None:
+    """The value of a record's ``RECORD_ID_TAG`` tag (the first, if several), or None."""
+    for tag in tags:
+        if tag.key == RECORD_ID_TAG and tag.HasField("value"):
+            return tag.value
+    return None
 
 
 def _columns_by_record(body: bytes) -> _Columns | None:
@@ -603,7 +727,9 @@ def _columns_by_record(body: bytes) -> _Columns | None:
         ]
     except IndexError:
         return None
-    return keys, explicit, list(map(_get_data, records))
+    tags = list(map(_get_tags, records))
+    ids = list(map(_record_id, tags)) if any(tags) else None
+    return keys, explicit, list(map(_get_data, records)), ids
 
 
 def decode_aggregate(blob: bytes) -> list[SubRecord] | None:
@@ -611,13 +737,13 @@ def decode_aggregate(blob: bytes) -> list[SubRecord] | None:
 
     A corrupt aggregate (bad magic, MD5 or protobuf, a key index out of its table, an EHK that
     is not a 128-bit decimal) is what the caller passes through as a plain record. Tags are
-    skipped.
+    skipped (``deaggregate`` reads the record id's).
     """
     body = _body(blob)
     columns = None if body is None else _columns(body)
     if columns is None:
         return None
-    keys, explicit, datas = columns
+    keys, explicit, datas, _ = columns
     # tuple.__new__ builds the NamedTuple in C, twice as fast as calling SubRecord.
     rows = zip(keys, explicit or repeat(None), datas, strict=False)
     return list(map(tuple.__new__, repeat(SubRecord), rows))
@@ -629,7 +755,7 @@ def _in_range(columns: _Columns, start: int, end: int, in_range: set[str]) -> bo
     Each distinct partition key found in range is hashed once per ``in_range`` memo (one
     deaggregate call); the keys not seen yet are hashed together, the loop in C.
     """
-    keys, explicit, _ = columns
+    keys, explicit, _, _ = columns
     if explicit is None:
         hashed = set(keys)
     else:
@@ -679,7 +805,8 @@ def deaggregate(
     as it is, with sub-sequence 0 and ``aggregated=False``. With ``hash_range`` (the shard's
     [start, end]), an aggregate holding ANY sub-record whose effective hash key is outside it is
     dropped whole: the producer retried those records elsewhere, and the KCL drops them the same
-    way, so both readers see the same records. Plain records are never filtered.
+    way, so both readers see the same records. Plain records are never filtered. A user
+    record's ``record_id`` is its ``RECORD_ID_TAG`` tag's value (None without one).
     """
     out: list[KinesisRecord] = []
     in_range: set[str] = set()
@@ -706,9 +833,8 @@ def deaggregate(
                 )
             )
         elif hash_range is None or _in_range(columns, *hash_range, in_range):
-            keys, explicit, datas = columns
-            out += map(
-                KinesisRecord,
+            keys, explicit, datas, ids = columns
+            fields: list[Iterable[Any]] = [
                 datas,
                 keys,
                 explicit or repeat(None),
@@ -719,5 +845,8 @@ def deaggregate(
                 repeat(True),
                 repeat(ack),
                 repeat(sequence),
-            )
+            ]
+            if ids is not None:
+                fields.append(ids)
+            out += map(KinesisRecord, *fields)
     return out

@@ -65,7 +65,8 @@ class KinesisRecord(msgspec.Struct, gc=False, eq=False):
     of records in a shard. The arrival time is given as the service sends it (epoch seconds)
     or as a datetime, and made into the other form only when asked for. The last two arguments
     are the consumer's: the ack callback, and the sequence number as an int when the caller
-    already has it (it saves converting it again)."""
+    already has it (it saves converting it again). ``record_id`` is the id its producer gave
+    it in the KPL aggregate's tags (docs/effectively-once.md), None when it has none."""
 
     data: bytes
     partition_key: str
@@ -77,6 +78,7 @@ class KinesisRecord(msgspec.Struct, gc=False, eq=False):
     aggregated: bool
     _ack: Callable[[KinesisRecord], None] | None = None
     _sequence: int | None = None
+    record_id: str | None = None
 
     @property
     def approximate_arrival_timestamp(self) -> datetime | None:

@@ -12,6 +12,11 @@ predicted for the same shard, so a KCL reader keeps all of it. A record bigger t
 
 ``max_size`` may change while records flow (the stream's maximum record size is learned at run
 time and bounds it): a shard's builder takes the new size once its aggregate is sealed.
+
+With ``record_ids`` every record carries its id in its aggregate's tags
+(docs/effectively-once.md), and a record that goes alone goes as a one-record aggregate, so
+that it keeps its id; only a record too big to be framed within the stream's maximum record
+size (``record_limit``) goes raw, without its id.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from collections.abc import Callable, Sequence
 
 from kinesis_core.aggregation import AggregateBuilder
 from kinesis_core.producer.items import KinesisRecordOut, UserRecord
+from kinesis_core.shards.hashing import LARGEST_RECORD_BYTES
 
 _INF = float("inf")
 
@@ -46,8 +52,13 @@ class Aggregator:
         max_count: int,
         record_ttl: float,
         builder_factory: Callable[[int], AggregateBuilder] = AggregateBuilder,
+        record_ids: bool = False,
     ) -> None:
         self.enabled = enabled
+        self.record_ids = record_ids
+        """Tag records with their ids, and frame a record sent alone."""
+        self.record_limit = LARGEST_RECORD_BYTES
+        """The stream's maximum record size (a framed record sent alone stays within it)."""
         self.max_size = max_size
         self.max_count = max_count
         self.record_ttl = record_ttl
@@ -81,6 +92,9 @@ class Aggregator:
         elif not buf.records and buf.builder.max_size != max_size:
             buf.builder = self._builder_factory(max_size)
         expiration = urs[0].arrival + self.record_ttl
+        if self.record_ids:
+            self._extend_each(buf, shard_id, urs, now, deadline, expiration)
+            return
         # Comprehensions, not map(attrgetter): a struct's field is read twice as fast that way.
         keys = [ur.partition_key for ur in urs if ur.explicit_hash_key is None]
         if len(keys) != len(urs):
@@ -117,14 +131,14 @@ class Aggregator:
         deadline: float,
         expiration: float,
     ) -> None:
-        """``extend`` record by record, for a run holding explicit hash keys."""
+        """``extend`` record by record, for a run holding explicit hash keys or record ids."""
         max_count = self.max_count
         added = 0
         for ur in urs:
             records = buf.records
             if records:
                 if len(records) < max_count and buf.builder.try_add(
-                    ur.partition_key, ur.explicit_hash_key, ur.data
+                    ur.partition_key, ur.explicit_hash_key, ur.data, ur.record_id
                 ):
                     records.append(ur)
                     added += 1
@@ -142,7 +156,7 @@ class Aggregator:
         than an aggregate may weigh: then it is never aggregated and goes alone at once."""
         pk = ur.partition_key
         if len(ur.data) + len(pk.encode()) <= self.max_size and buf.builder.try_add(
-            pk, ur.explicit_hash_key, ur.data
+            pk, ur.explicit_hash_key, ur.data, ur.record_id
         ):
             buf.records.append(ur)
             return 1
@@ -227,11 +241,15 @@ class Aggregator:
         for ur in urs:
             if not (
                 len(buf.records) < self.max_count
-                and buf.builder.try_add(ur.partition_key, ur.explicit_hash_key, ur.data)
+                and buf.builder.try_add(
+                    ur.partition_key, ur.explicit_hash_key, ur.data, ur.record_id
+                )
             ):
                 if buf.records:
                     out.append(self._build(shard_id, buf))
-                if not buf.builder.try_add(ur.partition_key, ur.explicit_hash_key, ur.data):
+                if not buf.builder.try_add(
+                    ur.partition_key, ur.explicit_hash_key, ur.data, ur.record_id
+                ):
                     out.append(self._plain(ur, shard_id, now, deadline))
                     continue
             buf.records.append(ur)
@@ -279,6 +297,22 @@ class Aggregator:
     ) -> KinesisRecordOut:
         pk = ur.partition_key
         data = ur.data
+        if ur.record_id is not None and self.record_ids:
+            builder = self._builder_factory(self.record_limit)
+            if builder.try_add(pk, ur.explicit_hash_key, data, ur.record_id):
+                return KinesisRecordOut(
+                    builder.build(),
+                    pk,
+                    ur.explicit_hash_key,
+                    [ur],
+                    shard_id,
+                    builder.size,
+                    deadline,
+                    ur.arrival + self.record_ttl,
+                    now,
+                    len(data),
+                    len(data) + len(pk),
+                )
         return KinesisRecordOut(
             data,
             pk,

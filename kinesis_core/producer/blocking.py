@@ -92,15 +92,29 @@ class BlockingProducer:
         partition_key: str,
         explicit_hash_key: str | int | None = None,
         timeout: float | None = None,
+        *,
+        record_id: str | None = None,
     ) -> RecordResult:
-        """Write one record and block until its terminal result."""
-        return self.submit(data, partition_key, explicit_hash_key).result(timeout)
+        """Write one record and block until its terminal result (``record_id``: as
+        :meth:`Producer.put <kinesis_core.producer.Producer.put>`)."""
+        return self.submit(data, partition_key, explicit_hash_key, record_id=record_id).result(
+            timeout
+        )
 
     def submit(
-        self, data: bytes, partition_key: str, explicit_hash_key: str | int | None = None
+        self,
+        data: bytes,
+        partition_key: str,
+        explicit_hash_key: str | int | None = None,
+        *,
+        record_id: str | None = None,
     ) -> concurrent.futures.Future[RecordResult]:
         """Accept one record (blocking while the budget is full); returns its result's future."""
-        record = (data, partition_key, explicit_hash_key)
+        record = (
+            (data, partition_key, explicit_hash_key)
+            if record_id is None
+            else (data, partition_key, explicit_hash_key, record_id)
+        )
         return self._hand_over((record,), single=True)
 
     def put_many(self, records: Iterable[Any], timeout: float | None = None) -> BatchResult:

@@ -117,6 +117,11 @@ class ProducerConfig:
     """Carry the current OpenTelemetry span's context in each record put while one is current,
     inside the record's data when that is a JSON object (:mod:`kinesis_core.tracing`;
     docs/operations.md). Off by default; needs the ``otel`` extra."""
+    record_ids: bool = False
+    """Give every record an id, carried in its KPL aggregate's tags for readers that remove
+    duplicates (docs/effectively-once.md): the caller's (``put(..., record_id=...)``) or else
+    an automatic one (the producer's session id, its predicted shard and a counter). A record
+    that goes alone then goes as a one-record aggregate. Needs ``aggregation_enabled``."""
     lean_put_records: bool = True
     """Send a stream's PutRecords after its first on the client's signer and HTTP session,
     with the JSON body written by the producer, without botocore's per-call machinery
@@ -130,6 +135,12 @@ class ProducerConfig:
                 raise ConfigurationError(f.name, f"{f.name}: must be a bool, got {value!r}")
         if self.trace_context:
             require_opentelemetry("trace_context")
+        if self.record_ids and not self.aggregation_enabled:
+            raise ConfigurationError(
+                "record_ids",
+                "record_ids=True needs aggregation_enabled=True: ids travel in the KPL "
+                "aggregate's record tags",
+            )
         if self.telemetry is not None and not isinstance(self.telemetry, Telemetry):
             raise ConfigurationError(
                 "telemetry", f"must be a Telemetry or None, got {type(self.telemetry).__name__}"

@@ -23,7 +23,8 @@ class UserRecord(msgspec.Struct, gc=False, frozen=True):
     ``explicit_hash_key`` is the decimal string the caller gave (normalised) or None; ``sink``
     is the key of the record's sink in the pipeline's registry; ``index`` is the record's index
     for its sink; ``attempts`` is the (bounded) history of earlier trips (empty on the first);
-    ``arrival`` is when the producer accepted it, the start of its TTL. Nothing it holds refers
+    ``arrival`` is when the producer accepted it, the start of its TTL; ``record_id`` its id
+    (``ProducerConfig.record_ids``), the same on every trip. Nothing it holds refers
     back to it (no cycle can pass through it), which is what lets the collector skip it.
     """
 
@@ -35,6 +36,7 @@ class UserRecord(msgspec.Struct, gc=False, frozen=True):
     index: int
     attempts: History
     arrival: float
+    record_id: str | None = None
 
 
 class KinesisRecordOut:

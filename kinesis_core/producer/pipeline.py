@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from kinesis_core.aggregation import AggregateBuilder
+from kinesis_core.aggregation import AggregateBuilder, validate_record_id
 from kinesis_core.aws.backoff import Backoff, BackoffTracker
 from kinesis_core.errors import RecordTooLargeError, ValidationError, shape_problem
 from kinesis_core.producer.admission import Admission, Flush, Slice, Standing, Submission
@@ -65,6 +65,7 @@ from kinesis_core.producer.retrier import (
     latest_failure,
     waiting_for_retry,
 )
+from kinesis_core.record_ids import automatic_origin
 from kinesis_core.shards.hashing import (
     LARGEST_RECORD_BYTES,
     MAX_PARTITION_KEY_CHARS,
@@ -79,6 +80,18 @@ PredictManyFn = Callable[[Sequence[int]], "list[str | None]"]
 _first = itemgetter(0)
 _second = itemgetter(1)
 _third = itemgetter(2)
+_fourth = itemgetter(3)
+
+
+def _caller_id(record_id: object, enabled: bool) -> str:
+    """A caller's record id, checked (``validate_record_id``); ValidationError when
+    ``record_ids`` is off."""
+    if not enabled:
+        raise ValidationError(
+            "record_id", "a record id needs ProducerConfig(record_ids=True); it is off"
+        )
+    return validate_record_id(record_id)
+
 
 _REQUESTS = "requests"
 """The request backoff's key: a failed request is the endpoint's failure, not a shard's."""
@@ -118,8 +131,13 @@ class Pipeline:
         record_limit: RecordSizeLimit | None = None,
         stream: str = "",
         lock: AbstractContextManager[Any] | None = None,
+        session: str = "",
     ) -> None:
         self.config = config
+        self.session = session
+        """The producer's session id: the first part of its automatic record ids."""
+        self._id_counters: dict[str | None, int] = {}
+        """The next automatic id's counter, per predicted shard (``record_ids``)."""
         self.predict = predict
         self.predict_many: PredictManyFn = (
             predict_many if predict_many is not None else lambda keys: list(map(predict, keys))
@@ -137,6 +155,7 @@ class Pipeline:
             max_count=config.aggregation_max_count,
             record_ttl=config.record_ttl,
             builder_factory=builder_factory,
+            record_ids=config.record_ids,
         )
         self.limiter = Limiter(
             config.rate_limit,
@@ -363,10 +382,25 @@ class Pipeline:
             taken += len(records)
         extend = self.aggregator.extend
         deadline = now + self.buffered_time
+        ids = self.config.record_ids
         for shard_id, group in groups.items():
-            extend(shard_id, group, now, deadline)
+            extend(shard_id, self._give_ids(shard_id, group) if ids else group, now, deadline)
         self.metrics.user_records_received += taken
         self._pump(now)
+
+    def _give_ids(self, shard_id: str | None, urs: list[UserRecord]) -> list[UserRecord]:
+        """``urs`` (predicted for ``shard_id``) with an automatic id each where the caller gave
+        none: the session's origin for that shard and the shard's next counters."""
+        counter = self._id_counters.get(shard_id, 0)
+        prefix = automatic_origin(self.session, shard_id) + ":"
+        out = []
+        for ur in urs:
+            if ur.record_id is None:
+                ur = msgspec.structs.replace(ur, record_id=f"{prefix}{counter}")
+                counter += 1
+            out.append(ur)
+        self._id_counters[shard_id] = counter
+        return out
 
     def _validate(self, sub: Submission, now: float, *, force: bool = False) -> None:
         """Validate the next records of ``sub`` into its ``records``, as far as the budget has
@@ -383,6 +417,7 @@ class Pipeline:
         force = force or not admission.records
         max_record_bytes = self.record_bytes
         validate = validate_record
+        ids = self.config.record_ids
         cost = records_cost
         failed = sink.failed
         urs: list[UserRecord] = []
@@ -399,12 +434,18 @@ class Pipeline:
         for pos in range(sub.next, end):
             rec = source[pos]
             index = pos if indexes is None else indexes[pos]
+            record_id = None
             try:
-                if len(rec) == 2:
+                shape = len(rec)
+                if shape == 2:
                     data, pk = rec
                     ehk = None
-                else:
+                elif shape == 3:
                     data, pk, ehk = rec
+                else:
+                    data, pk, ehk, record_id = rec
+                    if record_id is not None:
+                        record_id = _caller_id(record_id, ids)
                 hash_key = validate(data, pk, ehk, max_record_bytes)
             except RecordTooLargeError as exc:
                 if set_aside and self.may_fit_later(exc.size):
@@ -439,7 +480,15 @@ class Pipeline:
             payload = size
             append(
                 UserRecord(
-                    hash_key, data, pk, None if ehk is None else str(hash_key), key, index, (), now
+                    hash_key,
+                    data,
+                    pk,
+                    None if ehk is None else str(hash_key),
+                    key,
+                    index,
+                    (),
+                    now,
+                    record_id,
                 )
             )
         sub.next = stop
@@ -472,6 +521,9 @@ class Pipeline:
         shapes = set(map(len, records))
         if shapes == {3}:
             if set(map(_third, records)) != {None}:
+                return False
+        elif shapes == {4}:
+            if set(map(_third, records)) != {None} or set(map(_fourth, records)) != {None}:
                 return False
         elif shapes != {2}:
             return False
@@ -707,6 +759,7 @@ class Pipeline:
         """An aggregate may weigh ``aggregation_max_size``, and never more than the stream
         takes (its limit may have changed since the last record)."""
         self.aggregator.max_size = min(self.config.aggregation_max_size, self.record_limit.bytes)
+        self.aggregator.record_limit = self.record_limit.bytes
 
     def _apply(self, decisions: RetryDecisions, now: float) -> None:
         """Do what the retrier decided: stop on a fatal error, slow throttled shards down, put
@@ -889,8 +942,8 @@ class Pipeline:
 def malformed_record(record: object, exc: Exception) -> str:
     """Why a ``put_many`` entry is not a record: not a tuple, or which element is missing or
     how many are too many (``exc``, what unpacking it raised, when its shape is right)."""
-    problem = shape_problem(record, ("data", "partition_key", "explicit_hash_key"), 2)
+    problem = shape_problem(record, ("data", "partition_key", "explicit_hash_key", "record_id"), 2)
     return (
-        "record: must be a (data, partition_key[, explicit_hash_key]) tuple; "
+        "record: must be a (data, partition_key[, explicit_hash_key[, record_id]]) tuple; "
         f"{problem or f'{type(exc).__name__}: {exc}'}"
     )

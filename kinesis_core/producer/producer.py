@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import secrets
 import threading
 from collections.abc import Iterable, Sequence
 from types import TracebackType
@@ -134,6 +135,9 @@ class Producer:
         self._telemetry: Any = None
         self._lean: LeanPutRecords | None = None
         self._closed = asyncio.Event()
+        self.session = secrets.token_urlsafe(9)
+        """This producer's random session id: the first part of its automatic record ids
+        (``ProducerConfig.record_ids``)."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -179,6 +183,7 @@ class Producer:
                 record_limit=driver.record_limit,
                 stream=str(self.stream),
                 lock=threading.Lock(),
+                session=self.session,
             )
         except BaseException:
             self._lifecycle.handle(Event.START_FAILED)
@@ -313,17 +318,31 @@ class Producer:
     # -- putting records -------------------------------------------------------------------
 
     async def put(
-        self, data: bytes, partition_key: str, explicit_hash_key: str | int | None = None
+        self,
+        data: bytes,
+        partition_key: str,
+        explicit_hash_key: str | int | None = None,
+        *,
+        record_id: str | None = None,
     ) -> RecordResult:
         """Write one record; returns its terminal result (never raises for a failed write).
 
+        ``record_id`` (with ``ProducerConfig(record_ids=True)``) is the record's id, carried
+        in its aggregate's tags; without one it gets an automatic id.
         Raises :class:`~kinesis_core.errors.ValidationError` at once for bad input, and
         :class:`ProducerClosedError` once the producer is closing.
         """
-        return await (await self.submit(data, partition_key, explicit_hash_key))
+        return await (
+            await self.submit(data, partition_key, explicit_hash_key, record_id=record_id)
+        )
 
     async def submit(
-        self, data: bytes, partition_key: str, explicit_hash_key: str | int | None = None
+        self,
+        data: bytes,
+        partition_key: str,
+        explicit_hash_key: str | int | None = None,
+        *,
+        record_id: str | None = None,
     ) -> asyncio.Future[RecordResult]:
         """Accept one record (waiting for room in the budget) and return its result's future.
 
@@ -333,13 +352,19 @@ class Producer:
         if self._serializer is not None:
             (data,) = await self._serializer.serialize((data,))
         future: asyncio.Future[RecordResult] = self._require_loop().create_future()
-        sub = self.hand_over(((data, partition_key, explicit_hash_key),), future, single=True)
+        record = (
+            (data, partition_key, explicit_hash_key)
+            if record_id is None
+            else (data, partition_key, explicit_hash_key, record_id)
+        )
+        sub = self.hand_over((record,), future, single=True)
         if sub.unsettled:
             await self.settle(sub)
         return future
 
     async def put_many(self, records: Iterable[Any]) -> BatchResult:
-        """Write a batch of ``(data, partition_key[, explicit_hash_key])`` records.
+        """Write a batch of ``(data, partition_key[, explicit_hash_key[, record_id]])`` records
+        (or :class:`Record` s).
 
         Returns one :class:`BatchResult` once every record is finished. A record with bad
         input does not stop the others: it fails at once with code ``ValidationError``.

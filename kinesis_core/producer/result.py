@@ -88,11 +88,13 @@ class ProducerFailedError(ProducerClosedError):
 
 
 class Record(NamedTuple):
-    """One user record for ``put_many``; plain ``(data, partition_key[, ehk])`` tuples work too."""
+    """One user record for ``put_many``; plain ``(data, partition_key[, ehk[, record_id]])``
+    tuples work too. ``record_id`` needs ``ProducerConfig(record_ids=True)``."""
 
     data: bytes
     partition_key: str
     explicit_hash_key: str | int | None = None
+    record_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

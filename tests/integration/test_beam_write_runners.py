@@ -6,6 +6,7 @@
 - A bundle that fails after part of it was written is retried and nothing is lost: by the
   streaming DirectRunner's own bundle retry, and on the FnApiRunner (which does not retry
   bundles) by running the failed job again, as a production runner would retry it.
+- With ``record_id_fn``, a re-run writes its records with the same ids as the failed run.
 - Bad elements go to ``failed_records`` with their error while the rest is written.
 - Records of 3 and 9.5 MiB are written and read back intact by ReadFromKinesis, polling and
   by enhanced fan-out.
@@ -262,6 +263,39 @@ def test_fn_api_runner_rerun_of_a_failed_bundle_loses_nothing(
     got = Counter(r.data for r in read_back(stream, expected))
     assert set(got) == expected
     assert all(got[data] == 2 for data in written_before)
+
+
+def test_a_rerun_of_a_failed_bundle_writes_the_same_record_ids(
+    moto_stream: Any, tmp_path: Path
+) -> None:
+    """With ``record_id_fn``, the records a failed bundle wrote and its re-run wrote again
+    carry the same ids, in their aggregates' tags: a deduplicating reader drops the copies."""
+    stream = moto_stream(shards=2)
+    count = 1500
+
+    def run() -> None:
+        with beam.Pipeline(runner=FnApiRunner(), options=options(stream)) as p:
+            _ = (
+                p
+                | beam.Impulse()
+                | beam.FlatMap(lambda _: range(count))
+                | beam.ParDo(FailOnce(1200, tmp_path / "failed"))
+                | WriteToKinesis(
+                    stream.name,
+                    serializer=lambda i: str(i).encode(),
+                    record_id_fn=lambda i: f"element-{i}",
+                )
+            )
+
+    with pytest.raises(RuntimeError, match="the worker died mid-bundle"):
+        run()
+    run()
+    expected = {str(i).encode() for i in range(count)}
+    got = read_back(stream, expected)
+    assert all(r.record_id == f"element-{r.data.decode()}" for r in got)
+    ids = Counter(r.record_id for r in got)
+    assert len(ids) == count
+    assert ids["element-0"] == 2  # written by the failed bundle and by its re-run
 
 
 def test_bad_elements_go_to_failed_records_and_the_rest_is_written(moto_stream: Any) -> None:

@@ -3,6 +3,8 @@
 Every record reaches the output stream, and a source event is acked only after its output
 record is confirmed: a sensor sees every write confirmation before the ack of its source.
 Records up to 10 MiB go through a sink and come back through channels, polling and fan-out.
+With ``record_ids=True`` the outputs carry ids derived from their source records, the same
+when the input is processed again.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +26,11 @@ from faust_kinesis import KinesisChannel, KinesisSink, kinesis_sensor
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.consumer import ConsumerConfig, EnhancedFanOut
 from kinesis_core.producer import ProducerConfig
+from kinesis_core.record_ids import derived_record_id
 from kinesis_core.telemetry import Telemetry
 from tests.helpers.large_records import large_records
 from tests.helpers.otel import collected
+from tests.helpers.streams import user_records
 
 pytestmark = pytest.mark.integration
 
@@ -206,3 +211,65 @@ def test_large_records_go_through_the_sink_and_back_through_channels_by_polling_
     polled, fanned = asyncio.run(main())
     assert sorted(polled) == sorted(values)
     assert sorted(fanned) == sorted(values)
+
+
+def test_outputs_carry_ids_derived_from_their_source_records(
+    kinesis_stream: Any, tmp_path: Path
+) -> None:
+    """Each event yields two outputs; processing the same input twice (a fresh checkpoint
+    store, as after a crash before any checkpoint) writes every output twice with the same
+    id: the source record's stream incarnation, shard, position and the output's index."""
+    count = 60
+    source, target = kinesis_stream(shards=1), kinesis_stream(shards=1)
+    asyncio.run(produce(source, numbered(count)))
+    ((shard_id, records),) = stream_contents(source).items()
+    created_ms = int(
+        source.boto_client()
+        .describe_stream_summary(StreamName=source.name)["StreamDescriptionSummary"][
+            "StreamCreationTimestamp"
+        ]
+        .timestamp()
+        * 1000
+    )
+
+    async def process_once(run: int) -> None:
+        app = kafka_free_app(f"ids-{run}", tmp_path / f"data-{run}", value_serializer="raw")
+        channel = KinesisChannel(
+            app,
+            source.name,
+            client_config=source.client_config,
+            checkpoint_store=MemoryCheckpointStore(),
+            consumer_config=FAST_CONSUMER,
+        )
+        sink = KinesisSink(app, target.name, client_config=target.client_config, record_ids=True)
+        seen: list[int] = []
+
+        @app.agent(channel, sink=[sink])
+        async def twice(values: Any) -> Any:
+            async for value in values:
+                seen.append(int(value))
+                yield f"{int(value)}-a".encode()
+                yield f"{int(value)}-b".encode()
+
+        await app.start()
+        try:
+            await wait_until(lambda: len(seen) == count, 30, "the agent to see every record")
+            await wait_until(
+                lambda: channel.stats()["events_acked"] == count, 30, "every source ack"
+            )
+        finally:
+            await app.stop()
+        assert sink.failures == 0
+
+    asyncio.run(process_once(1))
+    asyncio.run(process_once(2))
+    written = user_records(target)
+    assert len(written) == 4 * count
+    expected = {}
+    for (sequence, sub_sequence), data in records:
+        for index, suffix in enumerate(("a", "b")):
+            expected[f"{data.decode()}-{suffix}".encode()] = derived_record_id(
+                created_ms, shard_id, sequence, sub_sequence, index
+            )
+    assert all(r.record_id == expected[r.data] for r in written)
+    assert sorted(Counter(r.record_id for r in written).values()) == [2] * (2 * count)

@@ -13,6 +13,8 @@ from hypothesis import given, settings, strategies as st
 
 from kinesis_core._kpl_messages import MESSAGES
 from kinesis_core.aggregation import (
+    MAGIC,
+    RECORD_ID_TAG,
     AggregateBuilder,
     Tag,
     deaggregate,
@@ -143,6 +145,59 @@ def test_our_aggregates_deaggregate_with_aws_kinesis_agg(records: list[SubRecord
     for record in records:
         builder.add(*record)
     assert kagg_deaggregate(builder.build()) == records
+
+
+record_ids = st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches(min_size=1), st.data())
+def test_aws_kinesis_agg_reads_every_record_of_our_tagged_aggregates(
+    records: list[SubRecord], data: st.DataObject
+) -> None:
+    """Record ids ride in tags that aws-kinesis-agg (and the KCL) read past: it gets every
+    record's data and keys unchanged, a one-record aggregate included; ours gets the ids."""
+    ids = data.draw(st.lists(record_ids, min_size=len(records), max_size=len(records)))
+    builder = AggregateBuilder(MAX_RECORD_BYTES)
+    for record, record_id in zip(records, ids, strict=True):
+        assert builder.try_add(*record, record_id)
+    blob = builder.build()
+    assert blob.startswith(MAGIC)
+    assert kagg_deaggregate(blob) == records
+    out = deaggregate([boto3_entry(blob)], "shardId-0")
+    assert [(r.partition_key, r.explicit_hash_key, r.data) for r in out] == records
+    assert [r.record_id for r in out] == ids
+
+
+id_tags = st.lists(
+    st.tuples(
+        st.sampled_from([RECORD_ID_TAG, "other", ""]), st.none() | st.text(min_size=1, max_size=8)
+    ),
+    max_size=3,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(batches(min_size=1), st.data())
+def test_a_records_id_is_its_first_id_tag_with_a_value_whatever_else_it_carries(
+    records: list[SubRecord], data: st.DataObject
+) -> None:
+    """Either way of reading (the tag column, or record by record) gives each record the value
+    of its first ``kc.id`` tag that has one, and None when none has."""
+    record_tags = data.draw(st.lists(id_tags, min_size=len(records), max_size=len(records)))
+    out = deaggregate([boto3_entry(encode_aggregate(records, record_tags))], "shardId-0")
+    assert [(r.partition_key, r.explicit_hash_key, r.data) for r in out] == records
+    expected = [
+        next((v for k, v in tags if k == RECORD_ID_TAG and v is not None), None)
+        for tags in record_tags
+    ]
+    assert [r.record_id for r in out] == expected
+
+
+def test_two_id_tags_on_one_record_are_not_taken_for_the_next_records() -> None:
+    records = [SubRecord("a", None, b"1"), SubRecord("b", None, b"2")]
+    blob = encode_aggregate(records, [[(RECORD_ID_TAG, "x"), (RECORD_ID_TAG, "y")], []])
+    assert [r.record_id for r in deaggregate([boto3_entry(blob)], "shardId-0")] == ["x", None]
 
 
 def test_aws_kinesis_agg_mixed_ehk_bug_does_not_affect_us() -> None:

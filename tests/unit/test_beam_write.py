@@ -320,6 +320,39 @@ def test_credentials_from_the_environment_are_never_pickled_into_the_pipeline(
     assert b"AKIAENVIRONMENT" not in proto
 
 
+def test_record_id_fn_gives_each_record_its_id_and_turns_record_ids_on() -> None:
+    by_id = make_record_fn(
+        serializer=None,
+        partition_key=lambda e: "k",
+        explicit_hash_key=None,
+        keyed=False,
+        record_id=lambda e: f"id-{e}",
+    )
+    assert by_id("x") == (b"x", "k", None, "id-x")
+    keyed = make_record_fn(
+        serializer=None,
+        partition_key=None,
+        explicit_hash_key=lambda kv: 5,
+        keyed=True,
+        record_id=lambda kv: kv[0],
+    )
+    assert keyed(("key", "v")) == (b"v", "key", 5, "key")
+
+    def broken(element: Any) -> str:
+        raise KeyError("id")
+
+    failing = make_record_fn(
+        serializer=None, partition_key=None, explicit_hash_key=None, keyed=False, record_id=broken
+    )
+    with pytest.raises(ValidationError, match="raised KeyError"):
+        failing("x")
+    transform = WriteToKinesis("s", record_id_fn=lambda e: str(e))
+    assert transform._spec.producer_config.record_ids
+    assert not WriteToKinesis("s")._spec.producer_config.record_ids
+    with pytest.raises(ConfigurationError, match="record_id_fn: must be a function"):
+        WriteToKinesis("s", record_id_fn="id")  # type: ignore[arg-type]
+
+
 def test_explicit_credentials_warn_and_stay_out_of_reprs_and_display_data() -> None:
     config = ClientConfig(aws_access_key_id="AKIAEXPLICIT", aws_secret_access_key="hush-hush")
     with pytest.warns(CredentialsInPipelineWarning, match="pickled into the pipeline"):

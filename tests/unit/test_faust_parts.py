@@ -24,6 +24,7 @@ from kinesis_core.consumer import LATEST, TRIM_HORIZON, ConsumerConfig
 from kinesis_core.errors import ConfigurationError, ValidationError
 from kinesis_core.lifecycle import LifecycleError
 from kinesis_core.producer import PutFailedError
+from kinesis_core.record_ids import derived_record_id
 from kinesis_core.records import KinesisRecord
 from kinesis_core.stream import StreamRef
 
@@ -177,6 +178,8 @@ def test_the_writer_stops_after_the_reader(tmp_path: Path) -> None:
 
 
 class Recorder:
+    stream_created_ms: int | None = 1_700_000_000_000
+
     def __init__(self) -> None:
         self.finished: list[bool] = []
         self.settled: list[Outcome] = []
@@ -195,6 +198,15 @@ def kinesis_message(
     return KinesisMessage(
         record, TP("orders", 0), b"k", 0.0, run, refcount=refcount, generation_id=generation_id
     )
+
+
+def test_an_events_outputs_get_ids_derived_from_its_record() -> None:
+    run = Recorder()
+    message = kinesis_message(run)
+    first, second = message.next_record_id(), message.next_record_id()
+    assert first == derived_record_id(1_700_000_000_000, "shardId-000000000000", 1, 0, 0)
+    assert second == derived_record_id(1_700_000_000_000, "shardId-000000000000", 1, 0, 1)
+    assert kinesis_message(run).next_record_id() == first  # the same record processed again
 
 
 def test_queue_clear_drops_kinesis_events_and_room_comes_at_half(tmp_path: Path) -> None:
@@ -303,7 +315,7 @@ class FakeWriter:
     def __init__(self) -> None:
         self.messages: list[Any] = []
 
-    async def publish(self, fut: Any) -> Any:
+    async def publish(self, fut: Any, record_id: str | None = None) -> Any:
         self.messages.append(fut)
         return fut
 

@@ -60,7 +60,7 @@ def test_a_malformed_entry_of_put_many_says_what_is_wrong() -> None:
     assert batch[0].success
     assert batch[1].error_code == VALIDATION_ERROR
     assert batch[1].error_message == (
-        "record: must be a (data, partition_key[, explicit_hash_key]) tuple; "
+        "record: must be a (data, partition_key[, explicit_hash_key[, record_id]]) tuple; "
         "got a tuple of 1 element: partition_key (element 1) is missing"
     )
 

@@ -136,8 +136,8 @@ MALFORMED: list[tuple[Any, str]] = [
     ((b"b",), "got a tuple of 1 element: partition_key (element 1) is missing"),
     ([b"b"], "got a list of 1 element: partition_key (element 1) is missing"),
     ((), "got a tuple of 0 elements: data (element 0) is missing"),
-    ((b"a", "b", None, "d"), "got a tuple of 4 elements, one too many (at most 3)"),
-    ((b"a", "b", None, "d", "e"), "got a tuple of 5 elements, 2 too many (at most 3)"),
+    ((b"a", "b", None, "d", "e"), "got a tuple of 5 elements, one too many (at most 4)"),
+    ((b"a", "b", None, "d", "e", "f"), "got a tuple of 6 elements, 2 too many (at most 4)"),
     (None, "got None"),
     (42, "got int 42"),
     ("not a tuple", "got str 'not a tuple'"),
@@ -154,7 +154,8 @@ def test_a_malformed_put_many_entry_says_what_is_wrong_with_it(entry: Any, probl
     assert index == 0
     assert result.error_code == VALIDATION_ERROR
     assert result.error_message == (
-        f"record: must be a (data, partition_key[, explicit_hash_key]) tuple; {problem}"
+        "record: must be a (data, partition_key[, explicit_hash_key[, record_id]]) tuple; "
+        f"{problem}"
     )
 
 

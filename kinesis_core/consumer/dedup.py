@@ -1,0 +1,349 @@
+"""The dedup window of one shard: which record ids were delivered lately, sans-I/O.
+
+``DedupWindow.seen(record_id, arrival)`` answers whether the id was taken already (a
+duplicate) and takes it if not. The window is exact, never a probabilistic filter: it answers
+True only for an id it was given before, and it remembers every id within its bounds:
+
+- ``max_age``: ids that arrived (the record's ``ApproximateArrivalTimestamp``) at most this many
+  seconds before the latest arrival the window saw;
+- ``max_ids``: the last ``max_ids`` ids it took;
+- ``max_bytes``: as many of the newest ids as its serialised form (``dumps``) holds in this
+  many bytes, at most ``MAX_WINDOW_BYTES``, so that it fits in a checkpoint row (a DynamoDB
+  item takes 400 KB).
+
+It may remember an id longer than ``max_age`` (an older id stays while an entry in front of it
+is kept), never longer than the other two bounds.
+
+Ids compress: an id shaped ``ORIGIN:COUNTER`` (:func:`~kinesis_core.record_ids.split_counter`:
+automatic and derived ids, docs/effectively-once.md) extends the newest entry when that entry
+is a range of the same origin ending at ``COUNTER - 1``, so the consecutive ids of one
+producer session and shard take one entry; any other id is an entry of its own (an
+exception). The entries are kept in the order they were taken: the oldest go first.
+
+Serialised (``dumps``), a window is JSON text: ``[1, base, latest, [origins], [entries]]``,
+version 1, arrival times in epoch milliseconds (``base`` the first, null for a window that took
+nothing yet; entries relative to it), a
+range ``[origin index, low, high - low, arrival of its newest id]``, an exception ``[id,
+arrival]``. Its length in UTF-8 bytes is at most ``max_bytes``: the window counts every
+entry's bytes as it goes (``size``).
+
+A child shard starts with its parents' windows (``inherit``): a split's children each get
+the parent's, a merge's child the union of both parents'.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from math import ceil, floor
+
+import msgspec
+
+from kinesis_core.errors import ConfigurationError
+from kinesis_core.record_ids import split_counter
+
+VERSION = 1
+"""The version of the serialised form (its first element)."""
+MAX_WINDOW_BYTES = 300_000
+"""The largest ``max_bytes``: a serialised window of this size leaves 100 KB of a DynamoDB
+item's 400 KB for the rest of a checkpoint row."""
+DEFAULT_MAX_AGE = 600.0
+DEFAULT_MAX_IDS = 1_000_000
+DEFAULT_MAX_BYTES = 128 * 1024
+
+_HEADER_BYTES = 64
+"""An upper bound of the serialised form's bytes outside its origins and entries: brackets,
+commas, the version and two times of up to 20 digits."""
+_ORIGIN_INDEX_DIGITS = 6
+"""What a range's origin index is counted as: a window holds fewer than a million origins
+(each takes bytes, and ``max_bytes`` is at most ``MAX_WINDOW_BYTES``)."""
+_encode = msgspec.json.encode
+
+
+class _Entry:
+    """A range ``origin:low`` to ``origin:high`` (``low >= 0``), or an exception: the id
+    ``origin`` itself (``low == high == -1``); the arrival of its newest id (epoch ms) and
+    its serialised bytes."""
+
+    __slots__ = ("high", "last", "low", "origin", "size")
+
+    def __init__(self, origin: str, low: int, high: int, last: int) -> None:
+        self.origin = origin
+        self.low = low
+        self.high = high
+        self.last = last
+        self.size = 0
+
+
+class DedupWindow:
+    """The record ids one shard delivered lately (see the module's docstring)."""
+
+    def __init__(
+        self,
+        *,
+        max_age: float = DEFAULT_MAX_AGE,
+        max_ids: int = DEFAULT_MAX_IDS,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
+        if isinstance(max_age, bool) or not isinstance(max_age, (int, float)):
+            raise ConfigurationError("max_age", f"must be a number of seconds, got {max_age!r}")
+        if not 0 < max_age <= 7 * 86_400:
+            raise ConfigurationError(
+                "max_age", f"must lie in (0, {7 * 86_400}] seconds, got {max_age}"
+            )
+        for name, value, low, high in (
+            ("max_ids", max_ids, 1, 100_000_000),
+            ("max_bytes", max_bytes, 1024, MAX_WINDOW_BYTES),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigurationError(name, f"must be an int, got {value!r}")
+            if not low <= value <= high:
+                raise ConfigurationError(name, f"must lie in [{low}, {high}], got {value}")
+        self.max_age = float(max_age)
+        self.max_ids = max_ids
+        self.max_bytes = max_bytes
+        self._max_age_ms = ceil(max_age * 1000)
+        self._entries: deque[_Entry] = deque()
+        self._exceptions: dict[str, _Entry] = {}
+        self._ranges: dict[str, deque[_Entry]] = {}
+        """The range entries of each origin, oldest first."""
+        self._highest: dict[str, int] = {}
+        """At least the highest counter of each origin's ranges (an id above it is new)."""
+        self._tail: _Entry | None = None
+        """The newest entry: the only one a new id extends."""
+        self._epoch_ms: int | None = None
+        """The first arrival (epoch ms) the window saw: entries keep their arrivals from it."""
+        self._latest = 0
+        self.ids = 0
+        """How many ids it holds."""
+        self.size = _HEADER_BYTES
+        """At least the bytes of ``dumps()`` (exact but for the header's)."""
+
+    def __len__(self) -> int:
+        return self.ids
+
+    @property
+    def latest_ms(self) -> int | None:
+        """The latest arrival it saw, in epoch milliseconds (None: none yet)."""
+        return None if self._epoch_ms is None else self._latest
+
+    @property
+    def entries(self) -> int:
+        """How many entries (ranges and exceptions) it holds."""
+        return len(self._entries)
+
+    def __contains__(self, record_id: str) -> bool:
+        split = split_counter(record_id)
+        if split is None:
+            return record_id in self._exceptions
+        origin, counter = split
+        ranges = self._ranges.get(origin)
+        if ranges is None or counter > self._highest[origin]:
+            return False
+        return any(e.low <= counter <= e.high for e in reversed(ranges))
+
+    def seen(self, record_id: str, arrival: float) -> bool:
+        """Whether ``record_id`` was taken before (a duplicate: True); if not, take it, as
+        arrived at ``arrival`` (epoch seconds), and forget what falls out of the bounds."""
+        if record_id in self:
+            return True
+        ms = floor(arrival * 1000)
+        if self._epoch_ms is None:
+            self._epoch_ms = ms
+        if ms > self._latest:
+            self._latest = ms
+        split = split_counter(record_id)
+        tail = self._tail
+        if split is None:
+            entry = _Entry(record_id, -1, -1, ms)
+            self._exceptions[record_id] = entry
+            self._append(entry)
+        else:
+            origin, counter = split
+            if (
+                tail is not None
+                and tail.low >= 0
+                and tail.origin == origin
+                and tail.high == counter - 1
+            ):
+                tail.high = counter
+                tail.last = max(tail.last, ms)
+                self._resize(tail)
+                self.ids += 1
+            else:
+                self._append(_Entry(origin, counter, counter, ms))
+            if counter > self._highest[origin]:
+                self._highest[origin] = counter
+        self._evict()
+        return False
+
+    def _append(self, entry: _Entry) -> None:
+        if entry.low >= 0:
+            ranges = self._ranges.get(entry.origin)
+            if ranges is None:
+                ranges = self._ranges[entry.origin] = deque()
+                self._highest[entry.origin] = entry.high
+                self.size += len(_encode(entry.origin)) + 1
+            ranges.append(entry)
+        self._entries.append(entry)
+        self._tail = entry
+        self._resize(entry)
+        self.ids += 1 if entry.low < 0 else entry.high - entry.low + 1
+
+    def _resize(self, entry: _Entry) -> None:
+        """Count ``entry``'s serialised bytes (with its comma) anew."""
+        base = self._epoch_ms or 0
+        if entry.low < 0:
+            size = len(_encode(entry.origin)) + len(str(entry.last - base)) + 4
+        else:
+            size = (
+                _ORIGIN_INDEX_DIGITS
+                + len(str(entry.low))
+                + len(str(entry.high - entry.low))
+                + len(str(entry.last - base))
+                + 6
+            )
+        self.size += size - entry.size
+        entry.size = size
+
+    def _evict(self) -> None:
+        """Forget the oldest entries out of the bounds (the oldest ids of a range first)."""
+        entries = self._entries
+        cutoff = self._latest - self._max_age_ms
+        while entries and (
+            entries[0].last < cutoff or self.size > self.max_bytes or self.ids > self.max_ids
+        ):
+            front = entries[0]
+            excess = self.ids - self.max_ids
+            if (
+                front.low >= 0
+                and front.last >= cutoff
+                and self.size <= self.max_bytes
+                and excess < front.high - front.low + 1
+            ):
+                front.low += excess
+                self.ids -= excess
+                self._resize(front)  # a digit more is possible: the loop looks again
+                continue
+            self._pop()
+
+    def _pop(self) -> None:
+        entry = self._entries.popleft()
+        self.size -= entry.size
+        if entry is self._tail:
+            self._tail = None
+        if entry.low < 0:
+            del self._exceptions[entry.origin]
+            self.ids -= 1
+            return
+        self.ids -= entry.high - entry.low + 1
+        ranges = self._ranges[entry.origin]
+        if ranges[0] is entry:
+            ranges.popleft()
+        else:  # merged parents' ranges of one origin, taken in another order
+            ranges.remove(entry)
+        if not ranges:
+            del self._ranges[entry.origin]
+            del self._highest[entry.origin]
+            self.size -= len(_encode(entry.origin)) + 1
+
+    # -- serialisation and lineage ---------------------------------------------------------
+
+    def dumps(self) -> str:
+        """The window as compact, versioned JSON text (the module's docstring), at most
+        ``max_bytes`` bytes in UTF-8."""
+        base = self._epoch_ms or 0
+        origins: dict[str, int] = {}
+        items: list[list[int | str]] = []
+        for e in self._entries:
+            if e.low < 0:
+                items.append([e.origin, e.last - base])
+            else:
+                index = origins.setdefault(e.origin, len(origins))
+                items.append([index, e.low, e.high - e.low, e.last - base])
+        return _encode([VERSION, self._epoch_ms, self._latest, list(origins), items]).decode()
+
+    @classmethod
+    def loads(
+        cls,
+        text: str | bytes,
+        *,
+        max_age: float = DEFAULT_MAX_AGE,
+        max_ids: int = DEFAULT_MAX_IDS,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> DedupWindow:
+        """A window from ``dumps``'s text, under these bounds (it forgets what falls out of
+        them). ValueError naming what is wrong for text that is not a window."""
+        try:
+            version, base, latest, origins, items = msgspec.json.decode(text)
+        except (msgspec.DecodeError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a dedup window: {exc}") from None
+        if version != VERSION:
+            raise ValueError(f"dedup window version {version!r}: this library reads {VERSION}")
+        window = cls(max_age=max_age, max_ids=max_ids, max_bytes=max_bytes)
+        try:
+            window._latest = int(latest)
+            if base is not None:
+                window._epoch_ms = int(base)
+                window._extend(_parsed(items, [str(o) for o in origins], int(base)))
+            elif items:
+                raise ValueError("entries without a base time")
+        except (TypeError, ValueError, IndexError) as exc:
+            raise ValueError(f"not a dedup window: {exc}") from None
+        window._evict()
+        return window
+
+    @classmethod
+    def inherit(
+        cls,
+        parents: Sequence[DedupWindow],
+        *,
+        max_age: float = DEFAULT_MAX_AGE,
+        max_ids: int = DEFAULT_MAX_IDS,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> DedupWindow:
+        """The window a child shard starts with: its parent's (a split; each child gets a
+        copy), or the union of its parents' (a merge), entries in the order of their last
+        arrival, under these bounds. An id in both parents counts twice towards ``max_ids``."""
+        window = cls(max_age=max_age, max_ids=max_ids, max_bytes=max_bytes)
+        bases = [p._epoch_ms for p in parents if p._epoch_ms is not None]
+        if not bases:
+            return window
+        window._epoch_ms = min(bases)
+        window._latest = max(p._latest for p in parents)
+        merged = sorted(
+            (e for p in parents for e in p._entries), key=lambda e: e.last
+        )  # stable: each parent's order is kept between equal arrivals
+        window._extend(_Entry(e.origin, e.low, e.high, e.last) for e in merged)
+        window._evict()
+        return window
+
+    def _extend(self, entries: Iterable[_Entry]) -> None:
+        """Append ``entries`` as they are (no range extended), skipping an exception held
+        already."""
+        for entry in entries:
+            if entry.low < 0:
+                if entry.origin in self._exceptions:
+                    continue
+                self._exceptions[entry.origin] = entry
+            elif entry.origin in self._highest:
+                self._highest[entry.origin] = max(self._highest[entry.origin], entry.high)
+            self._append(entry)
+
+
+def _parsed(items: Sequence[Sequence[object]], origins: Sequence[str], base: int) -> list[_Entry]:
+    out = []
+    for item in items:
+        if len(item) == 2:
+            record_id, arrival = item
+            if not isinstance(record_id, str) or not isinstance(arrival, int):
+                raise ValueError(f"bad exception entry {item!r}")
+            out.append(_Entry(record_id, -1, -1, base + arrival))
+        elif len(item) == 4 and all(type(v) is int for v in item):
+            index, low, span, last = (int(v) for v in item)  # type: ignore[call-overload]
+            if index < 0 or low < 0 or span < 0:
+                raise ValueError(f"bad range entry {item!r}")
+            out.append(_Entry(origins[index], low, low + span, base + last))
+        else:
+            raise ValueError(f"bad entry {item!r}")
+    return out

@@ -1,0 +1,102 @@
+"""Record ids: their shapes, the automatic ones a producer gives, and the ones derived from an
+input record's position (docs/effectively-once.md).
+
+An id is a str of 1 to ``MAX_RECORD_ID_BYTES`` UTF-8 bytes. An id shaped ``ORIGIN:COUNTER``
+(a counter in canonical decimal) is one of a family: the dedup window
+(:mod:`kinesis_core.consumer.dedup`) keeps a family's consecutive counters as one range.
+
+- automatic: ``SESSION.SHARD:COUNTER``, a producer's random session id, the shard it predicted
+  for the record (``shardId-000000000003`` as ``3``) and a counter per session and shard, so a
+  shard's window sees consecutive counters;
+- derived: ``INCARNATION.SHARD.SEQUENCE.SUBSEQUENCE:INDEX``, the input record's stream
+  creation time (epoch ms), shard, sequence number (base 36) and sub-sequence number, and the
+  output's index among the outputs of that input; the same input gives the same ids on every
+  run.
+
+Everything here is sans-I/O.
+"""
+
+from __future__ import annotations
+
+from kinesis_core.aggregation import MAX_RECORD_ID_BYTES, validate_record_id
+from kinesis_core.errors import ValidationError
+
+__all__ = [
+    "MAX_RECORD_ID_BYTES",
+    "automatic_origin",
+    "derived_record_id",
+    "split_counter",
+    "validate_record_id",
+]
+
+_SHARD_PREFIX = "shardId-"
+_DIGITS36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def shard_tag(shard_id: str | None) -> str:
+    """A shard id as ids carry it: ``shardId-000000000003`` as ``3``, another id as it is,
+    no shard as ``-``."""
+    if shard_id is None:
+        return "-"
+    number = shard_id[len(_SHARD_PREFIX) :]
+    if shard_id.startswith(_SHARD_PREFIX) and number.isascii() and number.isdigit():
+        return str(int(number))
+    return shard_id
+
+
+def automatic_origin(session: str, shard_id: str | None) -> str:
+    """The origin of a producer session's automatic ids for the records it predicted for
+    ``shard_id`` (their counters follow a ``:``)."""
+    return f"{session}.{shard_tag(shard_id)}"
+
+
+def _base36(value: int) -> str:
+    if value == 0:
+        return "0"
+    digits = []
+    while value:
+        value, digit = divmod(value, 36)
+        digits.append(_DIGITS36[digit])
+    return "".join(reversed(digits))
+
+
+def derived_record_id(
+    incarnation: int,
+    shard_id: str,
+    sequence_number: str | int,
+    sub_sequence_number: int,
+    index: int = 0,
+) -> str:
+    """The id of the ``index``-th output made from the input record at (``sequence_number``,
+    ``sub_sequence_number``) of ``shard_id``, in the stream created at ``incarnation`` (epoch
+    milliseconds, DescribeStreamSummary's ``StreamCreationTimestamp``). Deterministic:
+    re-processing the same input gives the same ids. ValidationError for a negative number
+    or an id over ``MAX_RECORD_ID_BYTES``."""
+    sequence = int(sequence_number)
+    for name, value in (
+        ("incarnation", incarnation),
+        ("sequence_number", sequence),
+        ("sub_sequence_number", sub_sequence_number),
+        ("index", index),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValidationError(name, f"must be an int >= 0, got {value!r}")
+    record_id = (
+        f"{incarnation}.{shard_tag(shard_id)}.{_base36(sequence)}.{sub_sequence_number}:{index}"
+    )
+    return validate_record_id(record_id)
+
+
+def split_counter(record_id: str) -> tuple[str, int] | None:
+    """``(origin, counter)`` of an ``ORIGIN:COUNTER`` id whose counter is canonical decimal
+    (so the pair gives the id back exactly), else None."""
+    origin, colon, digits = record_id.rpartition(":")
+    if (
+        not colon
+        or not origin
+        or not digits.isascii()
+        or not digits.isdigit()
+        or (digits[0] == "0" and len(digits) > 1)
+    ):
+        return None
+    return origin, int(digits)

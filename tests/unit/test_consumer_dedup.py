@@ -1,0 +1,327 @@
+"""The dedup window (kinesis_core/consumer/dedup.py): exact, bounded by age, count and bytes,
+compressed, serialised, inherited by child shards."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from kinesis_core.consumer.dedup import MAX_WINDOW_BYTES, VERSION, DedupWindow
+from kinesis_core.errors import ConfigurationError
+from kinesis_core.record_ids import MAX_RECORD_ID_BYTES, derived_record_id, split_counter
+
+BIG = {"max_bytes": MAX_WINDOW_BYTES}
+
+ORIGINS = ["s1.0", "s1.1", "s2.0"]
+texts = st.text(st.sampled_from("ab:01"), min_size=1, max_size=5)
+
+
+@st.composite
+def steps(draw: st.DrawFn) -> list[tuple[str, int]]:
+    """(id, arrival step in ms): mostly each origin's next counter (runs that compress), some
+    counters out of order (retries), some other ids (exceptions)."""
+    counters = dict.fromkeys(ORIGINS, 0)
+    out = []
+    for _ in range(draw(st.integers(0, 120))):
+        kind = draw(st.sampled_from(["next", "next", "next", "any", "text"]))
+        origin = draw(st.sampled_from(ORIGINS))
+        if kind == "next":
+            record_id = f"{origin}:{counters[origin]}"
+            counters[origin] += 1
+        elif kind == "any":
+            record_id = f"{origin}:{draw(st.integers(0, 60))}"
+        else:
+            record_id = draw(texts)
+        out.append((record_id, draw(st.integers(-500, 3_000))))
+    return out
+
+
+def run_window(window: DedupWindow, ops: list[tuple[str, int]]) -> list[tuple[str, int, bool]]:
+    """Feed ``ops`` (id, arrival step in ms after the window's latest) to ``window``; (id,
+    arrival ms, answer) each."""
+    now = window.latest_ms or 1_700_000_000_000
+    out = []
+    for record_id, step in ops:
+        now += step
+        out.append((record_id, now, window.seen(record_id, now / 1000)))
+    return out
+
+
+@pytest.mark.slow
+@settings(max_examples=100, deadline=None)
+@given(steps(), st.integers(1, 60), st.integers(1, 20))
+def test_the_window_is_exact_within_its_bounds(
+    ops: list[tuple[str, int]], max_ids: int, max_age_s: int
+) -> None:
+    window = DedupWindow(max_ids=max_ids, max_age=max_age_s, **BIG)
+    taken: list[tuple[str, int]] = []
+    latest = None
+    for op in ops:
+        ((record_id, ms, duplicate),) = run_window(window, [op])
+        ever = {i for i, _ in taken}
+        # Never a false positive: a duplicate is an id it took before.
+        assert not duplicate or record_id in ever
+        if not duplicate:
+            taken.append((record_id, ms))
+        latest = ms if latest is None else max(latest, ms)
+        # Never forgets an id within its bounds: among the last max_ids taken, and arrived
+        # at most max_age before the latest arrival.
+        for age_rank, (kept, at) in enumerate(reversed(taken)):
+            if age_rank < max_ids and at >= latest - max_age_s * 1000:
+                assert kept in window
+        assert len(window) <= max_ids
+        assert all(i in ever or i == record_id for i in (i for i, _ in ops) if i in window)
+
+
+@pytest.mark.slow
+@settings(max_examples=80, deadline=None)
+@given(steps(), st.integers(1, 60))
+def test_a_duplicate_within_the_bounds_is_always_caught(
+    ops: list[tuple[str, int]], max_ids: int
+) -> None:
+    window = DedupWindow(max_ids=max_ids, max_age=3600, **BIG)
+    for op in ops:
+        ((record_id, ms, duplicate),) = run_window(window, [op])
+        if not duplicate:
+            assert window.seen(record_id, ms / 1000)  # the same id again, at once
+
+
+@pytest.mark.slow
+@settings(max_examples=80, deadline=None)
+@given(steps(), st.integers(1, 60), st.integers(1024, 4096))
+def test_the_serialised_window_round_trips_and_stays_within_max_bytes(
+    ops: list[tuple[str, int]], max_ids: int, max_bytes: int
+) -> None:
+    bounds = {"max_ids": max_ids, "max_age": 30.0, "max_bytes": max_bytes}
+    window = DedupWindow(**bounds)
+    run_window(window, ops)
+    text = window.dumps()
+    assert len(text.encode()) <= window.size <= max_bytes
+    again = DedupWindow.loads(text, **bounds)
+    assert again.dumps() == text
+    assert len(again) == len(window)
+    every = {i for i, _ in ops}
+    assert {i for i in every if i in again} == {i for i in every if i in window}
+    # Both go on the same way.
+    more = [(f"s1.0:{n}", 10) for n in range(30, 50)] + list(ops[:10])
+    assert run_window(again, more) == run_window(window, more)
+    assert again.dumps() == window.dumps()
+
+
+def test_consecutive_automatic_ids_take_one_entry() -> None:
+    window = DedupWindow()
+    for n in range(10_000):
+        assert not window.seen(f"AbCdEfGhIjKl.3:{n}", 1_700_000_000 + n / 1000)
+    assert (len(window), window.entries) == (10_000, 1)
+    assert len(window.dumps()) < 100
+    assert window.seen("AbCdEfGhIjKl.3:0", 1_700_000_010)
+
+
+def test_interleaved_producers_take_one_entry_per_run() -> None:
+    window = DedupWindow()
+    arrival = 1_700_000_000.0
+    for run in range(100):
+        for producer in ("p1.0", "p2.0"):
+            for n in range(run * 500, (run + 1) * 500):
+                window.seen(f"{producer}:{n}", arrival)
+        arrival += 0.05
+    assert (len(window), window.entries) == (100_000, 200)
+    assert len(window.dumps()) <= window.size < 6_000
+
+
+def test_the_age_bound_forgets_old_entries() -> None:
+    window = DedupWindow(max_age=10)
+    window.seen("old", 1000.0)
+    window.seen("new", 1010.0)
+    assert "old" in window  # exactly max_age old
+    window.seen("newer", 1010.001)
+    assert "old" not in window
+    assert "new" in window
+
+
+def test_the_count_bound_trims_the_oldest_ids_of_a_range() -> None:
+    window = DedupWindow(max_ids=3)
+    for n in range(5):
+        window.seen(f"o:{n}", 1.0)
+    assert [f"o:{n}" in window for n in range(5)] == [False, False, True, True, True]
+    assert window.entries == 1
+
+
+def test_ids_that_are_not_canonical_counters_are_exceptions() -> None:
+    assert split_counter("o:1") == ("o", 1)
+    assert split_counter("a:b:12") == ("a:b", 12)
+    for record_id in ("o:01", ":1", "o:", "o", "o:\u0661", "o:-1"):
+        assert split_counter(record_id) is None
+    window = DedupWindow()
+    window.seen("o:1", 1.0)
+    assert "o:01" not in window
+    assert not window.seen("o:01", 1.0)
+    assert window.seen("o:01", 1.0)
+    assert window.seen("o:1", 1.0)
+
+
+def test_an_exception_never_extends_into_a_range() -> None:
+    window = DedupWindow()
+    window.seen("foo", 1.0)
+    window.seen("foo:0", 1.0)
+    assert "foo" in window
+    assert "foo:0" in window
+    assert "foo:1" not in window
+
+
+def test_a_split_child_inherits_its_parents_window() -> None:
+    parent = DedupWindow()
+    for n in range(50):
+        parent.seen(f"p.0:{n}", 100.0 + n)
+    parent.seen("caller-id", 200.0)
+    left, right = DedupWindow.inherit([parent]), DedupWindow.inherit([parent])
+    for child in (left, right):
+        assert child.dumps() == parent.dumps()
+        assert child.seen("p.0:7", 300.0)
+        assert child.seen("caller-id", 300.0)
+    assert not left.seen("p.0:50", 300.0)
+    assert "p.0:50" not in parent  # a copy: the parent is untouched
+    assert "p.0:50" not in right
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None)
+@given(steps(), steps())
+def test_a_merged_child_holds_the_union_of_its_parents(
+    first: list[tuple[str, int]], second: list[tuple[str, int]]
+) -> None:
+    a = DedupWindow(max_age=3600, **BIG)
+    b = DedupWindow(max_age=3600, **BIG)
+    run_window(a, first)
+    run_window(b, second)
+    child = DedupWindow.inherit([a, b], max_age=3600, **BIG)
+    every = {i for i, _ in first + second}
+    assert {i for i in every if i in child} == {i for i in every if i in a or i in b}
+    assert DedupWindow.loads(child.dumps(), max_age=3600, **BIG).dumps() == child.dumps()
+
+
+def test_inheriting_from_empty_parents_gives_an_empty_window() -> None:
+    child = DedupWindow.inherit([DedupWindow(), DedupWindow()])
+    assert len(child) == 0
+    assert not child.seen("x", 1.0)
+
+
+def test_the_max_config_fits_in_a_dynamodb_item() -> None:
+    """The worst ids for the serialised form (as long as allowed, each character escaped in
+    JSON) in a window with the largest bounds: still within MAX_WINDOW_BYTES, and a KCL lease
+    row carrying it stays under DynamoDB's 400 KB item limit."""
+    window = DedupWindow(max_ids=100_000_000, max_age=7 * 86_400, max_bytes=MAX_WINDOW_BYTES)
+    worst = "\x01" * (MAX_RECORD_ID_BYTES - 8)
+    for n in range(2_000):
+        window.seen(f"{worst}{n:08d}", 1_700_000_000 + n)
+    text = window.dumps()
+    assert len(text.encode()) <= window.size <= MAX_WINDOW_BYTES
+    assert window.size > MAX_WINDOW_BYTES - 2_000  # it was full: the bound did the work
+    row = {
+        "leaseKey": "shardId-000000000000",
+        "leaseOwner": "worker-" + "x" * 200,
+        "leaseCounter": "18446744073709551615",
+        "checkpoint": "9" * 56,
+        "checkpointSubSequenceNumber": "4294967295",
+        "ownerSwitchesSinceCheckpoint": "0",
+        "parentShardId": ["shardId-000000000001", "shardId-000000000002"],
+        "pendingCheckpoint": "9" * 56,
+        "streamCreatedMs": "1700000000000",
+        "dedupWindow": text,
+    }
+
+    def size(value: object) -> int:
+        if isinstance(value, list):
+            return sum(len(v.encode()) for v in value) + 3
+        return len(str(value).encode())
+
+    item_bytes = sum(len(name.encode()) + size(value) for name, value in row.items())
+    assert item_bytes < 400 * 1024
+
+
+def test_derived_ids_are_deterministic_and_compress_per_input() -> None:
+    first = derived_record_id(1_700_000_000_000, "shardId-000000000004", "4959" + "0" * 52, 3, 0)
+    assert first == derived_record_id(
+        1_700_000_000_000, "shardId-000000000004", int("4959" + "0" * 52), 3, 0
+    )
+    assert first.startswith("1700000000000.4.")
+    assert first.endswith(".3:0")
+    other = {
+        derived_record_id(1, "shardId-000000000004", 10, 0, 0),
+        derived_record_id(2, "shardId-000000000004", 10, 0, 0),
+        derived_record_id(1, "shardId-000000000005", 10, 0, 0),
+        derived_record_id(1, "shardId-000000000004", 11, 0, 0),
+        derived_record_id(1, "shardId-000000000004", 10, 1, 0),
+        derived_record_id(1, "shardId-000000000004", 10, 0, 1),
+        derived_record_id(1, "my-shard", 10, 0, 0),
+    }
+    assert len(other) == 7
+    window = DedupWindow()
+    for index in range(5):
+        window.seen(derived_record_id(1, "shardId-000000000004", 10, 0, index), 1.0)
+    assert window.entries == 1
+    assert len(derived_record_id(2**63, "shardId-" + "9" * 20, 10**56, 2**32, 2**32)) <= 128
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"incarnation": -1}, "incarnation: must be an int >= 0"),
+        ({"sub_sequence_number": -1}, "sub_sequence_number: must be an int >= 0"),
+        ({"index": True}, "index: must be an int >= 0"),
+        ({"shard_id": "x" * 200}, "record_id: must be 1 to 128 bytes"),
+    ],
+)
+def test_derived_ids_refuse_bad_positions(kwargs: dict[str, object], message: str) -> None:
+    from kinesis_core.errors import ValidationError
+
+    args: dict[str, object] = {
+        "incarnation": 1,
+        "shard_id": "shardId-000000000000",
+        "sequence_number": "1",
+        "sub_sequence_number": 0,
+        "index": 0,
+        **kwargs,
+    }
+    with pytest.raises(ValidationError, match=message):
+        derived_record_id(**args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_ids": 0}, r"max_ids: must lie in \[1, 100000000\], got 0"),
+        ({"max_bytes": MAX_WINDOW_BYTES + 1}, r"max_bytes: must lie in \[1024, 300000\]"),
+        ({"max_bytes": 1.5}, "max_bytes: must be an int"),
+        ({"max_age": 0}, r"max_age: must lie in \(0, 604800\] seconds"),
+        ({"max_age": "1"}, "max_age: must be a number of seconds"),
+    ],
+)
+def test_bad_bounds_are_refused_naming_the_field_and_the_limit(
+    kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        DedupWindow(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "[]",
+        "[2, 0, 0, [], []]",
+        '[1, 0, 0, [], [["a"]]]',
+        "[1, 0, 0, [], [[5, 0, 0, 0]]]",
+        '[1, 0, 0, ["o"], [[-1, 0, 0, 0]]]',
+        '[1, 0, 0, ["o"], [[0, -3, 0, 0]]]',
+    ],
+)
+def test_text_that_is_not_a_window_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="dedup window"):
+        DedupWindow.loads(text)
+
+
+def test_the_version_is_the_first_element() -> None:
+    window = DedupWindow()
+    window.seen("o:0", 1.0)
+    assert window.dumps().startswith(f"[{VERSION},")
