@@ -42,6 +42,8 @@ _HELP = {
     FaultKind.SHORT_BODY: "send upstream's answer 5 bytes short of its Content-Length, then close",
     FaultKind.BINARY_5XX: "HTTP 500 with a body that is not UTF-8",
     FaultKind.DRIP: "send upstream's answer one byte every --drip-seconds",
+    FaultKind.LOST_ANSWER: "forward (the service writes), then reset the connection without "
+    "the answer; PutRecords by default",
 }
 
 

@@ -236,6 +236,10 @@ class FaultProxy:
         if decision.action is Action.RESET:
             _reset(request)
             return web.Response()
+        if decision.action is Action.LOSE_ANSWER:
+            await self._forward(request, decision.body)
+            _reset(request)
+            return web.Response()
         if decision.action is Action.STALL:
             await asyncio.sleep(decision.stall_seconds)
             _close(request)

@@ -3,15 +3,16 @@
 Given a seed, a FaultConfig and one request (its X-Amz-Target, body and content type), the plan
 decides what the proxy does with it: forward it untouched, answer with an AWS error the way the
 service would, fail some records of a PutRecords call, reset or stall the connection, cut the
-answer short, answer with something that is not an answer (an empty 200 ``{}``, a 200 that is
-not JSON, a captive portal's HTML page, a body 5 bytes short of its Content-Length, a 500 whose
-body is not UTF-8, an answer dripped a byte at a time), or add latency first. Streaming answers
-(SubscribeToShard's event stream, which lasts minutes) are forwarded chunk by chunk and can be
-delayed per chunk or cut after a number of events or bytes (``StreamCutter`` finds the place).
-With shard limits (``FaultConfig.shard_limits``) it also throttles the records over their
-shard's write limits, as AWS does (kinesis_core.local.shard_limits), and asks the driver to
-list a stream's shards first (``Action.LEARN_SHARDS``). It does no I/O, so the same seed and
-the same sequence of requests always give the same faults, and unit tests need no network.
+answer short, lose the answer after the service did the call, answer with something that is not an
+answer (an empty 200 ``{}``, a 200 that is not JSON, a captive portal's HTML page, a body 5 bytes
+short of its Content-Length, a 500 whose body is not UTF-8, an answer dripped a byte at a time), or
+add latency first. Streaming answers (SubscribeToShard's event stream, which lasts minutes) are
+forwarded chunk by chunk and can be delayed per chunk or cut after a number of events or bytes
+(``StreamCutter`` finds the place). With shard limits (``FaultConfig.shard_limits``) it also
+throttles the records over their shard's write limits, as AWS does
+(kinesis_core.local.shard_limits), and asks the driver to list a stream's shards first
+(``Action.LEARN_SHARDS``). It does no I/O, so the same seed and the same sequence of requests
+always give the same faults, and unit tests need no network.
 """
 
 from __future__ import annotations
@@ -84,6 +85,10 @@ class FaultKind(str, enum.Enum):
     """HTTP 500 with a body that is not UTF-8."""
     DRIP = "drip"
     """Forward, then send upstream's answer one body byte every drip_seconds."""
+    LOST_ANSWER = "lost_answer"
+    """Forward (the service does the call: a write is written), then drop the answer: the
+    connection is reset and the client sees a failure. PutRecords only, unless the rule's
+    operations say otherwise."""
 
 
 REQUEST_KINDS = (
@@ -102,6 +107,7 @@ REQUEST_KINDS = (
     FaultKind.SHORT_BODY,
     FaultKind.BINARY_5XX,
     FaultKind.DRIP,
+    FaultKind.LOST_ANSWER,
 )
 """Mutually exclusive per request: one draw picks at most one of them."""
 MALFORMED_KINDS = (
@@ -169,7 +175,8 @@ class FaultRule:
     ("Kinesis", "DynamoDB") or a whole X-Amz-Target ("DynamoDB_20120810.UpdateItem"). Empty
     means the kind's natural operations: throttle hits data-plane calls, limit_exceeded the
     control plane of Kinesis and DynamoDB, expired_iterator GetRecords, put_record_* PutRecords
-    (those last two never apply elsewhere), every other kind every call.
+    (those last two never apply elsewhere), lost_answer PutRecords, every other kind every
+    call.
     """
 
     kind: FaultKind
@@ -188,6 +195,8 @@ class FaultRule:
             return False
         if self.kind in RECORD_KINDS and (service, operation) != ("Kinesis", "PutRecords"):
             return False
+        if self.kind is FaultKind.LOST_ANSWER and not self.operations:
+            return (service, operation) == ("Kinesis", "PutRecords")
         streaming = operation in STREAMING_OPERATIONS
         if self.kind in _STREAM_KINDS and not streaming:
             return False
@@ -282,6 +291,7 @@ class FaultConfig:
         binary_5xx: float = 0.0,
         drip: float = 0.0,
         drip_seconds: float = 1.0,
+        lost_answer: float = 0.0,
     ) -> FaultConfig:
         """One rule per non-zero rate, all narrowed to `operations` when it is given.
 
@@ -310,6 +320,7 @@ class FaultConfig:
             FaultKind.SHORT_BODY: short_body,
             FaultKind.BINARY_5XX: binary_5xx,
             FaultKind.DRIP: drip,
+            FaultKind.LOST_ANSWER: lost_answer,
         }
         rules = tuple(FaultRule(kind, rate, ops) for kind, rate in rates.items() if rate > 0)
         return cls(
@@ -338,6 +349,8 @@ class Action(str, enum.Enum):
     """Forward, then send only Decision.truncate_at(len(body)) bytes of the answer."""
     DRIP = "drip"
     """Forward, then send the answer one body byte every Decision.drip_seconds."""
+    LOSE_ANSWER = "lose_answer"
+    """Forward, wait for upstream's answer, then reset the connection without sending it."""
     LEARN_SHARDS = "learn_shards"
     """List the shards of Decision.stream through the upstream, give them to
     FaultPlan.learn_shards (or call FaultPlan.listing_failed), then decide again."""
@@ -683,6 +696,8 @@ class FaultPlan:
             return Decision(
                 Action.DRIP, operation, body, kind, delay, drip_seconds=self.config.drip_seconds
             )
+        if kind is FaultKind.LOST_ANSWER:
+            return Decision(Action.LOSE_ANSWER, operation, body, kind, delay)
         if kind in MALFORMED_KINDS:
             response = self._malformed_response(kind, operation)
         else:

@@ -233,6 +233,27 @@ def test_connection_faults_raise_connection_errors(
     assert written(stream) == ([b"x"] if kind is FaultKind.TRUNCATE else [])
 
 
+def test_a_lost_answer_writes_the_records_and_fails_the_call(moto_stream: StreamMaker) -> None:
+    stream = moto_stream(shards=2)
+    sent = records(20)
+
+    async def main() -> None:
+        config = FaultConfig.from_rates(lost_answer=1.0)
+        async with FaultProxy(stream.endpoint_url, config, seed=1) as proxy:
+            async with create_kinesis_client(
+                via(proxy, stream.client_config), max_attempts=1
+            ) as kinesis:
+                with pytest.raises((ConnectionClosedError, EndpointConnectionError)):
+                    await kinesis.put_records(StreamName=stream.name, Records=sent)
+                # Other calls are answered: lost_answer hits PutRecords alone by default.
+                await kinesis.put_record(StreamName=stream.name, Data=b"alone", PartitionKey="k")
+            assert proxy.stats().total(FaultKind.LOST_ANSWER) == 1
+
+    asyncio.run(main())
+    # The client saw a failure, yet the service wrote every record: a retry writes them twice.
+    assert written(stream) == sorted([b"alone", *(r["Data"] for r in sent)])
+
+
 def test_latency_delays_but_answers(moto_stream: StreamMaker) -> None:
     stream = moto_stream(shards=1)
     config = FaultConfig.from_rates(latency_ms=5, latency_jitter_ms=5)

@@ -83,6 +83,7 @@ EVERYTHING = FaultConfig.from_rates(
     stall=0.05,
     truncate=0.05,
     drip=0.05,
+    lost_answer=0.05,
     put_record_throttle=0.1,
     put_record_internal_error=0.05,
     latency_ms=5,
@@ -189,6 +190,11 @@ def test_default_operations_of_each_kind() -> None:
     assert not hit(FaultKind.EXPIRED_ITERATOR, PUT_RECORDS, frozenset({"PutRecords"}))
     assert not hit(FaultKind.PUT_RECORD_THROTTLE, PUT_RECORD)
     assert hit(FaultKind.RESET, "Logs_20140328.PutLogEvents")
+    assert hit(FaultKind.LOST_ANSWER, PUT_RECORDS)
+    assert not hit(FaultKind.LOST_ANSWER, PUT_RECORD)
+    assert not hit(FaultKind.LOST_ANSWER, GET_RECORDS)
+    assert not hit(FaultKind.LOST_ANSWER, UPDATE_ITEM)
+    assert hit(FaultKind.LOST_ANSWER, UPDATE_ITEM, frozenset({"DynamoDB"}))
     # An explicit filter overrides the defaults: by operation, service or whole target.
     assert hit(FaultKind.THROTTLE, LIST_SHARDS, frozenset({"ListShards"}))
     assert hit(FaultKind.INTERNAL_ERROR, UPDATE_ITEM, frozenset({"DynamoDB"}))
@@ -324,6 +330,17 @@ def test_stall_carries_its_duration() -> None:
     plan = FaultPlan(FaultConfig.from_rates(stall=1.0, stall_seconds=2.5), seed=0)
     decision = plan.decide(LIST_SHARDS, b"{}", KINESIS_JSON)
     assert (decision.action, decision.stall_seconds) == (Action.STALL, 2.5)
+
+
+def test_a_lost_answer_forwards_the_request_untouched_and_then_drops_the_answer() -> None:
+    plan = FaultPlan(FaultConfig.from_rates(lost_answer=0.1, put_record_throttle=0.5), seed=3)
+    body = put_records_body(10)
+    decisions = [plan.decide(PUT_RECORDS, body, KINESIS_JSON) for _ in range(2000)]
+    lost = [d for d in decisions if d.kind is FaultKind.LOST_ANSWER]
+    assert within_sigmas(len(lost), 2000, 0.1)
+    # The whole request goes upstream: no record is withheld, so every one is written.
+    assert {(d.action, d.body, d.record_failures) for d in lost} == {(Action.LOSE_ANSWER, body, ())}
+    assert plan.stats().injected[(FaultKind.LOST_ANSWER, "PutRecords")] == len(lost)
 
 
 def test_overlapping_filtered_rates_are_scaled_to_one() -> None:
