@@ -23,6 +23,7 @@ from kinesis_core.local import KinesisMock, LocalServer, MotoServer, StreamFacto
 from reliability.bad_input import bad_input
 from reliability.consumer_faults import consumer_under_faults
 from reliability.crash_loops import crash_loop
+from reliability.duplicates import duplicates
 from reliability.lease_scaleout import lease_scale_out
 from reliability.malformed_answers import consumer_under_malformed_answers
 from reliability.producer_auth import producer_auth
@@ -99,6 +100,13 @@ def _suites() -> dict[str, Suite]:
         ),
         "restart-fan-out": lambda c: server_restart(
             c.folder("restart-fan-out"), outage=pick(c, 3, 6), before=3.0, after=3.0, fan_out=True
+        ),
+        "duplicates": lambda c: duplicates(
+            c.streams(KinesisMock),
+            c.folder("duplicates"),
+            producer_records=pick(c, 600, 3_000),
+            faust_records=pick(c, 600, 3_000),
+            seed=c.seed,
         ),
         **{
             f"crash-{kind}": _crash_loop(kind, pick)

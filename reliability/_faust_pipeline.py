@@ -1,0 +1,56 @@
+"""The Faust pipeline the duplicates row runs: ``faust -A reliability._faust_pipeline worker``.
+
+KinesisChannel (``RELIABILITY_STREAM``) -> agent -> KinesisSink (``RELIABILITY_OUTPUT``, with
+``record_ids=True``): the agent yields every input's value unchanged, keyed by the record's
+number (its first 9 bytes), after logging that number. Once its agent runs, it creates the file
+``RELIABILITY_LOG`` + ``.ready``. Checkpoints go to the default SQLite file
+of ``RELIABILITY_DATADIR``; the source event is acked once the sink confirmed the write.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import faust
+
+from faust_kinesis import KinesisChannel, KinesisSink
+from kinesis_core.consumer import ConsumerConfig
+from kinesis_core.local import local_client_config
+from reliability._children import APPLICATION
+
+client_config = local_client_config(os.environ["RELIABILITY_ENDPOINT"])
+app = faust.App(
+    APPLICATION,
+    web_enabled=False,
+    datadir=os.environ["RELIABILITY_DATADIR"],
+    value_serializer="raw",
+)
+app.boot_strategy.enable_kafka = False
+channel = KinesisChannel(
+    app,
+    os.environ["RELIABILITY_STREAM"],
+    client_config=client_config,
+    application_name=APPLICATION,
+    consumer_config=ConsumerConfig(checkpoint_interval=0.5, idle_interval=0.2),
+)
+sink = KinesisSink(
+    app,
+    os.environ["RELIABILITY_OUTPUT"],
+    client_config=client_config,
+    record_ids=True,
+    partition_key=lambda value: value[:9].decode(),
+)
+
+
+@app.agent(channel, sink=[sink])
+async def pipeline(values: Any) -> AsyncIterator[bytes]:
+    # Blocking writes on purpose: a record is logged before its output is yielded.
+    Path(os.environ["RELIABILITY_LOG"] + ".ready").touch()  # noqa: ASYNC240 - once, at start
+    with open(os.environ["RELIABILITY_LOG"], "a") as log:  # noqa: ASYNC230
+        async for value in values:
+            log.write(value[:9].decode() + "\n")
+            log.flush()
+            yield value
