@@ -12,12 +12,16 @@ children) and counts, by record id:
   the documented bounds (the defaults) would not drop, run offline over each shard's records in
   order, a child shard starting with its parents' final windows (``DedupWindow.inherit``), as
   the consumer is to do once it deduplicates (issue 38, part 2);
+- **left after a window that ignores lineage**: the same, each shard starting with an empty
+  window: the copies only the parents' windows catch;
 - **records read under more than one id**: copies no window can catch (their content is the
   same, their ids differ).
 
 (a) ``producer``: a Producer with ``record_ids=True`` behind a fault proxy that loses the answer
 of 10% of the PutRecords calls after the service wrote their records (``lost_answer``), so the
 producer writes them again under the same ids; a shard splits when half the records are in.
+Run again with every answer lost while the shard splits: the retries of those land in the
+children, copies of records in the parent that only the inherited windows catch.
 (b) ``faust``: a Faust worker (``_faust_pipeline``: KinesisChannel -> agent -> KinesisSink with
 ``record_ids=True``) SIGKILLed twice while its input stream splits; the outputs it wrote again
 after each kill (the inputs it processed after its last checkpoint) carry the ids derived from
@@ -40,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 from kinesis_core.aggregation import deaggregate
-from kinesis_core.aws.config import ClientConfig
 from kinesis_core.consumer.dedup import DedupWindow
 from kinesis_core.local.fault_proxy import FaultProxy
 from kinesis_core.local.faults import FaultConfig, FaultKind
@@ -69,6 +72,8 @@ class ReadById:
     without_id: int = 0
     caught: int = 0
     """Copies the offline window would drop."""
+    caught_without_lineage: int = 0
+    """Copies a window that starts empty in every shard (no inheritance) would drop."""
     window_bytes: int = 0
     """The largest serialised window of a shard at its end."""
 
@@ -129,6 +134,7 @@ def read_by_id(stream: LocalStream) -> ReadById:
         )
         parents = [windows[p] for p in sorted(_parents(shard)) if p in windows]
         window = DedupWindow.inherit(parents) if parents else DedupWindow()
+        alone = DedupWindow()
         raws = sorted(by_shard.get(shard_id, []), key=lambda r: int(r["SequenceNumber"]))
         for record in deaggregate(raws, shard_id, hash_range):
             out.records.append(record)
@@ -136,8 +142,11 @@ def read_by_id(stream: LocalStream) -> ReadById:
                 out.without_id += 1
                 continue
             out.copies[record.record_id] += 1
-            if window.seen(record.record_id, record.approximate_arrival_seconds or 0.0):
+            arrival = record.approximate_arrival_seconds or 0.0
+            if window.seen(record.record_id, arrival):
                 out.caught += 1
+            if alone.seen(record.record_id, arrival):
+                out.caught_without_lineage += 1
         windows[shard_id] = window
         out.window_bytes = max(out.window_bytes, len(window.dumps().encode()))
     return out
@@ -170,7 +179,8 @@ class Scenario:
         several = self.read.numbers_under_several_ids()
         return (
             f"{self.name}: {self.attempted:,} records, lost {self.lost}; duplicates without "
-            f"dedup: {self.duplicates}; left after a window: {self.left} (max_age "
+            f"dedup: {self.duplicates}; left after a window: {self.left}, after a window that "
+            f"ignores lineage: {self.duplicates - self.read.caught_without_lineage} (max_age "
             f"{window.max_age:g} s, max_ids {window.max_ids:,}, max_bytes {window.max_bytes:,}; "
             f"largest window at a shard's end {self.read.window_bytes:,} bytes); records read "
             f"under more than one id: {several}; read without an id: {self.read.without_id}"
@@ -194,10 +204,13 @@ def _reconcile_read(scenario: Scenario, expected: set[int]) -> None:
 
 
 async def _put_with_split(
-    client_config: ClientConfig, stream: LocalStream, count: int
+    proxy: FaultProxy, stream: LocalStream, count: int, lost_during_split: float
 ) -> tuple[list[RecordResult], list[str]]:
-    """``count`` records, one ``put`` each, by WORKERS coroutines; once half of them are in,
-    a shard splits (directly on the emulator, not through the proxy)."""
+    """``count`` records, one ``put`` each, by WORKERS coroutines through ``proxy``; once half
+    of them are in, a shard splits (directly on the emulator, not through the proxy), while
+    the proxy loses ``lost_during_split`` of the PutRecords answers."""
+    client_config = via(stream.client_config, proxy.endpoint_url)
+    rates = proxy.plan.config
     results: list[RecordResult | None] = [None] * count
     half = asyncio.Event()
     finished = 0
@@ -223,7 +236,11 @@ async def _put_with_split(
         async def split() -> list[str]:
             await half.wait()
             shard_id = stream.shards(open_only=True)[0]["ShardId"]
-            return await asyncio.to_thread(stream.split, shard_id)
+            proxy.configure(FaultConfig.from_rates(lost_answer=lost_during_split))
+            try:
+                return await asyncio.to_thread(stream.split, shard_id)
+            finally:
+                proxy.configure(rates)
 
         splitting = asyncio.ensure_future(split())
         await asyncio.gather(*(worker() for _ in range(WORKERS)))
@@ -231,14 +248,22 @@ async def _put_with_split(
     return [r for r in results if r is not None], children
 
 
-def producer_scenario(make_stream: MakeStream, *, records: int, seed: int) -> Scenario:
-    scenario = Scenario(f"(a) producer, {LOST_ANSWERS:.0%} of PutRecords answers lost, a split")
+def producer_scenario(
+    make_stream: MakeStream, *, records: int, seed: int, lost_during_split: float = LOST_ANSWERS
+) -> Scenario:
+    """(a); with ``lost_during_split`` above LOST_ANSWERS, the answers lost while the shard
+    splits are retried into its children: the copies that only lineage catches."""
+    name = f"(a) producer, {LOST_ANSWERS:.0%} of PutRecords answers lost, a split"
+    if lost_during_split != LOST_ANSWERS:
+        name += f" while {lost_during_split:.0%} are lost"
+    scenario = Scenario(name)
     stream = make_stream(2)
     try:
         config = FaultConfig.from_rates(lost_answer=LOST_ANSWERS)
         with FaultProxy(stream.endpoint_url, config, seed=seed) as proxy:
-            client_config = via(stream.client_config, proxy.endpoint_url)
-            results, children = asyncio.run(_put_with_split(client_config, stream, records))
+            results, children = asyncio.run(
+                _put_with_split(proxy, stream, records, lost_during_split)
+            )
             stats = proxy.stats()
         scenario.faults = stats.total(FaultKind.LOST_ANSWER)
         scenario.read = read_by_id(stream)
@@ -410,11 +435,15 @@ def duplicates(
     faust_records: int = 3_000,
     seed: int = 7,
 ) -> SuiteResult:
-    """The ``duplicates`` row: both scenarios, their figures in the notes."""
+    """The ``duplicates`` row: the scenarios, their figures in the notes. (a) runs twice: as it
+    is, then with every answer lost while the shard splits (half the records)."""
     result = SuiteResult(NAME)
     started = time.monotonic()
     for scenario in (
         producer_scenario(make_stream, records=producer_records, seed=seed),
+        producer_scenario(
+            make_stream, records=producer_records // 2, seed=seed, lost_during_split=1.0
+        ),
         faust_scenario(make_stream, workdir, records=faust_records, seed=seed),
     ):
         result.faults += scenario.faults

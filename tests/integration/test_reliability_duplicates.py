@@ -1,5 +1,6 @@
 """The duplicates row of ``python -m reliability``, small (kinesis-mock, a split in each): a
-producer with record ids losing 10% of its PutRecords answers after the write, and a Faust
+producer with record ids losing 10% of its PutRecords answers after the write (and all of them
+while the stream splits, so that retries land in the children), and a Faust
 pipeline with a KinesisSink(record_ids=True) SIGKILLed twice while its input splits. Read by
 record id: nothing lost, duplicates there without dedup, and none left after a dedup window of
 the documented bounds that follows the shards' lineage (run offline over what was read, until
@@ -17,10 +18,13 @@ from reliability.duplicates import faust_scenario, producer_scenario
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.parametrize("lost_during_split", [0.1, 1.0], ids=["10%", "all-during-split"])
 def test_a_producer_losing_answers_across_a_split_duplicates_only_what_a_window_catches(
-    kinesis_stream: StreamFactory,
+    kinesis_stream: StreamFactory, lost_during_split: float
 ) -> None:
-    scenario = producer_scenario(kinesis_stream, records=300, seed=7)
+    scenario = producer_scenario(
+        kinesis_stream, records=300, seed=7, lost_during_split=lost_during_split
+    )
     print(scenario.summary(), *scenario.notes, sep="\n")
     assert scenario.problems == []
     assert scenario.faults > 0
