@@ -3,8 +3,8 @@
 KinesisChannel (``RELIABILITY_STREAM``) -> agent -> KinesisSink (``RELIABILITY_OUTPUT``, with
 ``record_ids=True``): the agent yields every input's value unchanged, keyed by the record's
 number (its first 9 bytes), after logging that number. Once its agent runs, it creates the file
-``RELIABILITY_LOG`` + ``.ready``. Checkpoints go to the default SQLite file
-of ``RELIABILITY_DATADIR``; the source event is acked once the sink confirmed the write.
+``RELIABILITY_LOG`` + ``.ready``. The app and its channel are ``_faust_app``'s; the source
+event is acked once the sink confirmed the write.
 """
 
 from __future__ import annotations
@@ -15,32 +15,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import faust
-
-from faust_kinesis import KinesisChannel, KinesisSink
-from kinesis_core.consumer import ConsumerConfig
+from faust_kinesis import KinesisSink
 from kinesis_core.local import local_client_config
-from reliability._children import APPLICATION
+from reliability._faust_app import kinesis_app
 
-client_config = local_client_config(os.environ["RELIABILITY_ENDPOINT"])
-app = faust.App(
-    APPLICATION,
-    web_enabled=False,
-    datadir=os.environ["RELIABILITY_DATADIR"],
-    value_serializer="raw",
-)
-app.boot_strategy.enable_kafka = False
-channel = KinesisChannel(
-    app,
-    os.environ["RELIABILITY_STREAM"],
-    client_config=client_config,
-    application_name=APPLICATION,
-    consumer_config=ConsumerConfig(checkpoint_interval=0.5, idle_interval=0.2),
-)
+app, channel = kinesis_app()
 sink = KinesisSink(
     app,
     os.environ["RELIABILITY_OUTPUT"],
-    client_config=client_config,
+    client_config=local_client_config(os.environ["RELIABILITY_ENDPOINT"]),
     record_ids=True,
     partition_key=lambda value: value[:9].decode(),
 )

@@ -1,9 +1,9 @@
 """The Faust app the Faust crash loop runs: ``faust -A reliability._faust_worker worker``.
 
 Its settings come from ``RELIABILITY_*`` environment variables (endpoint, stream, datadir and
-log). An agent reads the stream through a KinesisChannel, checkpoints in the default SQLite
-file of the datadir, and logs every record before the event is acked (the agent's next
-iteration acks it), in the crash loops' line format.
+log). An agent reads the stream through the KinesisChannel of ``_faust_app`` and logs every
+record before the event is acked (the agent's next iteration acks it), in the crash loops'
+line format.
 """
 
 from __future__ import annotations
@@ -12,27 +12,10 @@ import asyncio
 import os
 from typing import Any
 
-import faust
+from reliability._children import log_line
+from reliability._faust_app import kinesis_app
 
-from faust_kinesis import KinesisChannel
-from kinesis_core.consumer import ConsumerConfig
-from kinesis_core.local import local_client_config
-from reliability._children import APPLICATION, log_line
-
-app = faust.App(
-    APPLICATION,
-    web_enabled=False,
-    datadir=os.environ["RELIABILITY_DATADIR"],
-    value_serializer="raw",
-)
-app.boot_strategy.enable_kafka = False
-channel = KinesisChannel(
-    app,
-    os.environ["RELIABILITY_STREAM"],
-    client_config=local_client_config(os.environ["RELIABILITY_ENDPOINT"]),
-    application_name=APPLICATION,
-    consumer_config=ConsumerConfig(checkpoint_interval=0.5, idle_interval=0.2),
-)
+app, channel = kinesis_app()
 
 
 @app.agent(channel)

@@ -153,18 +153,10 @@ def read_by_id(stream: LocalStream) -> ReadById:
 
 
 @dataclass
-class Scenario:
-    """The figures of one scenario, for the row's notes and the tests."""
+class Scenario(SuiteResult):
+    """The figures of one scenario (``suite`` its name), and what its reader saw."""
 
-    name: str
-    attempted: int = 0
-    delivered: int = 0
-    failed: int = 0
-    lost: int = 0
     read: ReadById = field(default_factory=ReadById)
-    faults: int = 0
-    problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
 
     @property
     def duplicates(self) -> int:
@@ -178,7 +170,7 @@ class Scenario:
         window = DedupWindow()
         several = self.read.numbers_under_several_ids()
         return (
-            f"{self.name}: {self.attempted:,} records, lost {self.lost}; duplicates without "
+            f"{self.suite}: {self.attempted:,} records, lost {self.lost}; duplicates without "
             f"dedup: {self.duplicates}; left after a window: {self.left}, after a window that "
             f"ignores lineage: {self.duplicates - self.read.caught_without_lineage} (max_age "
             f"{window.max_age:g} s, max_ids {window.max_ids:,}, max_bytes {window.max_bytes:,}; "
@@ -194,10 +186,10 @@ def _reconcile_read(scenario: Scenario, expected: set[int]) -> None:
     scenario.lost += len(missing)
     if missing:
         scenario.problems.append(
-            f"{scenario.name}: {len(missing)} records never read, e.g. {sorted(missing)[:5]}"
+            f"{scenario.suite}: {len(missing)} records never read, e.g. {sorted(missing)[:5]}"
         )
     if read.without_id:
-        scenario.problems.append(f"{scenario.name}: {read.without_id} records read without id")
+        scenario.problems.append(f"{scenario.suite}: {read.without_id} records read without id")
 
 
 # (a) the producer, answers lost after the write, a split in the middle
