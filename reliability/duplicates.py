@@ -58,6 +58,8 @@ LOST_ANSWERS = 0.10
 """Share of PutRecords calls whose answer the proxy loses after the write (scenario a)."""
 WORKERS = 40
 """Coroutines putting records at once (scenario a)."""
+SPLIT_LEAD = 0.3
+"""Seconds the proxy loses ``lost_during_split`` of the answers before the split starts."""
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -166,13 +168,18 @@ class Scenario(SuiteResult):
     def left(self) -> int:
         return self.read.left
 
+    @property
+    def left_without_lineage(self) -> int:
+        """Duplicates a window that ignores lineage would still deliver."""
+        return self.duplicates - self.read.caught_without_lineage
+
     def summary(self) -> str:
         window = DedupWindow()
         several = self.read.numbers_under_several_ids()
         return (
             f"{self.suite}: {self.attempted:,} records, lost {self.lost}; duplicates without "
             f"dedup: {self.duplicates}; left after a window: {self.left}, after a window that "
-            f"ignores lineage: {self.duplicates - self.read.caught_without_lineage} (max_age "
+            f"ignores lineage: {self.left_without_lineage} (max_age "
             f"{window.max_age:g} s, max_ids {window.max_ids:,}, max_bytes {window.max_bytes:,}; "
             f"largest window at a shard's end {self.read.window_bytes:,} bytes); records read "
             f"under more than one id: {several}; read without an id: {self.read.without_id}"
@@ -230,6 +237,9 @@ async def _put_with_split(
             shard_id = stream.shards(open_only=True)[0]["ShardId"]
             proxy.configure(FaultConfig.from_rates(lost_answer=lost_during_split))
             try:
+                # The loss starts a moment before the split: writes lost in the parent are
+                # retried once it has split, into its children.
+                await asyncio.sleep(SPLIT_LEAD)
                 return await asyncio.to_thread(stream.split, shard_id)
             finally:
                 proxy.configure(rates)
