@@ -20,8 +20,9 @@ children) and counts, by record id:
 (a) ``producer``: a Producer with ``record_ids=True`` behind a fault proxy that loses the answer
 of 10% of the PutRecords calls after the service wrote their records (``lost_answer``), so the
 producer writes them again under the same ids; a shard splits when half the records are in.
-Run again with every answer lost while the shard splits: the retries of those land in the
-children, copies of records in the parent that only the inherited windows catch.
+Run again with every answer lost from a moment before the split until it is done: the retries
+of those land in the children, copies of records in the parent that only the inherited windows
+catch.
 (b) ``faust``: a Faust worker (``_faust_pipeline``: KinesisChannel -> agent -> KinesisSink with
 ``record_ids=True``) SIGKILLed twice while its input stream splits; the outputs it wrote again
 after each kill (the inputs it processed after its last checkpoint) carry the ids derived from
