@@ -65,7 +65,9 @@ class KinesisSink:
     event's record and the output's index among the event's outputs
     (``KinesisMessage.next_record_id``), the same when the event is processed again after a
     crash, so a deduplicating reader drops the copy (docs/effectively-once.md); anything
-    else gets an automatic id.
+    else gets an automatic id. Without ``partition_key``, a derived id is also the record's
+    partition key, so that a copy lands in the shard of the first, where the reader's window
+    holds its id.
     """
 
     def __init__(

@@ -102,7 +102,8 @@ class Writer(Service):
     async def publish(self, fut: FutureMessage, record_id: str | None = None) -> FutureMessage:
         """Hand a serialized message to the producer; ``fut`` resolves with its
         ``RecordMetadata`` once Kinesis has it, or raises ``PutFailedError``. ``record_id``:
-        the record's id (a producer with ``record_ids`` on)."""
+        the record's id (a producer with ``record_ids`` on), also its partition key when the
+        message has no key, so that a copy goes to the shard of the first."""
         if self.should_stop:
             raise LifecycleError(str(self), State.CLOSED, "write")
         pending = fut.message
@@ -114,7 +115,8 @@ class Writer(Service):
             )
         data = _as_bytes(pending.value, "value") if pending.value is not None else b""
         if pending.key is None:
-            partition_key = random_partition_key()
+            # An id's copies must land in one shard, where a reader's window catches them.
+            partition_key = record_id if record_id is not None else random_partition_key()
         else:
             key_bytes = _as_bytes(pending.key, "key")
             try:

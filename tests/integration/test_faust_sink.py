@@ -272,4 +272,6 @@ def test_outputs_carry_ids_derived_from_their_source_records(
                 created_ms, shard_id, sequence, sub_sequence, index
             )
     assert all(r.record_id == expected[r.data] for r in written)
+    # Without a key of its own, an output's key is its id: a copy goes to the first's shard.
+    assert all(r.partition_key == r.record_id for r in written)
     assert sorted(Counter(r.record_id for r in written).values()) == [2] * (2 * count)
