@@ -138,6 +138,8 @@ class Pipeline:
         """The producer's session id: the first part of its automatic record ids."""
         self._id_counters: dict[str | None, int] = {}
         """The next automatic id's counter, per predicted shard (``record_ids``)."""
+        self._id_origins: dict[str | None, str] = {}
+        """The origin of the automatic ids, per predicted shard (``automatic_origin``)."""
         self.predict = predict
         self.predict_many: PredictManyFn = (
             predict_many if predict_many is not None else lambda keys: list(map(predict, keys))
@@ -384,23 +386,41 @@ class Pipeline:
         deadline = now + self.buffered_time
         ids = self.config.record_ids
         for shard_id, group in groups.items():
-            extend(shard_id, self._give_ids(shard_id, group) if ids else group, now, deadline)
+            if ids:
+                group, run = self._give_ids(shard_id, group)
+                extend(shard_id, group, now, deadline, run)
+            else:
+                extend(shard_id, group, now, deadline)
         self.metrics.user_records_received += taken
         self._pump(now)
 
-    def _give_ids(self, shard_id: str | None, urs: list[UserRecord]) -> list[UserRecord]:
+    def _give_ids(
+        self, shard_id: str | None, urs: list[UserRecord]
+    ) -> tuple[list[UserRecord], bool]:
         """``urs`` (predicted for ``shard_id``) with an automatic id each where the caller gave
-        none: the session's origin for that shard and the shard's next counters."""
+        none: the session's origin for that shard and the shard's next counters; and whether
+        they are one run (no caller's id: their counters follow one another)."""
         counter = self._id_counters.get(shard_id, 0)
-        prefix = automatic_origin(self.session, shard_id) + ":"
+        origin = self._id_origins.get(shard_id)
+        if origin is None:
+            origin = self._id_origins[shard_id] = automatic_origin(self.session, shard_id)
+        replace = msgspec.structs.replace
+        n = len(urs)
+        if [ur.record_id for ur in urs].count(None) == n:
+            self._id_counters[shard_id] = counter + n
+            counters = range(counter, counter + n)
+            return [
+                replace(ur, id_origin=origin, id_counter=c)
+                for ur, c in zip(urs, counters, strict=True)
+            ], True
         out = []
         for ur in urs:
             if ur.record_id is None:
-                ur = msgspec.structs.replace(ur, record_id=f"{prefix}{counter}")
+                ur = replace(ur, id_origin=origin, id_counter=counter)
                 counter += 1
             out.append(ur)
         self._id_counters[shard_id] = counter
-        return out
+        return out, False
 
     def _validate(self, sub: Submission, now: float, *, force: bool = False) -> None:
         """Validate the next records of ``sub`` into its ``records``, as far as the budget has
