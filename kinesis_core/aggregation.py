@@ -706,10 +706,13 @@ def _check_ehks(ehks: list[str]) -> bool:
     return True
 
 
-_Columns = tuple[list[str], list[str | None] | None, list[bytes], list[str | None] | None]
+_Ids = list[str | None] | tuple[str, int] | None
+"""An aggregate's record ids: one per record, or ``(ORIGIN:, counter)`` when every record
+belongs to the run its first starts (sub-record ``k`` has counter + ``k``), or None when no
+record has one."""
+_Columns = tuple[list[str], list[str | None] | None, list[bytes], _Ids]
 """An aggregate's user records column-wise: partition keys, EHKs (None: no record has one),
-data, record ids (None: no record has one). Columns let ``map`` build the output objects
-without a Python-level loop."""
+data, record ids. Columns let ``map`` build the output objects without a Python-level loop."""
 
 
 def _columns(body: bytes) -> _Columns | None:
@@ -816,9 +819,9 @@ def _record_ids(tag_lists: Iterable[Sequence[TagMessage]]) -> list[str | None]:
     return ids
 
 
-def _first_tag_ids(tag: TagMessage, n: int) -> list[str | None] | None:
+def _first_tag_ids(tag: TagMessage, n: int) -> _Ids:
     """``_record_ids`` of ``n`` records when the first holds ``tag`` and the others no tag:
-    the run it starts, built column-wise (None: no record has an id)."""
+    the run it starts as ``(ORIGIN:, first counter)``, or its own id."""
     if not tag.HasField("value") or tag.key not in (RECORD_ID_TAG, RUN_TAG):
         return None
     value = _text(tag.value)
@@ -828,7 +831,7 @@ def _first_tag_ids(tag: TagMessage, n: int) -> list[str | None] | None:
     if split is None:
         return None
     origin, first = split
-    return [value, *map((origin + ":").__add__, map(str, range(first + 1, first + n)))]
+    return origin + ":", first
 
 
 def _columns_by_record(body: bytes) -> _Columns | None:
@@ -982,6 +985,6 @@ def deaggregate(
                 repeat(sequence),
             ]
             if ids is not None:
-                fields.append(ids)
+                fields.append(repeat(ids) if type(ids) is tuple else ids)
             out += map(KinesisRecord, *fields)
     return out
