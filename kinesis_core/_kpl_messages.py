@@ -149,8 +149,8 @@ MESSAGES = message_factory.GetMessages([_file_descriptor()], pool=descriptor_poo
 AggregatedRecord = cast(
     "Callable[[], AggregatedRecordMessage]", MESSAGES[f"{_PACKAGE}.AggregatedRecord"]
 )
-TagView = cast("Callable[[], TagMessage]", MESSAGES[f"{_PACKAGE}.Tag"])
-"""``Tag`` on its own (the reader parses the one tag of an aggregate's first record)."""
+KplTag = cast("Callable[[], TagMessage]", MESSAGES[f"{_PACKAGE}.Tag"])
+"""The KPL's ``Tag`` message (the reader parses the one tag of an aggregate's first record)."""
 AggregatedRecordView = cast(
     "Callable[[], AggregatedRecordViewMessage]", MESSAGES[f"{_PACKAGE}.AggregatedRecordView"]
 )

@@ -24,9 +24,9 @@ from google.protobuf.message import DecodeError
 from kinesis_core._kpl_messages import (
     AggregatedRecord,
     AggregatedRecordView,
+    KplTag,
     RecordColumns,
     TagMessage,
-    TagView,
 )
 from kinesis_core.errors import ValidationError
 from kinesis_core.records import KinesisRecord, SubRecord, WireRecord, wire_records
@@ -745,7 +745,7 @@ def _columns(body: bytes) -> _Columns | None:
     ids = None
     if tags:
         first = RecordColumns()
-        tag = TagView()
+        tag = KplTag()
         try:
             first.ParseFromString(view.records[0])
             tag.ParseFromString(tags[0])

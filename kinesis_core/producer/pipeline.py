@@ -387,40 +387,39 @@ class Pipeline:
         ids = self.config.record_ids
         for shard_id, group in groups.items():
             if ids:
-                group, run = self._give_ids(shard_id, group)
-                extend(shard_id, group, now, deadline, run)
+                extend(shard_id, group, now, deadline, self._give_ids(shard_id, group))
             else:
                 extend(shard_id, group, now, deadline)
         self.metrics.user_records_received += taken
         self._pump(now)
 
-    def _give_ids(
-        self, shard_id: str | None, urs: list[UserRecord]
-    ) -> tuple[list[UserRecord], bool]:
-        """``urs`` (predicted for ``shard_id``) with an automatic id each where the caller gave
-        none: the session's origin for that shard and the shard's next counters; and whether
-        they are one run (no caller's id: their counters follow one another)."""
+    def _give_ids(self, shard_id: str | None, urs: list[UserRecord]) -> bool:
+        """Give each of ``urs`` (just admitted, predicted for ``shard_id``) an automatic id
+        where the caller gave none: the session's origin for that shard and the shard's next
+        counters. True if they are one run (no caller's id: their counters follow one another).
+
+        The records are new and nothing else holds them yet, so the ids are set in place
+        (``force_setattr``): a copy of each would cost twice as much.
+        """
         counter = self._id_counters.get(shard_id, 0)
         origin = self._id_origins.get(shard_id)
         if origin is None:
             origin = self._id_origins[shard_id] = automatic_origin(self.session, shard_id)
-        replace = msgspec.structs.replace
+        force_setattr = msgspec.structs.force_setattr
         n = len(urs)
         if [ur.record_id for ur in urs].count(None) == n:
+            # The loops in C: force_setattr returns None, so any() runs each map to its end.
+            any(map(force_setattr, urs, repeat("id_origin"), repeat(origin)))
+            any(map(force_setattr, urs, repeat("id_counter"), range(counter, counter + n)))
             self._id_counters[shard_id] = counter + n
-            counters = range(counter, counter + n)
-            return [
-                replace(ur, id_origin=origin, id_counter=c)
-                for ur, c in zip(urs, counters, strict=True)
-            ], True
-        out = []
+            return True
         for ur in urs:
             if ur.record_id is None:
-                ur = replace(ur, id_origin=origin, id_counter=counter)
+                force_setattr(ur, "id_origin", origin)
+                force_setattr(ur, "id_counter", counter)
                 counter += 1
-            out.append(ur)
         self._id_counters[shard_id] = counter
-        return out, False
+        return False
 
     def _validate(self, sub: Submission, now: float, *, force: bool = False) -> None:
         """Validate the next records of ``sub`` into its ``records``, as far as the budget has
