@@ -398,8 +398,9 @@ class Pipeline:
         where the caller gave none: the session's origin for that shard and the shard's next
         counters. True if they are one run (no caller's id: their counters follow one another).
 
-        The records are new and nothing else holds them yet, so the ids are set in place
-        (``force_setattr``): a copy of each would cost twice as much.
+        The records were made when they were validated and nothing has read them since but
+        this admission, so the ids are set in place (``force_setattr``) rather than on a copy
+        of each, which costs twice as much.
         """
         counter = self._id_counters.get(shard_id, 0)
         origin = self._id_origins.get(shard_id)
