@@ -12,6 +12,11 @@ Workload: 100-byte records over 256 partition keys, 51,200-byte aggregates (the 
   aws-kinesis-agg (``iter_deaggregate_records(data_format='Boto3')``) builds dicts and has no
   filter; aiokpl (``decode_aggregated``) only decodes blobs.
 * decode: blob to a list of user records (``decode_aggregate``, aiokpl ``decode_aggregated``).
+* deaggregate with record ids: the same records aggregated with automatic record ids, as the
+  producer writes them with ``record_ids=True`` (one run of consecutive counters per aggregate,
+  docs/effectively-once.md), against the same without ids, in turns; every id is checked.
+  ``KinesisRecord.record_id`` of a run's record is made when first read: a second pair reads
+  every record's id, as a deduplicating reader does.
 
 aiokpl has no synchronous aggregator; its ``AggregatedBatch`` (estimated sizes) is driven here
 the way its ``Reducer`` drives it, without the locks and timers.
@@ -40,6 +45,10 @@ from kinesis_core.aggregation import (
 from kinesis_core.shards.hashing import MAX_HASH_KEY, hash_key
 
 OURS = "kinesis_core"
+OURS_IDS = "kinesis_core, record ids"
+OURS_READ = "kinesis_core (no ids), each id read"
+OURS_IDS_READ = "kinesis_core, record ids, each id read"
+SESSION = "AbCdEfGhIjKl"
 KAGG = "aws-kinesis-agg"
 AIOKPL = "aiokpl"
 RECORD_BYTES = 100
@@ -99,6 +108,26 @@ def ours_encode(records: Records, predict: bool) -> list[Contents]:
     return out
 
 
+def ours_encode_with_ids(records: Records) -> list[Contents]:
+    """``ours_encode`` with prediction, each record with its automatic id: the session's origin
+    for its shard and the shard's next counter."""
+    out: list[Contents] = []
+    builders: dict[int, AggregateBuilder] = {}
+    counters: dict[int, int] = {}
+    for partition_key, data in records:
+        shard = _predict(partition_key)
+        builder = builders.get(shard)
+        if builder is None:
+            builder = builders[shard] = AggregateBuilder(DEFAULT_MAX_SIZE)
+        counter = counters[shard] = counters.get(shard, -1) + 1
+        origin = f"{SESSION}.{shard}"
+        if not builder.try_add(partition_key, None, data, origin=origin, counter=counter):
+            out.append(_ours_emit(builder))
+            builder.try_add(partition_key, None, data, origin=origin, counter=counter)
+    out.extend(_ours_emit(builder) for builder in builders.values() if builder.count)
+    return out
+
+
 def kagg_encode(records: Records, predict: bool) -> list[Contents]:
     out: list[Contents] = []
     aggregators: dict[int, Any] = {}
@@ -144,10 +173,14 @@ def aiokpl_encode(records: Records, predict: bool) -> list[Contents]:
 # ---- decode -------------------------------------------------------------------------------
 
 
-def _getrecords_batches(records: Records) -> list[tuple[int, list[dict[str, Any]]]]:
-    """Per-shard aggregates as GetRecords responses: (shard, Records entries)."""
+def _getrecords_batches(
+    records: Records, ids: bool = False
+) -> list[tuple[int, list[dict[str, Any]]]]:
+    """Per-shard aggregates as GetRecords responses: (shard, Records entries); with ``ids``,
+    records with automatic ids."""
     per_shard: dict[int, list[bytes]] = {}
-    for partition_key, _, blob in ours_encode(records, predict=True):
+    encoded = ours_encode_with_ids(records) if ids else ours_encode(records, predict=True)
+    for partition_key, _, blob in encoded:
         per_shard.setdefault(_predict(partition_key), []).append(blob)
     sequence = iter(range(49 * 10**54, 50 * 10**54, 2**40))
     batches = []
@@ -202,6 +235,24 @@ def run(quick: bool) -> list[Row]:
         for shard, entries in batches:
             deaggregate(entries, f"shardId-{shard:012d}", ranges[shard])
 
+    id_batches = _getrecords_batches(records, ids=True)
+    read_ids = [
+        r.record_id
+        for shard, entries in id_batches
+        for r in deaggregate(entries, f"shardId-{shard:012d}", ranges[shard])
+    ]
+    assert len(set(read_ids)) == count
+    assert all(r.startswith(SESSION) for r in read_ids if r is not None)
+
+    def ours_deaggregate_ids() -> None:
+        for shard, entries in id_batches:
+            deaggregate(entries, f"shardId-{shard:012d}", ranges[shard])
+
+    def read_each_id(batches: list[tuple[int, list[dict[str, Any]]]]) -> None:
+        for shard, entries in batches:
+            for record in deaggregate(entries, f"shardId-{shard:012d}", ranges[shard]):
+                record.record_id  # noqa: B018 (made when read)
+
     def kagg_deaggregate() -> None:
         for _, entries in batches:
             list(kagg_deaggregator.iter_deaggregate_records(entries, data_format="Boto3"))
@@ -236,6 +287,40 @@ def run(quick: bool) -> list[Row]:
         ],
         KAGG,
         2.0,
+    )
+    group = "codec: deaggregate with record ids"
+    rates = best_rates(
+        {
+            OURS: ours_deaggregate,
+            OURS_IDS: ours_deaggregate_ids,
+            OURS_READ: partial(read_each_id, batches),
+            OURS_IDS_READ: partial(read_each_id, id_batches),
+        },
+        count,
+        repeat=repeat,
+    )
+    rows.append(Row(group, OURS, rates[OURS], "records/s", note="no ids"))
+    rows.append(
+        Row(
+            group,
+            OURS_IDS,
+            rates[OURS_IDS],
+            "records/s",
+            baseline=OURS,
+            target=0.9,
+            note="automatic ids, one run per aggregate; in turns with the first",
+        )
+    )
+    rows.append(Row(group, OURS_READ, rates[OURS_READ], "records/s", note="a loop over them"))
+    rows.append(
+        Row(
+            group,
+            OURS_IDS_READ,
+            rates[OURS_IDS_READ],
+            "records/s",
+            baseline=OURS_READ,
+            note="the same loop, each id made when read",
+        )
     )
     rows += _rows(
         "codec: decode",

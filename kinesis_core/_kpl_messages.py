@@ -27,12 +27,15 @@ _F = descriptor_pb2.FieldDescriptorProto
 
 
 class TagMessage(Protocol):
-    """``Tag``: a key and an optional value on a record."""
+    """``Tag``: a key and an optional value on a record (``bytes`` for a string that is not
+    valid UTF-8, as upb hands it back)."""
 
-    key: str
-    value: str
+    key: str | bytes
+    value: str | bytes
 
     def HasField(self, field_name: str) -> bool: ...
+    def ParseFromString(self, serialized: bytes) -> int: ...
+    def IsInitialized(self) -> bool: ...
 
 
 class RecordMessage(Protocol):
@@ -146,6 +149,8 @@ MESSAGES = message_factory.GetMessages([_file_descriptor()], pool=descriptor_poo
 AggregatedRecord = cast(
     "Callable[[], AggregatedRecordMessage]", MESSAGES[f"{_PACKAGE}.AggregatedRecord"]
 )
+KplTag = cast("Callable[[], TagMessage]", MESSAGES[f"{_PACKAGE}.Tag"])
+"""The KPL's ``Tag`` message (the reader parses the one tag of an aggregate's first record)."""
 AggregatedRecordView = cast(
     "Callable[[], AggregatedRecordViewMessage]", MESSAGES[f"{_PACKAGE}.AggregatedRecordView"]
 )

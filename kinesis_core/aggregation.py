@@ -24,6 +24,7 @@ from google.protobuf.message import DecodeError
 from kinesis_core._kpl_messages import (
     AggregatedRecord,
     AggregatedRecordView,
+    KplTag,
     RecordColumns,
     TagMessage,
 )
@@ -45,8 +46,13 @@ DEFAULT_MAX_SIZE = 51_200
 Tag = tuple[str, str | None]
 """A ``Record.tags`` entry (key, optional value). The KCL ignores tags; we decode past them."""
 RECORD_ID_TAG = "kc.id"
-"""The key of the tag that carries a user record's id (its value is the id;
+"""The key of the tag that carries a user record's own id (its value is the id;
 docs/effectively-once.md). Other tags are read past."""
+RUN_TAG = "kc.run"
+"""The key of the tag that starts a run of automatic ids: its value ``ORIGIN:FIRST`` is its
+record's id, and each following record with no id tag of its own takes the next counter,
+``ORIGIN:FIRST+1`` and so on, until the next ``RUN_TAG`` or ``RECORD_ID_TAG`` tag. Without a
+value (or with one not shaped ``ORIGIN:COUNTER``) it closes the run: its record has no id."""
 MAX_RECORD_ID_BYTES = 128
 """The longest record id, in UTF-8 bytes."""
 
@@ -127,6 +133,8 @@ class AggregateBuilder:
         "_pk_entries",
         "_pk_index",
         "_pk_runs",
+        "_run_next",
+        "_run_origin",
         "_tagged",
         "_trailer_size",
     )
@@ -155,6 +163,10 @@ class AggregateBuilder:
         self._first: SubRecord | None = None
         self._tagged = False
         """Whether its first record carries an id: then even one record goes framed."""
+        self._run_origin: str | None = None
+        """The origin of the run of automatic ids open at its last record (None: none)."""
+        self._run_next = 0
+        """The counter the open run gives the next record with no id tag of its own."""
         self._trailer_size = 0
         """The bytes of the tags that follow records' data in ``_parts``."""
 
@@ -253,50 +265,66 @@ class AggregateBuilder:
         explicit_hash_key: str | None,
         data: bytes,
         record_id: str | None = None,
+        origin: str | None = None,
+        counter: int = 0,
     ) -> bool:
         """Add the record if it fits; False (and nothing changed) if it does not.
 
-        A ``record_id`` goes in the record's ``RECORD_ID_TAG`` tag; an aggregate whose first
-        record has one is framed even when it holds that record alone, and only within
-        ``max_size`` (a record that does not fit so is refused, not sent raw).
+        A record's id (docs/effectively-once.md) is ``record_id``, its own, which goes in its
+        ``RECORD_ID_TAG`` tag; or else, with ``origin``, the automatic id ``origin:counter``,
+        which goes with no tag when it is the next of the aggregate's open run (the same
+        origin, the next counter) and otherwise starts a run with a ``RUN_TAG`` tag. A record
+        with no id that follows a run closes it with a ``RUN_TAG`` tag without a value. An
+        aggregate whose first record has an id is framed even when it holds that record alone,
+        and only within ``max_size`` (a record that does not fit so is refused, not sent raw).
         """
+        run_origin = self._run_origin
+        if record_id is None and origin is None and run_origin is None:
+            trailer = b""
+        elif record_id is not None:
+            trailer = _id_tag(record_id)
+            origin = None
+        elif origin is None:
+            trailer = _END_RUN
+        elif counter == self._run_next and origin == run_origin:
+            trailer = b""
+        else:
+            trailer = _run_tag(origin, counter)
         if self._first is not None:
-            if record_id is not None:
-                if explicit_hash_key is None:
-                    return self._add_tagged(partition_key, data, record_id)
-                return self._add_prepared(
-                    partition_key, explicit_hash_key, data, trailer=_id_tag(record_id)
-                )
-            if explicit_hash_key is None:
-                return self._add_plain(partition_key, data)
-            return self._add_prepared(partition_key, explicit_hash_key, data)
+            if explicit_hash_key is not None:
+                added = self._add_prepared(partition_key, explicit_hash_key, data, trailer=trailer)
+            elif trailer:
+                added = self._add_tagged(partition_key, data, trailer)
+            else:
+                added = self._add_plain(partition_key, data)
+            if added and (origin is not None or run_origin is not None):
+                self._run_origin = origin
+                self._run_next = counter + 1
+            return added
         pk_len = len(partition_key.encode("utf-8"))
         if len(data) + pk_len > LARGEST_RECORD_BYTES:
             return False
         self._limit = self._max_size - FRAMING_SIZE - pk_len
-        if record_id is not None:
+        if trailer:
             if not (
-                self._add_tagged(partition_key, data, record_id)
+                self._add_tagged(partition_key, data, trailer)
                 if explicit_hash_key is None
-                else self._add_prepared(
-                    partition_key, explicit_hash_key, data, trailer=_id_tag(record_id)
-                )
+                else self._add_prepared(partition_key, explicit_hash_key, data, trailer=trailer)
             ):
                 self._limit = 0
                 return False
             self._tagged = True
+            self._run_origin = origin
+            self._run_next = counter + 1
         else:
             self._add_prepared(partition_key, explicit_hash_key, data, check=False)
         self._first = SubRecord(partition_key, explicit_hash_key, data)
         return True
 
-    def _add_tagged(self, partition_key: str, data: bytes, record_id: str) -> bool:
-        """``try_add`` for a record with an id and no explicit hash key: the bytes
-        ``_add_prepared`` would make, with the id tag's prefix from a table."""
-        raw_id = record_id.encode("utf-8")
-        if len(raw_id) > MAX_RECORD_ID_BYTES:
-            return self._add_prepared(partition_key, None, data, trailer=_id_tag(record_id))
-        trailer = _ID_TAG_PREFIXES[len(raw_id)] + raw_id
+    def _add_tagged(self, partition_key: str, data: bytes, trailer: bytes) -> bool:
+        """``try_add`` for a record with tags (``trailer``, encoded) and no explicit hash key
+        to a builder whose limit is set: the bytes ``_add_prepared`` would make, with fewer
+        calls."""
         n = len(data)
         pk_index = self._pk_index if not self._pk_runs else self._keys()
         i = pk_index.get(partition_key)
@@ -356,23 +384,26 @@ class AggregateBuilder:
         self, partition_keys: Sequence[str], datas: Sequence[bytes], start: int, stop: int
     ) -> int:
         """Add records ``start`` to ``stop`` of two columns (partition keys and data; no
-        explicit hash keys) in order while they fit, to a builder that holds a record already;
-        returns the index of the first record not added (``stop`` when all were).
+        explicit hash keys, no tags) in order while they fit, to a builder that holds a record
+        already; returns the index of the first record not added (``stop`` when all were).
 
         ``try_add``'s work for each record in one loop: the producer's aggregator adds a run
-        of records bound for one shard with one call instead of one call per record.
+        of records bound for one shard with one call instead of one call per record. With a
+        run of automatic ids open (``try_add`` with ``origin``), the records continue it: each
+        takes the run's next counter, in order.
         """
         if self._first is None:
             raise ValueError("the aggregate is empty: add its first record with try_add")
+        end = None
         if stop - start >= _COLUMNS_FROM:
             end = self._add_new(partition_keys, datas, start, stop)
-            if end is not None:
-                return end
-        add = self._add_plain
-        pos = start
-        while pos < stop and add(partition_keys[pos], datas[pos]):
-            pos += 1
-        return pos
+        if end is None:
+            add = self._add_plain
+            end = start
+            while end < stop and add(partition_keys[end], datas[end]):
+                end += 1
+        self._run_next += end - start
+        return end
 
     def _add_plain(self, partition_key: str, data: bytes) -> bool:
         """``try_add`` for a record without an explicit hash key to a builder that holds a
@@ -532,6 +563,8 @@ class AggregateBuilder:
         self._limit = 0
         self._first = None
         self._tagged = False
+        self._run_origin = None
+        self._run_next = 0
         self._trailer_size = 0
 
 
@@ -568,7 +601,36 @@ def encode_aggregate(
 
 def _id_tag(record_id: str) -> bytes:
     """The encoded ``RECORD_ID_TAG`` tag of a record."""
-    return _tag_field((RECORD_ID_TAG, record_id))
+    raw = record_id.encode("utf-8")
+    if len(raw) > MAX_RECORD_ID_BYTES:
+        return _tag_field((RECORD_ID_TAG, record_id))
+    return _ID_TAG_PREFIXES[len(raw)] + raw
+
+
+def _run_tag(origin: str, counter: int) -> bytes:
+    """The encoded ``RUN_TAG`` tag that starts a run at the automatic id ``origin:counter``;
+    ValidationError if that is no record id of the ``ORIGIN:COUNTER`` shape."""
+    value = f"{origin}:{counter}"
+    if split_counter(value) != (origin, counter):
+        raise ValidationError(
+            "origin", f"an automatic id must be ORIGIN:COUNTER, counter >= 0, got {value!r}"
+        )
+    return _tag_field((RUN_TAG, validate_record_id(value)))
+
+
+def split_counter(record_id: str) -> tuple[str, int] | None:
+    """``(origin, counter)`` of an ``ORIGIN:COUNTER`` id whose counter is canonical decimal
+    (so the pair gives the id back exactly), else None."""
+    origin, colon, digits = record_id.rpartition(":")
+    if (
+        not colon
+        or not origin
+        or not digits.isascii()
+        or not digits.isdigit()
+        or (digits[0] == "0" and len(digits) > 1)
+    ):
+        return None
+    return origin, int(digits)
 
 
 def validate_record_id(record_id: object) -> str:
@@ -595,8 +657,13 @@ def _tag_field(tag: Tag) -> bytes:
     return b"\x22" + _varint(len(message)) + message
 
 
-_ID_TAG_PREFIXES = [_id_tag("x" * size)[: -size or None] for size in range(MAX_RECORD_ID_BYTES + 1)]
-"""The bytes of an id tag before the id's, by the id's length in UTF-8 (``_add_tagged``)."""
+_ID_TAG_PREFIXES = [
+    _tag_field((RECORD_ID_TAG, "x" * size))[: -size or None]
+    for size in range(MAX_RECORD_ID_BYTES + 1)
+]
+"""The bytes of an id tag before the id's, by the id's length in UTF-8 (``_id_tag``)."""
+_END_RUN = _tag_field((RUN_TAG, None))
+"""A ``RUN_TAG`` tag without a value: its record has no id and closes the open run."""
 
 
 def is_aggregated(blob: bytes) -> bool:
@@ -639,10 +706,13 @@ def _check_ehks(ehks: list[str]) -> bool:
     return True
 
 
-_Columns = tuple[list[str], list[str | None] | None, list[bytes], list[str | None] | None]
+_Ids = list[str | None] | tuple[str, int] | None
+"""An aggregate's record ids: one per record, or ``(ORIGIN:, counter)`` when every record
+belongs to the run its first starts (sub-record ``k`` has counter + ``k``), or None when no
+record has one."""
+_Columns = tuple[list[str], list[str | None] | None, list[bytes], _Ids]
 """An aggregate's user records column-wise: partition keys, EHKs (None: no record has one),
-data, record ids (None: no record has a tag). Columns let ``map`` build the output objects
-without a Python-level loop."""
+data, record ids. Columns let ``map`` build the output objects without a Python-level loop."""
 
 
 def _columns(body: bytes) -> _Columns | None:
@@ -651,7 +721,9 @@ def _columns(body: bytes) -> _Columns | None:
     Fast path: the two column views (see ``_kpl_messages``) give every Record field as one list,
     with no Python object per record. It applies when every record holds exactly one partition
     key index and one data field, either no EHK index or exactly one each, and no tags, which is
-    what every KPL-compatible encoder writes. Anything else takes ``_columns_by_record``.
+    what every KPL-compatible encoder writes, or one tag on the first record only, which is
+    what our producer writes with record ids (a ``RUN_TAG``, whose run the other records
+    continue). Anything else takes ``_columns_by_record``.
     """
     view = AggregatedRecordView()
     try:
@@ -662,13 +734,26 @@ def _columns(body: bytes) -> _Columns | None:
         return None
     n = len(view.records)
     n_ehk = len(columns.explicit_hash_key_index)
+    tags = columns.tags
     if (
         len(columns.partition_key_index) != n
         or len(columns.data) != n
-        or columns.tags
+        or len(tags) > 1
         or n_ehk not in (0, n)
     ):
         return _columns_by_record(body)
+    ids = None
+    if tags:
+        first = RecordColumns()
+        tag = KplTag()
+        try:
+            first.ParseFromString(view.records[0])
+            tag.ParseFromString(tags[0])
+        except DecodeError:
+            return _columns_by_record(body)
+        if len(first.tags) != 1 or not tag.IsInitialized():
+            return _columns_by_record(body)  # the tag is another record's, or corrupt
+        ids = _first_tag_ids(tag, n)
     pks = _table(view.partition_key_table)
     ehks = _table(view.explicit_hash_key_table)
     if ehks and not _check_ehks(ehks):
@@ -680,7 +765,7 @@ def _columns(body: bytes) -> _Columns | None:
         )
     except IndexError:
         return None
-    return keys, explicit, list(columns.data), None
+    return keys, explicit, list(columns.data), ids
 
 
 _get_pk_index = attrgetter("partition_key_index")
@@ -690,12 +775,63 @@ _has_ehk_index = methodcaller("HasField", "explicit_hash_key_index")
 _get_tags = attrgetter("tags")
 
 
-def _record_id(tags: Sequence[TagMessage]) -> str | None:
-    """The value of a record's ``RECORD_ID_TAG`` tag (the first, if several), or None."""
-    for tag in tags:
-        if tag.key == RECORD_ID_TAG and tag.HasField("value"):
-            return tag.value
-    return None
+def _text(value: str | bytes) -> str:
+    """A tag's string as the KCL's Java protobuf reads it: bad UTF-8 becomes U+FFFD."""
+    return value if isinstance(value, str) else value.decode("utf-8", "replace")
+
+
+def _record_ids(tag_lists: Iterable[Sequence[TagMessage]]) -> list[str | None]:
+    """Each record's id, in order, from the records' tags: its own (the value of its first
+    ``RECORD_ID_TAG`` tag that has one), else the one its first ``RUN_TAG`` tag starts (none
+    if that has no ``ORIGIN:COUNTER`` value), else the open run's next, else none. A record
+    with an id of its own, or a ``RUN_TAG`` tag with no run in it, closes the open run."""
+    ids: list[str | None] = []
+    prefix: str | None = None
+    """``ORIGIN:`` of the open run."""
+    following = 0
+    for tags in tag_lists:
+        own = None
+        has_run = False
+        run = None
+        for tag in tags:
+            key = tag.key
+            if key == RECORD_ID_TAG:
+                if tag.HasField("value"):
+                    own = _text(tag.value)
+                    break
+            elif key == RUN_TAG and not has_run:
+                has_run = True
+                if tag.HasField("value"):
+                    run = _text(tag.value)
+        if own is not None:
+            ids.append(own)
+            prefix = None
+        elif has_run:
+            split = None if run is None else split_counter(run)
+            ids.append(None if split is None else run)
+            prefix = None if split is None else split[0] + ":"
+            following = 0 if split is None else split[1] + 1
+        elif prefix is not None:
+            ids.append(f"{prefix}{following}")
+            following += 1
+        else:
+            ids.append(None)
+    return ids
+
+
+def _first_tag_ids(tag: TagMessage, n: int) -> _Ids:
+    """``_record_ids`` of ``n`` records when the first holds ``tag`` and the others no tag:
+    the run it starts as ``(ORIGIN:, first counter)``, or its own id."""
+    if not tag.HasField("value") or tag.key not in (RECORD_ID_TAG, RUN_TAG):
+        return None
+    value = _text(tag.value)
+    if tag.key == RECORD_ID_TAG:
+        return [value, *repeat(None, n - 1)]
+    split = split_counter(value)
+    if split is None:
+        return None
+    origin, first = split
+    return origin + ":", first
 
 
 def _columns_by_record(body: bytes) -> _Columns | None:
@@ -728,7 +864,7 @@ def _columns_by_record(body: bytes) -> _Columns | None:
     except IndexError:
         return None
     tags = list(map(_get_tags, records))
-    ids = list(map(_record_id, tags)) if any(tags) else None
+    ids = _record_ids(tags) if any(tags) else None
     return keys, explicit, list(map(_get_data, records)), ids
 
 
@@ -806,7 +942,9 @@ def deaggregate(
     [start, end]), an aggregate holding ANY sub-record whose effective hash key is outside it is
     dropped whole: the producer retried those records elsewhere, and the KCL drops them the same
     way, so both readers see the same records. Plain records are never filtered. A user
-    record's ``record_id`` is its ``RECORD_ID_TAG`` tag's value (None without one).
+    record's ``record_id`` is its own (its ``RECORD_ID_TAG`` tag's value) or its run's
+    (``RUN_TAG``), None without one; ids are worked out over the whole aggregate, so they do
+    not depend on what a reader then skips.
     """
     out: list[KinesisRecord] = []
     in_range: set[str] = set()
@@ -847,6 +985,6 @@ def deaggregate(
                 repeat(sequence),
             ]
             if ids is not None:
-                fields.append(ids)
+                fields.append(repeat(ids) if type(ids) is tuple else ids)
             out += map(KinesisRecord, *fields)
     return out

@@ -18,7 +18,7 @@ Everything here is sans-I/O.
 
 from __future__ import annotations
 
-from kinesis_core.aggregation import MAX_RECORD_ID_BYTES, validate_record_id
+from kinesis_core.aggregation import MAX_RECORD_ID_BYTES, split_counter, validate_record_id
 from kinesis_core.errors import ValidationError
 
 __all__ = [
@@ -85,18 +85,3 @@ def derived_record_id(
         f"{incarnation}.{shard_tag(shard_id)}.{_base36(sequence)}.{sub_sequence_number}:{index}"
     )
     return validate_record_id(record_id)
-
-
-def split_counter(record_id: str) -> tuple[str, int] | None:
-    """``(origin, counter)`` of an ``ORIGIN:COUNTER`` id whose counter is canonical decimal
-    (so the pair gives the id back exactly), else None."""
-    origin, colon, digits = record_id.rpartition(":")
-    if (
-        not colon
-        or not origin
-        or not digits.isascii()
-        or not digits.isdigit()
-        or (digits[0] == "0" and len(digits) > 1)
-    ):
-        return None
-    return origin, int(digits)

@@ -65,8 +65,10 @@ class KinesisRecord(msgspec.Struct, gc=False, eq=False):
     of records in a shard. The arrival time is given as the service sends it (epoch seconds)
     or as a datetime, and made into the other form only when asked for. The last two arguments
     are the consumer's: the ack callback, and the sequence number as an int when the caller
-    already has it (it saves converting it again). ``record_id`` is the id its producer gave
-    it in the KPL aggregate's tags (docs/effectively-once.md), None when it has none."""
+    already has it (it saves converting it again). The id its producer gave it in the KPL
+    aggregate's tags (docs/effectively-once.md) is ``record_id``: ``_id`` is the id, or, for
+    a record of a run of automatic ids, the run as ``(ORIGIN:, counter of sub-record 0)``, and
+    the id is made from it when first asked for."""
 
     data: bytes
     partition_key: str
@@ -78,7 +80,16 @@ class KinesisRecord(msgspec.Struct, gc=False, eq=False):
     aggregated: bool
     _ack: Callable[[KinesisRecord], None] | None = None
     _sequence: int | None = None
-    record_id: str | None = None
+    _id: str | tuple[str, int] | None = None
+
+    @property
+    def record_id(self) -> str | None:
+        """The id its producer gave it, None when it has none."""
+        record_id = self._id
+        if isinstance(record_id, tuple):
+            prefix, counter = record_id
+            record_id = self._id = f"{prefix}{counter + self.sub_sequence_number}"
+        return record_id
 
     @property
     def approximate_arrival_timestamp(self) -> datetime | None:

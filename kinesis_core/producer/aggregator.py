@@ -14,9 +14,11 @@ predicted for the same shard, so a KCL reader keeps all of it. A record bigger t
 time and bounds it): a shard's builder takes the new size once its aggregate is sealed.
 
 With ``record_ids`` every record carries its id in its aggregate's tags
-(docs/effectively-once.md), and a record that goes alone goes as a one-record aggregate, so
-that it keeps its id; only a record too big to be framed within the stream's maximum record
-size (``record_limit``) goes raw, without its id.
+(docs/effectively-once.md): a caller's id in a tag of its own; automatic ids as runs, one tag
+on the record that starts a run and none on the records whose counters follow (a run of
+records with consecutive counters goes in by runs, as records without ids do). A record that
+goes alone goes as a one-record aggregate, so that it keeps its id; only a record too big to
+be framed within the stream's maximum record size (``record_limit``) goes raw, without its id.
 """
 
 from __future__ import annotations
@@ -73,13 +75,20 @@ class Aggregator:
         self.extend(shard_id, (ur,), now, deadline)
 
     def extend(
-        self, shard_id: str | None, urs: Sequence[UserRecord], now: float, deadline: float
+        self,
+        shard_id: str | None,
+        urs: Sequence[UserRecord],
+        now: float,
+        deadline: float,
+        run: bool = False,
     ) -> None:
         """Buffer a run of records predicted for ``shard_id`` that share their arrival time.
 
         One call per shard and batch; records without explicit hash keys (the usual case) go
         into the shard's aggregate by runs (``AggregateBuilder.add_run``), one call per
-        aggregate filled rather than one per record.
+        aggregate filled rather than one per record. With ``record_ids``, that holds for a
+        ``run``: records with automatic ids of one origin and consecutive counters, and no
+        caller's id; other records with ids go record by record.
         """
         if shard_id is None or not self.enabled:
             for ur in urs:
@@ -92,7 +101,7 @@ class Aggregator:
         elif not buf.records and buf.builder.max_size != max_size:
             buf.builder = self._builder_factory(max_size)
         expiration = urs[0].arrival + self.record_ttl
-        if self.record_ids:
+        if self.record_ids and not run:
             self._extend_each(buf, shard_id, urs, now, deadline, expiration)
             return
         # Comprehensions, not map(attrgetter): a struct's field is read twice as fast that way.
@@ -105,6 +114,13 @@ class Aggregator:
         total = len(urs)
         pos = 0
         added = 0
+        if run and buf.records:
+            # The first record continues the open aggregate's run of ids, or starts one in it
+            # with a tag; the rest of the run then follows with no tag.
+            if not self._try_add(buf, urs[0]):
+                self._seal(shard_id, buf)
+            else:
+                pos = added = 1
         while pos < total:
             records = buf.records
             if not records:
@@ -132,15 +148,10 @@ class Aggregator:
         expiration: float,
     ) -> None:
         """``extend`` record by record, for a run holding explicit hash keys or record ids."""
-        max_count = self.max_count
         added = 0
         for ur in urs:
-            records = buf.records
-            if records:
-                if len(records) < max_count and buf.builder.try_add(
-                    ur.partition_key, ur.explicit_hash_key, ur.data, ur.record_id
-                ):
-                    records.append(ur)
+            if buf.records:
+                if self._try_add(buf, ur):
                     added += 1
                     continue
                 self._settle(buf, added, now, deadline, expiration)
@@ -149,6 +160,20 @@ class Aggregator:
         if added:
             self._settle(buf, added, now, deadline, expiration)
 
+    def _try_add(self, buf: _ShardBuffer, ur: UserRecord) -> bool:
+        """Add ``ur`` to ``buf``'s aggregate if it has room (count and size)."""
+        if len(buf.records) < self.max_count and buf.builder.try_add(
+            ur.partition_key,
+            ur.explicit_hash_key,
+            ur.data,
+            ur.record_id,
+            ur.id_origin,
+            ur.id_counter,
+        ):
+            buf.records.append(ur)
+            return True
+        return False
+
     def _start(
         self, buf: _ShardBuffer, ur: UserRecord, shard_id: str, now: float, deadline: float
     ) -> int:
@@ -156,7 +181,7 @@ class Aggregator:
         than an aggregate may weigh: then it is never aggregated and goes alone at once."""
         pk = ur.partition_key
         if len(ur.data) + len(pk.encode()) <= self.max_size and buf.builder.try_add(
-            pk, ur.explicit_hash_key, ur.data, ur.record_id
+            pk, ur.explicit_hash_key, ur.data, ur.record_id, ur.id_origin, ur.id_counter
         ):
             buf.records.append(ur)
             return 1
@@ -239,20 +264,12 @@ class Aggregator:
         out: list[KinesisRecordOut] = []
         buf = _ShardBuffer(self._builder_factory(self.max_size))
         for ur in urs:
-            if not (
-                len(buf.records) < self.max_count
-                and buf.builder.try_add(
-                    ur.partition_key, ur.explicit_hash_key, ur.data, ur.record_id
-                )
-            ):
+            if not self._try_add(buf, ur):
                 if buf.records:
                     out.append(self._build(shard_id, buf))
-                if not buf.builder.try_add(
-                    ur.partition_key, ur.explicit_hash_key, ur.data, ur.record_id
-                ):
+                if not self._try_add(buf, ur):
                     out.append(self._plain(ur, shard_id, now, deadline))
                     continue
-            buf.records.append(ur)
             buf.since_sum += now
             buf.deadline = min(buf.deadline, deadline)
             buf.expiration = min(buf.expiration, ur.arrival + self.record_ttl)
@@ -297,9 +314,11 @@ class Aggregator:
     ) -> KinesisRecordOut:
         pk = ur.partition_key
         data = ur.data
-        if ur.record_id is not None and self.record_ids:
+        if self.record_ids and (ur.record_id is not None or ur.id_origin is not None):
             builder = self._builder_factory(self.record_limit)
-            if builder.try_add(pk, ur.explicit_hash_key, data, ur.record_id):
+            if builder.try_add(
+                pk, ur.explicit_hash_key, data, ur.record_id, ur.id_origin, ur.id_counter
+            ):
                 return KinesisRecordOut(
                     builder.build(),
                     pk,

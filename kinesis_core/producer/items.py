@@ -23,9 +23,11 @@ class UserRecord(msgspec.Struct, gc=False, frozen=True):
     ``explicit_hash_key`` is the decimal string the caller gave (normalised) or None; ``sink``
     is the key of the record's sink in the pipeline's registry; ``index`` is the record's index
     for its sink; ``attempts`` is the (bounded) history of earlier trips (empty on the first);
-    ``arrival`` is when the producer accepted it, the start of its TTL; ``record_id`` its id
-    (``ProducerConfig.record_ids``), the same on every trip. Nothing it holds refers
-    back to it (no cycle can pass through it), which is what lets the collector skip it.
+    ``arrival`` is when the producer accepted it, the start of its TTL. Its id
+    (``ProducerConfig.record_ids``), the same on every trip, is ``record_id``, the caller's,
+    or else the automatic ``id_origin:id_counter`` (``id_origin`` None: no automatic id),
+    kept apart so that the aggregator can see runs of consecutive counters. Nothing it holds
+    refers back to it (no cycle can pass through it), which is what lets the collector skip it.
     """
 
     hash_key: int
@@ -37,6 +39,8 @@ class UserRecord(msgspec.Struct, gc=False, frozen=True):
     attempts: History
     arrival: float
     record_id: str | None = None
+    id_origin: str | None = None
+    id_counter: int = 0
 
 
 class KinesisRecordOut:

@@ -156,11 +156,19 @@ def test_aws_kinesis_agg_reads_every_record_of_our_tagged_aggregates(
     records: list[SubRecord], data: st.DataObject
 ) -> None:
     """Record ids ride in tags that aws-kinesis-agg (and the KCL) read past: it gets every
-    record's data and keys unchanged, a one-record aggregate included; ours gets the ids."""
-    ids = data.draw(st.lists(record_ids, min_size=len(records), max_size=len(records)))
+    record's data and keys unchanged, a one-record aggregate included; ours gets the ids.
+    Caller ids and automatic ids (runs, with gaps) mixed."""
+    ids: list[str] = []
     builder = AggregateBuilder(MAX_RECORD_BYTES)
-    for record, record_id in zip(records, ids, strict=True):
-        assert builder.try_add(*record, record_id)
+    counter = data.draw(st.integers(0, 10**12))
+    for record in records:
+        if data.draw(st.booleans()):
+            ids.append(data.draw(record_ids))
+            assert builder.try_add(*record, ids[-1])
+        else:
+            counter += data.draw(st.sampled_from([1, 1, 1, 2, 100]))
+            ids.append(f"AbCdEfGhIjKl.3:{counter}")
+            assert builder.try_add(*record, origin="AbCdEfGhIjKl.3", counter=counter)
     blob = builder.build()
     assert blob.startswith(MAGIC)
     assert kagg_deaggregate(blob) == records

@@ -55,6 +55,7 @@ def test_codec_benchmark_quick_run() -> None:
         "codec: aggregate+encode": 4.5,
         "codec: aggregate+encode+predict": 2.0,
         "codec: deaggregate": 2.0,
+        "codec: deaggregate with record ids": 0.9,
     }
 
 
@@ -256,3 +257,10 @@ def test_producer_benchmark_quick_run_measures_telemetry_on_against_off() -> Non
     explicit = rows["kinesis_core Producer, explicit hash keys"]
     assert explicit["value"] > 0
     assert (explicit["baseline"], explicit["target"]) == ("kinesis_core Producer", 0.8)
+    (ids,) = [
+        row
+        for row in json.loads(done.stdout)
+        if row["subject"] == "kinesis_core Producer, record ids on" and row["unit"] == "records/s"
+    ]
+    assert ids["value"] > 0
+    assert (ids["baseline"], ids["target"]) == ("kinesis_core Producer, record ids off", 0.9)
