@@ -26,6 +26,7 @@ held leases whose renewals stopped working); the clock comes in as ``now`` (seco
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections import deque
@@ -166,6 +167,7 @@ class _Seen:
 class _Beat:
     counter: int
     changed_at: float
+    first_seen: float
 
 
 class LeaseCoordinator:
@@ -237,7 +239,11 @@ class LeaseCoordinator:
             for worker, counter in workers.items():
                 beat = self._beats.get(worker)
                 same = beat is not None and beat.counter == counter
-                beats[worker] = _Beat(counter, beat.changed_at if same and beat else now)
+                beats[worker] = _Beat(
+                    counter,
+                    beat.changed_at if same and beat else now,
+                    now if beat is None else beat.first_seen,
+                )
             self._beats = beats
         view: dict[str, _Seen] = {}
         for row in rows:
@@ -250,6 +256,37 @@ class LeaseCoordinator:
                 changed_at = old.changed_at
             view[row.shard_id] = _Seen(row, changed_at)
         self._view = view
+
+    def assign(
+        self, now: float, eligible: Collection[str], taken: Iterable[Take]
+    ) -> list[tuple[str, Take]]:
+        """The leader's decisions for the other live workers, after its own ``taken``: for
+        each worker in turn (by id), what it would take itself if it saw the table as the
+        last scan did with the decisions made before it applied (so no two workers get the
+        same lease, and each takes what the rules above give it: its share of the free
+        leases, or hand-off requests to the busiest). A worker whose row this leader first saw
+        less than two take intervals ago gets no hand-off requests: it asks for its share
+        itself (a worker reads the table and takes for itself while it finds something to
+        take). Pairs of (worker, take)."""
+        view = dict(self._view)
+        _claim(view, self.worker_id, taken, now)
+        out: list[tuple[str, Take]] = []
+        for worker in sorted(self.live_workers(now) - {self.worker_id}):
+            other = LeaseCoordinator(self.config, rng=self._rng, worker_id=worker)
+            other._view = view
+            other._beats = self._beats
+            other._held = {
+                s: now
+                for s, seen in view.items()
+                if seen.row.owner == worker and not other._available(seen, now)
+            }
+            takes = other.plan(now, eligible)
+            beat = self._beats.get(worker)
+            if beat is None or now - beat.first_seen < 2 * self.config.take_every:
+                takes = [take for take in takes if not take.steal]
+            _claim(view, worker, takes, now)
+            out.extend((worker, take) for take in takes)
+        return out
 
     def retake(self, take: Take, current: Checkpoint | None) -> Take | None:
         """A take lost its condition and the row is now ``current``: the same take on that row
@@ -495,3 +532,16 @@ class LeaseCoordinator:
         }
         default = sum(measured.values()) / len(measured) if measured else 1.0
         return {s: max(measured.get(s, default), MIN_WEIGHT) for s in eligible}
+
+
+def _claim(view: dict[str, _Seen], worker: str, takes: Iterable[Take], now: float) -> None:
+    """``takes`` of ``worker`` as done, in a copy of the view."""
+    for take in takes:
+        row = take.row
+        owned = dataclasses.replace(
+            row,
+            owner=worker,
+            checkpoint_owner=row.owner if take.steal else None,
+            counter=row.counter + 1,
+        )
+        view[row.shard_id] = _Seen(owned, now)
