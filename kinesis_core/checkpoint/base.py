@@ -350,6 +350,15 @@ class AssignedLeaseStore(LeaseStore, Protocol):
         consistent, so a caller reads each row before it acts on it)."""
         ...
 
+    async def beat(self, application: str, stream: str, worker_id: str) -> int:
+        """:meth:`LeaseStore.heartbeat`, returning how many times the leader said it assigned
+        ``worker_id`` leases (:meth:`nudge`)."""
+        ...
+
+    async def nudge(self, application: str, stream: str, worker_id: str) -> None:
+        """Tell ``worker_id`` (at its next :meth:`beat`) that leases were assigned to it."""
+        ...
+
     async def snapshot(
         self, application: str, stream: str
     ) -> tuple[list[Checkpoint], dict[str, int]]:

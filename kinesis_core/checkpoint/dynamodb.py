@@ -40,7 +40,9 @@ entityType                      S     LEASE on the rows this store creates; othe
 Worker rows (``entityType`` ``WORKER``, ``leaseKey`` ``worker:`` + the worker id, a
 ``leaseCounter`` bumped at every renewal round, ``applicationName`` and ``kinesisStream``) say
 which workers are alive before they hold a lease; lease readers skip them as they skip every
-non-``LEASE`` row. The leader row (``entityType`` ``LEADER``, ``leaseKey`` ``leader:``,
+non-``LEASE`` row. Their ``assignments`` is bumped by the leader when it assigned the worker
+leases: the worker's renewal of its row returns it, and the worker then lists its leases.
+The leader row (``entityType`` ``LEADER``, ``leaseKey`` ``leader:``,
 ``leaderId``, ``leaseCounter``) names the worker that assigns the leases; it has no
 ``leaseOwner`` and no ``checkpoint``, so it is in no index and is no lease to any reader.
 
@@ -105,6 +107,8 @@ WORKER = "WORKER"
 WORKER_KEY = "worker:"
 """The ``leaseKey`` prefix of worker rows (never a shard id)."""
 LEADER = "LEADER"
+ASSIGNMENTS = "assignments"
+"""On a worker row: bumped by the leader each round it assigned the worker leases."""
 LEADER_KEY = "leader:"
 """The ``leaseKey`` of the leader row (never a shard id)."""
 OWNER_INDEX = "LeaseOwnerToLeaseKeyIndex"
@@ -823,13 +827,23 @@ class DynamoDBCheckpointStore:
         """The worker row of ``worker_id``: counter +1 (created at 1), or deleted."""
         client, scope = await self._table(application, stream)
         key = {LEASE_KEY: {"S": WORKER_KEY + worker_id}}
-        with scope.present():
+        if leaving:
             self.usage.wrote(None)
-            if leaving:
+            with scope.present():
                 await client.delete_item(TableName=scope.table, Key=key)
-                return
-            await client.update_item(
+            return
+        await self.beat(application, stream, worker_id)
+
+    async def beat(self, application: str, stream: str, worker_id: str) -> int:
+        """:meth:`heartbeat`, returning the row's ``assignments`` (what the write returns
+        costs no read)."""
+        client, scope = await self._table(application, stream)
+        key = {LEASE_KEY: {"S": WORKER_KEY + worker_id}}
+        self.usage.wrote(None)
+        with scope.present():
+            response = await client.update_item(
                 TableName=scope.table,
+                ReturnValues="ALL_NEW",
                 Key=key,
                 UpdateExpression="SET #type = :type, #worker = :worker, #app = :app, "
                 "#stream = :stream ADD #counter :one",
@@ -848,6 +862,25 @@ class DynamoDBCheckpointStore:
                     ":stream": {"S": scope.stream},
                 },
             )
+        return _number(response.get("Attributes", {}), ASSIGNMENTS) or 0
+
+    async def nudge(self, application: str, stream: str, worker_id: str) -> None:
+        """``assignments`` +1 on the worker row of ``worker_id``, if it has one."""
+        client, scope = await self._table(application, stream)
+        self.usage.wrote(None)
+        try:
+            with scope.present():
+                await client.update_item(
+                    TableName=scope.table,
+                    Key={LEASE_KEY: {"S": WORKER_KEY + worker_id}},
+                    UpdateExpression="ADD #assignments :one",
+                    ConditionExpression="attribute_exists(#key)",
+                    ExpressionAttributeNames={"#assignments": ASSIGNMENTS, "#key": LEASE_KEY},
+                    ExpressionAttributeValues={":one": {"N": "1"}},
+                )
+        except ClientError as exc:
+            if not _failed_condition(exc):
+                raise
 
     async def forget_worker(
         self, application: str, stream: str, worker_id: str, counter: int

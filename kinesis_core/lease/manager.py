@@ -15,8 +15,10 @@ once, at the first renewal, scan or checkpoint that meets it (:class:`~.events.L
 On a store that can list a worker's own leases (:class:`~kinesis_core.checkpoint.base.
 AssignedLeaseStore`: DynamoDB) one worker leads: elected through the store's leader row, it
 alone reads the whole table every take interval, takes its own share and assigns the others
-theirs (a take, or a hand-off request, written in their name); every worker lists its own
-leases (the owner index) every renewal interval and starts those assigned to it. A worker's
+theirs (a take, or a hand-off request, written in their name), and bumps their worker rows'
+``assignments``. Every worker sees that in the answer to its next worker-row renewal and then
+lists its own leases (the owner index), starting those assigned to it; it lists them every
+take interval too, in case. A worker's
 first round after it starts is its own full read and take, as on the other stores, where
 every worker reads the table every take interval and takes for itself.
 
@@ -165,6 +167,11 @@ class LeaseManager:
         """The leader row as last read: its worker, its counter, when the counter last moved."""
         self._finding: asyncio.Task[None] | None = None
         self._planned = 0
+        self._nudged = 0
+        """The worker row's ``assignments`` as last seen."""
+        self._to_find = 0
+        """Listings of this worker's leases still to make (the leader assigned some)."""
+        self._found_at = self._clock.now()
         """The leases the last round decided to take or ask for."""
 
     @property
@@ -227,10 +234,19 @@ class LeaseManager:
 
     async def stop_taking(self) -> None:
         """No more takes; the held leases are still renewed (a consumer closing gracefully
-        keeps them while it waits for its last acks)."""
+        keeps them while it waits for its last acks). With a leader, the worker row goes now
+        (no lease is assigned to this worker any more) and so does the leader row, if it is
+        this worker's."""
         self._no_takes.set()
         self._poke.set()
         await _finish(self._taker)
+        if isinstance(self.store, AssignedLeaseStore):
+            # No lease is assigned to a worker without a row, and the leader row is free.
+            await _finish(self._beating)
+            try:
+                await self._retire(self.store)
+            except Exception:
+                logger.warning("removing the rows of %s failed", self.worker_id, exc_info=True)
 
     async def close(self) -> None:
         """Stop taking and renewing, then release every held lease (and those being handed
@@ -476,13 +492,15 @@ class LeaseManager:
         while True:
             if await wait_event(self._clock, self._no_renewals, every):
                 break
-            if self._beating is None or self._beating.done():
+            retired = self.assigned and self._no_takes.is_set()
+            if not retired and (self._beating is None or self._beating.done()):
                 self._beating = asyncio.create_task(self._beat(), name="kinesis-worker-row")
             if (
                 self.assigned
                 and not self.leading
                 and not self._no_takes.is_set()
                 and (self._finding is None or self._finding.done())
+                and (self._to_find or self._clock.now() - self._found_at >= self.config.take_every)
             ):
                 self._finding = asyncio.create_task(self._find(), name="kinesis-lease-finder")
             for shard_id in self.coordinator.expired_held(self._clock.now()):
@@ -501,7 +519,14 @@ class LeaseManager:
         """This worker's row: alive (other workers count it before it holds a lease); and
         the leader row, while this worker leads."""
         try:
-            await self.store.heartbeat(self.application, self.stream, self.worker_id)
+            if isinstance(self.store, AssignedLeaseStore):
+                nudged = await self.store.beat(self.application, self.stream, self.worker_id)
+                if nudged != self._nudged:
+                    # The leader assigned leases: list them (again at the next renewals, a
+                    # few times, in case the index lags the table).
+                    self._nudged, self._to_find = nudged, 3
+            else:
+                await self.store.heartbeat(self.application, self.stream, self.worker_id)
             if self.leading and isinstance(self.store, AssignedLeaseStore):
                 counter = await self.store.claim_leader(
                     self.application, self.stream, self.worker_id, self._leader_counter
@@ -715,13 +740,19 @@ class LeaseManager:
         takes = self.coordinator.plan(now, eligible)
         self._planned = len(takes)
         assignments = self.coordinator.assign(now, eligible, takes) if self.leading else []
-        taken, _ = await asyncio.gather(
+        taken, assigned = await asyncio.gather(
             asyncio.gather(*(self._take(take) for take in takes)),
             asyncio.gather(*(self._assign(worker, take) for worker, take in assignments)),
         )
+        if isinstance(self.store, AssignedLeaseStore):
+            told = {worker for (worker, _), ok in zip(assignments, assigned, strict=True) if ok}
+            await asyncio.gather(
+                *(self.store.nudge(self.application, self.stream, w) for w in sorted(told)),
+                return_exceptions=True,
+            )
         return [take.row.shard_id for take, ok in zip(takes, taken, strict=True) if ok]
 
-    async def _assign(self, worker: str, take: Take) -> None:
+    async def _assign(self, worker: str, take: Take) -> bool:
         """The leader's write of a lease into another worker's name: a take of a free or
         expired lease, or a hand-off request to a live owner (as the worker's own take
         would be). A request lost only to the owner's own renewal is made again on the row
@@ -740,28 +771,29 @@ class LeaseManager:
             except CheckpointConflictError as exc:
                 current = exc.current
                 if current is None or current.checkpoint_owner is not None:
-                    return
+                    return False
                 if take.steal:
                     still = current.owner == row.owner and current.owner != worker
                 else:
                     still = current.owner is None
                 if not still:
-                    return
+                    return False
                 row = current
                 continue
             except FATAL as exc:
                 self._fail(exc)
-                return
+                return False
             except Exception as exc:
                 logger.warning("assigning the lease of %s failed: %r", row.shard_id, exc)
-                return
+                return False
             logger.info(
                 "%s the lease of %s for %s",
                 "asked" if take.steal else "assigned",
                 row.shard_id,
                 worker,
             )
-            return
+            return True
+        return False
 
     async def _find(self) -> None:
         """The leases assigned to this worker (the owner index), each read again (the index
@@ -769,9 +801,11 @@ class LeaseManager:
         one being handed over by waiting for its owner's final checkpoint."""
         store = self.store
         assert isinstance(store, AssignedLeaseStore)
+        self._found_at = self._clock.now()
         try:
             keys = await store.owned(self.application, self.stream, self.worker_id)
             new = [k for k in keys if not self.coordinator.holds(k) and k not in self._handing]
+            self._to_find = max(0, self._to_find - 1) if not new else 0
             if not new:
                 return
             rows = await asyncio.gather(*(store.get(self.application, self.stream, k) for k in new))
@@ -792,12 +826,17 @@ class LeaseManager:
         except Exception as exc:
             logger.warning("listing the leases of %s failed: %r", self.worker_id, exc)
 
-    async def _leave(self, store: AssignedLeaseStore) -> None:
-        """A stopping worker (leases assigned): it releases the leases the leader assigned to
-        it that it never started, and gives up the leader row if it holds it."""
+    async def _retire(self, store: AssignedLeaseStore) -> None:
+        """A worker that takes no more leases (leases assigned) removes its worker row, so
+        that the leader assigns it none, and gives the leader row up if it holds it."""
+        await store.heartbeat(self.application, self.stream, self.worker_id, leaving=True)
         if self.leading:
             self.leading = False
             await store.resign_leader(self.application, self.stream, self.worker_id)
+
+    async def _leave(self, store: AssignedLeaseStore) -> None:
+        """A stopping worker (leases assigned) releases the leases the leader assigned to it
+        that it never started."""
         for shard_id in await store.owned(self.application, self.stream, self.worker_id):
             row = await store.get(self.application, self.stream, shard_id)
             if row is not None and row.owner == self.worker_id:

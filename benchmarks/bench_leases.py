@@ -1,0 +1,260 @@
+"""What a lease table costs in DynamoDB reads and writes: today's every-worker scan against the
+leader that assigns and the workers that list their own leases through the owner index.
+
+N lease managers (the core's :class:`~kinesis_core.lease.LeaseManager`, each with a
+``DynamoDBCheckpointStore`` of its own, in this process) share a lease table on moto's
+DynamoDB holding S leases, created unowned; no stream is read, so the table sees only what the
+leases do. Each design in turn, on a fresh table: the workers start together, take and balance
+the leases (every worker holds ``S // N`` or one more), then a window of four take intervals
+is measured, and the read and write units every store counted in it (by DynamoDB's rules,
+:class:`~kinesis_core.checkpoint.dynamodb.TableUsage`) are summed.
+
+- today's design (every worker scans the table each take interval: the lease managers on a
+  store without :class:`~kinesis_core.checkpoint.base.AssignedLeaseStore`, as they run on
+  SQLite): the same store, its leader and index methods hidden;
+- the leader design (``DynamoDBCheckpointStore`` as it is).
+
+The failover time and the renewal interval are the KCL defaults (10 s, 3.3 s); the take
+interval is ``TAKE`` (4 s, not 20 s) so that the runs fit in about a minute. Every read
+recurs once per take interval (scans, the leader row's look, the listings of a worker's own
+leases; a listing the leader asked for comes only after an assignment) and every write once
+per renewal interval (renewals, worker and leader rows), so the table shows reads per hour
+at the default take interval (those measured times ``TAKE / 20.05``) and writes per hour as
+measured. Sizes: 4 x 256 and 8 x 256 (workers x shards: does the cost grow with workers?)
+and 16 x 512, the largest that runs here (the renewals alone are 155 writes a second on
+moto, on a shared 2-core machine). Targets: at the largest size, the leader design reads at
+most a tenth of today's units; from 4 to 8 workers over 256 shards its reads grow by at most
+half (today's double).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from benchmarks._table import Row
+from kinesis_core.aws.client import ClientConfig
+from kinesis_core.checkpoint import Checkpoint, CheckpointValue, DynamoDBCheckpointStore, Sentinel
+from kinesis_core.lease import LeaseConfig, LeaseManager
+from kinesis_core.local import MotoServer
+
+TAKE = 4.0
+"""The take interval of the runs (the default: 20.05 s)."""
+READ_SCALE = TAKE / 20.05
+READS = "leases: table read units per hour (default intervals)"
+WRITES = "leases: table write units per hour (default intervals)"
+RATIOS = "leases: the leader design's reads"
+TODAY = "every worker scans (today)"
+LEADER = "leader + owner index"
+STREAM = "bench-stream"
+
+
+class EveryWorkerScans:
+    """A DynamoDB store seen as a plain lease store (no leader, no index): today's design."""
+
+    def __init__(self, store: DynamoDBCheckpointStore) -> None:
+        self.store = store
+
+    async def get(self, application: str, stream: str, shard_id: str) -> Checkpoint | None:
+        return await self.store.get(application, stream, shard_id)
+
+    async def list(self, application: str, stream: str) -> list[Checkpoint]:
+        return await self.store.list(application, stream)
+
+    async def put(
+        self,
+        application: str,
+        stream: str,
+        shard_id: str,
+        value: CheckpointValue,
+        *,
+        expected: Checkpoint | None,
+        parent_shard_ids: Sequence[str] = (),
+        child_shard_ids: Sequence[str] = (),
+        hash_range: tuple[int, int] | None = None,
+        stream_created_ms: int | None = None,
+    ) -> Checkpoint:
+        return await self.store.put(
+            application,
+            stream,
+            shard_id,
+            value,
+            expected=expected,
+            parent_shard_ids=parent_shard_ids,
+            child_shard_ids=child_shard_ids,
+            hash_range=hash_range,
+            stream_created_ms=stream_created_ms,
+        )
+
+    async def update_lease(
+        self,
+        application: str,
+        stream: str,
+        shard_id: str,
+        *,
+        expected: Checkpoint,
+        owner: str | None,
+        checkpoint_owner: str | None = None,
+        throughput_kbps: float | None = None,
+    ) -> Checkpoint:
+        return await self.store.update_lease(
+            application,
+            stream,
+            shard_id,
+            expected=expected,
+            owner=owner,
+            checkpoint_owner=checkpoint_owner,
+            throughput_kbps=throughput_kbps,
+        )
+
+    async def heartbeat(
+        self, application: str, stream: str, worker_id: str, *, leaving: bool = False
+    ) -> None:
+        await self.store.heartbeat(application, stream, worker_id, leaving=leaving)
+
+    async def workers(self, application: str, stream: str) -> dict[str, int]:
+        return await self.store.workers(application, stream)
+
+    async def forget_worker(
+        self, application: str, stream: str, worker_id: str, counter: int
+    ) -> None:
+        await self.store.forget_worker(application, stream, worker_id, counter)
+
+    async def close(self) -> None:
+        await self.store.close()
+
+
+@dataclass(frozen=True)
+class Cost:
+    read_units: float
+    write_units: float
+    seconds: float
+    balanced_after: float
+
+    @property
+    def reads_per_hour(self) -> float:
+        """Read units per hour at the default take interval."""
+        return self.read_units / self.seconds * 3600 * READ_SCALE
+
+    @property
+    def writes_per_hour(self) -> float:
+        return self.write_units / self.seconds * 3600
+
+
+def _balanced(managers: Sequence[LeaseManager], shards: int) -> bool:
+    counts = [len(m.held()) for m in managers]
+    return sum(counts) == shards and max(counts) - min(counts) <= 1
+
+
+async def _measure(config: ClientConfig, workers: int, shards: int, leader: bool) -> Cost:
+    app = f"bench-leases-{uuid.uuid4().hex[:8]}"
+    stores = [DynamoDBCheckpointStore(client_config=config) for _ in range(workers)]
+    ids = [f"shardId-{i:012d}" for i in range(shards)]
+    await asyncio.gather(
+        *(stores[0].put(app, STREAM, s, Sentinel.TRIM_HORIZON, expected=None) for s in ids)
+    )
+    lease = LeaseConfig(take_interval=TAKE)
+    managers = [
+        LeaseManager(
+            store if leader else EveryWorkerScans(store),
+            app,
+            STREAM,
+            dataclasses.replace(lease, worker_id=f"w{i}"),
+            eligible=lambda: ids,
+        )
+        for i, store in enumerate(stores)
+    ]
+    started = time.monotonic()
+    for manager in managers:
+        manager.start()
+    try:
+        while not _balanced(managers, shards):
+            if time.monotonic() - started > 120:
+                raise RuntimeError(f"{workers} x {shards}: not balanced after two minutes")
+            await asyncio.sleep(0.2)
+        balanced = time.monotonic() - started
+        # One more take interval: the last hand-offs and the workers' own rounds settle.
+        await asyncio.sleep(lease.take_every)
+        reads = sum(s.usage.read_units for s in stores)
+        writes = sum(s.usage.write_units for s in stores)
+        window = 4 * TAKE
+        begin = time.monotonic()
+        await asyncio.sleep(window)
+        seconds = time.monotonic() - begin
+        cost = Cost(
+            sum(s.usage.read_units for s in stores) - reads,
+            sum(s.usage.write_units for s in stores) - writes,
+            seconds,
+            balanced,
+        )
+    finally:
+        await asyncio.gather(*(m.close() for m in managers), return_exceptions=True)
+        await asyncio.gather(*(s.close() for s in stores))
+    return cost
+
+
+def run(quick: bool) -> list[Row]:
+    sizes = [(2, 64), (4, 64)] if quick else [(4, 256), (8, 256), (16, 512)]
+    costs: dict[tuple[int, int, bool], Cost] = {}
+    with MotoServer() as server:
+        for workers, shards in sizes:
+            for leader in (False, True):
+                costs[workers, shards, leader] = asyncio.run(
+                    _measure(server.client_config(), workers, shards, leader)
+                )
+    rows: list[Row] = []
+    for workers, shards in sizes:
+        size = f"{workers} x {shards}"
+        today, ours = costs[workers, shards, False], costs[workers, shards, True]
+        for cost, name in ((today, TODAY), (ours, LEADER)):
+            note = f"balanced {cost.balanced_after:.1f} s after the start"
+            rows.append(
+                Row(
+                    READS,
+                    f"{size}: {name}",
+                    cost.reads_per_hour,
+                    "RCU/h",
+                    baseline=None if cost is today else f"{size}: {TODAY}",
+                    note=note,
+                )
+            )
+            rows.append(Row(WRITES, f"{size}: {name}", cost.writes_per_hour, "WCU/h"))
+    workers, shards = sizes[-1]
+    today, ours = costs[workers, shards, False], costs[workers, shards, True]
+    rows.append(
+        Row(
+            RATIOS,
+            f"{workers} x {shards}: share of today's",
+            ours.read_units / ours.seconds / (today.read_units / today.seconds),
+            "x",
+            maximum=0.1,
+        )
+    )
+    (few, shards), (many, _) = sizes[0], sizes[1]
+    growth = costs[many, shards, True].reads_per_hour / costs[few, shards, True].reads_per_hour
+    today_growth = (
+        costs[many, shards, False].reads_per_hour / costs[few, shards, False].reads_per_hour
+    )
+    rows.append(
+        Row(
+            RATIOS,
+            f"{many} / {few} workers over {shards} shards",
+            growth,
+            "x",
+            note=f"today's: {today_growth:.2f}x",
+            maximum=1.5,
+        )
+    )
+    return rows
+
+
+if __name__ == "__main__":
+    import sys
+
+    from benchmarks._table import render
+
+    print(render(run(quick="--quick" in sys.argv)))
