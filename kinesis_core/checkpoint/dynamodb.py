@@ -193,11 +193,16 @@ class TableUsage:
     reads: int = 0
     """Calls that read (GetItem, and each page of a Scan or Query)."""
     writes: int = 0
+    read_units_by_call: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Read units per kind of call: ``scan``, ``query`` (the owner index), ``get`` (a lease),
+    ``leader`` (the leader row)."""
 
-    def read(self, items: Sequence[Item], *, consistent: bool) -> None:
+    def read(self, items: Sequence[Item], *, consistent: bool, call: str) -> None:
         """One GetItem, or one page of a Scan or Query, that read ``items``."""
         units = max(1, math.ceil(sum(item_bytes(i) for i in items) / 4096))
-        self.read_units += units if consistent else units / 2
+        spent = units if consistent else units / 2
+        self.read_units += spent
+        self.read_units_by_call[call] = self.read_units_by_call.get(call, 0.0) + spent
         self.reads += 1
 
     def wrote(self, item: Item | None) -> None:
@@ -619,7 +624,7 @@ class DynamoDBCheckpointStore:
                     ConsistentRead=True,
                 )
             item = response.get("Item")
-            self.usage.read([item] if item else [], consistent=True)
+            self.usage.read([item] if item else [], consistent=True, call="get")
         if item:
             scope.check(item)
         current = None if not item else decode_lease(item)
@@ -675,7 +680,7 @@ class DynamoDBCheckpointStore:
                 TableName=scope.table, Key={LEASE_KEY: {"S": shard_id}}, ConsistentRead=True
             )
         item = response.get("Item")
-        self.usage.read([item] if item else [], consistent=True)
+        self.usage.read([item] if item else [], consistent=True, call="get")
         if not item:
             return None
         scope.check(item)
@@ -694,7 +699,7 @@ class DynamoDBCheckpointStore:
             with scope.present():
                 page = await client.scan(**kwargs)
             got = page.get("Items", [])
-            self.usage.read(got, consistent=True)
+            self.usage.read(got, consistent=True, call="scan")
             for item in got:
                 scope.check(item)
             items.extend(got)
@@ -927,7 +932,7 @@ class DynamoDBCheckpointStore:
             with scope.present():
                 page = await client.query(**kwargs)
             got = page.get("Items", [])
-            self.usage.read(got, consistent=False)
+            self.usage.read(got, consistent=False, call="query")
             keys.extend(str(item[LEASE_KEY]["S"]) for item in got)
             last = page.get("LastEvaluatedKey")
             if not last:
@@ -964,7 +969,7 @@ class DynamoDBCheckpointStore:
                 TableName=scope.table, Key={LEASE_KEY: {"S": LEADER_KEY}}
             )
         item = response.get("Item")
-        self.usage.read([item] if item else [], consistent=False)
+        self.usage.read([item] if item else [], consistent=False, call="leader")
         if not item:
             return None, 0
         scope.check(item)

@@ -167,7 +167,6 @@ class _Seen:
 class _Beat:
     counter: int
     changed_at: float
-    first_seen: float
 
 
 class LeaseCoordinator:
@@ -239,11 +238,7 @@ class LeaseCoordinator:
             for worker, counter in workers.items():
                 beat = self._beats.get(worker)
                 same = beat is not None and beat.counter == counter
-                beats[worker] = _Beat(
-                    counter,
-                    beat.changed_at if same and beat else now,
-                    now if beat is None else beat.first_seen,
-                )
+                beats[worker] = _Beat(counter, beat.changed_at if same and beat else now)
             self._beats = beats
         view: dict[str, _Seen] = {}
         for row in rows:
@@ -264,14 +259,18 @@ class LeaseCoordinator:
         each worker in turn (by id), what it would take itself if it saw the table as the
         last scan did with the decisions made before it applied (so no two workers get the
         same lease, and each takes what the rules above give it: its share of the free
-        leases, or hand-off requests to the busiest). A worker whose row this leader first saw
-        less than two take intervals ago gets no hand-off requests: it asks for its share
-        itself (a worker reads the table and takes for itself while it finds something to
-        take). Pairs of (worker, take)."""
+        leases, or hand-off requests to the busiest). A worker younger than two take intervals
+        (its worker row's counter, bumped every renewal interval, says how old it is) is
+        assigned nothing: it takes its share itself (a worker reads the table and takes for
+        itself in its first two take intervals, while it finds something to take). Pairs of
+        (worker, take)."""
         view = dict(self._view)
         _claim(view, self.worker_id, taken, now)
         out: list[tuple[str, Take]] = []
         for worker in sorted(self.live_workers(now) - {self.worker_id}):
+            beat = self._beats.get(worker)
+            if beat is None or beat.counter * self.config.renew_every < 2 * self.config.take_every:
+                continue
             other = LeaseCoordinator(self.config, rng=self._rng, worker_id=worker)
             other._view = view
             other._beats = self._beats
@@ -281,9 +280,6 @@ class LeaseCoordinator:
                 if seen.row.owner == worker and not other._available(seen, now)
             }
             takes = other.plan(now, eligible)
-            beat = self._beats.get(worker)
-            if beat is None or now - beat.first_seen < 2 * self.config.take_every:
-                takes = [take for take in takes if not take.steal]
             _claim(view, worker, takes, now)
             out.extend((worker, take) for take in takes)
         return out

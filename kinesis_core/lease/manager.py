@@ -658,18 +658,19 @@ class LeaseManager:
         if await wait_event(self._clock, self._no_takes, self.config.renew_every):
             return
         own = True
+        young_until = self._clock.now() + 2 * self.config.take_every
         while not self._no_takes.is_set():
             # Rounds start every take interval, however long a round takes (a slow scan must
             # not stretch the time to see a change: balance is bounded in take intervals).
             started = self._clock.now()
             try:
-                # With a leader, a worker reads the table while it leads, and from its start
-                # while it finds leases to take or ask for (it takes its share itself, at
-                # once, as the workers it starts with or joins do).
+                # With a leader, a worker reads the table while it leads, and in its first
+                # two take intervals while it finds leases to take or ask for (it takes its
+                # share itself, at once, as the workers it starts with or joins do).
                 leads = self.assigned and await self._elect()
                 if not self.assigned or leads or own:
                     await self.take_round()
-                    own = bool(self._planned)
+                    own = bool(self._planned) and self._clock.now() < young_until
             except FATAL as exc:
                 self._fail(exc)
             except Exception:
