@@ -1,7 +1,8 @@
 """One lease table, two KCLs in turns: this project's Consumer and kcl-rs (a Rust port of the
 KCL v3, with Python bindings) on moto's server (Kinesis and DynamoDB on one endpoint).
 
-Our consumer reads a first batch, checkpoints and stops; kcl-rs, started on the same table,
+Our consumer reads a first batch, checkpoints and stops; kcl-rs, started on the same table
+(which also holds a worker row and a leader row of ours, as a SIGKILLed worker leaves them),
 delivers only what came after our checkpoints; it stops, and our consumer delivers only what
 came after kcl-rs's. The table is created by our store (with the KCL 3.x owner index), so
 kcl-rs finds it as its own.
@@ -64,7 +65,7 @@ async def ours(stream: Any, app: str, expected: set[str]) -> set[str]:
     return seen
 
 
-class Collect(kcl_rs.RecordProcessorBase):  # type: ignore[misc]
+class Collect(kcl_rs.RecordProcessorBase):  # type: ignore[misc,name-defined]
     seen: set[str] = set()
     lock = threading.Lock()
 
@@ -116,11 +117,20 @@ def theirs(stream: Any, app: str, expected: set[str], timeout: float) -> set[str
         return set(Collect.seen)
 
 
+async def leave_rows(stream: Any, app: str) -> None:
+    """A worker row and a leader row, as a SIGKILLed worker of ours leaves them."""
+    async with DynamoDBCheckpointStore(client_config=stream.client_config) as store:
+        await store.heartbeat(app, stream.name, "killed")
+        assert await store.claim_leader(app, stream.name, "killed", None) == 1
+
+
 def test_kcl_rs_and_ours_resume_from_each_others_checkpoints(moto_stream: Any) -> None:
     stream = moto_stream(shards=SHARDS)
     app = f"kclrs-{uuid.uuid4().hex[:8]}"
     first = put_batch(stream, "a")
     assert asyncio.run(ours(stream, app, first)) == first
+    # kcl-rs reads a table holding our other rows too: they are no leases to it.
+    asyncio.run(leave_rows(stream, app))
     second = put_batch(stream, "b")
     got = theirs(stream, app, second, timeout=120)
     assert got == second  # from our checkpoints: nothing of batch a again
