@@ -200,8 +200,10 @@ async def _measure(config: ClientConfig, workers: int, shards: int, leader: bool
                 raise RuntimeError(f"{workers} x {shards}: not balanced after two minutes")
             await asyncio.sleep(0.2)
         balanced = time.monotonic() - started
-        # One more take interval: the last hand-offs and the workers' own rounds settle.
-        await asyncio.sleep(lease.take_every)
+        # One more take interval, and past the workers' first two take intervals (the rounds
+        # in which they read the table and take for themselves): the last hand-offs settle.
+        young = started + lease.renew_every + 3 * lease.take_every - time.monotonic()
+        await asyncio.sleep(max(lease.take_every, young))
         reads = sum(s.usage.read_units for s in stores)
         writes = sum(s.usage.write_units for s in stores)
         calls = _by_call(stores)
