@@ -42,9 +42,11 @@ Worker rows (``entityType`` ``WORKER``, ``leaseKey`` ``worker:`` + the worker id
 which workers are alive before they hold a lease; lease readers skip them as they skip every
 non-``LEASE`` row. Their ``assignments`` is bumped by the leader when it assigned the worker
 leases: the worker's renewal of its row returns it, and the worker then lists its leases.
-The leader row (``entityType`` ``LEADER``, ``leaseKey`` ``leader:``,
-``leaderId``, ``leaseCounter``) names the worker that assigns the leases; it has no
-``leaseOwner`` and no ``checkpoint``, so it is in no index and is no lease to any reader.
+The leader row (``leaseKey`` ``leader:``, ``leaderId`` and ``workerId`` the leader's id, a
+``leaseCounter`` the leader bumps at every renewal round) names the worker that assigns the
+leases. Its ``entityType`` is ``WORKER``: a reader that skips worker rows skips it (one that
+reads them sees one more row of a live worker); it has no ``leaseOwner`` and no
+``checkpoint``, so it is in no index and is no lease to any reader.
 
 The table has the KCL 3.x index ``LeaseOwnerToLeaseKeyIndex`` (hash ``leaseOwner``, range
 ``leaseKey``, keys only): a worker lists its own leases there (:meth:`owned`). A table created
@@ -106,7 +108,6 @@ THROUGHPUT = "throughputKBps"
 WORKER = "WORKER"
 WORKER_KEY = "worker:"
 """The ``leaseKey`` prefix of worker rows (never a shard id)."""
-LEADER = "LEADER"
 ASSIGNMENTS = "assignments"
 """On a worker row: bumped by the leader each round it assigned the worker leases."""
 LEADER_KEY = "leader:"
@@ -714,6 +715,8 @@ class DynamoDBCheckpointStore:
         rows: Rows = []
         workers: dict[str, int] = {}
         for item in await self._scan(scope, client):
+            if _string(item, LEASE_KEY) == LEADER_KEY:
+                continue
             if _string(item, "entityType") == WORKER:
                 worker, counter = _string(item, "workerId"), _number(item, "leaseCounter")
                 if worker is not None and counter is not None:
@@ -983,7 +986,7 @@ class DynamoDBCheckpointStore:
         client, scope = await self._table(application, stream)
         condition = "attribute_not_exists(#key)" if expected is None else "#counter = :expected"
         values: dict[str, Any] = {
-            ":type": {"S": LEADER},
+            ":type": {"S": WORKER},
             ":leader": {"S": worker_id},
             ":counter": {"N": str((expected or 0) + 1)},
             ":app": {"S": scope.application},
@@ -992,6 +995,7 @@ class DynamoDBCheckpointStore:
         names = {
             "#type": "entityType",
             "#leader": "leaderId",
+            "#worker": "workerId",
             "#counter": "leaseCounter",
             "#app": APPLICATION,
             "#stream": STREAM,
@@ -1006,8 +1010,8 @@ class DynamoDBCheckpointStore:
                 await client.update_item(
                     TableName=scope.table,
                     Key={LEASE_KEY: {"S": LEADER_KEY}},
-                    UpdateExpression="SET #type = :type, #leader = :leader, #counter = :counter, "
-                    "#app = :app, #stream = :stream",
+                    UpdateExpression="SET #type = :type, #leader = :leader, #worker = :leader, "
+                    "#counter = :counter, #app = :app, #stream = :stream",
                     ConditionExpression=condition,
                     ExpressionAttributeNames=names,
                     ExpressionAttributeValues=values,
