@@ -17,15 +17,17 @@ is measured, and the read and write units every store counted in it (by DynamoDB
   only counted (its workers, all in this process, fall behind their renewals there);
 - the leader design (``DynamoDBCheckpointStore`` as it is).
 
-The failover time and the renewal interval are the KCL defaults (10 s, 3.3 s); the take
-interval is ``TAKE`` (5 s, not 20 s) so that the runs fit in about a minute. Every read
+The take interval is ``TAKE`` (5 s, not 20 s) so that the runs fit in about a minute, and the
+failover time ``FAILOVER`` (20 s, not 10 s: renewals every 6.6 s, not 3.3 s) so that the
+workers, all in this process, keep up with their renewals on a shared machine. Every read
 recurs once per take interval (scans, the leader row's look, the listings of a worker's own
 leases; a listing the leader asked for comes only after an assignment) and every write once
 per renewal interval (renewals, worker and leader rows), so the table shows reads per hour
-at the default take interval (those measured times ``TAKE / 20.05``) and writes per hour as
-measured. Sizes: 4 x 256 and 8 x 256 (workers x shards: does the cost grow with workers?)
+at the default take interval (those measured times ``TAKE / 20.05``) and writes per hour at
+the default renewal interval (those measured times 6.64 / 3.31). Sizes: 4 x 256 and 8 x 256
+(workers x shards: does the cost grow with workers?)
 and 8 x 512, the largest the leader design runs at here, on a shared 2-core machine, in
-about a minute (the renewals alone are 155 writes a second). Targets: at the largest size,
+about a minute (the renewals alone are 77 writes a second). Targets: at the largest size,
 the leader design reads at most a tenth of today's units (counted); from 4 to 8 workers over
 256 shards its reads grow by at most half (today's double).
 """
@@ -47,9 +49,13 @@ from kinesis_core.lease import LeaseConfig, LeaseManager
 from kinesis_core.local import MotoServer
 
 TAKE = 5.0
-"""The take interval of the runs."""
+"""The take interval of the runs (``--quick``: ``QUICK_TAKE``)."""
+QUICK_TAKE = 2.0
 DEFAULT_TAKE = 20.05
-READ_SCALE = TAKE / DEFAULT_TAKE
+FAILOVER = 20.0
+"""The failover time of the runs (the default: 10 s): renewals every 6.6 s, half the default
+rate, so that the workers in this one process keep up with them at 8 x 512."""
+DEFAULT_RENEW = 10 / 3 - 0.025
 READS = "leases: table read units per hour (default intervals)"
 WRITES = "leases: table write units per hour (default intervals)"
 RATIOS = "leases: the leader design's reads"
@@ -141,6 +147,10 @@ class Cost:
     balanced_after: float
     by_call: dict[str, float]
     """Read units per kind of call in the window."""
+    take: float
+    """The take interval of the run."""
+    renew: float
+    """The renewal interval of the run."""
     round_units: float
     """What one round of today's design reads (a listing of the leases and one of the worker
     rows, two scans of the table), measured on the balanced table after the window."""
@@ -148,11 +158,12 @@ class Cost:
     @property
     def reads_per_hour(self) -> float:
         """Read units per hour at the default take interval."""
-        return self.read_units / self.seconds * 3600 * READ_SCALE
+        return self.read_units / self.seconds * 3600 * self.take / DEFAULT_TAKE
 
     @property
     def writes_per_hour(self) -> float:
-        return self.write_units / self.seconds * 3600
+        """Write units per hour at the default renewal interval."""
+        return self.write_units / self.seconds * 3600 * self.renew / DEFAULT_RENEW
 
     def counted_today(self, workers: int) -> float:
         """Today's reads per hour at the default take interval, counted: every worker reads
@@ -173,14 +184,16 @@ def _balanced(managers: Sequence[LeaseManager], shards: int) -> bool:
     return sum(counts) == shards and max(counts) - min(counts) <= 1
 
 
-async def _measure(config: ClientConfig, workers: int, shards: int, leader: bool) -> Cost:
+async def _measure(
+    config: ClientConfig, workers: int, shards: int, leader: bool, take: float
+) -> Cost:
     app = f"bench-leases-{uuid.uuid4().hex[:8]}"
     stores = [DynamoDBCheckpointStore(client_config=config) for _ in range(workers)]
     ids = [f"shardId-{i:012d}" for i in range(shards)]
     await asyncio.gather(
         *(stores[0].put(app, STREAM, s, Sentinel.TRIM_HORIZON, expected=None) for s in ids)
     )
-    lease = LeaseConfig(take_interval=TAKE)
+    lease = LeaseConfig(failover_time=FAILOVER, take_interval=take)
     managers = [
         LeaseManager(
             store if leader else EveryWorkerScans(store),
@@ -207,7 +220,7 @@ async def _measure(config: ClientConfig, workers: int, shards: int, leader: bool
         reads = sum(s.usage.read_units for s in stores)
         writes = sum(s.usage.write_units for s in stores)
         calls = _by_call(stores)
-        window = 4 * TAKE
+        window = 4 * take
         begin = time.monotonic()
         await asyncio.sleep(window)
         seconds = time.monotonic() - begin
@@ -221,7 +234,9 @@ async def _measure(config: ClientConfig, workers: int, shards: int, leader: bool
     finally:
         await asyncio.gather(*(m.close() for m in managers), return_exceptions=True)
         await asyncio.gather(*(s.close() for s in stores))
-    return Cost(read_units, write_units, seconds, balanced, by_call, round_units)
+    return Cost(
+        read_units, write_units, seconds, balanced, by_call, take, lease.renew_every, round_units
+    )
 
 
 def _note(cost: Cost) -> str:
@@ -243,7 +258,15 @@ def run(quick: bool) -> list[Row]:
     with MotoServer() as server:
         for workers, shards in sizes:
             for leader in (False, True) if (workers, shards) in both else (True,):
-                cost = asyncio.run(_measure(server.client_config(), workers, shards, leader))
+                cost = asyncio.run(
+                    _measure(
+                        server.client_config(),
+                        workers,
+                        shards,
+                        leader,
+                        QUICK_TAKE if quick else TAKE,
+                    )
+                )
                 costs[workers, shards, leader] = cost
                 print(
                     f"leases {workers} x {shards} {LEADER if leader else TODAY}: "
