@@ -259,9 +259,9 @@ class LeaseCoordinator:
         each worker in turn (by id), what it would take itself if it saw the table as the
         last scan did with the decisions made before it applied (so no two workers get the
         same lease, and each takes what the rules above give it: its share of the free
-        leases, or hand-off requests to the busiest). A worker younger than two take intervals
-        (its worker row's counter, bumped every renewal interval, says how old it is) is
-        assigned nothing: it takes its share itself (a worker reads the table and takes for
+        leases, or hand-off requests to the busiest). A worker younger than three take
+        intervals (its worker row's counter, bumped every renewal interval, says how old it is)
+        is assigned nothing: it takes its share itself (a worker reads the table and takes for
         itself in its first two take intervals, while it finds something to take). Pairs of
         (worker, take)."""
         view = dict(self._view)
@@ -269,7 +269,10 @@ class LeaseCoordinator:
         out: list[tuple[str, Take]] = []
         for worker in sorted(self.live_workers(now) - {self.worker_id}):
             beat = self._beats.get(worker)
-            if beat is None or beat.counter * self.config.renew_every < 2 * self.config.take_every:
+            # Its rounds of its own end two take intervals after its first beat; one more take
+            # interval for a round still running.
+            age = 0.0 if beat is None else (beat.counter - 1) * self.config.renew_every
+            if age < 3 * self.config.take_every:
                 continue
             other = LeaseCoordinator(self.config, rng=self._rng, worker_id=worker)
             other._view = view

@@ -595,7 +595,7 @@ def test_the_leader_assigns_free_leases_and_asks_for_the_busiest_ones() -> None:
     gets nothing: it takes for itself."""
     ids = shards(12)
     leader = coordinator("lead", max_leases_to_steal=2)
-    old = math.ceil(2 * leader.config.take_every / leader.config.renew_every)
+    old = math.ceil(3 * leader.config.take_every / leader.config.renew_every) + 1
     workers = {"lead": old, "busy": old, "idle": old, "new": 1}
     leader.scan(0.0, [row(s, "busy" if i < 6 else None) for i, s in enumerate(ids)], workers)
     mine = leader.plan(0.0, set(ids))
