@@ -322,7 +322,8 @@ def run(quick: bool) -> list[Row]:
             f"{workers} x {shards}: share of today's (counted)",
             ours.reads_per_hour / ours.counted_today(workers),
             "x",
-            maximum=0.1,
+            # --quick: 64 leases, a table too small for its scan to outweigh the others' reads
+            maximum=None if quick else 0.1,
         )
     )
     (few, shards), (many, _) = sizes[0], sizes[1]
