@@ -334,3 +334,49 @@ class LeaseStore(CheckpointStore, Protocol):
     ) -> None:
         """Remove the row of a worker that died, if its counter is still ``counter``."""
         ...
+
+
+@runtime_checkable
+class AssignedLeaseStore(LeaseStore, Protocol):
+    """A lease store whose reads cost what a worker owns, not what the table holds (DynamoDB):
+    one worker, elected through a row of the table, reads the whole table and assigns the
+    leases; every other worker finds its own leases through an index on the owner. A lease
+    manager on such a store works that way (:mod:`kinesis_core.lease.manager`); on a store
+    without these methods (SQLite, memory: their reads are cheap) every worker reads the
+    table."""
+
+    async def owned(self, application: str, stream: str, worker_id: str) -> list[str]:
+        """The shard ids of the leases whose owner is ``worker_id`` (an index: eventually
+        consistent, so a caller reads each row before it acts on it)."""
+        ...
+
+    async def beat(self, application: str, stream: str, worker_id: str) -> int:
+        """:meth:`LeaseStore.heartbeat`, returning how many times the leader said it assigned
+        ``worker_id`` leases (:meth:`nudge`)."""
+        ...
+
+    async def nudge(self, application: str, stream: str, worker_id: str) -> None:
+        """Tell ``worker_id`` (at its next :meth:`beat`) that leases were assigned to it."""
+        ...
+
+    async def snapshot(
+        self, application: str, stream: str
+    ) -> tuple[list[Checkpoint], dict[str, int]]:
+        """Every lease and every worker row (:meth:`LeaseStore.list` and
+        :meth:`LeaseStore.workers`) in one read of the table."""
+        ...
+
+    async def leader(self, application: str, stream: str) -> tuple[str | None, int]:
+        """The leader row: the worker it names (None: no row) and its counter."""
+        ...
+
+    async def claim_leader(
+        self, application: str, stream: str, worker_id: str, expected: int | None
+    ) -> int | None:
+        """Make (or keep) ``worker_id`` the leader if the leader row's counter is still
+        ``expected`` (None: no row yet); the new counter, or None if the row moved."""
+        ...
+
+    async def resign_leader(self, application: str, stream: str, worker_id: str) -> None:
+        """Remove the leader row if it names ``worker_id``."""
+        ...

@@ -40,7 +40,22 @@ entityType                      S     LEASE on the rows this store creates; othe
 Worker rows (``entityType`` ``WORKER``, ``leaseKey`` ``worker:`` + the worker id, a
 ``leaseCounter`` bumped at every renewal round, ``applicationName`` and ``kinesisStream``) say
 which workers are alive before they hold a lease; lease readers skip them as they skip every
-non-``LEASE`` row.
+non-``LEASE`` row. Their ``assignments`` is bumped by the leader when it assigned the worker
+leases: the worker's renewal of its row returns it, and the worker then lists its leases.
+The leader row (``leaseKey`` ``leader:``, ``leaderId`` and ``workerId`` the leader's id, a
+``leaseCounter`` the leader bumps at every renewal round) names the worker that assigns the
+leases. Its ``entityType`` is ``WORKER``: a reader that skips worker rows skips it (one that
+reads them sees one more row of a live worker); it has no ``leaseOwner`` and no
+``checkpoint``, so it is in no index and is no lease to any reader.
+
+The table has the KCL 3.x index ``LeaseOwnerToLeaseKeyIndex`` (hash ``leaseOwner``, range
+``leaseKey``, keys only): a worker lists its own leases there (:meth:`owned`). A table created
+here gets it with the table; a table found without it gets it added (``UpdateTable``, when
+``create_table``), and until it is ACTIVE :meth:`owned` reads the table instead.
+
+:attr:`DynamoDBCheckpointStore.usage` counts the read and write units this store's calls
+consumed, by DynamoDB's rules (reads: the items' bytes per call rounded up to 4 KB, half for an
+eventually consistent read; writes: the item's bytes rounded up to 1 KB, at least one).
 
 A row of another application or stream, read or met by a write's condition, raises a
 ConfigurationError naming the table and both applications (or streams): two applications on
@@ -54,6 +69,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
+import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -82,7 +99,9 @@ from kinesis_core.runtime.clock import SYSTEM_CLOCK, Clock
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb.client import DynamoDBClient
 
-__all__ = ["DynamoDBCheckpointStore", "decode_lease", "encode_lease"]
+__all__ = ["DynamoDBCheckpointStore", "TableUsage", "decode_lease", "encode_lease"]
+
+logger = logging.getLogger(__name__)
 
 LEASE_KEY = "leaseKey"
 CHECKPOINT_OWNER = "checkpointOwner"
@@ -90,6 +109,16 @@ THROUGHPUT = "throughputKBps"
 WORKER = "WORKER"
 WORKER_KEY = "worker:"
 """The ``leaseKey`` prefix of worker rows (never a shard id)."""
+ASSIGNMENTS = "assignments"
+"""On a worker row: bumped by the leader each round it assigned the worker leases."""
+LEADER_KEY = "leader:"
+"""The ``leaseKey`` of the leader row (never a shard id)."""
+OWNER_INDEX = "LeaseOwnerToLeaseKeyIndex"
+"""The KCL 3.x index from ``leaseOwner`` to ``leaseKey`` (keys only)."""
+_OWNER_INDEX_KEYS = [
+    {"AttributeName": "leaseOwner", "KeyType": "HASH"},
+    {"AttributeName": LEASE_KEY, "KeyType": "RANGE"},
+]
 STREAM_CREATED = "streamCreatedMillis"
 APPLICATION = "applicationName"
 STREAM = "kinesisStream"
@@ -111,6 +140,9 @@ _REMOVED_BY_CHECKPOINT = (
     "pendingCheckpointState",
 )
 Item = Mapping[str, Any]
+Items = list[Item]
+Rows = list[Checkpoint]
+Keys = list[str]
 
 
 def _string(item: Item, name: str) -> str | None:
@@ -131,6 +163,54 @@ def _float(item: Item, name: str) -> float | None:
 def _string_set(item: Item, name: str) -> tuple[str, ...]:
     value = item.get(name)
     return () if value is None else tuple(sorted(value["SS"]))
+
+
+def _value_bytes(value: Mapping[str, Any]) -> int:
+    """The bytes DynamoDB counts for one attribute value (numbers: about a byte per two
+    digits, plus one)."""
+    ((kind, inner),) = value.items()
+    if kind == "S" or kind == "B":
+        return len(inner.encode() if isinstance(inner, str) else inner)
+    if kind == "N":
+        return (len(str(inner).lstrip("-").replace(".", "")) + 1) // 2 + 1
+    if kind in ("SS", "BS"):
+        return sum(_value_bytes({kind[0]: v}) for v in inner)
+    if kind == "NS":
+        return sum(_value_bytes({"N": v}) for v in inner)
+    return 1
+
+
+def item_bytes(item: Item) -> int:
+    """An item's size as DynamoDB counts it: attribute names plus values."""
+    return sum(len(name.encode()) + _value_bytes(value) for name, value in item.items())
+
+
+@dataclasses.dataclass
+class TableUsage:
+    """Read and write capacity units the calls of one store consumed, counted by DynamoDB's
+    rules from the items read and written (on-demand tables bill the same units)."""
+
+    read_units: float = 0.0
+    write_units: float = 0.0
+    reads: int = 0
+    """Calls that read (GetItem, and each page of a Scan or Query)."""
+    writes: int = 0
+    read_units_by_call: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Read units per kind of call: ``scan``, ``query`` (the owner index), ``get`` (a lease),
+    ``leader`` (the leader row)."""
+
+    def read(self, items: Sequence[Item], *, consistent: bool, call: str) -> None:
+        """One GetItem, or one page of a Scan or Query, that read ``items``."""
+        units = max(1, math.ceil(sum(item_bytes(i) for i in items) / 4096))
+        spent = units if consistent else units / 2
+        self.read_units += spent
+        self.read_units_by_call[call] = self.read_units_by_call.get(call, 0.0) + spent
+        self.reads += 1
+
+    def wrote(self, item: Item | None) -> None:
+        """One write of ``item`` (None: a small one, under 1 KB)."""
+        self.write_units += max(1, math.ceil(item_bytes(item or {}) / 1024))
+        self.writes += 1
 
 
 def decode_lease(item: Item) -> Checkpoint | None:
@@ -343,11 +423,37 @@ class _TableNotActive(NotYet):
         self.status = status
 
 
-async def _active(client: DynamoDBClient, table: str) -> None:
-    """DescribeTable: :class:`_TableNotActive` until the table is ACTIVE."""
-    status = (await client.describe_table(TableName=table))["Table"].get("TableStatus")
+_ATTRIBUTES: list[Any] = [
+    {"AttributeName": LEASE_KEY, "AttributeType": "S"},
+    {"AttributeName": "leaseOwner", "AttributeType": "S"},
+]
+
+
+async def _active(client: DynamoDBClient, table: str) -> Mapping[str, Any]:
+    """DescribeTable: :class:`_TableNotActive` until the table is ACTIVE; its description."""
+    description = (await client.describe_table(TableName=table))["Table"]
+    status = description.get("TableStatus")
     if status != "ACTIVE":
         raise _TableNotActive(table, status)
+    return description
+
+
+def _owner_index() -> Any:
+    """The KCL 3.x ``LeaseOwnerToLeaseKeyIndex``: ``leaseOwner`` (hash) and ``leaseKey``
+    (range), keys only."""
+    return {
+        "IndexName": OWNER_INDEX,
+        "KeySchema": _OWNER_INDEX_KEYS,
+        "Projection": {"ProjectionType": "KEYS_ONLY"},
+    }
+
+
+def _index_status(table: Mapping[str, Any]) -> str | None:
+    """The status of the owner index in a table's description (None: no such index)."""
+    for index in table.get("GlobalSecondaryIndexes", ()):
+        if index.get("IndexName") == OWNER_INDEX:
+            return str(index.get("IndexStatus", "ACTIVE"))
+    return None
 
 
 def _failed_condition(exc: ClientError) -> bool:
@@ -391,7 +497,12 @@ class DynamoDBCheckpointStore:
         self._tables: dict[str, str] = {}
         """Table -> the stream it serves (checked in this process only)."""
         self._table_locks: dict[str, asyncio.Lock] = {}
+        self._indexed: set[str] = set()
+        """Tables whose owner index is ACTIVE."""
+        self._unindexed_warned: set[str] = set()
         self._closed = False
+        self.usage = TableUsage()
+        """The read and write units this store's calls consumed so far."""
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -431,9 +542,11 @@ class DynamoDBCheckpointStore:
         return client, _Scope(table, application, _stream_name(stream))
 
     async def _ensure_table(self, client: DynamoDBClient, table: str) -> None:
-        """Find the table (or create it) and wait until it is ACTIVE (:data:`TABLE_POLL`)."""
+        """Find the table (or create it, with the owner index) and wait until it is ACTIVE
+        (:data:`TABLE_POLL`); add the owner index to a table found without it."""
         try:
-            await _active(client, table)
+            description = await _active(client, table)
+            await self._ensure_index(client, table, description)
             return
         except client.exceptions.ResourceNotFoundException:
             if not self.create_table:
@@ -444,7 +557,8 @@ class DynamoDBCheckpointStore:
                 await client.create_table(
                     TableName=table,
                     KeySchema=[{"AttributeName": LEASE_KEY, "KeyType": "HASH"}],
-                    AttributeDefinitions=[{"AttributeName": LEASE_KEY, "AttributeType": "S"}],
+                    AttributeDefinitions=_ATTRIBUTES,
+                    GlobalSecondaryIndexes=[_owner_index()],
                     BillingMode="PAY_PER_REQUEST",
                 )
         except _TableNotActive:
@@ -459,6 +573,34 @@ class DynamoDBCheckpointStore:
                 "table_timeout",
                 f"lease table {table!r} is still {exc.status} after {self._table_timeout:g} s",
             ) from exc
+
+    async def _ensure_index(
+        self, client: DynamoDBClient, table: str, description: Mapping[str, Any]
+    ) -> None:
+        """Add ``LeaseOwnerToLeaseKeyIndex`` to a table without it (``create_table``; on a
+        provisioned table with the table's capacity, as the KCL 3.x does). DynamoDB builds it
+        in the background; :meth:`owned` reads the table until it is ACTIVE. A refusal (no
+        ``UpdateTable`` permission) is logged, and the workers read the table."""
+        if not self.create_table or _index_status(description) is not None:
+            return
+        index = _owner_index()
+        billing = description.get("BillingModeSummary", {}).get("BillingMode")
+        capacity = description.get("ProvisionedThroughput", {})
+        if billing != "PAY_PER_REQUEST" and capacity.get("ReadCapacityUnits"):
+            index["ProvisionedThroughput"] = {
+                "ReadCapacityUnits": capacity["ReadCapacityUnits"],
+                "WriteCapacityUnits": capacity["WriteCapacityUnits"],
+            }
+        try:
+            await client.update_table(
+                TableName=table,
+                AttributeDefinitions=_ATTRIBUTES,
+                GlobalSecondaryIndexUpdates=[{"Create": index}],
+            )
+        except ClientError as exc:
+            logger.warning("adding index %s to lease table %r failed: %r", OWNER_INDEX, table, exc)
+            return
+        logger.info("adding index %s to lease table %r", OWNER_INDEX, table)
 
     async def _conflict(
         self,
@@ -484,6 +626,7 @@ class DynamoDBCheckpointStore:
                     ConsistentRead=True,
                 )
             item = response.get("Item")
+            self.usage.read([item] if item else [], consistent=True, call="get")
         if item:
             scope.check(item)
         current = None if not item else decode_lease(item)
@@ -522,7 +665,9 @@ class DynamoDBCheckpointStore:
         except ClientError as exc:
             if not _failed_condition(exc):
                 raise
+            self.usage.wrote(exc.response.get("Item"))
             return await self._conflict(client, scope, exc, intended, created=False)
+        self.usage.wrote(response["Attributes"])
         row = decode_lease(response["Attributes"])
         if row is None:
             raise CheckpointConflictError(intended.shard_id, None, "the item is not a lease")
@@ -537,6 +682,7 @@ class DynamoDBCheckpointStore:
                 TableName=scope.table, Key={LEASE_KEY: {"S": shard_id}}, ConsistentRead=True
             )
         item = response.get("Item")
+        self.usage.read([item] if item else [], consistent=True, call="get")
         if not item:
             return None
         scope.check(item)
@@ -544,21 +690,43 @@ class DynamoDBCheckpointStore:
 
     async def list(self, application: str, stream: str) -> list[Checkpoint]:
         """Every lease of the table (a consistent scan, all pages)."""
-        client, scope = await self._table(application, stream)
-        rows: list[Checkpoint] = []
-        kwargs: dict[str, Any] = {"TableName": scope.table, "ConsistentRead": True}
+        return (await self.snapshot(application, stream))[0]
+
+    async def _scan(self, scope: _Scope, client: DynamoDBClient, **extra: Any) -> Items:
+        """Every item of the table (a consistent scan, all pages), each checked for its
+        application and stream."""
+        items: Items = []
+        kwargs: dict[str, Any] = {"TableName": scope.table, "ConsistentRead": True, **extra}
         while True:
             with scope.present():
                 page = await client.scan(**kwargs)
-            for item in page.get("Items", ()):
+            got = page.get("Items", [])
+            self.usage.read(got, consistent=True, call="scan")
+            for item in got:
                 scope.check(item)
-                row = decode_lease(item)
-                if row is not None:
-                    rows.append(row)
+            items.extend(got)
             last = page.get("LastEvaluatedKey")
             if not last:
-                return rows
+                return items
             kwargs["ExclusiveStartKey"] = last
+
+    async def snapshot(self, application: str, stream: str) -> tuple[Rows, dict[str, int]]:
+        """Every lease and every worker row, from one consistent scan of the table."""
+        client, scope = await self._table(application, stream)
+        rows: Rows = []
+        workers: dict[str, int] = {}
+        for item in await self._scan(scope, client):
+            if _string(item, LEASE_KEY) == LEADER_KEY:
+                continue
+            if _string(item, "entityType") == WORKER:
+                worker, counter = _string(item, "workerId"), _number(item, "leaseCounter")
+                if worker is not None and counter is not None:
+                    workers[worker] = counter
+                continue
+            row = decode_lease(item)
+            if row is not None:
+                rows.append(row)
+        return rows, workers
 
     async def put(
         self,
@@ -622,7 +790,9 @@ class DynamoDBCheckpointStore:
         except ClientError as exc:
             if not _failed_condition(exc):
                 raise
+            self.usage.wrote(exc.response.get("Item"))
             return await self._conflict(client, scope, exc, row, created=True)
+        self.usage.wrote(encode_lease(row))
         return _normalized(row)
 
     async def update_lease(
@@ -666,12 +836,23 @@ class DynamoDBCheckpointStore:
         """The worker row of ``worker_id``: counter +1 (created at 1), or deleted."""
         client, scope = await self._table(application, stream)
         key = {LEASE_KEY: {"S": WORKER_KEY + worker_id}}
-        with scope.present():
-            if leaving:
+        if leaving:
+            self.usage.wrote(None)
+            with scope.present():
                 await client.delete_item(TableName=scope.table, Key=key)
-                return
-            await client.update_item(
+            return
+        await self.beat(application, stream, worker_id)
+
+    async def beat(self, application: str, stream: str, worker_id: str) -> int:
+        """:meth:`heartbeat`, returning the row's ``assignments`` (what the write returns
+        costs no read)."""
+        client, scope = await self._table(application, stream)
+        key = {LEASE_KEY: {"S": WORKER_KEY + worker_id}}
+        self.usage.wrote(None)
+        with scope.present():
+            response = await client.update_item(
                 TableName=scope.table,
+                ReturnValues="ALL_NEW",
                 Key=key,
                 UpdateExpression="SET #type = :type, #worker = :worker, #app = :app, "
                 "#stream = :stream ADD #counter :one",
@@ -690,12 +871,32 @@ class DynamoDBCheckpointStore:
                     ":stream": {"S": scope.stream},
                 },
             )
+        return _number(response.get("Attributes", {}), ASSIGNMENTS) or 0
+
+    async def nudge(self, application: str, stream: str, worker_id: str) -> None:
+        """``assignments`` +1 on the worker row of ``worker_id``, if it has one."""
+        client, scope = await self._table(application, stream)
+        self.usage.wrote(None)
+        try:
+            with scope.present():
+                await client.update_item(
+                    TableName=scope.table,
+                    Key={LEASE_KEY: {"S": WORKER_KEY + worker_id}},
+                    UpdateExpression="ADD #assignments :one",
+                    ConditionExpression="attribute_exists(#key)",
+                    ExpressionAttributeNames={"#assignments": ASSIGNMENTS, "#key": LEASE_KEY},
+                    ExpressionAttributeValues={":one": {"N": "1"}},
+                )
+        except ClientError as exc:
+            if not _failed_condition(exc):
+                raise
 
     async def forget_worker(
         self, application: str, stream: str, worker_id: str, counter: int
     ) -> None:
         """Delete the worker row of ``worker_id`` if its counter is still ``counter``."""
         client, scope = await self._table(application, stream)
+        self.usage.wrote(None)
         try:
             with scope.present():
                 await client.delete_item(
@@ -710,28 +911,134 @@ class DynamoDBCheckpointStore:
                 raise
 
     async def workers(self, application: str, stream: str) -> dict[str, int]:
-        """Every worker row (a consistent scan of the worker rows, all pages)."""
+        """Every worker row (a consistent scan of the table, all pages: DynamoDB bills a
+        scan for every item it reads, so a filter would save nothing)."""
+        return (await self.snapshot(application, stream))[1]
+
+    # -- reads that grow with what a worker owns ----------------------------------------------
+
+    async def owned(self, application: str, stream: str, worker_id: str) -> Keys:
+        """The shard ids of ``worker_id``'s leases, from ``LeaseOwnerToLeaseKeyIndex`` (an
+        eventually consistent query of keys); from a scan while the index is not ACTIVE."""
         client, scope = await self._table(application, stream)
-        out: dict[str, int] = {}
+        if not await self._index_active(client, scope):
+            rows = await self.list(application, stream)
+            return [row.shard_id for row in rows if row.owner == worker_id]
+        keys: Keys = []
         kwargs: dict[str, Any] = {
             "TableName": scope.table,
-            "ConsistentRead": True,
-            "FilterExpression": "#type = :type",
-            "ExpressionAttributeNames": {"#type": "entityType"},
-            "ExpressionAttributeValues": {":type": {"S": WORKER}},
+            "IndexName": OWNER_INDEX,
+            "KeyConditionExpression": "#owner = :owner",
+            "ExpressionAttributeNames": {"#owner": "leaseOwner"},
+            "ExpressionAttributeValues": {":owner": {"S": worker_id}},
         }
         while True:
             with scope.present():
-                page = await client.scan(**kwargs)
-            for item in page.get("Items", ()):
-                scope.check(item)
-                worker, counter = _string(item, "workerId"), _number(item, "leaseCounter")
-                if worker is not None and counter is not None:
-                    out[worker] = counter
+                page = await client.query(**kwargs)
+            got = page.get("Items", [])
+            self.usage.read(got, consistent=False, call="query")
+            keys.extend(str(item[LEASE_KEY]["S"]) for item in got)
             last = page.get("LastEvaluatedKey")
             if not last:
-                return out
+                return keys
             kwargs["ExclusiveStartKey"] = last
+
+    async def _index_active(self, client: DynamoDBClient, scope: _Scope) -> bool:
+        if scope.table in self._indexed:
+            return True
+        with scope.present():
+            table = (await client.describe_table(TableName=scope.table))["Table"]
+        status = _index_status(table)
+        if status == "ACTIVE":
+            self._indexed.add(scope.table)
+            return True
+        if scope.table not in self._unindexed_warned:
+            self._unindexed_warned.add(scope.table)
+            logger.warning(
+                "lease table %r: index %s is %s; workers read the table instead until it is "
+                "ACTIVE%s",
+                scope.table,
+                OWNER_INDEX,
+                status or "missing",
+                "" if status else " (create_table=False: add it as docs/leases.md says)",
+            )
+        return False
+
+    async def leader(self, application: str, stream: str) -> tuple[str | None, int]:
+        """The leader row (an eventually consistent read: the claim that follows is
+        conditional)."""
+        client, scope = await self._table(application, stream)
+        with scope.present():
+            response = await client.get_item(
+                TableName=scope.table, Key={LEASE_KEY: {"S": LEADER_KEY}}
+            )
+        item = response.get("Item")
+        self.usage.read([item] if item else [], consistent=False, call="leader")
+        if not item:
+            return None, 0
+        scope.check(item)
+        return _string(item, "leaderId"), _number(item, "leaseCounter") or 0
+
+    async def claim_leader(
+        self, application: str, stream: str, worker_id: str, expected: int | None
+    ) -> int | None:
+        """The leader row names ``worker_id``, counter +1, if its counter was ``expected``
+        (None: no row)."""
+        client, scope = await self._table(application, stream)
+        condition = "attribute_not_exists(#key)" if expected is None else "#counter = :expected"
+        values: dict[str, Any] = {
+            ":type": {"S": WORKER},
+            ":leader": {"S": worker_id},
+            ":counter": {"N": str((expected or 0) + 1)},
+            ":app": {"S": scope.application},
+            ":stream": {"S": scope.stream},
+        }
+        names = {
+            "#type": "entityType",
+            "#leader": "leaderId",
+            "#worker": "workerId",
+            "#counter": "leaseCounter",
+            "#app": APPLICATION,
+            "#stream": STREAM,
+        }
+        if expected is None:
+            names["#key"] = LEASE_KEY
+        else:
+            values[":expected"] = {"N": str(expected)}
+        self.usage.wrote(None)
+        try:
+            with scope.present():
+                await client.update_item(
+                    TableName=scope.table,
+                    Key={LEASE_KEY: {"S": LEADER_KEY}},
+                    UpdateExpression="SET #type = :type, #leader = :leader, #worker = :leader, "
+                    "#counter = :counter, #app = :app, #stream = :stream",
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values,
+                )
+        except ClientError as exc:
+            if not _failed_condition(exc):
+                raise
+            return None
+        return (expected or 0) + 1
+
+    async def resign_leader(self, application: str, stream: str, worker_id: str) -> None:
+        """Delete the leader row if it names ``worker_id``."""
+        client, scope = await self._table(application, stream)
+        self.usage.wrote(None)
+        try:
+            with scope.present():
+                await client.delete_item(
+                    TableName=scope.table,
+                    Key={LEASE_KEY: {"S": LEADER_KEY}},
+                    ConditionExpression="#leader = :me",
+                    ExpressionAttributeNames={"#leader": "leaderId"},
+                    ExpressionAttributeValues={":me": {"S": worker_id}},
+                )
+        except ClientError as exc:
+            if not _failed_condition(exc):
+                raise
 
     async def close(self) -> None:
         """Close the client this store made (not one the caller passed in)."""

@@ -224,9 +224,16 @@ class Scheduler:
             raise recreated_while_read(
                 f"discovery of {self.stream}", str(self.stream), known.created_ms, facts.created_ms
             )
-        rows = await self._store.list(app, name)
+        # A worker whose leases a leader assigns reads the table once; later listings read
+        # only the rows of new shards (reads that grow with the shards, not the table).
+        partial = not first and self.leases is not None and self.leases.assigned
+        rows = [] if partial else await self._store.list(app, name)
         shard_filter = config.initial_position.shard_filter() if first and not rows else None
         shards = await executor.execute(ListShards(self.stream, shard_filter))
+        if partial:
+            new = [info.shard_id for info in shards if self.lineage.state(info.shard_id) is None]
+            found = await asyncio.gather(*(self._store.get(app, name, s) for s in new))
+            rows = [row for row in found if row is not None]
         checkpointer = self.flusher.checkpointer
         if first:
             rows = await settle_incarnation(

@@ -26,6 +26,7 @@ held leases whose renewals stopped working); the clock comes in as ``now`` (seco
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections import deque
@@ -250,6 +251,41 @@ class LeaseCoordinator:
                 changed_at = old.changed_at
             view[row.shard_id] = _Seen(row, changed_at)
         self._view = view
+
+    def assign(
+        self, now: float, eligible: Collection[str], taken: Iterable[Take]
+    ) -> list[tuple[str, Take]]:
+        """The leader's decisions for the other live workers, after its own ``taken``: for
+        each worker in turn (by id), what it would take itself if it saw the table as the
+        last scan did with the decisions made before it applied (so no two workers get the
+        same lease, and each takes what the rules above give it: its share of the free
+        leases, or hand-off requests to the busiest). A worker younger than three take
+        intervals (its worker row's counter, bumped every renewal interval, says how old it is)
+        is assigned nothing: it takes its share itself (a worker reads the table and takes for
+        itself in its first two take intervals, while it finds something to take). Pairs of
+        (worker, take)."""
+        view = dict(self._view)
+        _claim(view, self.worker_id, taken, now)
+        out: list[tuple[str, Take]] = []
+        for worker in sorted(self.live_workers(now) - {self.worker_id}):
+            beat = self._beats.get(worker)
+            # Its rounds of its own end two take intervals after its first beat; one more take
+            # interval for a round still running.
+            age = 0.0 if beat is None else (beat.counter - 1) * self.config.renew_every
+            if age < 3 * self.config.take_every:
+                continue
+            other = LeaseCoordinator(self.config, rng=self._rng, worker_id=worker)
+            other._view = view
+            other._beats = self._beats
+            other._held = {
+                s: now
+                for s, seen in view.items()
+                if seen.row.owner == worker and not other._available(seen, now)
+            }
+            takes = other.plan(now, eligible)
+            _claim(view, worker, takes, now)
+            out.extend((worker, take) for take in takes)
+        return out
 
     def retake(self, take: Take, current: Checkpoint | None) -> Take | None:
         """A take lost its condition and the row is now ``current``: the same take on that row
@@ -495,3 +531,16 @@ class LeaseCoordinator:
         }
         default = sum(measured.values()) / len(measured) if measured else 1.0
         return {s: max(measured.get(s, default), MIN_WEIGHT) for s in eligible}
+
+
+def _claim(view: dict[str, _Seen], worker: str, takes: Iterable[Take], now: float) -> None:
+    """``takes`` of ``worker`` as done, in a copy of the view."""
+    for take in takes:
+        row = take.row
+        owned = dataclasses.replace(
+            row,
+            owner=worker,
+            checkpoint_owner=row.owner if take.steal else None,
+            counter=row.counter + 1,
+        )
+        view[row.shard_id] = _Seen(owned, now)

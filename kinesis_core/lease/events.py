@@ -38,7 +38,8 @@ class HandOffAsked:
 
 @dataclass(frozen=True, slots=True)
 class TableScanned:
-    """A scan of the lease table: every row of the application and stream."""
+    """Rows read from the lease table: every row of the application and stream (a scan), or
+    the rows a leader newly assigned to this worker."""
 
     rows: tuple[Checkpoint, ...]
 

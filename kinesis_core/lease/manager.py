@@ -12,6 +12,16 @@ take it from then on. A store that says no retry will help (its table was delete
 application or stream: :class:`~kinesis_core.errors.ConfigurationError`) ends every lease at
 once, at the first renewal, scan or checkpoint that meets it (:class:`~.events.LeasesFailed`).
 
+On a store that can list a worker's own leases (:class:`~kinesis_core.checkpoint.base.
+AssignedLeaseStore`: DynamoDB) one worker leads: elected through the store's leader row, it
+alone reads the whole table every take interval, takes its own share and assigns the others
+theirs (a take, or a hand-off request, written in their name), and bumps their worker rows'
+``assignments``. Every worker sees that in the answer to its next worker-row renewal and then
+lists its own leases (the owner index), starting those assigned to it; it lists them every
+take interval too, in case. A worker's
+first round after it starts is its own full read and take, as on the other stores, where
+every worker reads the table every take interval and takes for itself.
+
 The manager calls nothing back: what happens to the leases it queues as events
 (:mod:`kinesis_core.lease.events`), in order, for the consumer to take.
 """
@@ -19,6 +29,7 @@ The manager calls nothing back: what happens to the leases it queues as events
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
@@ -28,6 +39,7 @@ from collections.abc import Callable, Collection, Coroutine, Sequence
 from typing import Any
 
 from kinesis_core.checkpoint.base import (
+    AssignedLeaseStore,
     Checkpoint,
     CheckpointConflictError,
     CheckpointTableGoneError,
@@ -146,6 +158,21 @@ class LeaseManager:
         self._handing: dict[str, Checkpoint] = {}
         """Leases this worker is handing over -> their rows (``checkpoint_owner`` us)."""
         self._beating: asyncio.Task[None] | None = None
+        self.assigned = isinstance(store, AssignedLeaseStore)
+        """Whether a leader assigns the leases (the store lists a worker's own leases)."""
+        self.leading = False
+        """Whether this worker is the leader now."""
+        self._leader_counter = 0
+        self._leader_seen: tuple[str, int, float] | None = None
+        """The leader row as last read: its worker, its counter, when the counter last moved."""
+        self._finding: asyncio.Task[None] | None = None
+        self._planned = 0
+        self._nudged = 0
+        """The worker row's ``assignments`` as last seen."""
+        self._to_find = 0
+        """Listings of this worker's leases still to make (the leader assigned some)."""
+        self._found_at = self._clock.now()
+        """The leases the last round decided to take or ask for."""
 
     @property
     def has_events(self) -> bool:
@@ -207,10 +234,19 @@ class LeaseManager:
 
     async def stop_taking(self) -> None:
         """No more takes; the held leases are still renewed (a consumer closing gracefully
-        keeps them while it waits for its last acks)."""
+        keeps them while it waits for its last acks). With a leader, the worker row goes now
+        (no lease is assigned to this worker any more) and so does the leader row, if it is
+        this worker's."""
         self._no_takes.set()
         self._poke.set()
         await _finish(self._taker)
+        if isinstance(self.store, AssignedLeaseStore):
+            # No lease is assigned to a worker without a row, and the leader row is free.
+            await _finish(self._beating)
+            try:
+                await self._retire(self.store)
+            except Exception:
+                logger.warning("removing the rows of %s failed", self.worker_id, exc_info=True)
 
     async def close(self) -> None:
         """Stop taking and renewing, then release every held lease (and those being handed
@@ -220,9 +256,15 @@ class LeaseManager:
         self._no_renewals.set()
         await _finish(self._renewer)
         await _finish(self._beating)
+        await _finish(self._finding)
         await asyncio.gather(*self._background, return_exceptions=True)
         await asyncio.gather(*(self.release(s) for s in self.coordinator.held))
         self._handing.clear()
+        if isinstance(self.store, AssignedLeaseStore):
+            try:
+                await self._leave(self.store)
+            except Exception:
+                logger.warning("leaving the leases of %s failed", self.worker_id, exc_info=True)
         try:
             await self.store.heartbeat(self.application, self.stream, self.worker_id, leaving=True)
         except Exception:
@@ -450,8 +492,17 @@ class LeaseManager:
         while True:
             if await wait_event(self._clock, self._no_renewals, every):
                 break
-            if self._beating is None or self._beating.done():
+            retired = self.assigned and self._no_takes.is_set()
+            if not retired and (self._beating is None or self._beating.done()):
                 self._beating = asyncio.create_task(self._beat(), name="kinesis-worker-row")
+            if (
+                self.assigned
+                and not self.leading
+                and not self._no_takes.is_set()
+                and (self._finding is None or self._finding.done())
+                and (self._to_find or self._clock.now() - self._found_at >= self.config.take_every)
+            ):
+                self._finding = asyncio.create_task(self._find(), name="kinesis-lease-finder")
             for shard_id in self.coordinator.expired_held(self._clock.now()):
                 logger.warning(
                     "lost the lease of %s: not renewed within the failover time", shard_id
@@ -465,9 +516,28 @@ class LeaseManager:
         await asyncio.gather(*self._renewing.values(), return_exceptions=True)
 
     async def _beat(self) -> None:
-        """This worker's row: alive (other workers count it before it holds a lease)."""
+        """This worker's row: alive (other workers count it before it holds a lease); and
+        the leader row, while this worker leads."""
         try:
-            await self.store.heartbeat(self.application, self.stream, self.worker_id)
+            if isinstance(self.store, AssignedLeaseStore):
+                nudged = await self.store.beat(self.application, self.stream, self.worker_id)
+                if nudged != self._nudged:
+                    # The leader assigned leases: list them (again at the next renewals, a
+                    # few times, in case the index lags the table).
+                    self._nudged, self._to_find = nudged, 3
+            else:
+                await self.store.heartbeat(self.application, self.stream, self.worker_id)
+            if self.leading and isinstance(self.store, AssignedLeaseStore):
+                counter = await self.store.claim_leader(
+                    self.application, self.stream, self.worker_id, self._leader_counter
+                )
+                if counter is None:
+                    self.leading = False
+                    logger.warning(
+                        "%s no longer leads: another worker took the leader row", self.worker_id
+                    )
+                else:
+                    self._leader_counter = counter
         except FATAL as exc:
             self._fail(exc)
         except Exception as exc:
@@ -587,12 +657,20 @@ class LeaseManager:
         await self._beat()
         if await wait_event(self._clock, self._no_takes, self.config.renew_every):
             return
+        own = True
+        young_until = self._clock.now() + 2 * self.config.take_every
         while not self._no_takes.is_set():
             # Rounds start every take interval, however long a round takes (a slow scan must
             # not stretch the time to see a change: balance is bounded in take intervals).
             started = self._clock.now()
             try:
-                await self.take_round()
+                # With a leader, a worker reads the table while it leads, and in its first
+                # two take intervals while it finds leases to take or ask for (it takes its
+                # share itself, at once, as the workers it starts with or joins do).
+                leads = self.assigned and await self._elect()
+                if not self.assigned or leads or own:
+                    await self.take_round()
+                    own = bool(self._planned) and self._clock.now() < young_until
             except FATAL as exc:
                 self._fail(exc)
             except Exception:
@@ -601,12 +679,52 @@ class LeaseManager:
             await wait_event(self._clock, self._poke, max(left, 0.0))
             self._poke.clear()
 
-    async def take_round(self) -> list[str]:
-        """Scan the table, take what the coordinator says; return the shards taken."""
+    async def _read_table(self) -> tuple[list[Checkpoint], dict[str, int]]:
+        if isinstance(self.store, AssignedLeaseStore):
+            return await self.store.snapshot(self.application, self.stream)
         rows, workers = await asyncio.gather(
             self.store.list(self.application, self.stream),
             self.store.workers(self.application, self.stream),
         )
+        return rows, workers
+
+    async def _elect(self) -> bool:
+        """Whether this worker leads: it does while its renewals of the leader row hold; it
+        claims the row when there is none, or when its counter has not moved for the failover
+        time (as this worker's clock saw it between its own reads, as for a lease)."""
+        store = self.store
+        assert isinstance(store, AssignedLeaseStore)
+        if self.leading:
+            return True
+        leader, counter = await store.leader(self.application, self.stream)
+        now = self._clock.now()
+        if leader is not None and leader != self.worker_id:
+            seen = self._leader_seen
+            if seen is None or seen[:2] != (leader, counter):
+                self._leader_seen = (leader, counter, now)
+                return False
+            if now - seen[2] <= self.config.failover_time:
+                return False
+        claimed = await store.claim_leader(
+            self.application, self.stream, self.worker_id, None if leader is None else counter
+        )
+        if claimed is None:
+            return False
+        self._leader_seen = None
+        self.leading = True
+        self._leader_counter = claimed
+        logger.info(
+            "%s leads the leases of %s%s",
+            self.worker_id,
+            self.stream,
+            "" if leader in (None, self.worker_id) else f" (after {leader}, not renewed)",
+        )
+        return True
+
+    async def take_round(self) -> list[str]:
+        """Scan the table, take what the coordinator says (and, leading, assign the other
+        live workers theirs); return the shards taken."""
+        rows, workers = await self._read_table()
         now = self._clock.now()
         self.coordinator.scan(now, rows, workers)
         for worker, counter in self.coordinator.dead_workers(now).items():
@@ -619,9 +737,131 @@ class LeaseManager:
         self._emit(TableScanned(tuple(rows)))
         if self._no_takes.is_set():
             return []
-        takes = self.coordinator.plan(now, self._eligible())
-        taken = await asyncio.gather(*(self._take(take) for take in takes))
+        eligible = self._eligible()
+        takes = self.coordinator.plan(now, eligible)
+        self._planned = len(takes)
+        assignments = self.coordinator.assign(now, eligible, takes) if self.leading else []
+        taken, assigned = await asyncio.gather(
+            asyncio.gather(*(self._take(take) for take in takes)),
+            asyncio.gather(*(self._assign(worker, take) for worker, take in assignments)),
+        )
+        if isinstance(self.store, AssignedLeaseStore):
+            told = {worker for (worker, _), ok in zip(assignments, assigned, strict=True) if ok}
+            await asyncio.gather(
+                *(self.store.nudge(self.application, self.stream, w) for w in sorted(told)),
+                return_exceptions=True,
+            )
         return [take.row.shard_id for take, ok in zip(takes, taken, strict=True) if ok]
+
+    async def _assign(self, worker: str, take: Take) -> bool:
+        """The leader's write of a lease into another worker's name: a take of a free or
+        expired lease, or a hand-off request to a live owner (as the worker's own take
+        would be). A request lost only to the owner's own renewal is made again on the row
+        the condition returned, up to three times; otherwise the next round looks again."""
+        row = take.row
+        for _ in range(3):
+            try:
+                await self.store.update_lease(
+                    self.application,
+                    self.stream,
+                    row.shard_id,
+                    expected=row,
+                    owner=worker,
+                    checkpoint_owner=row.owner if take.steal else None,
+                )
+            except CheckpointConflictError as exc:
+                current = exc.current
+                if current is None or current.checkpoint_owner is not None:
+                    return False
+                if take.steal:
+                    still = current.owner == row.owner and current.owner != worker
+                else:
+                    still = current.owner is None
+                if not still:
+                    return False
+                row = current
+                continue
+            except FATAL as exc:
+                self._fail(exc)
+                return False
+            except Exception as exc:
+                logger.warning("assigning the lease of %s failed: %r", row.shard_id, exc)
+                return False
+            logger.info(
+                "%s the lease of %s for %s",
+                "asked" if take.steal else "assigned",
+                row.shard_id,
+                worker,
+            )
+            return True
+        return False
+
+    async def _find(self) -> None:
+        """The leases assigned to this worker (the owner index), each read again (the index
+        lags the table) and started: a free one by a renewal in this worker's name (a take),
+        one being handed over by waiting for its owner's final checkpoint."""
+        store = self.store
+        assert isinstance(store, AssignedLeaseStore)
+        self._found_at = self._clock.now()
+        try:
+            keys = await store.owned(self.application, self.stream, self.worker_id)
+            new = [k for k in keys if not self.coordinator.holds(k) and k not in self._handing]
+            self._to_find = max(0, self._to_find - 1) if not new else 0
+            if not new:
+                return
+            rows = await asyncio.gather(*(store.get(self.application, self.stream, k) for k in new))
+            mine = [
+                row
+                for row in rows
+                if row is not None
+                and row.owner == self.worker_id
+                and row.checkpoint_owner != self.worker_id
+            ]
+            if not mine:
+                return
+            self._known.update(row.shard_id for row in mine)
+            self._emit(TableScanned(tuple(mine)))
+            await asyncio.gather(*(self._adopt(row) for row in mine))
+        except FATAL as exc:
+            self._fail(exc)
+        except Exception as exc:
+            logger.warning("listing the leases of %s failed: %r", self.worker_id, exc)
+
+    async def _retire(self, store: AssignedLeaseStore) -> None:
+        """A worker that takes no more leases (leases assigned) removes its worker row, so
+        that the leader assigns it none, and gives the leader row up if it holds it."""
+        await store.heartbeat(self.application, self.stream, self.worker_id, leaving=True)
+        if self.leading:
+            self.leading = False
+            await store.resign_leader(self.application, self.stream, self.worker_id)
+
+    async def _leave(self, store: AssignedLeaseStore) -> None:
+        """A stopping worker (leases assigned) releases the leases the leader assigned to it
+        that it never started."""
+        for shard_id in await store.owned(self.application, self.stream, self.worker_id):
+            row = await store.get(self.application, self.stream, shard_id)
+            if row is not None and row.owner == self.worker_id:
+                with contextlib.suppress(CheckpointConflictError):
+                    await store.update_lease(
+                        self.application, self.stream, shard_id, expected=row, owner=None
+                    )
+
+    async def _adopt(self, row: Checkpoint) -> None:
+        if self._no_takes.is_set():
+            return
+        shard_id = row.shard_id
+        if row.checkpoint_owner is None:
+            await self._take(Take(row, steal=False))
+            return
+        async with self._lock(shard_id):
+            if self.coordinator.holds(shard_id):
+                return
+            now = self._clock.now()
+            self._rows[shard_id] = row
+            self.coordinator.acquired(shard_id, now)
+            self._pending[shard_id] = (now, row.counter)
+        self.recorder.lease(LeaseChange.STOLEN)
+        logger.info("asked for the lease of %s from %s", shard_id, row.checkpoint_owner)
 
     async def _take(self, take: Take) -> bool:
         shard_id = take.row.shard_id
@@ -666,7 +906,7 @@ class LeaseManager:
             "%s the lease of %s%s",
             "asked for" if take.steal else "took",
             shard_id,
-            f" from {take.row.owner}" if take.row.owner else "",
+            f" from {take.row.owner}" if take.row.owner not in (None, self.worker_id) else "",
         )
         if not take.steal:
             self._emit(LeaseAcquired(shard_id))

@@ -247,10 +247,58 @@ def test_table_on_demand_existing_or_required(moto_server: Any) -> None:
     asyncio.run(main())
     client = raw(config)
     table = client.describe_table(TableName=app)["Table"]
+    added = client.describe_table(TableName=existing)["Table"]
     client.close()
     assert table["KeySchema"] == [{"AttributeName": "leaseKey", "KeyType": "HASH"}]
-    assert table["AttributeDefinitions"] == [{"AttributeName": "leaseKey", "AttributeType": "S"}]
     assert table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+    # The KCL 3.x index, with the table, and added to a table found without it.
+    for described in (table, added):
+        assert {"AttributeName": "leaseOwner", "AttributeType": "S"} in described[
+            "AttributeDefinitions"
+        ]
+        (index,) = described["GlobalSecondaryIndexes"]
+        assert index["IndexName"] == "LeaseOwnerToLeaseKeyIndex"
+        assert index["KeySchema"] == [
+            {"AttributeName": "leaseOwner", "KeyType": "HASH"},
+            {"AttributeName": "leaseKey", "KeyType": "RANGE"},
+        ]
+        assert index["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+
+
+def test_own_leases_through_the_index_and_the_leader_row(moto_server: Any) -> None:
+    """A worker lists its own leases through the index; the leader row is claimed by one
+    worker at a time and is neither a lease nor in the index."""
+    config = moto_server.client_config()
+    app = app_name()
+
+    async def main() -> None:
+        async with DynamoDBCheckpointStore(client_config=config) as store:
+            for shard in ("s1", "s2", "s3"):
+                await store.put(app, "st", shard, Sentinel.TRIM_HORIZON, expected=None)
+            for shard, owner in (("s1", "w1"), ("s3", "w1"), ("s2", "w2")):
+                row = await store.get(app, "st", shard)
+                assert row is not None
+                await store.update_lease(app, "st", shard, expected=row, owner=owner)
+            await store.heartbeat(app, "st", "w1")
+            assert await store.leader(app, "st") == (None, 0)
+            assert await store.claim_leader(app, "st", "w1", None) == 1
+            assert await store.claim_leader(app, "st", "w2", None) is None
+            assert await store.claim_leader(app, "st", "w1", 1) == 2
+            assert await store.claim_leader(app, "st", "w2", 1) is None
+            assert await store.leader(app, "st") == ("w1", 2)
+            assert sorted(await store.owned(app, "st", "w1")) == ["s1", "s3"]
+            assert await store.owned(app, "st", "w2") == ["s2"]
+            rows, workers = await store.snapshot(app, "st")
+            assert sorted(r.shard_id for r in rows) == ["s1", "s2", "s3"]
+            assert workers == {"w1": 1}
+            await store.resign_leader(app, "st", "w2")
+            assert await store.leader(app, "st") == ("w1", 2)
+            await store.resign_leader(app, "st", "w1")
+            assert await store.leader(app, "st") == (None, 0)
+            assert store.usage.read_units > 0
+            assert store.usage.write_units >= 9
+
+    asyncio.run(main())
 
 
 def kcl_items() -> list[dict[str, Any]]:

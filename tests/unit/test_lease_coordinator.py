@@ -583,3 +583,37 @@ def test_two_workers_taking_the_same_lease_at_once_one_wins() -> None:
     assert lost.value.current == won
     assert won.owner == "a"
     assert won.counter == 2
+
+
+# -- the leader's assignments --------------------------------------------------------------------
+
+
+def test_the_leader_assigns_free_leases_and_asks_for_the_busiest_ones() -> None:
+    """The leader takes its share and decides each other worker's as that worker would:
+    free leases dealt so that nobody gets one twice, or, with none free, hand-off requests to
+    the busiest worker; a worker younger than two take intervals (its worker row's counter)
+    gets nothing: it takes for itself."""
+    ids = shards(12)
+    leader = coordinator("lead", max_leases_to_steal=2)
+    old = math.ceil(3 * leader.config.take_every / leader.config.renew_every) + 1
+    workers = {"lead": old, "busy": old, "idle": old, "new": 1}
+    leader.scan(0.0, [row(s, "busy" if i < 6 else None) for i, s in enumerate(ids)], workers)
+    mine = leader.plan(0.0, set(ids))
+    got: dict[str, set[str]] = {"lead": {t.row.shard_id for t in mine}}
+    for worker, take in leader.assign(0.0, set(ids), mine):
+        assert not take.steal
+        got.setdefault(worker, set()).add(take.row.shard_id)
+    assert set(got) == {"lead", "idle"}  # "new" is too young to be assigned anything
+    assert got["lead"] | got["idle"] == set(ids[6:])
+    assert not got["lead"] & got["idle"]
+    assert len(got["lead"]) == len(got["idle"]) == 3
+
+    leader = coordinator("lead", max_leases_to_steal=2)
+    leader.scan(0.0, [row(s, "busy") for s in ids], workers)
+    mine = leader.plan(0.0, set(ids))
+    assigned = leader.assign(0.0, set(ids), mine)
+    assert [t.steal for t in mine] == [True, True]
+    assert [w for w, _ in assigned] == ["idle", "idle"]
+    asked = [t.row.shard_id for t in mine] + [t.row.shard_id for _, t in assigned]
+    assert all(t.steal and t.row.owner == "busy" for _, t in assigned)
+    assert len(set(asked)) == 4  # never the same lease twice
