@@ -594,10 +594,11 @@ class LeaseManager:
                 checkpoint_owner=self.worker_id,
             )
         except CheckpointConflictError as exc:
-            del self._handing[shard_id]
-            self._lose(shard_id, f"taken before the hand-off finished: {exc}")
+            if self._handing.pop(shard_id, None) is not None:
+                self._lose(shard_id, f"taken before the hand-off finished: {exc}")
             return
-        self._handing[shard_id] = self._rows[shard_id] = new
+        if shard_id in self._handing:  # not dropped while the row was written
+            self._handing[shard_id] = self._rows[shard_id] = new
 
     async def _await_hand_over(self, shard_id: str) -> None:
         """A lease asked from its owner: started once the owner's final checkpoint cleared
@@ -605,12 +606,15 @@ class LeaseManager:
         never renewed the marked row: it may not know, and deliver until then)."""
         sent_at = self._clock.now()
         row = await self.store.get(self.application, self.stream, shard_id)
+        asked = self._pending.get(shard_id)
+        if asked is None:
+            return  # expired while the row was read: lost already
         if row is None or row.owner != self.worker_id:
             del self._pending[shard_id]
             self._lose(shard_id, "taken by another worker during the hand-off")
             return
         if row.checkpoint_owner is not None:
-            asked_at, counter = self._pending[shard_id]
+            asked_at, counter = asked
             # An owner that renewed the marked row knows of the request and has stopped
             # delivering: it gets handoff_timeout. One that did not may not have seen it
             # (cut off from the table, still delivering until its failover time runs out).
@@ -642,7 +646,8 @@ class LeaseManager:
                         break  # handed over after all
             else:
                 return  # look again at the next round
-        del self._pending[shard_id]
+        if self._pending.pop(shard_id, None) is None:
+            return  # expired while the row was written: lost already
         self._rows[shard_id] = row
         self.coordinator.renewed(shard_id, sent_at)
         logger.info("the lease of %s was handed over at %s", shard_id, row.value)

@@ -372,6 +372,49 @@ def test_an_owner_that_never_saw_the_request_gets_the_failover_time() -> None:
     clock.run(main())
 
 
+class SlowReadStore(MemoryCheckpointStore):
+    """Reads of one row take ``delay`` seconds of ``clock`` (an overloaded table)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.delay = 0.0
+
+    async def get(self, *args: Any, **kwargs: Any) -> Checkpoint | None:
+        await self.clock.sleep(self.delay)
+        return await super().get(*args, **kwargs)
+
+
+def test_a_lease_that_expires_while_its_hand_off_is_looked_at_is_lost_once(
+    caplog: Any,
+) -> None:
+    """The taker's look at a lease it asked for outlasts its failover time: the lease expires
+    meanwhile (lost, said once), and the look's answer finds nothing left to finish."""
+    clock = FakeClock()
+
+    async def main() -> None:
+        store = SlowReadStore(clock)
+        owner = manager(store, renew_interval=0.05, clock=clock)
+        owner.worker_id = owner.coordinator.worker_id = "owner"
+        taker = manager(store, renew_interval=0.05, clock=clock)
+        for shard_id in ("s1", "s2"):
+            await owner.create(shard_id, Sentinel.TRIM_HORIZON, [], None)
+        await owner.take_round()
+        taker.start()
+        await taker.take_round()
+        [asked] = [s for s in ("s1", "s2") if taker.coordinator.holds(s)]
+        store.delay = taker.config.failover_time + 1
+        while asked not in taker.events["lost"]:  # type: ignore[attr-defined]
+            await clock.sleep(0.05)
+        await clock.sleep(store.delay)
+        assert taker.events["lost"] == [asked]  # type: ignore[attr-defined]
+        store.delay = 0.0
+        await taker.close()
+
+    clock.run(main())
+    assert not [r for r in caplog.records if "renewing the lease" in r.getMessage()]
+
+
 def test_workers_announce_themselves_and_leave() -> None:
     async def main() -> None:
         store = MemoryCheckpointStore()
