@@ -331,9 +331,11 @@ class Consumer:
         ``async for`` and starting another one continues where the first stopped."""
         if self._leases is not None:
             self._scheduler.settle()
-        record = await self._delivery.next_record()
+        record = self._delivery.next_in_batch()
         if record is None:
-            raise StopAsyncIteration
+            record = await self._delivery.next_record()
+            if record is None:
+                raise StopAsyncIteration
         return record
 
     async def batches(self) -> AsyncIterator[RecordBatch]:

@@ -56,17 +56,27 @@ class Delivery:
 
         return put
 
+    def next_in_batch(self) -> KinesisRecord | None:
+        """The next record of the batch being iterated, None once it has none left (no await:
+        the per-record path). With ``auto_ack`` the one before is acked now."""
+        batch = self._current
+        if batch is None:
+            return None
+        i = self._delivered
+        if self._auto_ack and i:
+            batch.records[i - 1].ack()
+        if i < len(batch):
+            self._delivered = i + 1
+            return batch.records[i]
+        self._current = None
+        return None
+
     async def next_record(self) -> KinesisRecord | None:
         """The next record (None: the consumer stopped). With ``auto_ack`` the one before is
         acked now."""
-        batch = self._current
-        i = self._delivered
-        if batch is not None:
-            if self._auto_ack and i:
-                batch.records[i - 1].ack()
-            if i < len(batch):
-                self._delivered = i + 1
-                return batch.records[i]
+        record = self.next_in_batch()
+        if record is not None:
+            return record
         batch = await self.next_batch()
         if batch is None:
             return None
