@@ -541,7 +541,7 @@ async def _malformed_entry(env: Env) -> list[Check]:
         ("not a tuple", ("got str",)),
         (None, ("got None",)),
         ((b"b",), ("a tuple of 1 element", "partition_key (element 1) is missing")),
-        ((b"b", "k", None, "extra"), ("a tuple of 4 elements", "one too many (at most 3)")),
+        ((b"b", "k", None, "id", "extra"), ("a tuple of 5 elements", "one too many (at most 4)")),
     ]
     async with env.producer() as p:
         first, last = env.good_record(), env.good_record()
