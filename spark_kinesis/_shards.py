@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from kinesis_core.aws import fastparse
 from kinesis_core.aws.calls import Call, DescribeStreamSummary, ListShards, Wait
@@ -48,6 +48,18 @@ KEEP_SECONDS = 60.0
 same Python worker."""
 
 
+class _Kept(NamedTuple):
+    """A task's reader left for the shard's next slice."""
+
+    mark: str
+    """Where it stopped: the end mark of its slice."""
+    reader: SyncShardReader
+    rest: list[KinesisRecord]
+    """The records it read past ``mark``."""
+    at: float
+    """When it was left (monotonic seconds)."""
+
+
 class Shards:
     """A client, the core's synchronous executor on it, and readers of the spec's stream."""
 
@@ -67,7 +79,7 @@ class Shards:
         self._fan_out: LoopFanOut | None = None
         self._close_fan_out: Callable[[], None] = lambda: None
         self._wake = threading.Event()
-        self._kept: dict[str, tuple[str, SyncShardReader, list[KinesisRecord], float]] = {}
+        self._kept: dict[str, _Kept] = {}
 
     def created_ms(self) -> int:
         """The stream's creation time (its incarnation)."""
@@ -134,12 +146,12 @@ class Shards:
         """Keep ``reader``, which stopped at ``mark`` having read ``rest`` past it, for the
         shard's next slice from ``mark``; readers not taken within :data:`KEEP_SECONDS` close."""
         now = time.monotonic()
-        for stale in [s for s, kept in self._kept.items() if now - kept[3] > KEEP_SECONDS]:
-            self._kept.pop(stale)[1].close()
+        for stale in [s for s, kept in self._kept.items() if now - kept.at > KEEP_SECONDS]:
+            self._kept.pop(stale).reader.close()
         previous = self._kept.pop(shard_id, None)
         if previous is not None:
-            previous[1].close()
-        self._kept[shard_id] = (mark, reader, rest, now)
+            previous.reader.close()
+        self._kept[shard_id] = _Kept(mark, reader, rest, now)
 
     def take_kept(
         self, shard_id: str, mark: str
@@ -149,10 +161,10 @@ class Shards:
         kept = self._kept.pop(shard_id, None)
         if kept is None:
             return None
-        if kept[0] != mark:
-            kept[1].close()
+        if kept.mark != mark:
+            kept.reader.close()
             return None
-        return kept[1], kept[2]
+        return kept.reader, kept.rest
 
     def wait(self, seconds: float) -> None:
         """Sleep ``seconds``, or less when a subscription receives an event."""
@@ -161,7 +173,7 @@ class Shards:
 
     def close(self) -> None:
         for kept in self._kept.values():
-            kept[1].close()
+            kept.reader.close()
         self._kept.clear()
         try:
             self._close_fan_out()
