@@ -79,7 +79,9 @@ class Checkpoint:
     ``owner`` is then the worker taking it, and ``checkpoint_owner`` the one still holding it,
     which writes the final checkpoint (that write clears it). ``throughput_kbps`` is what its
     owner read from the shard, in KiB a second, at its last renewal (the KCL 3.x
-    ``throughputKBps``; None: never measured).
+    ``throughputKBps``; None: never measured). ``dedup_window`` is the shard's dedup window
+    as of ``value`` (:meth:`~kinesis_core.consumer.dedup.DedupWindow.dumps`: the ids of the
+    records delivered up to it), kept by a consumer that deduplicates; None: none kept.
     """
 
     shard_id: str
@@ -92,6 +94,7 @@ class Checkpoint:
     stream_created_ms: int | None = None
     checkpoint_owner: str | None = None
     throughput_kbps: float | None = None
+    dedup_window: str | None = None
 
     @property
     def position(self) -> Position | None:
@@ -171,6 +174,7 @@ def apply_put(
     child_shard_ids: Sequence[str] = (),
     hash_range: tuple[int, int] | None = None,
     stream_created_ms: int | None = None,
+    dedup_window: str | None = None,
 ) -> Checkpoint:
     """The row a conditional put leaves behind, or CheckpointConflictError.
 
@@ -181,7 +185,8 @@ def apply_put(
     the stored one) starts the row over: its value may be below the stored one (which belongs
     to a stream that no longer exists), and the old shard's parents, children and range go.
     Every checkpoint clears ``checkpoint_owner``: the final checkpoint of a hand-off is what
-    completes it.
+    completes it. ``dedup_window`` replaces the stored window when given; otherwise the stored
+    one stays (its ids were all delivered before the new value), except at a new incarnation.
     """
     value = validate_checkpoint_value(value)
     if expected is None:
@@ -196,6 +201,7 @@ def apply_put(
             tuple(child_shard_ids),
             hash_range,
             stream_created_ms,
+            dedup_window=dedup_window,
         )
     current = _check_expected(current, shard_id, expected)
     if not same_incarnation(current, stream_created_ms):
@@ -209,6 +215,7 @@ def apply_put(
             hash_range,
             stream_created_ms,
             None,
+            dedup_window=dedup_window,
         )
     if checkpoint_order(value) < checkpoint_order(current.value):
         raise CheckpointConflictError(
@@ -225,6 +232,7 @@ def apply_put(
             current.stream_created_ms if stream_created_ms is None else stream_created_ms
         ),
         checkpoint_owner=None,
+        dedup_window=current.dedup_window if dedup_window is None else dedup_window,
     )
 
 
@@ -283,11 +291,12 @@ class CheckpointStore(Protocol):
         child_shard_ids: Sequence[str] = (),
         hash_range: tuple[int, int] | None = None,
         stream_created_ms: int | None = None,
+        dedup_window: str | None = None,
     ) -> Checkpoint:
         """Write ``value`` if the row is still ``expected``; return the new row.
 
-        ``stream_created_ms`` is the creation time of the stream ``value`` belongs to (see
-        :func:`apply_put`). Raises CheckpointConflictError (carrying the stored row) otherwise.
+        ``stream_created_ms`` is the creation time of the stream ``value`` belongs to, and
+        ``dedup_window`` the shard's dedup window as of ``value`` (see :func:`apply_put`). Raises CheckpointConflictError (carrying the stored row) otherwise.
         """
         ...
 

@@ -37,6 +37,7 @@ class MemoryCheckpointStore:
         child_shard_ids: Sequence[str] = (),
         hash_range: tuple[int, int] | None = None,
         stream_created_ms: int | None = None,
+        dedup_window: str | None = None,
     ) -> Checkpoint:
         key = (application, stream, shard_id)
         row = apply_put(
@@ -48,6 +49,7 @@ class MemoryCheckpointStore:
             child_shard_ids,
             hash_range,
             stream_created_ms,
+            dedup_window,
         )
         self._rows[key] = row
         return row
