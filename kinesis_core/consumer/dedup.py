@@ -11,14 +11,16 @@ True only for an id it was given before, and it remembers every id within its bo
   many bytes, at most ``MAX_WINDOW_BYTES``, so that it fits in a checkpoint row (a DynamoDB
   item takes 400 KB).
 
-It may remember an id longer than ``max_age`` (an older id stays while an entry in front of it
-is kept), never longer than the other two bounds.
-
 Ids compress: an id shaped ``ORIGIN:COUNTER`` (:func:`~kinesis_core.record_ids.split_counter`:
-automatic and derived ids, docs/effectively-once.md) extends the newest entry when that entry
-is a range of the same origin ending at ``COUNTER - 1``, so the consecutive ids of one
-producer session and shard take one entry; any other id is an entry of its own (an
-exception). The entries are kept in the order they were taken: the oldest go first.
+automatic and derived ids, docs/effectively-once.md) extends its origin's newest range when that
+range ends at ``COUNTER - 1``, so the consecutive ids of one producer session and shard take
+one entry however many producers write to the shard between them; any other id is an entry of
+its own (an exception). :meth:`DedupWindow.seen_run` takes a run of counters in one step.
+
+The entries are kept in the order of their newest id, and the bounds forget from the front:
+whole entries by age and bytes, the oldest counters of the front range by count. So the window
+remembers every id it took within ``max_age`` while neither ``max_ids`` nor ``max_bytes``
+binds, and may remember an id longer (an old counter stays in a range that grows).
 
 Serialised (``dumps``), a window is JSON text: ``[1, base, latest, [origins], [entries]]``,
 version 1, arrival times in epoch milliseconds (``base`` the first, null for a window that took
@@ -33,7 +35,7 @@ the parent's, a merge's child the union of both parents'.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from math import ceil, floor
 
@@ -103,14 +105,13 @@ class DedupWindow:
         self.max_ids = max_ids
         self.max_bytes = max_bytes
         self._max_age_ms = ceil(max_age * 1000)
-        self._entries: deque[_Entry] = deque()
+        self._entries: OrderedDict[_Entry, None] = OrderedDict()
+        """Every entry, in the order of its newest id."""
         self._exceptions: dict[str, _Entry] = {}
         self._ranges: dict[str, deque[_Entry]] = {}
         """The range entries of each origin, oldest first."""
         self._highest: dict[str, int] = {}
         """At least the highest counter of each origin's ranges (an id above it is new)."""
-        self._tail: _Entry | None = None
-        """The newest entry: the only one a new id extends."""
         self._epoch_ms: int | None = None
         """The first arrival (epoch ms) the window saw: entries keep their arrivals from it."""
         self._latest = 0
@@ -147,35 +148,54 @@ class DedupWindow:
         arrived at ``arrival`` (epoch seconds), and forget what falls out of the bounds."""
         if record_id in self:
             return True
+        split = split_counter(record_id)
+        if split is None:
+            ms = self._arrived(arrival)
+            entry = _Entry(record_id, -1, -1, ms)
+            self._exceptions[record_id] = entry
+            self._append(entry)
+            self._evict()
+        else:
+            self._take_run(split[0], split[1], split[1], arrival)
+        return False
+
+    def seen_run(self, origin: str, low: int, high: int, arrival: float) -> list[bool] | None:
+        """:meth:`seen` for each of the ids ``ORIGIN:low`` to ``ORIGIN:high`` (``0 <= low <=
+        high``), all arrived at ``arrival``: None when none was taken before (the common case,
+        one step for the whole run), else whether each was."""
+        ranges = self._ranges.get(origin)
+        if ranges is None or low > self._highest[origin]:
+            self._take_run(origin, low, high, arrival)
+            return None
+        answers = [self.seen(f"{origin}:{counter}", arrival) for counter in range(low, high + 1)]
+        return answers if any(answers) else None
+
+    def _arrived(self, arrival: float) -> int:
+        """``arrival`` in epoch ms, which the window's times now count."""
         ms = floor(arrival * 1000)
         if self._epoch_ms is None:
             self._epoch_ms = ms
         if ms > self._latest:
             self._latest = ms
-        split = split_counter(record_id)
-        tail = self._tail
-        if split is None:
-            entry = _Entry(record_id, -1, -1, ms)
-            self._exceptions[record_id] = entry
-            self._append(entry)
+        return ms
+
+    def _take_run(self, origin: str, low: int, high: int, arrival: float) -> None:
+        """Take the new ids ``ORIGIN:low`` to ``ORIGIN:high``: they extend the origin's newest
+        range if it ends just before them, else they are a new range."""
+        ms = self._arrived(arrival)
+        ranges = self._ranges.get(origin)
+        newest = ranges[-1] if ranges else None
+        if newest is not None and newest.high == low - 1:
+            newest.high = high
+            newest.last = max(newest.last, ms)
+            self._entries.move_to_end(newest)
+            self._resize(newest)
+            self.ids += high - low + 1
         else:
-            origin, counter = split
-            if (
-                tail is not None
-                and tail.low >= 0
-                and tail.origin == origin
-                and tail.high == counter - 1
-            ):
-                tail.high = counter
-                tail.last = max(tail.last, ms)
-                self._resize(tail)
-                self.ids += 1
-            else:
-                self._append(_Entry(origin, counter, counter, ms))
-            if counter > self._highest[origin]:
-                self._highest[origin] = counter
+            self._append(_Entry(origin, low, high, ms))
+        if high > self._highest[origin]:
+            self._highest[origin] = high
         self._evict()
-        return False
 
     def _append(self, entry: _Entry) -> None:
         if entry.low >= 0:
@@ -185,8 +205,7 @@ class DedupWindow:
                 self._highest[entry.origin] = entry.high
                 self.size += len(_encode(entry.origin)) + 1
             ranges.append(entry)
-        self._entries.append(entry)
-        self._tail = entry
+        self._entries[entry] = None
         self._resize(entry)
         self.ids += 1 if entry.low < 0 else entry.high - entry.low + 1
 
@@ -210,10 +229,10 @@ class DedupWindow:
         """Forget the oldest entries out of the bounds (the oldest ids of a range first)."""
         entries = self._entries
         cutoff = self._latest - self._max_age_ms
-        while entries and (
-            entries[0].last < cutoff or self.size > self.max_bytes or self.ids > self.max_ids
-        ):
-            front = entries[0]
+        while entries:
+            front = next(iter(entries))
+            if not (front.last < cutoff or self.size > self.max_bytes or self.ids > self.max_ids):
+                return
             excess = self.ids - self.max_ids
             if (
                 front.low >= 0
@@ -228,10 +247,8 @@ class DedupWindow:
             self._pop()
 
     def _pop(self) -> None:
-        entry = self._entries.popleft()
+        entry, _ = self._entries.popitem(last=False)
         self.size -= entry.size
-        if entry is self._tail:
-            self._tail = None
         if entry.low < 0:
             del self._exceptions[entry.origin]
             self.ids -= 1
@@ -240,7 +257,7 @@ class DedupWindow:
         ranges = self._ranges[entry.origin]
         if ranges[0] is entry:
             ranges.popleft()
-        else:  # merged parents' ranges of one origin, taken in another order
+        else:  # a range that grew after a newer one of its origin began, or a merge's
             ranges.remove(entry)
         if not ranges:
             del self._ranges[entry.origin]

@@ -64,10 +64,10 @@ def test_the_window_is_exact_within_its_bounds(
         if not duplicate:
             taken.append((record_id, ms))
         latest = ms if latest is None else max(latest, ms)
-        # Never forgets an id within its bounds: among the last max_ids taken, and arrived
-        # at most max_age before the latest arrival.
+        # Never forgets an id that arrived at most max_age before the latest arrival while
+        # the count bound never bound; the newest id, always.
         for age_rank, (kept, at) in enumerate(reversed(taken)):
-            if age_rank < max_ids and at >= latest - max_age_s * 1000:
+            if age_rank == 0 or (len(taken) <= max_ids and at >= latest - max_age_s * 1000):
                 assert kept in window
         assert len(window) <= max_ids
         assert all(i in ever or i == record_id for i in (i for i, _ in ops) if i in window)
@@ -117,16 +117,52 @@ def test_consecutive_automatic_ids_take_one_entry() -> None:
     assert window.seen("AbCdEfGhIjKl.3:0", 1_700_000_010)
 
 
-def test_interleaved_producers_take_one_entry_per_run() -> None:
+def test_interleaved_producers_take_one_entry_each() -> None:
     window = DedupWindow()
     arrival = 1_700_000_000.0
     for run in range(100):
-        for producer in ("p1.0", "p2.0"):
-            for n in range(run * 500, (run + 1) * 500):
+        for producer in ("p1.0", "p2.0", "p3.0"):
+            for n in range(run * 5, (run + 1) * 5):
                 window.seen(f"{producer}:{n}", arrival)
         arrival += 0.05
-    assert (len(window), window.entries) == (100_000, 200)
-    assert len(window.dumps()) <= window.size < 6_000
+    assert (len(window), window.entries) == (1_500, 3)
+    assert len(window.dumps()) <= window.size < 200
+    assert all(window.seen(f"p2.0:{n}", arrival) for n in range(500))
+
+
+def test_a_run_is_taken_in_one_step_and_its_duplicates_are_found() -> None:
+    window = DedupWindow()
+    assert window.seen_run("p.0", 0, 499, 1.0) is None
+    assert window.seen_run("q.0", 0, 9, 1.0) is None
+    assert window.seen_run("p.0", 500, 999, 1.0) is None
+    assert (len(window), window.entries) == (1_010, 2)
+    assert window.seen_run("p.0", 990, 1_001, 2.0) == [True] * 10 + [False, False]
+    assert window.seen_run("q.0", 0, 9, 2.0) == [True] * 10
+    assert window.seen_run("p.0", 1_002, 1_002, 2.0) is None
+    assert "p.0:1002" in window
+    assert "p.0:1003" not in window
+    # A run that overlaps nothing taken, below the origin's highest counter: new.
+    window = DedupWindow()
+    window.seen_run("p.0", 100, 199, 1.0)
+    assert window.seen_run("p.0", 0, 99, 1.0) is None
+    assert all(f"p.0:{n}" in window for n in range(200))
+
+
+def test_the_count_bound_forgets_the_front_entry_first() -> None:
+    window = DedupWindow(max_ids=5)
+    window.seen_run("a.0", 0, 1, 1.0)
+    window.seen_run("b.0", 0, 1, 2.0)
+    window.seen_run("a.0", 2, 2, 3.0)  # a's range grows and moves behind b's
+    assert [i in window for i in ("a.0:0", "a.0:2", "b.0:0", "b.0:1")] == [True] * 4
+    assert len(window) == 5
+    window.seen("c", 4.0)
+    assert [i in window for i in ("a.0:0", "a.0:2", "b.0:0", "b.0:1", "c")] == [
+        True,
+        True,
+        False,
+        True,
+        True,
+    ]
 
 
 def test_the_age_bound_forgets_old_entries() -> None:
