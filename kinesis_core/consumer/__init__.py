@@ -29,6 +29,7 @@ _EXPORTS = {
     "InitialPosition": "kinesis_core.consumer.positions",
     "parse_initial_position": "kinesis_core.consumer.positions",
     "ShardReadError": "kinesis_core.consumer.reading",
+    "Deduplicate": "kinesis_core.consumer.shard_dedup",
     "ShardStatus": "kinesis_core.consumer.status",
 }
 
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
         parse_initial_position as parse_initial_position,
     )
     from kinesis_core.consumer.reading import ShardReadError as ShardReadError
+    from kinesis_core.consumer.shard_dedup import Deduplicate as Deduplicate
     from kinesis_core.consumer.status import (
         ShardStatus as ShardStatus,
     )

@@ -108,9 +108,11 @@ class Checkpointer:
         value: CheckpointValue,
         parents: Sequence[str] = (),
         children: Sequence[str] = (),
+        dedup_window: str | None = None,
     ) -> bool:
-        """Store ``value`` unless the stored one is already there or ahead; True (the
-        signature of :meth:`LeaseManager.write`, which may refuse)."""
+        """Store ``value`` (with the shard's dedup window as of it) unless the stored one is
+        already there or ahead; True (the signature of :meth:`LeaseManager.write`, which may
+        refuse)."""
         lock = self._locks.setdefault(shard_id, asyncio.Lock())
         created = self.stream_created_ms
         async with lock:
@@ -128,6 +130,8 @@ class Checkpointer:
                 # Child ids only when there are some (at SHARD_END): stores written against
                 # the first version of the protocol do not take them.
                 extra: dict[str, Any] = {"child_shard_ids": children} if children else {}
+                if dedup_window is not None:
+                    extra["dedup_window"] = dedup_window
                 try:
                     await landed(
                         self.store.put(

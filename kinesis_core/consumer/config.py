@@ -21,6 +21,7 @@ from kinesis_core.consumer.polling import (
     PollingOptions,
 )
 from kinesis_core.consumer.positions import LATEST, InitialPosition, parse_initial_position
+from kinesis_core.consumer.shard_dedup import Deduplicate
 from kinesis_core.consumer.subscription import (
     DEFAULT_MAX_BUFFERED_BYTES,
     MAX_SUBSCRIPTION_SECONDS,
@@ -140,6 +141,9 @@ class ConsumerConfig:
       client's signer and HTTP session without botocore's per-call machinery (less CPU per
       call; see docs/performance.md). False sends every call through botocore, for a
       client whose events the application hooks itself.
+    - ``deduplicate``: a :class:`~kinesis_core.consumer.shard_dedup.Deduplicate`, or True for
+      its defaults: drop records whose id (given by their producer) was delivered before,
+      with a window per shard kept in its checkpoint (docs/effectively-once.md).
     """
 
     application_name: str = "default"
@@ -159,6 +163,7 @@ class ConsumerConfig:
     on_stream_recreated: OnStreamRecreated = "fail"
     telemetry: Telemetry | None = None
     lean_get_records: bool = True
+    deduplicate: Deduplicate | bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.application_name, str) or not self.application_name:
@@ -206,6 +211,11 @@ class ConsumerConfig:
             raise ConfigurationError(
                 "leases", f"must be a LeaseConfig, True or False, got {self.leases!r:.80}"
             )
+        if not isinstance(self.deduplicate, (bool, Deduplicate)):
+            raise ConfigurationError(
+                "deduplicate",
+                f"must be a Deduplicate, True or False, got {self.deduplicate!r:.80}",
+            )
         if not isinstance(self.enhanced_fan_out, (bool, EnhancedFanOut)):
             raise ConfigurationError(
                 "enhanced_fan_out",
@@ -229,6 +239,13 @@ class ConsumerConfig:
         if self.leases is True:
             return LeaseConfig()
         return self.leases or None
+
+    @property
+    def dedup(self) -> Deduplicate | None:
+        """The dedup bounds, or None when this consumer delivers duplicates as they come."""
+        if self.deduplicate is True:
+            return Deduplicate()
+        return self.deduplicate or None
 
     @property
     def fan_out(self) -> EnhancedFanOut | None:

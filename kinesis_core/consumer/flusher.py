@@ -67,14 +67,17 @@ class CheckpointFlusher:
     async def write(self, run: ShardRun) -> None:
         value = run.frontier.checkpoint
         if value is not None:
-            await self.checkpointer.write(run.shard_id, value, run.node.parents, run.children)
+            await self.checkpointer.write(
+                run.shard_id, value, run.node.parents, run.children, run.window_at(value)
+            )
 
     async def write_shard_end(self, run: ShardRun, executor: AsyncExecutor) -> bool:
         """SHARD_END with the shard's children, retried (:data:`SHARD_END_RETRY`) until the
         store takes it; False if this worker may not write it (its lease is gone)."""
+        window = run.window_at(SHARD_END)
         return await executor.attempt(
             lambda: self.checkpointer.write(
-                run.shard_id, SHARD_END, run.node.parents, run.children
+                run.shard_id, SHARD_END, run.node.parents, run.children, window
             ),
             SHARD_END_RETRY,
             f"writing SHARD_END of {run.shard_id}",

@@ -35,6 +35,7 @@ from kinesis_core.consumer.transport import (
     ShardRead,
 )
 from kinesis_core.errors import KinesisConnectorError, KinesisServiceError
+from kinesis_core.records import KinesisRecord
 from kinesis_core.runtime.clock import SYSTEM_CLOCK, Clock, TimeSource, time_of
 
 logger = logging.getLogger(__name__)
@@ -91,9 +92,11 @@ async def run_shard_read(
     *,
     clock: Clock = SYSTEM_CLOCK,
     where: str = "",
+    admit: Callable[[list[KinesisRecord]], list[KinesisRecord]] | None = None,
 ) -> Ended:
     """Drive ``machine`` until its shard ends; every non-empty batch is registered in
-    ``frontier`` and then handed to ``emit``. Errors no reader recovers from raise as
+    ``frontier`` and then handed to ``emit``; ``admit`` (deduplication) first takes out what
+    must not be delivered. Errors no reader recovers from raise as
     :class:`KinesisServiceError` (``where`` names the stream in their messages); a machine that
     gives up raises :class:`ShardReadError`."""
     last: BaseException | None = None
@@ -122,8 +125,11 @@ async def run_shard_read(
         _log_warning(outcome)
         # The raw response (one dict per record) must not stay alive while emit blocks.
         del response
-        if outcome.records:
-            frontier.add(batch, outcome.records, outcome.millis_behind_latest)
+        records = outcome.records
+        if records and admit is not None:
+            records = admit(records)
+        if records:
+            frontier.add(batch, records, outcome.millis_behind_latest)
             try:
                 await emit(batch)
             except BaseException:

@@ -34,7 +34,7 @@ from kinesis_core.checkpoint.base import Checkpoint, CheckpointStore, Checkpoint
 from kinesis_core.consumer.checkpointer import Checkpointer, settle_incarnation
 from kinesis_core.consumer.config import ConsumerConfig
 from kinesis_core.consumer.delivery import Delivery
-from kinesis_core.consumer.flusher import CheckpointFlusher
+from kinesis_core.consumer.flusher import SHARD_END_RETRY, CheckpointFlusher
 from kinesis_core.consumer.frontier import ShardFrontier
 from kinesis_core.consumer.incarnation import (
     StreamFacts,
@@ -48,6 +48,7 @@ from kinesis_core.consumer.positions import InitialPosition
 from kinesis_core.consumer.reading import run_shard_read
 from kinesis_core.consumer.rounds import rounds
 from kinesis_core.consumer.shard_consumer import Action, Event as ShardEvent
+from kinesis_core.consumer.shard_dedup import Deduplicate, ShardDedup
 from kinesis_core.consumer.shard_run import ShardRun
 from kinesis_core.consumer.status import ShardStatus
 from kinesis_core.consumer.subscription import SubscriptionRead
@@ -63,6 +64,7 @@ from kinesis_core.lease.events import (
 )
 from kinesis_core.lease.manager import LeaseManager
 from kinesis_core.lifecycle import Event, Lifecycle
+from kinesis_core.records import KinesisRecord
 from kinesis_core.runtime.clock import Clock, wait_event
 from kinesis_core.stream import StreamRef
 from kinesis_core.telemetry.recorder import ConsumerRecorder
@@ -333,9 +335,17 @@ class Scheduler:
         )
         emit = self._delivery.measured(run.count) if self._measures else self._delivery.put
         try:
+            dedup = self.config.dedup
+            admit = None if dedup is None else await self._admit(run, dedup)
             try:
                 ended = await run_shard_read(
-                    run.machine, link, run.frontier, emit, clock=self._clock, where=str(self.stream)
+                    run.machine,
+                    link,
+                    run.frontier,
+                    emit,
+                    clock=self._clock,
+                    where=str(self.stream),
+                    admit=admit,
                 )
             finally:
                 await link.aclose()
@@ -365,6 +375,46 @@ class Scheduler:
             return
         self.start_ready()
         self._refresh.set()
+
+    async def _admit(
+        self, run: ShardRun, config: Deduplicate
+    ) -> Callable[[list[KinesisRecord]], list[KinesisRecord]]:
+        """Start the shard's deduplication with its stored window, else its parents' final
+        ones (read from the store, retried until they are); what drops its duplicates."""
+        shard_id = run.shard_id
+        own = self.flusher.checkpointer.row(shard_id)
+        stored = None if own is None else own.dedup_window
+        parents: list[str] = []
+        if stored is None and run.node.parents:
+            app, name = self.config.application_name, self.stream.name
+            executor = self.executor
+            assert executor is not None
+            rows = await executor.attempt(
+                lambda: asyncio.gather(*(self._store.get(app, name, p) for p in run.node.parents)),
+                SHARD_END_RETRY,
+                f"reading the dedup windows of the parents of {shard_id}",
+            )
+            parents = [row.dedup_window for row in rows if row is not None and row.dedup_window]
+        try:
+            window = config.start(stored, parents)
+        except ValueError as exc:
+            logger.warning(
+                "the stored dedup window of %s is unreadable (%s): it starts empty, so "
+                "duplicates of records delivered before it may be delivered",
+                shard_id,
+                exc,
+            )
+            window = config.window()
+        dedup = run.dedup = ShardDedup(window)
+        recorder = self._recorder
+
+        def admit(records: list[KinesisRecord]) -> list[KinesisRecord]:
+            kept = dedup.admit(records)
+            if kept is not records:
+                recorder.duplicates(shard_id, len(records) - len(kept))
+            return kept
+
+        return admit
 
     async def _finish_shard(self, run: ShardRun) -> None:
         """SHARD_END goes to the store only after every record of the shard is acked; the
@@ -398,6 +448,7 @@ class Scheduler:
                     transport=run.machine.transport if run else None,
                     connects=run.machine.connects if run else 0,
                     bad_answers=run.machine.bad_answers if run else 0,
+                    duplicates=run.dedup.dropped if run and run.dedup else 0,
                 )
             )
         return out
@@ -514,7 +565,9 @@ class Scheduler:
             return
         shard_id = run.shard_id
         try:
-            handed = await leases.hand_over(shard_id, run.frontier.checkpoint, run.node.parents)
+            value = run.frontier.checkpoint
+            window = None if value is None else run.window_at(value)
+            handed = await leases.hand_over(shard_id, value, run.node.parents, window)
         except Exception:
             logger.warning(
                 "handing the lease of %s over failed; the other worker takes it after the "

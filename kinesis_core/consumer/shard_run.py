@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from kinesis_core.checkpoint.base import CheckpointValue
 from kinesis_core.consumer.frontier import ShardFrontier
 from kinesis_core.consumer.lineage import ShardNode
 from kinesis_core.consumer.shard_consumer import ShardConsumer
+from kinesis_core.consumer.shard_dedup import ShardDedup
 from kinesis_core.consumer.transport import ShardRead
 from kinesis_core.runtime.clock import Clock, wait_event
 
@@ -29,6 +31,8 @@ class ShardRun:
     """When the shard's throughput was last measured (or its run started)."""
     read_bytes: int = 0
     """Bytes read since then (throughput assignment only)."""
+    dedup: ShardDedup | None = None
+    """The shard's deduplication (``ConsumerConfig(deduplicate=...)``), once it started."""
 
     def __post_init__(self) -> None:
         self.shard = ShardConsumer(self.node.shard_id)
@@ -36,6 +40,10 @@ class ShardRun:
     @property
     def shard_id(self) -> str:
         return self.node.shard_id
+
+    def window_at(self, value: CheckpointValue) -> str | None:
+        """The dedup window to store with a checkpoint at ``value`` (None: not deduplicating)."""
+        return None if self.dedup is None else self.dedup.window_at(value)
 
     def count(self, read: int) -> None:
         """Bytes read (throughput assignment)."""

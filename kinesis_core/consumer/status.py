@@ -30,3 +30,6 @@ class ShardStatus:
     """Answers that ended the shard without a word of its children while a listing showed it
     open, or had no records at all (docs/reliability.md, "Malformed answers"); answers that
     did not parse are failed calls (error code ``MalformedResponse``)."""
+    duplicates: int = 0
+    """Records dropped as duplicates since the shard's reading started here
+    (``ConsumerConfig(deduplicate=...)``)."""

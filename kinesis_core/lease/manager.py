@@ -307,11 +307,13 @@ class LeaseManager:
         value: CheckpointValue,
         parents: Sequence[str] = (),
         children: Sequence[str] = (),
+        dedup_window: str | None = None,
     ) -> bool:
         """Checkpoint a held lease; False (nothing written) if this worker does not hold it
         (or waits for it to be handed over).
 
-        ``children`` (at SHARD_END) go to ``childShardIds``."""
+        ``children`` (at SHARD_END) go to ``childShardIds``; ``dedup_window`` is the shard's
+        dedup window as of ``value``."""
         async with self._lock(shard_id):
             if not self.coordinator.holds(shard_id) or shard_id in self._pending:
                 return False
@@ -339,6 +341,7 @@ class LeaseManager:
                         parent_shard_ids=parents,
                         child_shard_ids=children,
                         stream_created_ms=created,
+                        dedup_window=dedup_window,
                     ),
                     keep,
                 )
@@ -356,16 +359,18 @@ class LeaseManager:
         shard_id: str,
         value: CheckpointValue | None,
         parents: Sequence[str] = (),
+        dedup_window: str | None = None,
     ) -> bool:
         """The final checkpoint of a lease being handed over (``value`` None: the stored one
-        stays); it clears the hand-off marker, and the lease is the taker's. False if the
-        lease is no longer being handed over by this worker (the taker gave up waiting)."""
+        stays, and its window), with the shard's dedup window as of ``value``; it clears the
+        hand-off marker, and the lease is the taker's. False if the lease is no longer being
+        handed over by this worker (the taker gave up waiting)."""
         async with self._lock(shard_id):
             row = self._handing.get(shard_id)
             if row is None:
                 return False
             if value is None or checkpoint_order(value) < checkpoint_order(row.value):
-                value = row.value
+                value, dedup_window = row.value, None
             try:
                 new = await self.store.put(
                     self.application,
@@ -375,6 +380,7 @@ class LeaseManager:
                     expected=row,
                     parent_shard_ids=parents,
                     stream_created_ms=self.stream_created_ms,
+                    dedup_window=dedup_window,
                 )
             except CheckpointConflictError as exc:
                 del self._handing[shard_id]

@@ -118,6 +118,7 @@ CONSUMER_DATA = "aws.kinesis.consumer.user_records.data"
 LAG = "aws.kinesis.consumer.lag"
 RECORD_AGE = "aws.kinesis.consumer.record.age"
 CHECKPOINTS = "aws.kinesis.consumer.checkpoints"
+DUPLICATES = "aws.kinesis.consumer.duplicates"
 LEASE_CHANGES = "aws.kinesis.consumer.lease.changes"
 LEASES_HELD = "aws.kinesis.consumer.leases.held"
 SUBSCRIPTIONS = "aws.kinesis.fanout.subscriptions"
@@ -295,6 +296,16 @@ METRICS: tuple[Metric, ...] = (
         "Checkpoints written to the store (SHARD_END included)",
         (CONSUMER_GROUP, PARTITION),
         "- (a KCL checkpoint is an UpdateLease write)",
+        side="consumer",
+    ),
+    Metric(
+        DUPLICATES,
+        C,
+        "{record}",
+        "Records dropped as duplicates: their id was delivered before "
+        "(``ConsumerConfig(deduplicate=...)``)",
+        (CONSUMER_GROUP, PARTITION),
+        "- (the KCL does not deduplicate)",
         side="consumer",
     ),
     Metric(

@@ -27,6 +27,7 @@ from kinesis_core.telemetry.names import (
     CONSUMER_DATA,
     CONSUMER_GROUP,
     DESTINATION,
+    DUPLICATES,
     ERROR_TYPE,
     LAG,
     LEASE_CHANGE,
@@ -260,6 +261,7 @@ class ConsumerTelemetry(ConsumerRecorder):
         self._records: dict[str, int] = {}
         self._bytes: dict[str, int] = {}
         self._checkpoints: dict[str, int] = {}
+        self._duplicates: dict[str, int] = {}
         self._lease_changes: dict[LeaseChange, int] = {}
         self._subscriptions: dict[tuple[SubscriptionOutcome, str | None, str], int] = {}
         self._dicts: dict[tuple[str, ...], dict[str, str]] = {}
@@ -346,6 +348,9 @@ class ConsumerTelemetry(ConsumerRecorder):
     def checkpoint(self, shard_id: str) -> None:
         self._checkpoints[shard_id] = self._checkpoints.get(shard_id, 0) + 1
 
+    def duplicates(self, shard_id: str, records: int) -> None:
+        self._duplicates[shard_id] = self._duplicates.get(shard_id, 0) + records
+
     def lease(self, change: LeaseChange) -> None:
         self._lease_changes[change] = self._lease_changes.get(change, 0) + 1
 
@@ -361,6 +366,8 @@ class ConsumerTelemetry(ConsumerRecorder):
             return self._per_shard(self._bytes)
         if name == CHECKPOINTS:
             return self._per_shard(self._checkpoints)
+        if name == DUPLICATES:
+            return self._per_shard(self._duplicates)
         if name == LAG:
             return self._lag()
         if name == LEASE_CHANGES:

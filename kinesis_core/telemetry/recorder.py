@@ -56,6 +56,9 @@ class ConsumerRecorder:
     def checkpoint(self, shard_id: str) -> None:
         """A checkpoint of the shard was written to the store."""
 
+    def duplicates(self, shard_id: str, records: int) -> None:
+        """``records`` read from the shard were dropped as duplicates."""
+
     def lease(self, change: LeaseChange) -> None:
         """A lease changed hands (taken, stolen, lost, released, handed over)."""
 

@@ -45,6 +45,7 @@ PURE = [
     "kinesis_core.consumer",
     "kinesis_core.consumer.config",
     "kinesis_core.consumer.dedup",
+    "kinesis_core.consumer.shard_dedup",
     "kinesis_core.consumer.frontier",
     "kinesis_core.consumer.incarnation",
     "kinesis_core.consumer.lineage",
