@@ -12,6 +12,7 @@ import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -425,66 +426,59 @@ CREATE TABLE kinesis_checkpoints (
 """
 
 
-def test_sqlite_files_made_before_incarnations_read_and_upgrade(tmp_path: Path) -> None:
+_SCHEMA_BEFORE_DEDUP_WINDOWS = _SCHEMA_BEFORE_INCARNATIONS.replace(
+    "    PRIMARY KEY",
+    "    stream_created_ms INTEGER, checkpoint_owner TEXT, throughput_kbps REAL,\n    PRIMARY KEY",
+)
+
+
+@pytest.mark.parametrize(
+    ("schema", "columns", "values", "legacy", "change"),
+    [
+        (
+            _SCHEMA_BEFORE_INCARNATIONS,
+            "",
+            "",
+            Checkpoint("shard-1", (42, 0), 3),
+            {"stream_created_ms": NOW},
+        ),
+        (
+            _SCHEMA_BEFORE_DEDUP_WINDOWS,
+            ", lease_owner, stream_created_ms, throughput_kbps",
+            f", 'w', {NOW}, 2.5",
+            Checkpoint("shard-1", (42, 0), 3, "w", stream_created_ms=NOW, throughput_kbps=2.5),
+            {"dedup_window": WINDOW},
+        ),
+    ],
+    ids=["before incarnations", "before dedup windows"],
+)
+def test_sqlite_files_made_by_older_versions_read_and_upgrade(
+    tmp_path: Path,
+    schema: str,
+    columns: str,
+    values: str,
+    legacy: Checkpoint,
+    change: dict[str, Any],
+) -> None:
+    """A read-only look reads the columns a file lacks as NULL; a store opening it read-write
+    adds them, and its writes fill them."""
     path = tmp_path / "old.sqlite3"
     with sqlite3.connect(path) as conn:
-        conn.execute(_SCHEMA_BEFORE_INCARNATIONS)
+        conn.execute(schema)
         conn.execute(
             "INSERT INTO kinesis_checkpoints (application, stream, shard_id, checkpoint, "
-            "lease_counter, updated_at) VALUES ('app', 's', 'shard-1', '42', 3, 0)"
+            f"lease_counter, updated_at{columns}) "
+            f"VALUES ('app', 's', 'shard-1', '42', 3, 0{values})"
         )
     conn.close()
-    legacy = Checkpoint("shard-1", (42, 0), 3)
 
     async def main() -> None:
         async with SQLiteCheckpointStore(path, read_only=True) as reader:
             assert await reader.list("app", "s") == [legacy]
         async with SQLiteCheckpointStore(path) as store:
             assert await store.get("app", "s", "shard-1") == legacy
-            row = await store.put(
-                "app", "s", "shard-1", (43, 0), expected=legacy, stream_created_ms=NOW
-            )
-            assert row.stream_created_ms == NOW
-        async with SQLiteCheckpointStore(path, read_only=True) as reader:
-            assert await reader.list("app", "s") == [row]
-
-    asyncio.run(main())
-
-
-_SCHEMA_BEFORE_DEDUP_WINDOWS = """
-CREATE TABLE kinesis_checkpoints (
-    application TEXT NOT NULL, stream TEXT NOT NULL, shard_id TEXT NOT NULL,
-    checkpoint TEXT NOT NULL, sub_sequence_number INTEGER NOT NULL DEFAULT 0,
-    lease_owner TEXT, lease_counter INTEGER NOT NULL,
-    parent_shard_ids TEXT NOT NULL DEFAULT '[]', updated_at REAL NOT NULL,
-    child_shard_ids TEXT NOT NULL DEFAULT '[]', starting_hash_key TEXT, ending_hash_key TEXT,
-    stream_created_ms INTEGER, checkpoint_owner TEXT, throughput_kbps REAL,
-    PRIMARY KEY (application, stream, shard_id)
-) WITHOUT ROWID
-"""
-
-
-def test_sqlite_files_made_before_dedup_windows_read_and_upgrade(tmp_path: Path) -> None:
-    path = tmp_path / "old.sqlite3"
-    with sqlite3.connect(path) as conn:
-        conn.execute(_SCHEMA_BEFORE_DEDUP_WINDOWS)
-        conn.execute(
-            "INSERT INTO kinesis_checkpoints (application, stream, shard_id, checkpoint, "
-            "lease_owner, lease_counter, updated_at, stream_created_ms, throughput_kbps) "
-            f"VALUES ('app', 's', 'shard-1', '42', 'w', 3, 0, {NOW}, 2.5)"
-        )
-    conn.close()
-    legacy = Checkpoint("shard-1", (42, 0), 3, "w", stream_created_ms=NOW, throughput_kbps=2.5)
-
-    async def main() -> None:
-        async with SQLiteCheckpointStore(path, read_only=True) as reader:
-            assert await reader.list("app", "s") == [legacy]
-        async with SQLiteCheckpointStore(path) as store:
-            assert await store.get("app", "s", "shard-1") == legacy
-            row = await store.put(
-                "app", "s", "shard-1", (43, 0), expected=legacy, dedup_window=WINDOW
-            )
-            assert row == dataclasses.replace(legacy, value=(43, 0), counter=4, dedup_window=WINDOW)
+            row = await store.put("app", "s", "shard-1", (43, 0), expected=legacy, **change)
+            assert row == dataclasses.replace(legacy, value=(43, 0), counter=4, **change)
         async with SQLiteCheckpointStore(path, read_only=True) as reader:
             assert await reader.list("app", "s") == [row]
 
