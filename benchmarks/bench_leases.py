@@ -88,6 +88,7 @@ class EveryWorkerScans:
         child_shard_ids: Sequence[str] = (),
         hash_range: tuple[int, int] | None = None,
         stream_created_ms: int | None = None,
+        dedup_window: str | None = None,
     ) -> Checkpoint:
         return await self.store.put(
             application,
@@ -99,6 +100,7 @@ class EveryWorkerScans:
             child_shard_ids=child_shard_ids,
             hash_range=hash_range,
             stream_created_ms=stream_created_ms,
+            dedup_window=dedup_window,
         )
 
     async def update_lease(

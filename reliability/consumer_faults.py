@@ -148,6 +148,7 @@ class RecordingStore(MemoryCheckpointStore):
         child_shard_ids: Sequence[str] = (),
         hash_range: tuple[int, int] | None = None,
         stream_created_ms: int | None = None,
+        dedup_window: str | None = None,
     ) -> Checkpoint:
         if self._rng.random() < self._failure_rate:
             self.failures += 1
@@ -163,6 +164,7 @@ class RecordingStore(MemoryCheckpointStore):
             child_shard_ids=child_shard_ids,
             hash_range=hash_range,
             stream_created_ms=stream_created_ms,
+            dedup_window=dedup_window,
         )
         self.writes.append(Write(shard_id, value, acks))
         return row

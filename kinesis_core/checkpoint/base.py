@@ -296,7 +296,8 @@ class CheckpointStore(Protocol):
         """Write ``value`` if the row is still ``expected``; return the new row.
 
         ``stream_created_ms`` is the creation time of the stream ``value`` belongs to, and
-        ``dedup_window`` the shard's dedup window as of ``value`` (see :func:`apply_put`). Raises CheckpointConflictError (carrying the stored row) otherwise.
+        ``dedup_window`` the shard's dedup window as of ``value`` (see :func:`apply_put`).
+        Raises CheckpointConflictError (carrying the stored row) otherwise.
         """
         ...
 

@@ -34,6 +34,9 @@ checkpointOwner                 S     KCL 3.x hand-off marker: the worker handin
                                       request, removed by every other lease write and by
                                       every checkpoint
 throughputKBps                  N     KiB/s the owner read, written with renewals (KCL 3.x)
+dedupWindow                     S     the shard's dedup window (JSON, at most 300,000 bytes),
+                                      written by a checkpoint that gives one, kept by the
+                                      others and by lease writes; not a KCL attribute
 entityType                      S     LEASE on the rows this store creates; other types skipped
 ==============================  ====  ==========================================================
 
@@ -106,6 +109,7 @@ logger = logging.getLogger(__name__)
 LEASE_KEY = "leaseKey"
 CHECKPOINT_OWNER = "checkpointOwner"
 THROUGHPUT = "throughputKBps"
+DEDUP_WINDOW = "dedupWindow"
 WORKER = "WORKER"
 WORKER_KEY = "worker:"
 """The ``leaseKey`` prefix of worker rows (never a shard id)."""
@@ -245,6 +249,7 @@ def decode_lease(item: Item) -> Checkpoint | None:
         _number(item, STREAM_CREATED),
         _string(item, CHECKPOINT_OWNER),
         _float(item, THROUGHPUT),
+        _string(item, DEDUP_WINDOW),
     )
 
 
@@ -298,6 +303,8 @@ def encode_lease(row: Checkpoint) -> dict[str, Any]:
         item[CHECKPOINT_OWNER] = {"S": row.checkpoint_owner}
     if row.throughput_kbps is not None:
         item[THROUGHPUT] = {"N": repr(row.throughput_kbps)}
+    if row.dedup_window is not None:
+        item[DEDUP_WINDOW] = {"S": row.dedup_window}
     return item
 
 
@@ -314,6 +321,7 @@ def _normalized(row: Checkpoint) -> Checkpoint:
         row.stream_created_ms,
         row.checkpoint_owner,
         row.throughput_kbps,
+        row.dedup_window,
     )
 
 
@@ -740,6 +748,7 @@ class DynamoDBCheckpointStore:
         child_shard_ids: Sequence[str] = (),
         hash_range: tuple[int, int] | None = None,
         stream_created_ms: int | None = None,
+        dedup_window: str | None = None,
     ) -> Checkpoint:
         """Create a lease (``expected=None``) or write its checkpoint, as the KCL's
         ``createLeaseIfNotExists`` and ``updateLease`` do."""
@@ -754,6 +763,7 @@ class DynamoDBCheckpointStore:
             child_shard_ids,
             hash_range,
             stream_created_ms,
+            dedup_window,
         )
         if expected is None:
             return await self._create(application, stream, intended)
@@ -768,10 +778,14 @@ class DynamoDBCheckpointStore:
         )
         for name, attribute in given.items():
             update.set(name, attribute)
+        if dedup_window is not None:
+            update.set(DEDUP_WINDOW, {"S": dedup_window})
         removed = [*_REMOVED_BY_CHECKPOINT, CHECKPOINT_OWNER]
         if not same_incarnation(expected, stream_created_ms):
             # A row of a stream that no longer exists starts over: its shard's ids go.
             removed += [name for name in _OPTIONAL if name not in given] + [THROUGHPUT]
+            if dedup_window is None:
+                removed.append(DEDUP_WINDOW)
         for name in removed:
             update.remove(name)
         return await self._update(client, scope, intended, update)

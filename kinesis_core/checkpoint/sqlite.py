@@ -74,6 +74,7 @@ CREATE TABLE IF NOT EXISTS kinesis_checkpoints (
     stream_created_ms INTEGER,
     checkpoint_owner TEXT,
     throughput_kbps REAL,
+    dedup_window TEXT,
     PRIMARY KEY (application, stream, shard_id)
 ) WITHOUT ROWID
 """
@@ -95,8 +96,11 @@ _ADDED_COLUMNS = {
     "stream_created_ms": "INTEGER",
     "checkpoint_owner": "TEXT",
     "throughput_kbps": "REAL",
+    "dedup_window": "TEXT",
 }
-_NULL_IF_MISSING = frozenset({"stream_created_ms", "checkpoint_owner", "throughput_kbps"})
+_NULL_IF_MISSING = frozenset(
+    {"stream_created_ms", "checkpoint_owner", "throughput_kbps", "dedup_window"}
+)
 """Columns a read-only look at a file made before them reads as NULL (what the upgrade of
 that file would hold) instead of refusing it."""
 _COLUMN_NAMES = (
@@ -112,6 +116,7 @@ _COLUMN_NAMES = (
     "stream_created_ms",
     "checkpoint_owner",
     "throughput_kbps",
+    "dedup_window",
 )
 _COLUMNS = ", ".join(_COLUMN_NAMES)
 _Row = tuple[
@@ -127,6 +132,7 @@ _Row = tuple[
     int | None,
     str | None,
     float | None,
+    str | None,
 ]
 
 
@@ -141,7 +147,7 @@ def _select(columns: str, where: str) -> str:
 
 def _decode(row: _Row) -> Checkpoint:
     shard_id, checkpoint, sub, owner, counter, parents, children, start, end = row[:9]
-    created, handing, throughput = row[9:]
+    created, handing, throughput, window = row[9:]
     value: CheckpointValue = (
         (int(checkpoint), sub) if checkpoint.isdigit() else Sentinel(checkpoint)
     )
@@ -157,6 +163,7 @@ def _decode(row: _Row) -> Checkpoint:
         created,
         handing,
         throughput,
+        window,
     )
 
 
@@ -393,6 +400,7 @@ class SQLiteCheckpointStore:
         child_shard_ids: Sequence[str] = (),
         hash_range: tuple[int, int] | None = None,
         stream_created_ms: int | None = None,
+        dedup_window: str | None = None,
     ) -> Checkpoint:
         return await self._write(
             (application, stream, shard_id),
@@ -405,6 +413,7 @@ class SQLiteCheckpointStore:
                 child_shard_ids,
                 hash_range,
                 stream_created_ms,
+                dedup_window,
             ),
         )
 
@@ -503,8 +512,8 @@ class SQLiteCheckpointStore:
                     "INSERT OR REPLACE INTO kinesis_checkpoints (application, stream, shard_id, "
                     "checkpoint, sub_sequence_number, lease_owner, lease_counter, "
                     "parent_shard_ids, updated_at, child_shard_ids, starting_hash_key, "
-                    "ending_hash_key, stream_created_ms, checkpoint_owner, throughput_kbps) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "ending_hash_key, stream_created_ms, checkpoint_owner, throughput_kbps, "
+                    "dedup_window) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         *key,
                         checkpoint,
@@ -519,6 +528,7 @@ class SQLiteCheckpointStore:
                         new.stream_created_ms,
                         new.checkpoint_owner,
                         new.throughput_kbps,
+                        new.dedup_window,
                     ),
                 )
             except BaseException:

@@ -187,6 +187,7 @@ class CrashingStore(MemoryCheckpointStore):
         expected: Checkpoint | None,
         parent_shard_ids: Sequence[str] = (),
         stream_created_ms: int | None = None,
+        dedup_window: str | None = None,
     ) -> Checkpoint:
         if self.allowed <= 0:
             raise ConnectionError("crashed before the checkpoint was written")
@@ -199,6 +200,7 @@ class CrashingStore(MemoryCheckpointStore):
             expected=expected,
             parent_shard_ids=parent_shard_ids,
             stream_created_ms=stream_created_ms,
+            dedup_window=dedup_window,
         )
 
 

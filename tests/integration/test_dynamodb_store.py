@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from kinesis_core.aggregation import AggregateBuilder, deaggregate
 from kinesis_core.aws.client import create_botocore_client, create_kinesis_client
@@ -24,6 +25,7 @@ from kinesis_core.checkpoint import (
     Sentinel,
 )
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
+from kinesis_core.consumer.dedup import MAX_WINDOW_BYTES
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.lease import LeaseConfig
 
@@ -476,6 +478,82 @@ def test_the_stream_incarnation_is_an_extra_attribute_kcl_writes_keep(moto_serve
     item = items(config, app)["shardId-000000000001"]
     for gone in ("parentShardId", "startingHashKey", "endingHashKey"):
         assert gone not in item
+
+
+LARGEST_WINDOW = "é" * (MAX_WINDOW_BYTES // 2)
+"""A dedup window of the largest size (``MAX_WINDOW_BYTES`` in UTF-8, as DynamoDB counts it)."""
+
+
+def test_the_dedup_window_is_kept_by_lease_writes_and_fits_at_its_largest(
+    moto_server: Any,
+) -> None:
+    """``dedupWindow`` (S): written by a put that gives one, kept by puts without one and by
+    lease writes, removed by a put for another incarnation; a row carrying the largest window
+    is within DynamoDB's 400 KB item limit (which moto's server enforces)."""
+    config = moto_server.client_config()
+    app = app_name()
+    small = '[1,1700000000000,1700000000500,["o"],[[0,0,99,500]]]'
+    assert len(LARGEST_WINDOW.encode()) == MAX_WINDOW_BYTES
+
+    async def main() -> None:
+        async with DynamoDBCheckpointStore(client_config=config) as store:
+            row = await store.put(
+                app,
+                "s",
+                "shardId-000000000000",
+                Sentinel.TRIM_HORIZON,
+                expected=None,
+                parent_shard_ids=["shardId-000000000001", "shardId-000000000002"],
+                hash_range=(0, MAX_HASH),
+                stream_created_ms=NOW,
+                dedup_window=LARGEST_WINDOW,
+            )
+            assert row.dedup_window == LARGEST_WINDOW
+            held = await store.update_lease(
+                app, "s", row.shard_id, expected=row, owner="w" * 200, throughput_kbps=12.5
+            )
+            asked = await store.update_lease(
+                app, "s", row.shard_id, expected=held, owner="b", checkpoint_owner=held.owner
+            )
+            assert (held.dedup_window, asked.dedup_window) == (LARGEST_WINDOW, LARGEST_WINDOW)
+            kept = await store.put(app, "s", row.shard_id, (BIG, 7), expected=asked)
+            assert kept.dedup_window == LARGEST_WINDOW
+            assert await store.get(app, "s", row.shard_id) == kept
+            (listed,), _ = await store.snapshot(app, "s")
+            assert listed == kept
+            replaced = await store.put(
+                app, "s", row.shard_id, (BIG, 8), expected=kept, dedup_window=small
+            )
+            # A retried request whose first attempt went through: its row is the one intended.
+            again = await store.put(
+                app, "s", row.shard_id, (BIG, 8), expected=kept, dedup_window=small
+            )
+            assert replaced.dedup_window == again.dedup_window == small
+            assert again == replaced
+            with pytest.raises(ClientError, match="maximum allowed size"):
+                await store.put(
+                    app,
+                    "s",
+                    "shardId-000000000003",
+                    Sentinel.TRIM_HORIZON,
+                    expected=None,
+                    dedup_window=LARGEST_WINDOW + "x" * 110_000,
+                )
+            other = await store.put(
+                app,
+                "s",
+                row.shard_id,
+                Sentinel.TRIM_HORIZON,
+                expected=replaced,
+                stream_created_ms=NOW + 1,
+            )
+            assert other.dedup_window is None
+            assert await store.get(app, "s", row.shard_id) == other
+
+    asyncio.run(main())
+    stored = items(config, app)
+    assert "dedupWindow" not in stored["shardId-000000000000"]
+    assert "shardId-000000000003" not in stored
 
 
 # -- hand-over between a KCL application and a Consumer (kinesis-mock for Kinesis) -------------

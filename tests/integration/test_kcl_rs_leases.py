@@ -3,9 +3,10 @@ KCL v3, with Python bindings) on moto's server (Kinesis and DynamoDB on one endp
 
 Our consumer reads a first batch, checkpoints and stops; kcl-rs, started on the same table
 (which also holds a worker row and a leader row of ours, as a SIGKILLed worker leaves them),
-delivers only what came after our checkpoints; it stops, and our consumer delivers only what
-came after kcl-rs's. The table is created by our store (with the KCL 3.x owner index), so
-kcl-rs finds it as its own.
+delivers only what came after our checkpoints (the lease rows carrying a dedup window of the
+largest size, which its checkpoints keep); it stops, and our consumer delivers only what came
+after kcl-rs's. The table is created by our store (with the KCL 3.x owner index), so kcl-rs
+finds it as its own.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 
 from kinesis_core.checkpoint import DynamoDBCheckpointStore
 from kinesis_core.consumer import TRIM_HORIZON, Consumer
+from kinesis_core.consumer.dedup import MAX_WINDOW_BYTES
 from kinesis_core.lease import LeaseConfig
 from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LOCAL_REGION
 
@@ -124,6 +126,24 @@ async def leave_rows(stream: Any, app: str) -> None:
         assert await store.claim_leader(app, stream.name, "killed", None) == 1
 
 
+WINDOW = "é" * (MAX_WINDOW_BYTES // 2)
+"""A dedup window of the largest size in UTF-8 bytes: kcl-rs reads past the attribute."""
+
+
+async def add_windows(stream: Any, app: str) -> None:
+    """A checkpoint with a dedup window on every lease row, at the position it holds."""
+    async with DynamoDBCheckpointStore(client_config=stream.client_config) as store:
+        for row in await store.list(app, stream.name):
+            await store.put(
+                app, stream.name, row.shard_id, row.value, expected=row, dedup_window=WINDOW
+            )
+
+
+async def windows(stream: Any, app: str) -> list[str | None]:
+    async with DynamoDBCheckpointStore(client_config=stream.client_config) as store:
+        return [row.dedup_window for row in await store.list(app, stream.name)]
+
+
 def test_kcl_rs_and_ours_resume_from_each_others_checkpoints(moto_stream: Any) -> None:
     stream = moto_stream(shards=SHARDS)
     app = f"kclrs-{uuid.uuid4().hex[:8]}"
@@ -131,8 +151,11 @@ def test_kcl_rs_and_ours_resume_from_each_others_checkpoints(moto_stream: Any) -
     assert asyncio.run(ours(stream, app, first)) == first
     # kcl-rs reads a table holding our other rows too: they are no leases to it.
     asyncio.run(leave_rows(stream, app))
+    asyncio.run(add_windows(stream, app))
     second = put_batch(stream, "b")
     got = theirs(stream, app, second, timeout=120)
     assert got == second  # from our checkpoints: nothing of batch a again
+    # kcl-rs checkpoints with UpdateItem of its own attributes: the windows stay.
+    assert asyncio.run(windows(stream, app)) == [WINDOW] * SHARDS
     third = put_batch(stream, "c")
     assert asyncio.run(ours(stream, app, third)) == third  # from kcl-rs's checkpoints

@@ -183,6 +183,21 @@ def test_the_stream_incarnation_is_an_attribute_the_kcl_reads_past() -> None:
     assert legacy.stream_created_ms is None
 
 
+def test_the_dedup_window_is_an_attribute_the_kcl_reads_past() -> None:
+    window = '[1,1700000000000,1700000000500,["o"],[[0,0,99,500]]]'
+    row = Checkpoint("s", (BIG, 3), 7, "me", dedup_window=window)
+    item = encode_lease(row)
+    assert item["dedupWindow"] == {"S": window}
+    assert decode_lease(item) == row
+    without = dict(item)
+    del without["dedupWindow"]
+    assert kcl_read(item) == kcl_read(without)
+    assert "dedupWindow" not in encode_lease(Checkpoint("s", (BIG, 3), 7, "me"))
+    legacy = decode_lease(kcl_item())
+    assert legacy is not None
+    assert legacy.dedup_window is None
+
+
 SCOPED = (
     " AND (attribute_not_exists(#applicationName) OR #applicationName = :applicationName)"
     " AND (attribute_not_exists(#kinesisStream) OR #kinesisStream = :kinesisStream)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import multiprocessing
 import os
 import shutil
@@ -11,6 +12,7 @@ import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +27,7 @@ from kinesis_core.checkpoint import (
     SQLiteCheckpointStore,
     checkpoint_order,
 )
+from kinesis_core.checkpoint.base import apply_put
 from kinesis_core.errors import ConfigurationError, ValidationError
 
 BIG = 49_680_446_358_758_688_350_039_136_273_873_520_000_000_000_000_000_002  # 56 digits
@@ -340,6 +343,77 @@ def test_a_write_for_another_incarnation_starts_the_row_over(
     asyncio.run(main())
 
 
+WINDOW = '[1,1700000000000,1700000000500,["AbCdEfGhIjKl.3"],[[0,0,99,500]]]'
+LATER_WINDOW = '[1,1700000000000,1700000000900,["AbCdEfGhIjKl.3"],[[0,0,149,900]]]'
+
+
+def test_a_put_replaces_the_dedup_window_when_given_and_keeps_it_otherwise() -> None:
+    new = apply_put(None, "shard-1", (10, 0), None, (), dedup_window=WINDOW)
+    assert new.dedup_window == WINDOW
+    assert apply_put(None, "shard-1", (10, 0), None, ()).dedup_window is None
+    kept = apply_put(new, "shard-1", (20, 0), new, ())
+    assert kept.dedup_window == WINDOW
+    replaced = apply_put(kept, "shard-1", (30, 0), kept, (), dedup_window=LATER_WINDOW)
+    assert replaced.dedup_window == LATER_WINDOW
+    of_this_stream = apply_put(
+        replaced, "shard-1", (40, 0), replaced, (), stream_created_ms=NOW
+    )  # a row without an incarnation adopts it: the same stream, the window stays
+    assert of_this_stream.dedup_window == LATER_WINDOW
+
+
+def test_a_put_for_another_incarnation_clears_the_dedup_window_unless_given() -> None:
+    old = apply_put(
+        None, "shard-1", (BIG, 0), None, (), stream_created_ms=BEFORE, dedup_window=WINDOW
+    )
+    cleared = apply_put(old, "shard-1", Sentinel.TRIM_HORIZON, old, (), stream_created_ms=NOW)
+    assert cleared.dedup_window is None
+    given = apply_put(
+        old, "shard-1", (5, 0), old, (), stream_created_ms=NOW, dedup_window=LATER_WINDOW
+    )
+    assert given.dedup_window == LATER_WINDOW
+
+
+def test_rows_keep_the_dedup_window_through_puts_and_lease_writes(
+    make_store: StoreFactory, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        store = make_store(tmp_path)
+        assert isinstance(store, (MemoryCheckpointStore, SQLiteCheckpointStore))
+        row = await store.put(
+            "app",
+            "s",
+            "shard-1",
+            (10, 0),
+            expected=None,
+            stream_created_ms=BEFORE,
+            dedup_window=WINDOW,
+        )
+        assert row.dedup_window == WINDOW
+        assert await store.get("app", "s", "shard-1") == row
+        held = await store.update_lease(
+            "app", "s", "shard-1", expected=row, owner="a", throughput_kbps=3.0
+        )
+        asked = await store.update_lease(
+            "app", "s", "shard-1", expected=held, owner="b", checkpoint_owner="a"
+        )
+        assert (held.dedup_window, asked.dedup_window) == (WINDOW, WINDOW)
+        kept = await store.put("app", "s", "shard-1", (20, 0), expected=asked)
+        assert kept.dedup_window == WINDOW
+        replaced = await store.put(
+            "app", "s", "shard-1", (30, 0), expected=kept, dedup_window=LATER_WINDOW
+        )
+        assert replaced.dedup_window == LATER_WINDOW
+        assert await store.list("app", "s") == [replaced]
+        other = await store.put(
+            "app", "s", "shard-1", Sentinel.TRIM_HORIZON, expected=replaced, stream_created_ms=NOW
+        )
+        assert other.dedup_window is None
+        assert await store.get("app", "s", "shard-1") == other
+        await store.close()
+
+    asyncio.run(main())
+
+
 _SCHEMA_BEFORE_INCARNATIONS = """
 CREATE TABLE kinesis_checkpoints (
     application TEXT NOT NULL, stream TEXT NOT NULL, shard_id TEXT NOT NULL,
@@ -352,26 +426,59 @@ CREATE TABLE kinesis_checkpoints (
 """
 
 
-def test_sqlite_files_made_before_incarnations_read_and_upgrade(tmp_path: Path) -> None:
+_SCHEMA_BEFORE_DEDUP_WINDOWS = _SCHEMA_BEFORE_INCARNATIONS.replace(
+    "    PRIMARY KEY",
+    "    stream_created_ms INTEGER, checkpoint_owner TEXT, throughput_kbps REAL,\n    PRIMARY KEY",
+)
+
+
+@pytest.mark.parametrize(
+    ("schema", "columns", "values", "legacy", "change"),
+    [
+        (
+            _SCHEMA_BEFORE_INCARNATIONS,
+            "",
+            "",
+            Checkpoint("shard-1", (42, 0), 3),
+            {"stream_created_ms": NOW},
+        ),
+        (
+            _SCHEMA_BEFORE_DEDUP_WINDOWS,
+            ", lease_owner, stream_created_ms, throughput_kbps",
+            f", 'w', {NOW}, 2.5",
+            Checkpoint("shard-1", (42, 0), 3, "w", stream_created_ms=NOW, throughput_kbps=2.5),
+            {"dedup_window": WINDOW},
+        ),
+    ],
+    ids=["before incarnations", "before dedup windows"],
+)
+def test_sqlite_files_made_by_older_versions_read_and_upgrade(
+    tmp_path: Path,
+    schema: str,
+    columns: str,
+    values: str,
+    legacy: Checkpoint,
+    change: dict[str, Any],
+) -> None:
+    """A read-only look reads the columns a file lacks as NULL; a store opening it read-write
+    adds them, and its writes fill them."""
     path = tmp_path / "old.sqlite3"
     with sqlite3.connect(path) as conn:
-        conn.execute(_SCHEMA_BEFORE_INCARNATIONS)
+        conn.execute(schema)
         conn.execute(
             "INSERT INTO kinesis_checkpoints (application, stream, shard_id, checkpoint, "
-            "lease_counter, updated_at) VALUES ('app', 's', 'shard-1', '42', 3, 0)"
+            f"lease_counter, updated_at{columns}) "
+            f"VALUES ('app', 's', 'shard-1', '42', 3, 0{values})"
         )
     conn.close()
-    legacy = Checkpoint("shard-1", (42, 0), 3)
 
     async def main() -> None:
         async with SQLiteCheckpointStore(path, read_only=True) as reader:
             assert await reader.list("app", "s") == [legacy]
         async with SQLiteCheckpointStore(path) as store:
             assert await store.get("app", "s", "shard-1") == legacy
-            row = await store.put(
-                "app", "s", "shard-1", (43, 0), expected=legacy, stream_created_ms=NOW
-            )
-            assert row.stream_created_ms == NOW
+            row = await store.put("app", "s", "shard-1", (43, 0), expected=legacy, **change)
+            assert row == dataclasses.replace(legacy, value=(43, 0), counter=4, **change)
         async with SQLiteCheckpointStore(path, read_only=True) as reader:
             assert await reader.list("app", "s") == [row]
 
