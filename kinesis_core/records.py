@@ -92,6 +92,13 @@ class KinesisRecord(msgspec.Struct, gc=False, eq=False):
         return record_id
 
     @property
+    def id_run(self) -> str | tuple[str, int] | None:
+        """The id as the aggregate's tags carry it: the id, or for a record of a run of
+        automatic ids ``(ORIGIN:, counter of sub-record 0)``, one object shared by the run's
+        records (so a deduplicating reader takes a run at once); None: no id."""
+        return self._id
+
+    @property
     def approximate_arrival_timestamp(self) -> datetime | None:
         """When the record reached the stream, as an aware UTC datetime."""
         arrival = self._arrival

@@ -100,7 +100,7 @@ class ShardDedup:
         i = 0
         while i < n:
             record = records[i]
-            rid = record._id
+            rid = record.id_run
             if rid is None:
                 j = i + 1
             elif type(rid) is tuple:
@@ -195,13 +195,13 @@ def _run_end(records: list[KinesisRecord], i: int, rid: object) -> int:
     n = len(records)
     step = 1
     low = i  # records[low] shares it
-    while low + step < n and records[low + step]._id is rid:
+    while low + step < n and records[low + step].id_run is rid:
         low += step
         step *= 2
     high = min(low + step, n)  # records[high] does not (or is the end)
     while high - low > 1:
         mid = (low + high) // 2
-        if records[mid]._id is rid:
+        if records[mid].id_run is rid:
             low = mid
         else:
             high = mid

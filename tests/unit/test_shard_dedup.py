@@ -93,7 +93,7 @@ def test_a_run_with_gaps_takes_the_ids_of_the_records_it_holds() -> None:
 
 def test_the_stored_window_holds_the_ids_up_to_the_checkpoint_only() -> None:
     dedup = fresh()
-    dedup.admit(aggregate(1, "s.0", 0, range(10)) + [record(2, 0, "own")])
+    dedup.admit([*aggregate(1, "s.0", 0, range(10)), record(2, 0, "own")])
     dedup.admit(aggregate(3, "s.0", 10, range(10)))
     text = dedup.window_at((1, 4))
     stored = DedupWindow.loads(text)
@@ -101,7 +101,7 @@ def test_the_stored_window_holds_the_ids_up_to_the_checkpoint_only() -> None:
     assert "own" not in stored
     # After a crash at that checkpoint, the records after it come again and are delivered.
     again = ShardDedup(Deduplicate().start(text, ()))
-    replay = aggregate(1, "s.0", 0, range(5, 10)) + [record(2, 0, "own")]
+    replay = [*aggregate(1, "s.0", 0, range(5, 10)), record(2, 0, "own")]
     assert again.admit(replay) is replay
     # Checkpoints move on: mid-run, then past a whole segment, then to the end.
     assert "own" in DedupWindow.loads(dedup.window_at((2, 0)))
