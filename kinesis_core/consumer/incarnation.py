@@ -102,7 +102,10 @@ def stale_rows(
         info = listed.get(row.shard_id)
         position = row.position
         if not same_incarnation(row, created_ms) or (
-            info is not None and position is not None and _outside(info, position[0])
+            row.stream_created_ms is None
+            and info is not None
+            and position is not None
+            and _outside(info, position[0])
         ):
             stale.append(row)
     return stale

@@ -62,6 +62,17 @@ def test_a_row_without_an_incarnation_is_stale_only_outside_its_shards_sequence_
     assert stale_rows(rows, NOW, [OPEN, CLOSED]) == [before_start, after_end]
 
 
+def test_a_row_of_this_incarnation_is_never_stale_whatever_the_listing_says() -> None:
+    """kinesis-mock lists a closed shard's ending sequence number as 2**63 - 1, below its
+    records' numbers: the row says which stream it is of, so the listing is not asked."""
+    mock_closed = ShardInfo(
+        "shard-1", 100, 199, starting_sequence_number=1000, ending_sequence_number=2**63 - 1
+    )
+    row = Checkpoint("shard-1", (2**180, 3), stream_created_ms=NOW)
+    assert stale_rows([row], NOW, [mock_closed]) == []
+    assert stale_rows([Checkpoint("shard-1", (2**180, 3))], NOW, [mock_closed]) != []
+
+
 def test_the_start_error_names_the_store_the_stream_and_both_creation_times() -> None:
     stale = [Checkpoint(f"shard-{i}", (5, 0), stream_created_ms=BEFORE) for i in range(5)]
     error = recreated_at_start(
