@@ -1,7 +1,8 @@
-"""A deduplicating Consumer on moto's server (kinesis-mock for a split): copies of a record id are dropped and counted,
-the window survives a restart in the SQLite checkpoint file, children start with their
-parents' windows after a split, and a record delivered after the last checkpoint comes again
-after a crash (the at-least-once part: its id is not in the stored window)."""
+"""A deduplicating Consumer on moto's server (kinesis-mock for a split): copies of a record id
+are dropped and counted, the window survives a restart in the SQLite checkpoint file, children
+start with their parents' windows after a split, and a record delivered after the last
+checkpoint comes again after a crash (the at-least-once part: its id is not in the stored
+window)."""
 
 from __future__ import annotations
 
