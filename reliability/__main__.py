@@ -21,6 +21,7 @@ from pathlib import Path
 from kinesis_core.aws.noise import silence_third_party_noise
 from kinesis_core.local import KinesisMock, LocalServer, MotoServer, StreamFactory
 from reliability.bad_input import bad_input
+from reliability.beam_retry import beam_retry
 from reliability.consumer_faults import consumer_under_faults
 from reliability.crash_loops import crash_loop
 from reliability.duplicates import duplicates
@@ -107,6 +108,9 @@ def _suites() -> dict[str, Suite]:
             producer_records=pick(c, 600, 3_000),
             faust_records=pick(c, 600, 3_000),
             seed=c.seed,
+        ),
+        "beam-retry": lambda c: beam_retry(
+            c.streams(MotoServer), c.folder("beam-retry"), elements=pick(c, 1_500, 6_000)
         ),
         **{
             f"crash-{kind}": _crash_loop(kind, pick)
