@@ -117,7 +117,9 @@ def read_stream(
 ) -> Read:
     """Every record of ``stream`` the core consumer delivers from the trim horizon, through a
     window per shard with ``deduplicate``, until every id of ``expected`` was delivered and
-    no record came for QUIET seconds (the writes are over)."""
+    no record came for QUIET seconds (the writes are over). Once the consumer deduplicates
+    itself, ``deduplicate`` turns its ``ConsumerConfig(deduplicate=...)`` on instead of
+    ShardWindows, and ``dropped`` comes from its count."""
     out = Read()
     dedup = ShardWindows() if deduplicate else None
 
