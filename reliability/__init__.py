@@ -10,5 +10,6 @@ Suites (each a function returning a :class:`~reliability.result.SuiteResult`):
 :func:`~reliability.consumer_faults.consumer_under_faults`,
 :func:`~reliability.server_restart.server_restart`,
 :func:`~reliability.bad_input.bad_input`,
-:func:`~reliability.crash_loops.crash_loop` (consumer, Beam read, Faust worker).
+:func:`~reliability.crash_loops.crash_loop` (consumer, Beam read, Faust worker),
+:func:`~reliability.beam_retry.beam_retry` (a Beam write bundle retried after a SIGKILL).
 """

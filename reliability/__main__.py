@@ -108,6 +108,7 @@ def _suites() -> dict[str, Suite]:
             faust_records=pick(c, 600, 3_000),
             seed=c.seed,
         ),
+        "beam-retry": lambda c: _beam_retry(c, elements=pick(c, 1_500, 6_000)),
         **{
             f"crash-{kind}": _crash_loop(kind, pick)
             for kind in ("consumer", "fan-out", "beam", "faust")
@@ -120,6 +121,14 @@ def _dynamodb(c: Context) -> str:
     endpoint = c.streams(MotoServer).client_config.dynamodb_endpoint_url
     assert endpoint is not None
     return endpoint
+
+
+def _beam_retry(c: Context, elements: int) -> SuiteResult:
+    """The Beam retried-bundle row; Beam is imported only when it runs (its import logs a
+    warning on the console)."""
+    from reliability.beam_retry import beam_retry
+
+    return beam_retry(c.streams(MotoServer), c.folder("beam-retry"), elements=elements)
 
 
 def _crash_loop(kind: str, pick: Callable[[Context, int, int], int]) -> Suite:
