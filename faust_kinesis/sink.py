@@ -65,9 +65,10 @@ class KinesisSink:
     event's record and the output's index among the event's outputs
     (``KinesisMessage.next_record_id``), the same when the event is processed again after a
     crash, so a deduplicating reader drops the copy (docs/effectively-once.md); anything
-    else gets an automatic id. Without ``partition_key``, a derived id is also the record's
-    partition key, so that a copy lands in the shard of the first, where the reader's window
-    holds its id.
+    else gets an automatic id. Without ``partition_key``, the input record's part of a derived
+    id is the record's partition key, so that a copy lands in the shard of the first, where
+    the reader's window holds its id, and the outputs of one input aggregate make one range
+    there.
     """
 
     def __init__(

@@ -21,6 +21,7 @@ from kinesis_core.errors import ValidationError
 from kinesis_core.lifecycle import LifecycleError, State
 from kinesis_core.producer import Producer, PutFailedError, RecordResult
 from kinesis_core.producer.partitioning import random_partition_key
+from kinesis_core.record_ids import derived_partition_key
 
 if TYPE_CHECKING:
     from faust.types import AppT, ProducerT
@@ -102,8 +103,9 @@ class Writer(Service):
     async def publish(self, fut: FutureMessage, record_id: str | None = None) -> FutureMessage:
         """Hand a serialized message to the producer; ``fut`` resolves with its
         ``RecordMetadata`` once Kinesis has it, or raises ``PutFailedError``. ``record_id``:
-        the record's id (a producer with ``record_ids`` on), also its partition key when the
-        message has no key, so that a copy goes to the shard of the first."""
+        the record's id (a producer with ``record_ids`` on), which makes its partition key when
+        the message has no key (:func:`~kinesis_core.record_ids.derived_partition_key`), so
+        that a copy goes to the shard of the first."""
         if self.should_stop:
             raise LifecycleError(str(self), State.CLOSED, "write")
         pending = fut.message
@@ -116,7 +118,9 @@ class Writer(Service):
         data = _as_bytes(pending.value, "value") if pending.value is not None else b""
         if pending.key is None:
             # An id's copies must land in one shard, where a reader's window catches them.
-            partition_key = record_id if record_id is not None else random_partition_key()
+            partition_key = (
+                random_partition_key() if record_id is None else derived_partition_key(record_id)
+            )
         else:
             key_bytes = _as_bytes(pending.key, "key")
             try:

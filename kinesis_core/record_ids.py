@@ -8,10 +8,11 @@ An id is a str of 1 to ``MAX_RECORD_ID_BYTES`` UTF-8 bytes. An id shaped ``ORIGI
 - automatic: ``SESSION.SHARD:COUNTER``, a producer's random session id, the shard it predicted
   for the record (``shardId-000000000003`` as ``3``) and a counter per session and shard, so a
   shard's window sees consecutive counters;
-- derived: ``INCARNATION.SHARD.SEQUENCE.SUBSEQUENCE:INDEX``, the input record's stream
-  creation time (epoch ms), shard, sequence number (base 36) and sub-sequence number, and the
-  output's index among the outputs of that input; the same input gives the same ids on every
-  run.
+- derived: ``INCARNATION.SHARD.SEQUENCE:SUBSEQUENCE`` for the first output of an input record,
+  ``INCARNATION.SHARD.SEQUENCE.SUBSEQUENCE:INDEX`` for its ``INDEX``-th (from 1): the input
+  record's stream creation time (epoch ms), shard, sequence number (base 36) and sub-sequence
+  number; the same input gives the same ids on every run, and the first outputs of the
+  records of one input aggregate are consecutive counters of one origin.
 
 Everything here is sans-I/O.
 """
@@ -24,6 +25,7 @@ from kinesis_core.errors import ValidationError
 __all__ = [
     "MAX_RECORD_ID_BYTES",
     "automatic_origin",
+    "derived_partition_key",
     "derived_record_id",
     "split_counter",
     "validate_record_id",
@@ -67,11 +69,11 @@ def derived_record_id(
     sub_sequence_number: int,
     index: int = 0,
 ) -> str:
-    """The id of the ``index``-th output made from the input record at (``sequence_number``,
-    ``sub_sequence_number``) of ``shard_id``, in the stream created at ``incarnation`` (epoch
-    milliseconds, DescribeStreamSummary's ``StreamCreationTimestamp``). Deterministic:
-    re-processing the same input gives the same ids. ValidationError for a negative number
-    or an id over ``MAX_RECORD_ID_BYTES``."""
+    """The id of the ``index``-th output (from 0) made from the input record at
+    (``sequence_number``, ``sub_sequence_number``) of ``shard_id``, in the stream created at
+    ``incarnation`` (epoch milliseconds, DescribeStreamSummary's ``StreamCreationTimestamp``).
+    Deterministic: re-processing the same input gives the same ids. ValidationError for a
+    negative number or an id over ``MAX_RECORD_ID_BYTES``."""
     sequence = int(sequence_number)
     for name, value in (
         ("incarnation", incarnation),
@@ -81,7 +83,18 @@ def derived_record_id(
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValidationError(name, f"must be an int >= 0, got {value!r}")
-    record_id = (
-        f"{incarnation}.{shard_tag(shard_id)}.{_base36(sequence)}.{sub_sequence_number}:{index}"
-    )
-    return validate_record_id(record_id)
+    origin = f"{incarnation}.{shard_tag(shard_id)}.{_base36(sequence)}"
+    if index:
+        return validate_record_id(f"{origin}.{sub_sequence_number}:{index}")
+    return validate_record_id(f"{origin}:{sub_sequence_number}")
+
+
+def derived_partition_key(record_id: str) -> str:
+    """The partition key for an output with the derived id ``record_id``: its input record's
+    ``INCARNATION.SHARD.SEQUENCE``, so the outputs of one input aggregate go to one shard,
+    where their ids make one range of the reader's window, and a copy goes where the first
+    went. Another id is its own key."""
+    parts = record_id.split(".", 3)
+    if len(parts) < 3:
+        return record_id
+    return ".".join(parts[:3]).partition(":")[0]

@@ -26,7 +26,7 @@ from faust_kinesis import KinesisChannel, KinesisSink, kinesis_sensor
 from kinesis_core.checkpoint import MemoryCheckpointStore
 from kinesis_core.consumer import ConsumerConfig, EnhancedFanOut
 from kinesis_core.producer import ProducerConfig
-from kinesis_core.record_ids import derived_record_id
+from kinesis_core.record_ids import derived_partition_key, derived_record_id
 from kinesis_core.telemetry import Telemetry
 from tests.helpers.large_records import large_records
 from tests.helpers.otel import collected
@@ -273,5 +273,5 @@ def test_outputs_carry_ids_derived_from_their_source_records(
             )
     assert all(r.record_id == expected[r.data] for r in written)
     # Without a key of its own, an output's key is its id: a copy goes to the first's shard.
-    assert all(r.partition_key == r.record_id for r in written)
+    assert all(r.partition_key == derived_partition_key(r.record_id) for r in written)
     assert sorted(Counter(r.record_id for r in written).values()) == [2] * (2 * count)

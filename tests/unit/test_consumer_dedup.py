@@ -8,7 +8,12 @@ from hypothesis import given, settings, strategies as st
 
 from kinesis_core.consumer.dedup import MAX_WINDOW_BYTES, VERSION, DedupWindow
 from kinesis_core.errors import ConfigurationError
-from kinesis_core.record_ids import MAX_RECORD_ID_BYTES, derived_record_id, split_counter
+from kinesis_core.record_ids import (
+    MAX_RECORD_ID_BYTES,
+    derived_partition_key,
+    derived_record_id,
+    split_counter,
+)
 
 BIG = {"max_bytes": MAX_WINDOW_BYTES}
 
@@ -275,13 +280,17 @@ def test_the_max_config_fits_in_a_dynamodb_item() -> None:
     assert item_bytes < 400 * 1024
 
 
-def test_derived_ids_are_deterministic_and_compress_per_input() -> None:
+def test_derived_ids_are_deterministic_and_compress_per_input_aggregate() -> None:
     first = derived_record_id(1_700_000_000_000, "shardId-000000000004", "4959" + "0" * 52, 3, 0)
     assert first == derived_record_id(
         1_700_000_000_000, "shardId-000000000004", int("4959" + "0" * 52), 3, 0
     )
     assert first.startswith("1700000000000.4.")
-    assert first.endswith(".3:0")
+    assert first.endswith(":3")
+    second = derived_record_id(1_700_000_000_000, "shardId-000000000004", "4959" + "0" * 52, 3, 1)
+    assert second.endswith(".3:1")
+    assert derived_partition_key(first) == derived_partition_key(second) == first[: -len(":3")]
+    assert derived_partition_key("order-17") == "order-17"
     other = {
         derived_record_id(1, "shardId-000000000004", 10, 0, 0),
         derived_record_id(2, "shardId-000000000004", 10, 0, 0),
@@ -292,10 +301,15 @@ def test_derived_ids_are_deterministic_and_compress_per_input() -> None:
         derived_record_id(1, "my-shard", 10, 0, 0),
     }
     assert len(other) == 7
+    # The first outputs of an input aggregate's records: one range; further outputs of one
+    # input: one range each.
     window = DedupWindow()
-    for index in range(5):
-        window.seen(derived_record_id(1, "shardId-000000000004", 10, 0, index), 1.0)
+    for sub in range(100):
+        window.seen(derived_record_id(1, "shardId-000000000004", 10, sub, 0), 1.0)
     assert window.entries == 1
+    for index in range(1, 5):
+        window.seen(derived_record_id(1, "shardId-000000000004", 10, 7, index), 1.0)
+    assert window.entries == 2
     assert len(derived_record_id(2**63, "shardId-" + "9" * 20, 10**56, 2**32, 2**32)) <= 128
 
 
