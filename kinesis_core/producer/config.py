@@ -88,12 +88,14 @@ class ProducerConfig:
     max_connections: int = 24
     """Concurrent PutRecords requests, and the HTTP connection pool's size."""
     request_timeout: float = 6.0
-    """Seconds to wait for one PutRecords response of up to 1 MiB. A timed-out request may
-    still have succeeded, so retrying it may write duplicates: too low a value means more
-    duplicates."""
+    """Seconds to wait for one PutRecords response to a body of up to 1 MiB. A timed-out
+    request may still have succeeded, so retrying it may write duplicates: too low a value
+    means more duplicates."""
     request_timeout_per_mib: float = 2.0
-    """Seconds added to ``request_timeout`` for each MiB a request carries beyond its first:
-    a request of large records takes longer to upload (2 s a MiB is a 4 Mbit/s link)."""
+    """Seconds added to ``request_timeout`` for each MiB of the request's body beyond its
+    first. The body carries the data in base64, 4/3 of its bytes (a 10 MiB request: a 13.3 MiB
+    body, 30.7 s). A large body takes longer to upload and the endpoint longer to read: 2 s a
+    MiB is a 4 Mbit/s link."""
     connect_timeout: float = 6.0
     """Seconds to wait for a connection to the endpoint."""
     metrics_interval: float = 60.0
@@ -191,10 +193,18 @@ class ProducerConfig:
             )
 
     def request_timeout_for(self, request_bytes: int) -> float:
-        """Seconds to wait for a PutRecords request carrying ``request_bytes``:
-        ``request_timeout``, plus ``request_timeout_per_mib`` for each MiB beyond the first."""
-        beyond = max(0, request_bytes - _MIB) / _MIB
+        """Seconds to wait for a PutRecords request of ``request_bytes`` (data plus partition
+        keys, what Kinesis counts): ``request_timeout``, plus ``request_timeout_per_mib`` for
+        each MiB of its body beyond the first (:func:`request_body_bytes`)."""
+        beyond = max(0, request_body_bytes(request_bytes) - _MIB) / _MIB
         return self.request_timeout + beyond * self.request_timeout_per_mib
+
+
+def request_body_bytes(request_bytes: int) -> int:
+    """About how many bytes a PutRecords body of ``request_bytes`` (data plus partition keys)
+    sends: the base64 of that many bytes (4 for every 3), a little more than the data's
+    base64 and the keys' text; the JSON around them is a few dozen bytes a record."""
+    return 4 * -(-request_bytes // 3)
 
 
 _MIB = 1024 * 1024

@@ -35,6 +35,11 @@ from tests.helpers.streams import user_records
 pytestmark = pytest.mark.integration
 
 COUNT = 400
+SLOW_ENDPOINT = ProducerConfig(request_timeout_per_mib=16.0, record_ttl=300.0)
+"""kinesis-mock spends about 7 s of its one thread on a 9.5 MiB PutRecords: on a loaded machine
+longer than the 30 s the defaults give that request (a 4 Mbit/s link), and a request the
+producer gives up on still runs there, ahead of its retry. The sink waits as on a 0.5 Mbit/s
+link (9.5 MiB: 193 s), and its records live 5 minutes."""
 
 
 class Order(Sensor):
@@ -154,8 +159,9 @@ def test_read_transform_write_moves_every_record(kinesis_stream: Any, tmp_path: 
 def test_large_records_go_through_the_sink_and_back_through_channels_by_polling_and_fan_out(
     kinesis_stream: Any, tmp_path: Path
 ) -> None:
-    """A 3 MiB and a 9.5 MiB value among small ones, with default settings: written by a
-    KinesisSink, read back intact by a KinesisChannel polling and one by enhanced fan-out."""
+    """A 3 MiB and a 9.5 MiB value among small ones, with default settings but a slow
+    endpoint's timeouts: written by a KinesisSink, read back intact by a KinesisChannel polling
+    and one by enhanced fan-out."""
     stream = kinesis_stream(shards=1, max_record_size_kib=10240)
     values = [key.encode() + b":" + data for data, key in large_records("faust")]
 
@@ -167,6 +173,7 @@ def test_large_records_go_through_the_sink_and_back_through_channels_by_polling_
             stream.name,
             partition_key=lambda value: value.split(b":", 1)[0].decode(),
             client_config=stream.client_config,
+            producer_config=SLOW_ENDPOINT,
         )
         readers = {
             "polling": ConsumerConfig(),

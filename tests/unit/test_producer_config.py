@@ -8,6 +8,7 @@ import pytest
 
 from kinesis_core.errors import ConfigurationError
 from kinesis_core.producer import ProducerConfig
+from kinesis_core.producer.config import request_body_bytes
 
 
 def test_defaults_are_the_kpls() -> None:
@@ -36,12 +37,21 @@ def test_large_records_and_requests_are_allowed_up_to_the_kinesis_limits() -> No
         ProducerConfig(max_record_bytes=10 * mib + 1)
 
 
-def test_the_request_timeout_grows_with_the_request() -> None:
+def test_the_request_timeout_grows_with_the_request_body_which_carries_the_data_in_base64() -> None:
     config = ProducerConfig(request_timeout=6.0, request_timeout_per_mib=2.0)
     mib = 1024 * 1024
-    assert config.request_timeout_for(0) == config.request_timeout_for(mib) == 6.0
-    assert config.request_timeout_for(mib + mib // 2) == pytest.approx(7.0)
-    assert config.request_timeout_for(10 * mib) == pytest.approx(24.0)
+    assert config.request_timeout_for(0) == config.request_timeout_for(3 * mib // 4) == 6.0
+    # 3 MiB of data is a 4 MiB body: 3 MiB beyond the first.
+    assert config.request_timeout_for(3 * mib) == pytest.approx(12.0)
+    # The largest request, 10 MiB: a 13.3 MiB body, which a 4 Mbit/s link takes 28 s to send.
+    assert config.request_timeout_for(10 * mib) == pytest.approx(6.0 + (40 / 3 - 1) * 2.0)
+    assert 13.3 * mib * 8 / 4e6 < config.request_timeout_for(10 * mib)
+
+
+def test_a_request_body_is_the_base64_of_its_data_and_keys() -> None:
+    assert request_body_bytes(0) == 0
+    assert request_body_bytes(1) == request_body_bytes(3) == 4
+    assert request_body_bytes(3 * 1024 * 1024) == 4 * 1024 * 1024
 
 
 @pytest.mark.parametrize(

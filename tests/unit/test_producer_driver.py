@@ -601,8 +601,9 @@ def test_the_producer_makes_its_client_with_botocore_retries_off(
     ((client_config, max_attempts),) = made
     assert max_attempts == 1
     assert client_config.max_pool_connections == 7
-    # A socket read may wait as long as the largest request (10 MiB) may take; each request
-    # has its own timeout for its size.
-    assert client_config.read_timeout == config.request_timeout_for(10 * 1024 * 1024) == 20.5
+    # A socket read may wait as long as the largest request (10 MiB, a 13.3 MiB body) may
+    # take; each request has its own timeout for its size.
+    assert client_config.read_timeout == config.request_timeout_for(10 * 1024 * 1024)
+    assert client_config.read_timeout == pytest.approx(2.5 + (40 / 3 - 1) * 2.0)
     assert client_config.connect_timeout == 1.5
     assert client_config.endpoint_url == base.endpoint_url
