@@ -16,7 +16,8 @@ lease table a few times a second; at the end a plain read of the stream counts t
 twice. Checks: nothing lost; duplicates entered the stream, and none reached the application
 (two copies of an id delivered); re-deliveries (one copy delivered twice) at most 1% of the
 records written, every one from the SIGKILL (the earlier delivery the killed worker's, after
-its last checkpoint: the at-least-once part), none from a planned move; the leases balanced
+its last checkpoint as the lease table held it right after the kill: the at-least-once part),
+none from a planned move; the leases balanced
 (every lease held by a live worker, none in hand-off, counts within one) within two take
 intervals of each change; no shard delivered by two workers at once; the killed worker's
 shards read again within ``failover + 2 x take`` plus the time to open a shard.
