@@ -97,6 +97,7 @@ def _suites() -> dict[str, Suite]:
             _dynamodb(c),
             c.folder("leases"),
             seconds=pick(c, 40, 60),
+            seed=c.seed,
         ),
         "restart-fan-out": lambda c: server_restart(
             c.folder("restart-fan-out"), outage=pick(c, 3, 6), before=3.0, after=3.0, fan_out=True

@@ -1,10 +1,12 @@
 """A worker of the lease scale-out suite: ``python -m reliability._lease_worker KINESIS DYNAMODB
 STREAM APPLICATION NAME OUT``.
 
-A core Consumer with leases on a DynamoDB lease table; it appends one JSON line per record it
-delivers (``t`` time, ``w`` worker, ``s`` shard, ``q`` sequence number, ``d`` the record's id),
-flushed before the record is acked, and runs until SIGTERM (a graceful stop) or SIGKILL. Its
-log (``OUT`` with ``.log``) keeps the lease manager's INFO lines.
+A core Consumer with leases on a DynamoDB lease table, deduplicating by record id (its dedup
+windows in the lease rows); it appends one JSON line per record it delivers (``t`` time, ``w``
+worker, ``s`` shard, ``q`` sequence number, ``u`` sub-sequence number, ``i`` the record id the
+producer gave, ``d`` the record's number, its data), flushed before the record is acked, and
+runs until SIGTERM (a graceful stop) or SIGKILL. Its log (``OUT`` with ``.log``) keeps the
+lease manager's INFO lines.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ async def run(kinesis: str, dynamodb: str, stream: str, app: str, name: str, out
             initial_position=TRIM_HORIZON,
             checkpoint_interval=CHECKPOINT_INTERVAL,
             idle_interval=0.2,
+            deduplicate=True,
             leases=LeaseConfig(
                 worker_id=name,
                 failover_time=FAILOVER,
@@ -59,6 +62,8 @@ async def run(kinesis: str, dynamodb: str, stream: str, app: str, name: str, out
                 "w": name,
                 "s": record.shard_id,
                 "q": str(record.sequence_number),
+                "u": record.sub_sequence_number,
+                "i": record.record_id,
                 "d": int(record.data),
             },
             stop,

@@ -1,24 +1,31 @@
 """Leases under scale-out: workers joining, one SIGKILLed, one stopped, a replacement, a split.
 
-A 16-shard kinesis-mock stream, a DynamoDB lease table on moto, and a writer that is plain
-boto3 (nothing of this project) putting about ``rate`` records a second for ``seconds``. Worker
-processes (:mod:`reliability._lease_worker`, the core Consumer with leases) come and go:
+A 16-shard kinesis-mock stream, a DynamoDB lease table on moto, and a writer, our Producer with
+record ids, putting about ``rate`` records a second for ``seconds`` through a fault proxy that
+loses the answer of 5% of its PutRecords calls after the write (so it writes those records
+again under the same ids: duplicates enter the stream). Worker processes
+(:mod:`reliability._lease_worker`, the core Consumer with leases, deduplicating by record id)
+come and go:
 
 - two start together, then two more join;
 - one is SIGKILLed, later another is stopped with SIGTERM, then a replacement joins;
 - a shard is split.
 
-Every worker logs each record it delivers before acking it; a sampler reads the lease table
-a few times a second. Checks: nothing lost; duplicates at most 1% of the records written and
-none from a planned move (a duplicate counts as the SIGKILL's when its earlier copy came from
-the killed worker); the leases balanced (every lease held by a live worker, none in hand-off,
-counts within one) within two take intervals of each change; no shard delivered by two
-workers at once; the killed worker's shards read again within ``failover + 2 x take`` plus
-the time to open a shard.
+Every worker logs each record it delivers (with its id) before acking it; a sampler reads the
+lease table a few times a second; at the end a plain read of the stream counts the ids written
+twice. Checks: nothing lost; duplicates entered the stream, and none reached the application
+(two copies of an id delivered); re-deliveries (one copy delivered twice) at most 1% of the
+records written, every one from the SIGKILL (the earlier delivery the killed worker's, after
+its last checkpoint as the lease table held it right after the kill: the at-least-once part),
+none from a planned move; the leases balanced
+(every lease held by a live worker, none in hand-off, counts within one) within two take
+intervals of each change; no shard delivered by two workers at once; the killed worker's
+shards read again within ``failover + 2 x take`` plus the time to open a shard.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -36,8 +43,14 @@ from typing import Any
 
 import boto3  # type: ignore[import-untyped]
 
+from kinesis_core.aws.config import ClientConfig
 from kinesis_core.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, LOCAL_REGION
+from kinesis_core.local.fault_proxy import FaultProxy
+from kinesis_core.local.faults import FaultConfig, FaultKind
 from kinesis_core.local.streams import StreamFactory
+from kinesis_core.producer import Producer, ProducerConfig, RecordResult
+from kinesis_core.records import KinesisRecord
+from reliability._common import kcl_view, via
 from reliability._lease_worker import FAILOVER, TAKE
 from reliability.result import SuiteResult
 
@@ -47,6 +60,8 @@ OPEN_SHARD = 1.0
 """Seconds allowed, after a lease is taken, to open its shard and deliver (GetShardIterator and
 GetRecords on kinesis-mock)."""
 SAMPLE = 0.25
+LOST_ANSWERS = 0.05
+"""Share of the writer's PutRecords calls whose answer the fault proxy loses after the write."""
 
 
 def _boto(service: str, endpoint: str) -> Any:
@@ -60,46 +75,66 @@ def _boto(service: str, endpoint: str) -> Any:
 
 
 class Writer(threading.Thread):
-    """``rate`` records a second with PutRecords, every record a decimal id; keeps the ids
-    the service accepted."""
+    """``rate`` records a second for ``seconds`` with our Producer (``record_ids=True``,
+    automatic ids) through ``endpoint`` (the fault proxy), every record's data its decimal
+    number; keeps the numbers whose write succeeded and those that failed."""
 
-    def __init__(self, endpoint: str, stream: str, rate: int, seconds: float) -> None:
+    def __init__(self, config: ClientConfig, stream: str, rate: int, seconds: float) -> None:
         super().__init__(daemon=True)
-        self.client = _boto("kinesis", endpoint)
+        self.config = config
         self.stream, self.rate, self.seconds = stream, rate, seconds
         self.written: set[int] = set()
+        self.failed: set[int] = set()
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            self._write()
+            asyncio.run(self._write())
         except BaseException as exc:
             self.error = exc
 
-    def _write(self) -> None:
+    async def _write(self) -> None:
         rng = random.Random(1)  # noqa: S311 (partition keys, not secrets)
         per_tick = max(1, self.rate // 10)
-        started = time.monotonic()
-        next_id = 0
-        tick = 0
-        while time.monotonic() - started < self.seconds:
-            pending = list(range(next_id, next_id + per_tick))
-            next_id += per_tick
-            while pending:
-                entries = [
-                    {"Data": str(i).encode(), "PartitionKey": f"pk-{rng.randrange(10**6)}"}
-                    for i in pending
-                ]
-                response = self.client.put_records(StreamName=self.stream, Records=entries)
-                failed = []
-                for i, result in zip(pending, response["Records"], strict=True):
-                    if "ErrorCode" in result:
-                        failed.append(i)
-                    else:
-                        self.written.add(i)
-                pending = failed
-            tick += 1
-            time.sleep(max(0.0, started + tick / 10 - time.monotonic()))
+        config = ProducerConfig(record_ids=True, record_ttl=120.0)
+        async with Producer(self.stream, client_config=self.config, producer_config=config) as p:
+            puts: list[asyncio.Task[RecordResult]] = []
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            tick = 0
+            while loop.time() - started < self.seconds:
+                for _ in range(per_tick):
+                    data = str(len(puts)).encode()
+                    key = f"pk-{rng.randrange(10**6)}"
+                    puts.append(asyncio.create_task(p.put(data, key)))
+                tick += 1
+                await asyncio.sleep(max(0.0, started + tick / 10 - loop.time()))
+            results = await asyncio.gather(*puts)
+        for number, outcome in enumerate(results):
+            (self.written if outcome.success else self.failed).add(number)
+
+
+@dataclass
+class ScaleOut(SuiteResult):
+    """The row's figures, with the copies of record ids told apart."""
+
+    entered: int = 0
+    """Duplicates that entered the stream: ids written at more than one position."""
+    leaked: int = 0
+    """Copies of an id delivered from another position: duplicates the dedup let through."""
+    after_kill: int = 0
+    """Re-deliveries of what the killed worker delivered after its last checkpoint."""
+    planned: int = 0
+    """Re-deliveries whose earlier delivery was a live worker's (a planned move)."""
+    checkpointed: int = 0
+    """Re-deliveries of what the killed worker had checkpointed."""
+    bounds: list[str] = field(default_factory=list)
+    """The problems that are bounds of time or share (also in ``problems``); the others are
+    invariants whatever the machine's load."""
+
+    def bound(self, message: str) -> None:
+        self.problem(message)
+        self.bounds.append(message)
 
 
 @dataclass
@@ -155,6 +190,18 @@ class Sampler(threading.Thread):
             if "LastEvaluatedKey" not in page:
                 return items
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def checkpoints_of(self, worker: str) -> dict[str, tuple[int, int]]:
+        """The checkpoints of the leases ``worker`` holds now, as positions (a shard not
+        checkpointed yet: before every record)."""
+        out = {}
+        for item in self._scan():
+            if item.get("leaseOwner", {}).get("S") != worker:
+                continue
+            sequence = item["checkpoint"]["S"]
+            sub = int(item.get("checkpointSubSequenceNumber", {}).get("N", "0"))
+            out[item["leaseKey"]["S"]] = (int(sequence), sub) if sequence.isdigit() else (-1, -1)
+        return out
 
     def balanced_after(self, since: float, live: set[str], leases: int = 0) -> float | None:
         """Seconds from ``since`` to the first sample with at least ``leases`` leases where
@@ -244,14 +291,17 @@ def lease_scale_out(
     shards: int = 16,
     rate: int = 150,
     seconds: float = 60.0,
-) -> SuiteResult:
+    seed: int = 0,
+) -> ScaleOut:
     started = time.monotonic()
-    result = SuiteResult(NAME)
+    result = ScaleOut(NAME)
     stream = kinesis(shards)
     app = f"scale-out-{uuid.uuid4().hex[:8]}"
     sampler = Sampler(dynamodb_endpoint, app)
     cluster = Cluster(stream.endpoint_url, dynamodb_endpoint, stream.name, app, folder)
-    writer = Writer(stream.endpoint_url, stream.name, rate, seconds)
+    proxy = FaultProxy(
+        stream.endpoint_url, FaultConfig.from_rates(lost_answer=LOST_ANSWERS), seed=seed
+    )
     events: list[tuple[str, float, set[str], int]] = []
     """(what, when, the workers alive after it, the leases to hold after it)"""
 
@@ -263,6 +313,8 @@ def lease_scale_out(
         time.sleep(max(0.0, t0 + fraction * seconds - time.monotonic(), last - time.monotonic()))
 
     try:
+        proxy.start_in_thread()
+        writer = Writer(via(stream.client_config, proxy.endpoint_url), stream.name, rate, seconds)
         t0 = time.monotonic()
         writer.start()
         sampler.start()
@@ -280,6 +332,8 @@ def lease_scale_out(
         held = {s for s, o in sampler.samples[-1].owners.items() if o == "w4"}
         cluster.signal("w4", signal.SIGKILL)
         killed = time.monotonic()
+        # Its last checkpoints: nobody takes its leases before the failover time.
+        last_checkpoints = sampler.checkpoints_of("w4")
         _wait("w4's leases taken", lambda: sampler.moved_away(killed, held, "w4") is not None, 30)
         moved = sampler.moved_away(killed, held, "w4")
         assert moved is not None
@@ -302,6 +356,7 @@ def lease_scale_out(
         writer.join()
         if writer.error is not None:
             raise writer.error
+        stats = proxy.stats()
         written = writer.written
         _wait(
             "every record delivered",
@@ -316,48 +371,91 @@ def lease_scale_out(
     finally:
         sampler.stop.set()
         cluster.kill_all()
+        proxy.stop_in_thread()
     deliveries = cluster.deliveries()
-    _reconcile(result, writer.written, deliveries)
+    _reconcile(result, writer, kcl_view(stream), deliveries, last_checkpoints)
+    lost_answers = stats.total(FaultKind.LOST_ANSWER)
+    result.note(
+        f"PutRecords answers lost after the write: {lost_answers} of "
+        f"{stats.requests.get('PutRecords', 0)} calls"
+    )
     _check_balance(result, sampler, events)
     _check_concurrency(result, deliveries)
     _check_failover(result, deliveries, held, killed)
-    result.faults = 3
+    result.faults = 3 + lost_answers
     result.seconds = time.monotonic() - started
     return result
 
 
-def _reconcile(result: SuiteResult, written: set[int], deliveries: list[dict[str, Any]]) -> None:
-    planned = sigkill = 0
-    copies: dict[int, list[str]] = defaultdict(list)
+def _reconcile(
+    result: ScaleOut,
+    writer: Writer,
+    stream: list[KinesisRecord],
+    deliveries: list[dict[str, Any]],
+    last_checkpoints: dict[str, tuple[int, int]],
+) -> None:
+    """Copies by record id: those that entered the stream (an id at two positions), and those
+    the application got: the same position again (a re-delivery) or another copy of the id."""
+    positions: dict[str | None, set[tuple[str, int, int]]] = defaultdict(set)
+    for record in stream:
+        positions[record.record_id].add((record.shard_id, *record.position))
+    result.entered = sum(len(found) - 1 for found in positions.values())
+    without_id = len(positions.pop(None, ()))
+    if without_id:
+        result.problem(f"{without_id} records in the stream without a record id")
+    if not result.entered:
+        result.problem("no duplicate entered the stream (the lost answers wrote nothing twice)")
+    by_id: dict[str, dict[tuple[str, int, int], list[dict[str, Any]]]] = defaultdict(dict)
     for entry in deliveries:
-        copies[entry["d"]].append(entry["w"])
-    for workers in copies.values():
-        for earlier in workers[:-1]:
-            if earlier == "w4":
-                sigkill += 1
-            else:
-                planned += 1
-    delivered = set(copies)
+        by_id[entry["i"]].setdefault((entry["s"], int(entry["q"]), entry["u"]), []).append(entry)
+    for copies in by_id.values():
+        # Another copy of the id delivered: a duplicate that entered the stream got through.
+        result.leaked += len(copies) - 1
+        for (shard, *at), entries in copies.items():
+            for earlier in entries[:-1]:
+                if earlier["w"] != "w4":
+                    result.planned += 1
+                elif tuple(at) <= last_checkpoints.get(shard, (-1, -1)):
+                    result.checkpointed += 1
+                else:
+                    result.after_kill += 1
+    delivered = {e["d"] for e in deliveries}
+    written = writer.written
     span = max(e["t"] for e in deliveries) - min(e["t"] for e in deliveries) if deliveries else 0
     result.note(f"{len(deliveries):,} deliveries over {span:.0f} s")
-    result.attempted = len(written)
+    result.attempted = len(written) + len(writer.failed)
+    result.failed = len(writer.failed)
     result.delivered = len(delivered & written)
     result.lost = len(written - delivered)
-    result.duplicated = planned + sigkill
-    share = result.duplicated / max(1, len(written))
+    redelivered = result.after_kill + result.planned + result.checkpointed
+    result.duplicated = redelivered + result.leaked
+    share = redelivered / max(1, len(written))
     result.note(
-        f"{len(written):,} records written by a plain boto3 writer; duplicates "
-        f"{result.duplicated} ({share:.2%}): {sigkill} after the SIGKILL, {planned} from "
-        "planned moves"
+        f"{len(written):,} records written by our producer with record ids; duplicates that "
+        f"entered the stream (an id written twice): {result.entered}, delivered to the "
+        f"application: {result.leaked}; re-deliveries {redelivered} ({share:.2%} of the "
+        f"records): {result.after_kill} after the SIGKILL (the killed worker's deliveries after "
+        f"its last checkpoint: the at-least-once part), {result.planned} from planned moves, "
+        f"{result.checkpointed} of records the killed worker had checkpointed"
     )
+    if writer.failed:
+        result.problem(f"{len(writer.failed)} writes failed, e.g. {sorted(writer.failed)[:5]}")
+    if result.leaked:
+        result.problem(
+            f"{result.leaked} duplicates that entered the stream reached the application"
+        )
     if share > 0.01:
-        result.problem(f"duplicates {share:.2%} of the records written (at most 1%)")
-    if planned:
-        result.problem(f"{planned} duplicates from planned moves (none allowed)")
+        result.bound(f"re-deliveries {share:.2%} of the records written (at most 1%)")
+    if result.planned:
+        result.problem(f"{result.planned} duplicates from planned moves (none allowed)")
+    if result.checkpointed:
+        result.problem(
+            f"{result.checkpointed} records the killed worker had checkpointed delivered again"
+        )
 
 
 def _check_balance(
-    result: SuiteResult, sampler: Sampler, events: list[tuple[str, float, set[str], int]]
+    result: ScaleOut, sampler: Sampler, events: list[tuple[str, float, set[str], int]]
 ) -> None:
     limit = 2 * TAKE
     figures = []
@@ -365,7 +463,7 @@ def _check_balance(
         took = sampler.balanced_after(when, live, leases)
         figures.append(f"{what}: {'never' if took is None else f'{took:.1f} s'}")
         if took is None or took > limit:
-            result.problem(f"not balanced within {limit:g} s (two take intervals) of: {what}")
+            result.bound(f"not balanced within {limit:g} s (two take intervals) of: {what}")
     result.note("balanced after: " + "; ".join(figures))
 
 
@@ -392,7 +490,7 @@ def _check_concurrency(result: SuiteResult, deliveries: list[dict[str, Any]]) ->
 
 
 def _check_failover(
-    result: SuiteResult, deliveries: list[dict[str, Any]], held: set[str], killed: float
+    result: ScaleOut, deliveries: list[dict[str, Any]], held: set[str], killed: float
 ) -> None:
     """Each of the killed worker's shards: delivered again by another worker within the
     bound (wall-clock times in the logs: ``killed`` is monotonic, so compare gaps)."""
@@ -412,4 +510,4 @@ def _check_failover(
         f"(bound: failover {FAILOVER:g} + 2 x take {TAKE:g} + {OPEN_SHARD:g} to open a shard)"
     )
     if worst > bound:
-        result.problem(f"w4's shards read again after {worst:.1f} s (bound {bound:g} s)")
+        result.bound(f"w4's shards read again after {worst:.1f} s (bound {bound:g} s)")
