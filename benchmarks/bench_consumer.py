@@ -235,8 +235,15 @@ class _Clock:
 
 
 async def _ours(
-    endpoint: str, stream: str, count: int, *, batches: bool, limit: int = 10_000
+    endpoint: str,
+    stream: str,
+    count: int,
+    *,
+    batches: bool,
+    limit: int = 10_000,
+    **options: Any,
 ) -> _Rate:
+    """Our rate reading ``count`` records of ``stream`` (``options``: more of the Consumer's)."""
     config = local_client_config(endpoint, max_pool_connections=SHARDS * 2)
     seen = 0
     clock = _Clock()
@@ -248,6 +255,7 @@ async def _ours(
         max_records_per_call=limit,
         max_read_bytes_per_second=math.inf,
         close_timeout=0,
+        **options,
     ) as consumer:
         if batches:
             async for batch in consumer.batches():

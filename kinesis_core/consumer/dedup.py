@@ -162,9 +162,14 @@ class DedupWindow:
     def seen_run(self, origin: str, low: int, high: int, arrival: float) -> list[bool] | None:
         """:meth:`seen` for each of the ids ``ORIGIN:low`` to ``ORIGIN:high`` (``0 <= low <=
         high``), all arrived at ``arrival``: None when none was taken before (the common case,
-        one step for the whole run), else whether each was."""
+        one step for the whole run, also for a run that lands below a later one of its origin),
+        else whether each was."""
         ranges = self._ranges.get(origin)
-        if ranges is None or low > self._highest[origin]:
+        if (
+            ranges is None
+            or low > self._highest[origin]
+            or not any(e.low <= high and low <= e.high for e in ranges)
+        ):
             self._take_run(origin, low, high, arrival)
             return None
         answers = [self.seen(f"{origin}:{counter}", arrival) for counter in range(low, high + 1)]

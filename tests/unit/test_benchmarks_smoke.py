@@ -60,6 +60,22 @@ def test_codec_benchmark_quick_run() -> None:
 
 
 @pytest.mark.slow
+def test_dedup_window_benchmark_prints_the_window_of_each_kind_of_id() -> None:
+    """Pure computation: automatic ids stay a few hundred bytes however long the traffic, and
+    the window is bound by its count; ids taken one by one fill the 128 KiB."""
+    rows = measure_here("dedup_window", True)
+    sizes = {row.subject[:3]: row.value or 0.0 for row in rows if row.unit == "B"}
+    held = {row.subject[:3]: row.value or 0.0 for row in rows if row.unit == "s"}
+    assert set(sizes) == set(held) == {"(a)", "(b)", "(c)", "(d)", "(e)"}
+    for kind in ("(a)", "(b)"):
+        assert 0 < sizes[kind] < 1_000
+        assert held[kind] == 100.0  # max_ids 1,000,000 at 10,000 records/s
+    for kind in ("(c)", "(d)", "(e)"):
+        assert 120_000 < sizes[kind] <= 128 * 1024
+        assert 0 < held[kind] < 1
+
+
+@pytest.mark.slow
 def test_schema_registry_benchmark_quick_run() -> None:
     """The Glue Schema Registry row, on moto: both serdes measured, and the registry asked
     once per schema version for all the records."""

@@ -153,6 +153,26 @@ def test_a_run_is_taken_in_one_step_and_its_duplicates_are_found() -> None:
     assert all(f"p.0:{n}" in window for n in range(200))
 
 
+def test_runs_landing_out_of_counter_order_are_taken_whole_as_id_by_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A producer's aggregates land out of counter order (several PutRecords in flight): a run
+    below the origin's highest counter that overlaps nothing taken is new, taken in one step,
+    and leaves the window its ids one by one leave."""
+    runs = [(0, 9), (30, 39), (10, 19), (20, 29), (50, 59), (40, 49)]
+    by_id = DedupWindow()
+    for k, (low, high) in enumerate(runs):
+        assert not any(by_id.seen(f"p.0:{n}", 1.0 + k) for n in range(low, high + 1))
+    by_run = DedupWindow()
+    with monkeypatch.context() as patched:
+        patched.setattr(DedupWindow, "seen", None)  # no id by id
+        for k, (low, high) in enumerate(runs):
+            assert by_run.seen_run("p.0", low, high, 1.0 + k) is None
+    assert by_run.dumps() == by_id.dumps()
+    assert by_run.seen_run("p.0", 25, 34, 9.0) == [True] * 10
+    assert by_run.seen_run("p.0", 55, 64, 9.0) == [True] * 5 + [False] * 5
+
+
 def test_the_count_bound_forgets_the_front_entry_first() -> None:
     window = DedupWindow(max_ids=5)
     window.seen_run("a.0", 0, 1, 1.0)
