@@ -706,10 +706,12 @@ def _check_ehks(ehks: list[str]) -> bool:
     return True
 
 
-_Ids = list[str | None] | tuple[str, int] | None
-"""An aggregate's record ids: one per record, or ``(ORIGIN:, counter)`` when every record
-belongs to the run its first starts (sub-record ``k`` has counter + ``k``), or None when no
-record has one."""
+_Run = tuple[str, int]
+"""A run of ids as records carry it (``KinesisRecord.id_run``): ``(ORIGIN:, counter)``, the
+id of sub-record ``k`` being ``ORIGIN:`` and counter + ``k``; one object for the run."""
+_Ids = list[str | _Run | None] | _Run | None
+"""An aggregate's record ids: one per record (a run's records share its :data:`_Run`), or a
+run when every record belongs to the run its first starts, or None when no record has one."""
 _Columns = tuple[list[str], list[str | None] | None, list[bytes], _Ids]
 """An aggregate's user records column-wise: partition keys, EHKs (None: no record has one),
 data, record ids. Columns let ``map`` build the output objects without a Python-level loop."""
@@ -780,15 +782,14 @@ def _text(value: str | bytes) -> str:
     return value if isinstance(value, str) else value.decode("utf-8", "replace")
 
 
-def _record_ids(tag_lists: Iterable[Sequence[TagMessage]]) -> list[str | None]:
+def _record_ids(tag_lists: Iterable[Sequence[TagMessage]]) -> list[str | _Run | None]:
     """Each record's id, in order, from the records' tags: its own (the value of its first
     ``RECORD_ID_TAG`` tag that has one), else the one its first ``RUN_TAG`` tag starts (none
     if that has no ``ORIGIN:COUNTER`` value), else the open run's next, else none. A record
-    with an id of its own, or a ``RUN_TAG`` tag with no run in it, closes the open run."""
-    ids: list[str | None] = []
-    prefix: str | None = None
-    """``ORIGIN:`` of the open run."""
-    following = 0
+    with an id of its own, or a ``RUN_TAG`` tag with no run in it, closes the open run. The
+    records of a run get the run (:data:`_Run`), one object, not their ids' strings."""
+    ids: list[str | _Run | None] = []
+    open_run: _Run | None = None
     for tags in tag_lists:
         own = None
         has_run = False
@@ -805,17 +806,13 @@ def _record_ids(tag_lists: Iterable[Sequence[TagMessage]]) -> list[str | None]:
                     run = _text(tag.value)
         if own is not None:
             ids.append(own)
-            prefix = None
+            open_run = None
         elif has_run:
             split = None if run is None else split_counter(run)
-            ids.append(None if split is None else run)
-            prefix = None if split is None else split[0] + ":"
-            following = 0 if split is None else split[1] + 1
-        elif prefix is not None:
-            ids.append(f"{prefix}{following}")
-            following += 1
+            open_run = None if split is None else (split[0] + ":", split[1] - len(ids))
+            ids.append(open_run)
         else:
-            ids.append(None)
+            ids.append(open_run)
     return ids
 
 

@@ -67,8 +67,9 @@ class KinesisRecord(msgspec.Struct, gc=False, eq=False):
     are the consumer's: the ack callback, and the sequence number as an int when the caller
     already has it (it saves converting it again). The id its producer gave it in the KPL
     aggregate's tags (docs/effectively-once.md) is ``record_id``: ``_id`` is the id, or, for
-    a record of a run of automatic ids, the run as ``(ORIGIN:, counter of sub-record 0)``, and
-    the id is made from it when first asked for."""
+    a record of a run of ``ORIGIN:COUNTER`` ids, the run as ``(ORIGIN:, c)``, its record at
+    sub-record ``k`` having counter ``c + k``, and the id is made from it when first asked
+    for."""
 
     data: bytes
     partition_key: str
@@ -94,8 +95,9 @@ class KinesisRecord(msgspec.Struct, gc=False, eq=False):
     @property
     def id_run(self) -> str | tuple[str, int] | None:
         """The id as the aggregate's tags carry it: the id, or for a record of a run of
-        automatic ids ``(ORIGIN:, counter of sub-record 0)``, one object shared by the run's
-        records (so a deduplicating reader takes a run at once); None: no id."""
+        ``ORIGIN:COUNTER`` ids ``(ORIGIN:, c)`` (sub-record ``k``'s counter is ``c + k``), one
+        object shared by the run's records (so a deduplicating reader takes a run at once),
+        until ``record_id`` is first read; None: no id."""
         return self._id
 
     @property

@@ -25,8 +25,9 @@ class UserRecord(msgspec.Struct, gc=False, frozen=True):
     for its sink; ``attempts`` is the (bounded) history of earlier trips (empty on the first);
     ``arrival`` is when the producer accepted it, the start of its TTL. Its id
     (``ProducerConfig.record_ids``), the same on every trip, is ``record_id``, the caller's,
-    or else the automatic ``id_origin:id_counter`` (``id_origin`` None: no automatic id),
-    kept apart so that the aggregator can see runs of consecutive counters. Nothing it holds
+    or else ``id_origin:id_counter`` (``id_origin`` None: none), an automatic id or a
+    caller's shaped so, kept apart so that the aggregator can see runs of consecutive
+    counters. Nothing it holds
     refers back to it (no cycle can pass through it), which is what lets the collector skip it.
     """
 

@@ -65,7 +65,7 @@ from kinesis_core.producer.retrier import (
     latest_failure,
     waiting_for_retry,
 )
-from kinesis_core.record_ids import automatic_origin
+from kinesis_core.record_ids import automatic_origin, split_counter
 from kinesis_core.shards.hashing import (
     LARGEST_RECORD_BYTES,
     MAX_PARTITION_KEY_CHARS,
@@ -396,7 +396,9 @@ class Pipeline:
     def _give_ids(self, shard_id: str | None, urs: list[UserRecord]) -> bool:
         """Give each of ``urs`` (just admitted, predicted for ``shard_id``) an automatic id
         where the caller gave none: the session's origin for that shard and the shard's next
-        counters. True if they are one run (no caller's id: their counters follow one another).
+        counters. A caller's id shaped ``ORIGIN:COUNTER`` (a derived id) is kept as its origin
+        and counter, so that consecutive ones travel, and are deduplicated, as runs. True if
+        they are one run (no caller's id: their counters follow one another).
 
         The records were made when they were validated and nothing has read them since but
         this admission, so the ids are set in place (``force_setattr``) rather than on a copy
@@ -415,10 +417,15 @@ class Pipeline:
             self._id_counters[shard_id] = counter + n
             return True
         for ur in urs:
-            if ur.record_id is None:
+            record_id = ur.record_id
+            if record_id is None:
                 force_setattr(ur, "id_origin", origin)
                 force_setattr(ur, "id_counter", counter)
                 counter += 1
+            elif ":" in record_id and (split := split_counter(record_id)) is not None:
+                force_setattr(ur, "record_id", None)
+                force_setattr(ur, "id_origin", split[0])
+                force_setattr(ur, "id_counter", split[1])
         self._id_counters[shard_id] = counter
         return False
 

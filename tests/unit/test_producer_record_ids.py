@@ -110,6 +110,24 @@ def test_caller_ids_travel_with_put_and_put_many() -> None:
     assert (by_data[b"e"] or "").startswith(session)
 
 
+def test_caller_ids_shaped_origin_counter_travel_as_runs() -> None:
+    """Derived ids (``ORIGIN:COUNTER``) of consecutive counters take one tag per run, read back
+    as they were given; the reader gets the run (``id_run``) and deduplicates it at once."""
+    fake = FakeKinesis(shards=1)
+    given = [f"1700.3.abc:{n}" for n in range(50)] + ["1700.3.abc.7:1", "order-1", "x:01"]
+
+    async def main() -> None:
+        async with producer(fake, record_ids=True) as p:
+            await p.put_many([(f"r{i}".encode(), "k", None, rid) for i, rid in enumerate(given)])
+
+    run(main)
+    read = fake.read_all()
+    assert {id(r.id_run) for r in read[:50]} == {id(read[0].id_run)}  # one run, one tag
+    assert read[0].id_run == ("1700.3.abc:", 0)
+    assert [r.id_run for r in read[51:]] == ["order-1", "x:01"]  # not canonical: its own tag
+    assert [r.record_id for r in read] == given
+
+
 def test_the_blocking_producer_takes_caller_ids() -> None:
     fake = FakeKinesis(shards=2)
     config = ProducerConfig(record_max_buffered_time=0.01, record_ids=True)
