@@ -301,7 +301,9 @@ class Consumer:
         try:
             for run in closing:
                 drained = await run.acks(clock, max(deadline - clock.now(), 0.0))
-                event = ShardEvent.DRAINED if drained else ShardEvent.ACK_TIMEOUT
+                # A shard read to its end whose last records were never delivered is not done.
+                done = drained and not run.frontier.cut
+                event = ShardEvent.DRAINED if done else ShardEvent.ACK_TIMEOUT
                 if {Action.WRITE_CHECKPOINT, Action.WRITE_SHARD_END} & set(
                     scheduler.feed(run, event)
                 ):

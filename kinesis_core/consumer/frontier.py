@@ -136,7 +136,8 @@ class ShardFrontier:
     """The registered-but-not-checkpointed batches of one shard, oldest first.
 
     ``start`` is the value the shard was started from (a stored checkpoint or an initial
-    sentinel); :attr:`checkpoint` never moves below it.
+    sentinel); :attr:`checkpoint` never moves below it. Once records were taken out undelivered
+    (:meth:`truncate`, :meth:`discard`), it never becomes SHARD_END: they are still to be read.
     """
 
     def __init__(self, shard_id: str, start: CheckpointValue | None = None) -> None:
@@ -145,6 +146,7 @@ class ShardFrontier:
         self._batches: deque[RecordBatch] = deque()
         self._last: Position | None = None
         self._ended = False
+        self._cut = False
         self._on_drained: Callable[[], None] | None = None
 
     def when_drained(self, callback: Callable[[], None]) -> None:
@@ -184,6 +186,8 @@ class ShardFrontier:
 
     def truncate(self, batch: RecordBatch, delivered: int) -> None:
         """Keep only the first ``delivered`` records of a batch: the rest never reached the user."""
+        if delivered < batch._n:
+            self._cut = True
         batch._n = min(batch._n, delivered)
         if batch._prefix > batch._n:
             batch._prefix = batch._n
@@ -205,6 +209,11 @@ class ShardFrontier:
         return self._ended
 
     @property
+    def cut(self) -> bool:
+        """Records were taken out undelivered: the shard is not finished here."""
+        return self._cut
+
+    @property
     def last_position(self) -> Position | None:
         """The position of the newest registered record."""
         return self._last
@@ -212,14 +221,14 @@ class ShardFrontier:
     @property
     def checkpoint(self) -> CheckpointValue | None:
         """The last position of the contiguous acked prefix (SHARD_END once all of an ended
-        shard is acked; the start value while nothing new is acked)."""
+        shard is delivered and acked; the start value while nothing new is acked)."""
         self._release()
         batches = self._batches
         if batches:
             head = batches[0]
             p = head._prefix
             return _position(head.records[p - 1]) if p else self._base
-        return SHARD_END if self._ended else self._base
+        return SHARD_END if self._ended and not self._cut else self._base
 
     @property
     def pending(self) -> int:

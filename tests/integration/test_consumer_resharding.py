@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kinesis_core.aws.client import create_kinesis_client
 from kinesis_core.aws.executor import list_all_shards
-from kinesis_core.checkpoint import SHARD_END, MemoryCheckpointStore
+from kinesis_core.checkpoint import SHARD_END, MemoryCheckpointStore, SQLiteCheckpointStore
 from kinesis_core.consumer import TRIM_HORIZON, Consumer, ShardState, ShardStatus
 from kinesis_core.records import KinesisRecord
 
@@ -105,3 +107,43 @@ def test_split_then_merge_while_producing_and_consuming(kinesis_stream: Any) -> 
     stored = asyncio.run(rows())
     assert stored[parent].value is SHARD_END
     assert stored[left].parent_shard_ids == (parent,)
+
+
+def test_a_consumer_closed_before_delivering_a_split_parents_last_records_leaves_them_to_read(
+    kinesis_stream: Any, tmp_path: Path
+) -> None:
+    """The parent was read to its end, its last records still queued when the consumer closed:
+    its checkpoint stops before them (not SHARD_END), and the next consumer delivers them."""
+    stream = kinesis_stream(shards=1)
+    store = tmp_path / "checkpoints.sqlite3"
+
+    async def read(stop_after: int | None) -> list[bytes]:
+        got: list[bytes] = []
+        async with Consumer(
+            stream.name,
+            client_config=stream.client_config,
+            checkpoint_store=SQLiteCheckpointStore(store),
+            initial_position=TRIM_HORIZON,
+            shard_refresh_interval=0.5,
+            idle_interval=0.2,
+        ) as consumer:
+
+            async def consume() -> None:
+                async for record in consumer:
+                    record.ack()
+                    got.append(record.data)
+                    if len(got) == stop_after:
+                        return
+
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(consume(), 3.0)
+        return got
+
+    records = [{"Data": b"%d" % i, "PartitionKey": str(i)} for i in range(100)]
+    stream.boto_client().put_records(StreamName=stream.name, Records=records)
+    (parent,) = stream.shards()
+    stream.split(parent["ShardId"])
+    first = asyncio.run(read(50))
+    second = asyncio.run(read(None))
+    assert len(first) == 50
+    assert sorted(first + second, key=int) == [b"%d" % i for i in range(100)]

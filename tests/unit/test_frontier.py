@@ -100,6 +100,23 @@ def test_shard_end_only_after_every_record_is_acked() -> None:
         add_batch(frontier, [(8, 0)])
 
 
+def test_an_ended_shard_with_undelivered_records_never_reaches_shard_end() -> None:
+    """A consumer closed while a read-to-the-end shard's last batches were queued: the queued
+    records are taken out undelivered, and the checkpoint stays before them."""
+    frontier = ShardFrontier("shard-0", (5, 0))
+    delivered = add_batch(frontier, [(6, 0), (7, 0)])
+    queued = add_batch(frontier, [(8, 0)])
+    half = add_batch(frontier, [(9, 0), (9, 1)])
+    frontier.end()
+    frontier.discard(queued)
+    frontier.truncate(half, 1)
+    delivered.ack()
+    half.ack()
+    assert frontier.drained
+    assert frontier.cut
+    assert frontier.checkpoint == (9, 0)
+
+
 def test_batches_must_come_in_shard_order() -> None:
     frontier = ShardFrontier("shard-0")
     add_batch(frontier, [(5, 0), (5, 1)])
