@@ -5,6 +5,7 @@ optionally restarted halfway: what the duplicates and Beam-retry rows count at t
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,8 @@ class Read:
     """Records delivered by the first session when the reader restarted."""
     window_bytes: int = 0
     """The largest dedup window stored in a checkpoint row at the end."""
+    timed_out: bool = False
+    """The read stopped at its timeout before every expected record came."""
 
     @property
     def copies(self) -> Counter[str | None]:
@@ -77,16 +80,18 @@ def read_stream(
     *,
     store: Path | None = None,
     restart_after: int | None = None,
-    timeout: float = 60.0,
+    timeout: float = 30.0,
 ) -> Read:
     """Every record of ``stream`` the consumer delivers (each acked), until every number of
-    ``expected`` was delivered and no record came for QUIET seconds (the writes are over).
+    ``expected`` was delivered and no record came for QUIET seconds (the writes are over), or
+    ``timeout`` seconds passed (``timed_out``: what was not delivered counts as lost).
 
     With ``store`` (a SQLite file) the consumer deduplicates and checkpoints there; without,
     it delivers every copy (a memory store). With ``restart_after``, the consumer closes once
     it delivered that many records (the close writes their checkpoint and window) and a new
     one on the same store reads on."""
     out = Read()
+    deadline = time.monotonic() + timeout
 
     async def session(stop_after: int | None) -> None:
         async with Consumer(
@@ -114,8 +119,10 @@ def read_stream(
 
             task = asyncio.create_task(consume())
             waiter = asyncio.create_task(everything.wait())
-            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            while not task.done():
+            left = deadline - time.monotonic()
+            await asyncio.wait({task, waiter}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            out.timed_out = not (task.done() or waiter.done())
+            while not (task.done() or out.timed_out):
                 arrived.clear()
                 try:
                     await asyncio.wait_for(arrived.wait(), QUIET)
@@ -132,11 +139,12 @@ def read_stream(
         if restart_after is not None:
             await session(restart_after)
             out.before_restart = len(out.records)
-        await session(None)
+        if not out.timed_out:
+            await session(None)
         if store is not None:
             async with SQLiteCheckpointStore(store) as rows:
                 windows = [r.dedup_window for r in await rows.list(APPLICATION, stream.name)]
             out.window_bytes = max((len(w.encode()) for w in windows if w), default=0)
 
-    asyncio.run(asyncio.wait_for(main(), timeout))
+    asyncio.run(main())
     return out
