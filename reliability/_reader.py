@@ -79,7 +79,7 @@ def read_stream(
     expected: set[int],
     *,
     store: Path | None = None,
-    restart_after: int | None = None,
+    restart_after: int | set[int] | None = None,
     timeout: float = 30.0,
 ) -> Read:
     """Every record of ``stream`` the consumer delivers (each acked), until every number of
@@ -88,12 +88,12 @@ def read_stream(
 
     With ``store`` (a SQLite file) the consumer deduplicates and checkpoints there; without,
     it delivers every copy (a memory store). With ``restart_after``, the consumer closes once
-    it delivered that many records (the close writes their checkpoint and window) and a new
-    one on the same store reads on."""
+    it delivered that many records, or every number of that set (the close writes their
+    checkpoint and window), and a new one on the same store reads on."""
     out = Read()
     deadline = time.monotonic() + timeout
 
-    async def session(stop_after: int | None) -> None:
+    async def session(stop_after: int | set[int] | None) -> None:
         async with Consumer(
             stream.name,
             client_config=stream.client_config,
@@ -104,6 +104,8 @@ def read_stream(
             deduplicate=store is not None,
         ) as consumer:
             missing = expected - out.numbers()
+            before = set(stop_after) - out.numbers() if isinstance(stop_after, set) else None
+            count = stop_after if isinstance(stop_after, int) else None
             everything, arrived = asyncio.Event(), asyncio.Event()
 
             async def consume() -> None:
@@ -111,10 +113,15 @@ def read_stream(
                     arrived.set()
                     record.ack()
                     out.records.append(record)
-                    missing.discard(record_id(record.data))
+                    number = record_id(record.data)
+                    missing.discard(number)
                     if not missing:
                         everything.set()
-                    if stop_after is not None and len(out.records) >= stop_after:
+                    if before is not None:
+                        before.discard(number)
+                        if not before:
+                            return
+                    elif count is not None and len(out.records) >= count:
                         return
 
             task = asyncio.create_task(consume())

@@ -12,8 +12,8 @@ splits meanwhile; then the stream is read twice:
   more than one id (copies no window can catch);
 - **deduplicating**: the core ``Consumer`` with ``ConsumerConfig(deduplicate=True)``, its
   checkpoints and windows in a SQLite file, closed once it delivered half the records (in (b):
-  as many as the first worker wrote, where the second one's copies begin) and opened again on
-  the same file (:func:`reliability._reader.read_stream`). At that reader
+  the first worker's outputs, so that it stops where the second one's copies begin in a shard)
+  and opened again on the same file (:func:`reliability._reader.read_stream`). At that reader
   **lost** (records written, never delivered) must be 0 and duplicates 0, by record id and by
   the payload's number; counted: the copies it dropped, and those the second session dropped
   by the windows the first one stored.
@@ -152,10 +152,10 @@ def _read_back(
     stream: LocalStream,
     workdir: Path,
     expected: set[int],
-    restart_after: int | None = None,
+    restart_after: set[int] | None = None,
 ) -> None:
-    """Both reads of ``stream``, the deduplicating one restarted after ``restart_after``
-    records (half of ``expected`` by default), and their checks."""
+    """Both reads of ``stream``, the deduplicating one restarted once it delivered every number
+    of ``restart_after`` (by default: half of ``expected`` delivered), and their checks."""
     scenario.read = read_by_id(stream)
     dedup = scenario.deduplicated = read_stream(
         stream,
@@ -365,7 +365,7 @@ def faust_scenario(
             time.sleep(rng.uniform(0.0, 0.5))
         child.kill()
         child.communicate()
-        first_outputs = len(kcl_view(target))
+        first_outputs = {record_id(r.data) for r in kcl_view(target)}
         # 2: more records come, the input splits under the worker and gets the rest; killed
         # again.
         child = _spawn_pipeline(source, target, datadir, logs[1])
@@ -401,7 +401,8 @@ def faust_scenario(
             child.kill()
             child.communicate()
             scenario.problems.append("the last worker did not stop on SIGTERM")
-        # The deduplicating reader restarts where the copies the second worker writes begin.
+        # The deduplicating reader restarts once it delivered the first worker's outputs: in
+        # the shard it finishes last, where the second worker's copies begin.
         _read_back(scenario, target, workdir, produced, restart_after=first_outputs)
     finally:
         source.close()
