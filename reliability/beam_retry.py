@@ -10,13 +10,13 @@ worker is SIGKILLed from outside. The job service retries no bundle and the job 
 cancelled and the job runs again (what Flink's restart or Dataflow's work item retry
 amounts to), writing every element again under the same ids.
 
-Then the stream is read twice with the core Consumer from the trim horizon:
+Then the stream is read twice with the core Consumer from the trim horizon
+(:func:`reliability._reader.read_stream`):
 
 - **raw**: every record as delivered; its duplicates are the copies the retry wrote (must be
   more than 0, or the kill was not mid-bundle);
-- **deduplicated**: a :class:`~kinesis_core.consumer.dedup.DedupWindow` per shard of the
-  documented bounds drops an id it took before (:class:`ShardWindows`): lost (elements never
-  read) must be 0 and duplicates 0.
+- **deduplicated**: ``ConsumerConfig(deduplicate=True)``, its checkpoints in a SQLite file:
+  lost (elements never read) must be 0, and duplicates 0 by record id and by element.
 
 Elements with the same key go to the same shard, so a copy lands in the shard of its first
 write, where that shard's window holds its id.
@@ -24,7 +24,6 @@ write, where that shard's window holds its id.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from collections import Counter
@@ -36,21 +35,16 @@ import apache_beam as beam
 
 from beam_kinesis import WriteToKinesis
 from beam_kinesis.write import CHUNK_RECORDS
-from kinesis_core.checkpoint import MemoryCheckpointStore
-from kinesis_core.consumer import TRIM_HORIZON, Consumer
-from kinesis_core.consumer.dedup import DedupWindow
 from kinesis_core.local.streams import LocalStream
-from kinesis_core.records import KinesisRecord
 from reliability._common import MakeStream, kcl_view, payload, record_id
 from reliability._portable import Portable, Service, run, run_until_a_worker_is_killed
+from reliability._reader import Read, read_stream
 from reliability.result import SuiteResult
 
 NAME = "beam retried bundle"
 KEYS = 16
 HOLD_SECONDS = 120.0
 """Longest the first attempt holds its bundle, waiting to be killed."""
-QUIET = 1.5
-"""Seconds without a record, once every element was read, after which a read stops."""
 
 
 def element_record(n: int) -> tuple[str, bytes]:
@@ -80,93 +74,6 @@ class HoldFirstAttempt(beam.DoFn):
         yield element
 
 
-class ShardWindows:
-    """A reader's dedup: one DedupWindow per shard, an id it took before dropped and counted.
-    The consumer is to do this itself (``ConsumerConfig(deduplicate=...)``, issue 38)."""
-
-    def __init__(self) -> None:
-        self.windows: dict[str, DedupWindow] = {}
-        self.dropped = 0
-
-    def delivers(self, record: KinesisRecord) -> bool:
-        window = self.windows.setdefault(record.shard_id, DedupWindow())
-        if record.record_id is None or not window.seen(
-            record.record_id, record.approximate_arrival_seconds or 0.0
-        ):
-            return True
-        self.dropped += 1
-        return False
-
-
-@dataclass
-class Read:
-    """What a reader delivered: the copies of each id, and the records."""
-
-    records: list[KinesisRecord] = field(default_factory=list)
-    copies: Counter[str | None] = field(default_factory=Counter)
-    dropped: int = 0
-    """Copies its dedup dropped."""
-
-    @property
-    def duplicates(self) -> int:
-        return sum(n - 1 for n in self.copies.values())
-
-
-def read_stream(
-    stream: LocalStream, expected: set[str], *, deduplicate: bool, timeout: float = 60.0
-) -> Read:
-    """Every record of ``stream`` the core consumer delivers from the trim horizon, through a
-    window per shard with ``deduplicate``, until every id of ``expected`` was delivered and
-    no record came for QUIET seconds (the writes are over). Once the consumer deduplicates
-    itself, ``deduplicate`` turns its ``ConsumerConfig(deduplicate=...)`` on instead of
-    ShardWindows, and ``dropped`` comes from its count."""
-    out = Read()
-    dedup = ShardWindows() if deduplicate else None
-
-    async def main() -> None:
-        async with Consumer(
-            stream.name,
-            client_config=stream.client_config,
-            checkpoint_store=MemoryCheckpointStore(),
-            initial_position=TRIM_HORIZON,
-            shard_refresh_interval=0.5,
-            idle_interval=0.2,
-        ) as consumer:
-            missing = set(expected)
-            everything, arrived = asyncio.Event(), asyncio.Event()
-
-            async def consume() -> None:
-                async for record in consumer:
-                    arrived.set()
-                    record.ack()
-                    if dedup is None or dedup.delivers(record):
-                        out.records.append(record)
-                        out.copies[record.record_id] += 1
-                        missing.discard(record.record_id or "")
-                        if not missing:
-                            everything.set()
-
-            task = asyncio.create_task(consume())
-            waiter = asyncio.create_task(everything.wait())
-            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            while not task.done():
-                arrived.clear()
-                try:
-                    await asyncio.wait_for(arrived.wait(), QUIET)
-                except asyncio.TimeoutError:
-                    break
-            waiter.cancel()
-            if task.done():
-                task.result()  # the consumer's error, if it failed
-            task.cancel()
-            await asyncio.gather(task, waiter, return_exceptions=True)
-
-    asyncio.run(asyncio.wait_for(main(), timeout))
-    if dedup is not None:
-        out.dropped = dedup.dropped
-    return out
-
-
 @dataclass
 class Retried(SuiteResult):
     """The row, with both reads and how many records the killed attempt wrote."""
@@ -178,9 +85,10 @@ class Retried(SuiteResult):
     def summary(self) -> str:
         return (
             f"{self.attempted:,} elements, one bundle; the killed attempt wrote "
-            f"{self.written_before_kill:,} before its worker was SIGKILLed; lost "
-            f"{self.lost}; duplicates without dedup {self.raw.duplicates:,}; after a dedup "
-            f"window per shard {self.deduplicated.duplicates} ({self.deduplicated.dropped:,} "
+            f"{self.written_before_kill:,} before its worker was SIGKILLed; duplicates "
+            f"without dedup {self.raw.duplicates:,}; at a deduplicating consumer: lost "
+            f"{self.lost}, duplicates {self.deduplicated.duplicates} by record id, "
+            f"{self.deduplicated.duplicate_numbers} by element ({self.deduplicated.dropped:,} "
             "dropped)"
         )
 
@@ -219,6 +127,7 @@ def beam_retry(
     flushed = hold // CHUNK_RECORDS * CHUNK_RECORDS
     marker = workdir / "first-attempt"
     expected = {element_id(element_record(n)) for n in range(elements)}
+    numbers = set(range(elements))
     before = {element_id(element_record(n)) for n in range(flushed)}
     stream = make_stream(shards)
     portable = Portable(workdir)
@@ -230,8 +139,8 @@ def beam_retry(
         )
         result.written_before_kill = len(_ids_in(stream))
         run(_pipeline(portable, stream, elements, hold, marker))
-        result.raw = read_stream(stream, expected, deduplicate=False)
-        result.deduplicated = read_stream(stream, expected, deduplicate=True)
+        result.raw = read_stream(stream, numbers)
+        result.deduplicated = read_stream(stream, numbers, store=workdir / "dedup.sqlite3")
         kcl = Counter(r.record_id for r in kcl_view(stream))
     finally:
         portable.stop()
@@ -257,8 +166,11 @@ def _reconcile(result: Retried, expected: set[str], kcl: Counter[str | None]) ->
         )
     if result.raw.duplicates == 0:
         result.problem("no duplicates without dedup: the retry wrote nothing again")
-    if deduplicated.duplicates:
-        result.problem(f"{deduplicated.duplicates} duplicates after dedup")
+    if deduplicated.duplicates or deduplicated.duplicate_numbers:
+        result.problem(
+            f"{deduplicated.duplicates} duplicates by record id, "
+            f"{deduplicated.duplicate_numbers} by element, at the deduplicating consumer"
+        )
     if result.raw.copies != kcl:
         result.problem("the consumer without dedup read other records than a KCL reader")
     unknown = set(kcl) - set(expected)

@@ -1,21 +1,22 @@
-"""Duplicates at a reader that reads by record id, and what a dedup window would leave of them.
+"""Duplicates at a deduplicating reader, and those a plain reader sees.
 
 Two scenarios write records with ids (docs/effectively-once.md) into a kinesis-mock stream that
-splits meanwhile; then a reader reads the stream as this library's consumer does (deaggregated,
-an aggregate with a sub-record outside its shard's hash range dropped whole, parents before
-children) and counts, by record id:
+splits meanwhile; then the stream is read twice:
 
-- **lost**: records written (the producer's successes; the Faust pipeline's input records)
-  never read; must be 0;
-- **duplicates**: the extra copies of an id, what a reader without dedup sees;
-- **left after a window**: the copies a :class:`~kinesis_core.consumer.dedup.DedupWindow` of
-  the documented bounds (the defaults) would not drop, run offline over each shard's records in
-  order, a child shard starting with its parents' final windows (``DedupWindow.inherit``), as
-  the consumer is to do once it deduplicates (issue 38, part 2);
-- **left after a window that ignores lineage**: the same, each shard starting with an empty
-  window: the copies only the parents' windows catch;
-- **records read under more than one id**: copies no window can catch (their content is the
-  same, their ids differ).
+- **plain**: every user record in it, as the consumer reads it (deaggregated, an aggregate
+  with a sub-record outside its shard's hash range dropped whole), read by record id: its
+  **duplicates** are the extra copies of an id, what a reader without dedup sees (more than 0,
+  or the faults duplicated nothing); also counted, offline: the copies a
+  :class:`~kinesis_core.consumer.dedup.DedupWindow` that starts empty in every shard (ignoring
+  lineage) would leave, the copies only the parents' windows catch; and the records read under
+  more than one id (copies no window can catch);
+- **deduplicating**: the core ``Consumer`` with ``ConsumerConfig(deduplicate=True)``, its
+  checkpoints and windows in a SQLite file, closed once it delivered half the records (in (b):
+  the first worker's outputs, so that it stops where the second one's copies begin in a shard)
+  and opened again on the same file (:func:`reliability._reader.read_stream`). At that reader
+  **lost** (records written, never delivered) must be 0 and duplicates 0, by record id and by
+  the payload's number; counted: the copies it dropped, and those the second session dropped
+  by the windows the first one stored.
 
 (a) ``producer``: a Producer with ``record_ids=True`` behind a fault proxy that loses the answer
 of 10% of the PutRecords calls after the service wrote their records (``lost_answer``), so the
@@ -44,14 +45,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kinesis_core.aggregation import deaggregate
 from kinesis_core.consumer.dedup import DedupWindow
 from kinesis_core.local.fault_proxy import FaultProxy
 from kinesis_core.local.faults import FaultConfig, FaultKind
 from kinesis_core.local.streams import LocalStream
 from kinesis_core.producer import BlockingProducer, Producer, ProducerConfig, RecordResult
 from kinesis_core.records import KinesisRecord
-from reliability._common import MakeStream, payload, record_id, shard_position, via
+from reliability._common import MakeStream, kcl_view, payload, record_id, shard_position, via
+from reliability._reader import Read, read_stream
 from reliability.result import SuiteResult
 
 NAME = "duplicates"
@@ -66,32 +67,19 @@ REPO = Path(__file__).resolve().parents[1]
 
 @dataclass
 class ReadById:
-    """What a reader that reads by record id saw of a stream, and what a window would drop."""
+    """What a plain reader that reads by record id saw of a stream."""
 
     records: list[KinesisRecord] = field(default_factory=list)
-    """Every user record read, shard by shard, parents before children."""
+    """Every user record read, shard by shard."""
     copies: Counter[str] = field(default_factory=Counter)
     """Times each id was read."""
     without_id: int = 0
-    caught: int = 0
-    """Copies the offline window would drop."""
     caught_without_lineage: int = 0
     """Copies a window that starts empty in every shard (no inheritance) would drop."""
-    window_bytes: int = 0
-    """The largest serialised window of a shard at its end."""
 
     @property
     def duplicates(self) -> int:
         return sum(n - 1 for n in self.copies.values())
-
-    @property
-    def left(self) -> int:
-        """Duplicates a window of the documented bounds would still deliver."""
-        return self.duplicates - self.caught
-
-    def numbers(self) -> set[int]:
-        """The record numbers (payloads' prefixes) read."""
-        return {record_id(r.data) for r in self.records}
 
     def numbers_under_several_ids(self) -> int:
         """Records whose copies carry different ids: no window can catch those."""
@@ -101,103 +89,101 @@ class ReadById:
         return sum(1 for found in ids.values() if len(found) > 1)
 
 
-def lineage_order(shards: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``shards`` (ListShards entries) with every shard after its parents."""
-    listed = {s["ShardId"] for s in shards}
-    done: set[str] = set()
-    ordered: list[dict[str, Any]] = []
-    pending = sorted(shards, key=lambda s: str(s["ShardId"]))
-    while pending:
-        ready = [s for s in pending if not (_parents(s) & listed) - done]
-        if not ready:  # a cycle cannot happen in Kinesis; keep going rather than hang
-            ready = pending[:1]
-        for shard in ready:
-            ordered.append(shard)
-            done.add(shard["ShardId"])
-        pending = [s for s in pending if s["ShardId"] not in done]
-    return ordered
-
-
-def _parents(shard: dict[str, Any]) -> set[str]:
-    return {p for p in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId")) if p}
-
-
 def read_by_id(stream: LocalStream) -> ReadById:
-    """Read ``stream`` as the consumer does and count its ids, with the offline window."""
-    by_shard: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for raw in stream.records():
-        by_shard[raw["ShardId"]].append(raw)
-    out = ReadById()
-    windows: dict[str, DedupWindow] = {}
-    for shard in lineage_order(stream.shards()):
-        shard_id = shard["ShardId"]
-        hash_range = (
-            int(shard["HashKeyRange"]["StartingHashKey"]),
-            int(shard["HashKeyRange"]["EndingHashKey"]),
-        )
-        parents = [windows[p] for p in sorted(_parents(shard)) if p in windows]
-        window = DedupWindow.inherit(parents) if parents else DedupWindow()
+    """Read ``stream`` as the consumer does and count its ids, with a window per shard that
+    ignores lineage, run offline."""
+    out = ReadById(records=kcl_view(stream))
+    by_shard: dict[str, list[KinesisRecord]] = defaultdict(list)
+    for record in out.records:
+        by_shard[record.shard_id].append(record)
+    for records in by_shard.values():
         alone = DedupWindow()
-        raws = sorted(by_shard.get(shard_id, []), key=lambda r: int(r["SequenceNumber"]))
-        for record in deaggregate(raws, shard_id, hash_range):
-            out.records.append(record)
+        for record in sorted(records, key=lambda r: r.position):
             if record.record_id is None:
                 out.without_id += 1
                 continue
             out.copies[record.record_id] += 1
-            arrival = record.approximate_arrival_seconds or 0.0
-            if window.seen(record.record_id, arrival):
-                out.caught += 1
-            if alone.seen(record.record_id, arrival):
+            if alone.seen(record.record_id, record.approximate_arrival_seconds or 0.0):
                 out.caught_without_lineage += 1
-        windows[shard_id] = window
-        out.window_bytes = max(out.window_bytes, len(window.dumps().encode()))
     return out
 
 
 @dataclass
 class Scenario(SuiteResult):
-    """The figures of one scenario (``suite`` its name), and what its reader saw."""
+    """The figures of one scenario (``suite`` its name), and what its readers saw."""
 
     read: ReadById = field(default_factory=ReadById)
+    """The plain read."""
+    deduplicated: Read = field(default_factory=Read)
+    """The deduplicating consumer's read."""
 
     @property
     def duplicates(self) -> int:
+        """Duplicates a reader without dedup sees."""
         return self.read.duplicates
-
-    @property
-    def left(self) -> int:
-        return self.read.left
 
     @property
     def left_without_lineage(self) -> int:
         """Duplicates a window that ignores lineage would still deliver."""
         return self.duplicates - self.read.caught_without_lineage
 
+    @property
+    def caught_across_restart(self) -> int:
+        """Copies the deduplicating reader's second session dropped by the stored windows."""
+        return self.deduplicated.caught_across_restart(self.read.records)
+
     def summary(self) -> str:
-        window = DedupWindow()
-        several = self.read.numbers_under_several_ids()
+        dedup = self.deduplicated
         return (
-            f"{self.suite}: {self.attempted:,} records, lost {self.lost}; duplicates without "
-            f"dedup: {self.duplicates}; left after a window: {self.left}, after a window that "
-            f"ignores lineage: {self.left_without_lineage} (max_age "
-            f"{window.max_age:g} s, max_ids {window.max_ids:,}, max_bytes {window.max_bytes:,}; "
-            f"largest window at a shard's end {self.read.window_bytes:,} bytes); records read "
-            f"under more than one id: {several}; read without an id: {self.read.without_id}"
+            f"{self.suite}: {self.attempted:,} records; duplicates without dedup: "
+            f"{self.duplicates}; at a deduplicating consumer restarted after "
+            f"{dedup.before_restart or 0:,} records: lost {self.lost}, duplicates "
+            f"{dedup.duplicates} by record id and {dedup.duplicate_numbers} by number, "
+            f"{dedup.dropped} dropped, {self.caught_across_restart} of them by the windows "
+            f"stored before the restart (largest stored window {dedup.window_bytes:,} bytes); "
+            f"left by a window that ignores lineage: {self.left_without_lineage}; records read "
+            f"under more than one id: {self.read.numbers_under_several_ids()}; read without an "
+            f"id: {self.read.without_id}"
         )
 
 
-def _reconcile_read(scenario: Scenario, expected: set[int]) -> None:
-    read = scenario.read
-    numbers = read.numbers()
-    missing = expected - numbers
+def _read_back(
+    scenario: Scenario,
+    stream: LocalStream,
+    workdir: Path,
+    expected: set[int],
+    restart_after: set[int] | None = None,
+) -> None:
+    """Both reads of ``stream``, the deduplicating one restarted once it delivered every number
+    of ``restart_after`` (by default: half of ``expected`` delivered), and their checks."""
+    scenario.read = read_by_id(stream)
+    dedup = scenario.deduplicated = read_stream(
+        stream,
+        expected,
+        store=workdir / f"{stream.name}.sqlite3",
+        restart_after=len(expected) // 2 if restart_after is None else restart_after,
+    )
+    missing = expected - dedup.numbers()
     scenario.lost += len(missing)
+    scenario.delivered = len(expected) - len(missing)
     if missing:
         scenario.problems.append(
-            f"{scenario.suite}: {len(missing)} records never read, e.g. {sorted(missing)[:5]}"
+            f"{scenario.suite}: {len(missing)} records never delivered by the deduplicating "
+            f"consumer, e.g. {sorted(missing)[:5]}"
         )
-    if read.without_id:
-        scenario.problems.append(f"{scenario.suite}: {read.without_id} records read without id")
+    if dedup.timed_out:
+        scenario.problems.append(
+            f"{scenario.suite}: the deduplicating consumer did not deliver every record in time"
+        )
+    if dedup.duplicates or dedup.duplicate_numbers:
+        scenario.problems.append(
+            f"{scenario.suite}: the deduplicating consumer delivered {dedup.duplicates} "
+            f"duplicates by record id, {dedup.duplicate_numbers} by number"
+        )
+    if scenario.read.without_id:
+        scenario.problems.append(
+            f"{scenario.suite}: {scenario.read.without_id} records read without id"
+        )
 
 
 # (a) the producer, answers lost after the write, a split in the middle
@@ -252,7 +238,12 @@ async def _put_with_split(
 
 
 def producer_scenario(
-    make_stream: MakeStream, *, records: int, seed: int, lost_during_split: float = LOST_ANSWERS
+    make_stream: MakeStream,
+    workdir: Path,
+    *,
+    records: int,
+    seed: int,
+    lost_during_split: float = LOST_ANSWERS,
 ) -> Scenario:
     """(a); with ``lost_during_split`` above LOST_ANSWERS, the answers lost while the shard
     splits are retried into its children: the copies that only lineage catches."""
@@ -269,22 +260,19 @@ def producer_scenario(
             )
             stats = proxy.stats()
         scenario.faults = stats.total(FaultKind.LOST_ANSWER)
-        scenario.read = read_by_id(stream)
+        succeeded = {i for i, result in enumerate(results) if result.success}
+        _read_back(scenario, stream, workdir, succeeded)
     finally:
         stream.close()
     at = {shard_position(r): r.data for r in scenario.read.records}
-    succeeded: set[int] = set()
     for i, result in enumerate(results):
         scenario.attempted += 1
         if result.success:
             where = (result.shard_id, *(result.position or ()))
             if at.get(where) != payload(i, 60):
                 scenario.problems.append(f"record {i}: not found where its result says {where}")
-            succeeded.add(i)
         elif result.error_code:
             scenario.failed += 1
-    _reconcile_read(scenario, succeeded)
-    scenario.delivered = len(succeeded & scenario.read.numbers())
     scenario.notes.append(
         f"(a) {scenario.faults} PutRecords answers lost of {stats.requests.get('PutRecords', 0)}"
         f" calls; split into {', '.join(children)}"
@@ -377,6 +365,7 @@ def faust_scenario(
             time.sleep(rng.uniform(0.0, 0.5))
         child.kill()
         child.communicate()
+        first_outputs = {record_id(r.data) for r in kcl_view(target)}
         # 2: more records come, the input splits under the worker and gets the rest; killed
         # again.
         child = _spawn_pipeline(source, target, datadir, logs[1])
@@ -396,7 +385,7 @@ def faust_scenario(
         _wait(
             scenario,
             child,
-            lambda: ready.exists() and produced <= read_by_id(target).numbers(),
+            lambda: ready.exists() and produced <= {record_id(r.data) for r in kcl_view(target)},
             timeout,
             "output of every input",
         )
@@ -412,15 +401,15 @@ def faust_scenario(
             child.kill()
             child.communicate()
             scenario.problems.append("the last worker did not stop on SIGTERM")
-        scenario.read = read_by_id(target)
+        # The deduplicating reader restarts once it delivered the first worker's outputs: in
+        # the shard it finishes last, where the second worker's copies begin.
+        _read_back(scenario, target, workdir, produced, restart_after=first_outputs)
     finally:
         source.close()
         target.close()
     scenario.faults = 2
     scenario.attempted = records
     scenario.failed = records - len(produced)
-    _reconcile_read(scenario, produced)
-    scenario.delivered = len(produced & scenario.read.numbers())
     processed = _processed(logs)
     scenario.notes.append(
         f"(b) the input split into {', '.join(children)}; the workers processed "
@@ -443,9 +432,9 @@ def duplicates(
     result = SuiteResult(NAME)
     started = time.monotonic()
     for scenario in (
-        producer_scenario(make_stream, records=producer_records, seed=seed),
+        producer_scenario(make_stream, workdir, records=producer_records, seed=seed),
         producer_scenario(
-            make_stream, records=producer_records // 2, seed=seed, lost_during_split=1.0
+            make_stream, workdir, records=producer_records // 2, seed=seed, lost_during_split=1.0
         ),
         faust_scenario(make_stream, workdir, records=faust_records, seed=seed),
     ):
