@@ -30,12 +30,6 @@ def check(scenario: Scenario) -> None:
     assert dedup.dropped >= scenario.duplicates  # re-read after the restart: dropped again
 
 
-@pytest.mark.xfail(
-    reason="a Consumer closed while a split parent's last records are read but not delivered "
-    "writes SHARD_END for it, so the reader's second session never delivers them (lost > 0 "
-    "when the restart comes after the parent was read to its end); a kinesis_core defect",
-    strict=False,
-)
 @pytest.mark.parametrize("lost_during_split", [0.1, 1.0], ids=["10%", "all-during-split"])
 def test_a_producer_losing_answers_across_a_split_leaves_no_duplicate_at_a_deduplicating_reader(
     kinesis_stream: StreamFactory, tmp_path: Path, lost_during_split: float
