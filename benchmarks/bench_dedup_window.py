@@ -4,16 +4,18 @@ computation with ``DedupWindow`` under its default bounds (``max_age`` 600 s, ``
 
 Traffic: one shard, 10,000 records/s in aggregates of 100 records (an aggregate's records share
 their arrival time, one aggregate every 10 ms), each record's id taken as a deduplicating
-consumer takes it (a run of automatic ids in one step, any other id one by one):
+consumer takes it (a run of ``ORIGIN:COUNTER`` ids in one step, any other id one by one):
 
 * (a) automatic ids from one producer: one run of consecutive counters per aggregate;
 * (b) automatic ids from 10 producers, their aggregates interleaved in the shard;
 * (c) caller-given ids, ``str(uuid4())``;
 * (d) derived ids (``derived_record_id``, one output per input) of inputs that were aggregated:
-  100 inputs share a sequence number, with sub-sequence numbers 0 to 99;
+  100 inputs share a sequence number, with sub-sequence numbers 0 to 99: one run per input
+  aggregate (an output aggregate holding the outputs of one input aggregate, as the Faust
+  sink's ``derived_partition_key`` routes them);
 * (e) derived ids of inputs not aggregated: a sequence number each, sub-sequence number 0.
 
-Ids taken one by one (c, d, e) fill the 128 KiB within a second, after which the window forgets
+Ids taken one by one (c, e) fill the 128 KiB within a second, after which the window forgets
 the oldest as it takes each new one: of those, the first aggregate (the window counts arrival
 times from it) and the last ``TAIL`` seconds of the ``SECONDS`` are taken, which leaves the
 window all ``SECONDS`` would leave (checked: it holds less than ``TAIL`` seconds).
@@ -38,7 +40,7 @@ from kinesis_core.consumer.dedup import (
     DEFAULT_MAX_IDS,
     DedupWindow,
 )
-from kinesis_core.record_ids import automatic_origin, derived_record_id
+from kinesis_core.record_ids import automatic_origin, derived_record_id, split_counter
 
 RATE = 10_000
 """Records per second into the shard."""
@@ -119,9 +121,17 @@ def _uuid4(i: int) -> str:
     return str(uuid.UUID(bytes=hashlib.md5(i.to_bytes(8, "big")).digest(), version=4))
 
 
-def _derived_aggregated(i: int) -> str:
-    sequence = SEQUENCE + i // AGGREGATE * SEQUENCE_STEP
-    return derived_record_id(INCARNATION, SHARD, sequence, i % AGGREGATE)
+def _derived_aggregated() -> Traffic:
+    def record_id(i: int) -> str:
+        sequence = SEQUENCE + i // AGGREGATE * SEQUENCE_STEP
+        return derived_record_id(INCARNATION, SHARD, sequence, i % AGGREGATE)
+
+    def run(k: int) -> tuple[str, int, int]:
+        split = split_counter(record_id(k * AGGREGATE))
+        assert split is not None
+        return split[0], 0, AGGREGATE - 1
+
+    return Traffic("(d) derived ids, inputs aggregated", record_id, run)
 
 
 def _derived_alone(i: int) -> str:
@@ -132,7 +142,7 @@ TRAFFIC = [
     _one_producer(),
     _producers(),
     Traffic("(c) caller-given ids, uuid4", _uuid4),
-    Traffic("(d) derived ids, inputs aggregated", _derived_aggregated),
+    _derived_aggregated(),
     Traffic("(e) derived ids, inputs not aggregated", _derived_alone),
 ]
 
