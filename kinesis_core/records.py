@@ -66,10 +66,11 @@ class KinesisRecord(msgspec.Struct, gc=False, eq=False):
     or as a datetime, and made into the other form only when asked for. The last two arguments
     are the consumer's: the ack callback, and the sequence number as an int when the caller
     already has it (it saves converting it again). The id its producer gave it in the KPL
-    aggregate's tags (docs/effectively-once.md) is ``record_id``: ``_id`` is the id, or, for
-    a record of a run of ``ORIGIN:COUNTER`` ids, the run as ``(ORIGIN:, c)``, its record at
-    sub-record ``k`` having counter ``c + k``, and the id is made from it when first asked
-    for."""
+    aggregate's tags (docs/effectively-once.md) is ``record_id``, made when first asked for
+    from ``id_run``: the id as the tags carry it, the id, or for a record of a run of
+    ``ORIGIN:COUNTER`` ids ``(ORIGIN:, c)`` (sub-record ``k``'s counter is ``c + k``), one
+    object shared by the run's records (so a deduplicating reader takes a run at once), until
+    ``record_id`` is first read (then the id); None: no id."""
 
     data: bytes
     partition_key: str
@@ -81,24 +82,16 @@ class KinesisRecord(msgspec.Struct, gc=False, eq=False):
     aggregated: bool
     _ack: Callable[[KinesisRecord], None] | None = None
     _sequence: int | None = None
-    _id: str | tuple[str, int] | None = None
+    id_run: str | tuple[str, int] | None = None
 
     @property
     def record_id(self) -> str | None:
         """The id its producer gave it, None when it has none."""
-        record_id = self._id
+        record_id = self.id_run
         if isinstance(record_id, tuple):
             prefix, counter = record_id
-            record_id = self._id = f"{prefix}{counter + self.sub_sequence_number}"
+            record_id = self.id_run = f"{prefix}{counter + self.sub_sequence_number}"
         return record_id
-
-    @property
-    def id_run(self) -> str | tuple[str, int] | None:
-        """The id as the aggregate's tags carry it: the id, or for a record of a run of
-        ``ORIGIN:COUNTER`` ids ``(ORIGIN:, c)`` (sub-record ``k``'s counter is ``c + k``), one
-        object shared by the run's records (so a deduplicating reader takes a run at once),
-        until ``record_id`` is first read; None: no id."""
-        return self._id
 
     @property
     def approximate_arrival_timestamp(self) -> datetime | None:

@@ -15,7 +15,10 @@ Ids compress: an id shaped ``ORIGIN:COUNTER`` (:func:`~kinesis_core.record_ids.s
 automatic and derived ids, docs/effectively-once.md) extends its origin's newest range when that
 range ends at ``COUNTER - 1``, so the consecutive ids of one producer session and shard take
 one entry however many producers write to the shard between them; any other id is an entry of
-its own (an exception). :meth:`DedupWindow.seen_run` takes a run of counters in one step.
+its own (an exception), except that the ids :meth:`DedupWindow.seen_ids` takes together (a
+response's records with ids of their callers) share an entry of up to ``CHUNK_IDS`` ids and
+their arrival (a chunk), taken and forgotten together. :meth:`DedupWindow.seen_run` takes a run
+of counters in one step.
 
 The entries are kept in the order of their newest id, and the bounds forget from the front:
 whole entries by age and bytes, the oldest counters of the front range by count. So the window
@@ -24,10 +27,9 @@ binds, and may remember an id longer (an old counter stays in a range that grows
 
 Serialised (``dumps``), a window is JSON text: ``[1, base, latest, [origins], [entries]]``,
 version 1, arrival times in epoch milliseconds (``base`` the first, null for a window that took
-nothing yet; entries relative to it), a
-range ``[origin index, low, high - low, arrival of its newest id]``, an exception ``[id,
-arrival]``. Its length in UTF-8 bytes is at most ``max_bytes``: the window counts every
-entry's bytes as it goes (``size``).
+nothing yet; entries relative to it), a range ``[origin index, low, high - low, arrival of its
+newest id]``, an exception ``[id, arrival]``, a chunk ``[arrival, [ids]]``. Its length in UTF-8
+bytes is at most ``max_bytes``: the window counts every entry's bytes as it goes (``size``).
 
 A child shard starts with its parents' windows (``inherit``): a split's children each get
 the parent's, a merge's child the union of both parents'.
@@ -52,6 +54,9 @@ item's 400 KB for the rest of a checkpoint row."""
 DEFAULT_MAX_AGE = 600.0
 DEFAULT_MAX_IDS = 1_000_000
 DEFAULT_MAX_BYTES = 128 * 1024
+CHUNK_IDS = 256
+"""The most ids of one chunk (the ids :meth:`DedupWindow.seen_ids` takes together): the bounds
+forget a chunk whole, so this is how many ids at most they forget beyond what they must."""
 
 _HEADER_BYTES = 64
 """An upper bound of the serialised form's bytes outside its origins and entries: brackets,
@@ -63,17 +68,20 @@ _encode = msgspec.json.encode
 
 
 class _Entry:
-    """A range ``origin:low`` to ``origin:high`` (``low >= 0``), or an exception: the id
-    ``origin`` itself (``low == high == -1``); the arrival of its newest id (epoch ms) and
-    its serialised bytes."""
+    """A range ``origin:low`` to ``origin:high`` (``low >= 0``), an exception: the id
+    ``origin`` itself (``low == high == -1``), or a chunk: the ``ids`` (``low == high ==
+    -2``); the arrival of its newest id (epoch ms) and its serialised bytes."""
 
-    __slots__ = ("high", "last", "low", "origin", "size")
+    __slots__ = ("high", "ids", "last", "low", "origin", "size")
 
-    def __init__(self, origin: str, low: int, high: int, last: int) -> None:
+    def __init__(
+        self, origin: str, low: int, high: int, last: int, ids: list[str] | None = None
+    ) -> None:
         self.origin = origin
         self.low = low
         self.high = high
         self.last = last
+        self.ids = ids
         self.size = 0
 
 
@@ -150,14 +158,27 @@ class DedupWindow:
             return True
         split = split_counter(record_id)
         if split is None:
-            ms = self._arrived(arrival)
-            entry = _Entry(record_id, -1, -1, ms)
-            self._exceptions[record_id] = entry
-            self._append(entry)
+            self._append(_Entry(record_id, -1, -1, self._arrived(arrival)))
             self._evict()
         else:
             self._take_run(split[0], split[1], split[1], arrival)
         return False
+
+    def seen_ids(
+        self, ids: list[str], arrival: float, *, distinct: bool = False
+    ) -> list[bool] | None:
+        """:meth:`seen` for each of ``ids``, none shaped ``ORIGIN:COUNTER`` (the caller makes
+        sure: no ``:`` in them), all arrived at ``arrival``: None when none was taken before
+        and none is there twice (the common case: one step for them all, as chunks), else
+        whether each was. ``distinct``: the caller knows none is there twice."""
+        if self._exceptions.keys().isdisjoint(ids) and (distinct or len(set(ids)) == len(ids)):
+            ms = self._arrived(arrival)
+            for start in range(0, len(ids), CHUNK_IDS):
+                self._append(_Entry("", -2, -2, ms, ids[start : start + CHUNK_IDS]))
+            self._evict()
+            return None
+        answers = [self.seen(record_id, arrival) for record_id in ids]
+        return answers if any(answers) else None
 
     def seen_run(self, origin: str, low: int, high: int, arrival: float) -> list[bool] | None:
         """:meth:`seen` for each of the ids ``ORIGIN:low`` to ``ORIGIN:high`` (``0 <= low <=
@@ -210,14 +231,22 @@ class DedupWindow:
                 self._highest[entry.origin] = entry.high
                 self.size += len(_encode(entry.origin)) + 1
             ranges.append(entry)
+            self.ids += entry.high - entry.low + 1
+        elif entry.ids is None:
+            self._exceptions[entry.origin] = entry
+            self.ids += 1
+        else:
+            self._exceptions.update(dict.fromkeys(entry.ids, entry))
+            self.ids += len(entry.ids)
         self._entries[entry] = None
         self._resize(entry)
-        self.ids += 1 if entry.low < 0 else entry.high - entry.low + 1
 
     def _resize(self, entry: _Entry) -> None:
         """Count ``entry``'s serialised bytes (with its comma) anew."""
         base = self._epoch_ms or 0
-        if entry.low < 0:
+        if entry.ids is not None:
+            size = len(_encode(entry.ids)) + len(str(entry.last - base)) + 4
+        elif entry.low < 0:
             size = len(_encode(entry.origin)) + len(str(entry.last - base)) + 4
         else:
             size = (
@@ -239,21 +268,28 @@ class DedupWindow:
             if not (front.last < cutoff or self.size > self.max_bytes or self.ids > self.max_ids):
                 return
             excess = self.ids - self.max_ids
-            if (
-                front.low >= 0
-                and front.last >= cutoff
-                and self.size <= self.max_bytes
-                and excess < front.high - front.low + 1
-            ):
-                front.low += excess
-                self.ids -= excess
-                self._resize(front)  # a digit more is possible: the loop looks again
-                continue
+            if front.last >= cutoff and self.size <= self.max_bytes:
+                if front.low >= 0 and excess < front.high - front.low + 1:
+                    front.low += excess
+                    self.ids -= excess
+                    self._resize(front)  # a digit more is possible: the loop looks again
+                    continue
+                if front.ids is not None and excess < len(front.ids):
+                    for record_id in front.ids[:excess]:
+                        del self._exceptions[record_id]
+                    front.ids = front.ids[excess:]
+                    self.ids -= excess
+                    self._resize(front)
+                    continue
             self._pop()
 
     def _pop(self) -> None:
         entry, _ = self._entries.popitem(last=False)
         self.size -= entry.size
+        if entry.ids is not None:
+            deque(map(self._exceptions.__delitem__, entry.ids), maxlen=0)
+            self.ids -= len(entry.ids)
+            return
         if entry.low < 0:
             del self._exceptions[entry.origin]
             self.ids -= 1
@@ -276,9 +312,11 @@ class DedupWindow:
         ``max_bytes`` bytes in UTF-8."""
         base = self._epoch_ms or 0
         origins: dict[str, int] = {}
-        items: list[list[int | str]] = []
+        items: list[Sequence[object]] = []
         for e in self._entries:
-            if e.low < 0:
+            if e.ids is not None:
+                items.append([e.last - base, e.ids])
+            elif e.low < 0:
                 items.append([e.origin, e.last - base])
             else:
                 index = origins.setdefault(e.origin, len(origins))
@@ -336,18 +374,25 @@ class DedupWindow:
         merged = sorted(
             (e for p in parents for e in p._entries), key=lambda e: e.last
         )  # stable: each parent's order is kept between equal arrivals
-        window._extend(_Entry(e.origin, e.low, e.high, e.last) for e in merged)
+        window._extend(
+            _Entry(e.origin, e.low, e.high, e.last, None if e.ids is None else list(e.ids))
+            for e in merged
+        )
         window._evict()
         return window
 
     def _extend(self, entries: Iterable[_Entry]) -> None:
-        """Append ``entries`` as they are (no range extended), skipping an exception held
-        already."""
+        """Append ``entries`` as they are (no range extended), skipping the ids of exceptions
+        and chunks held already."""
+        exceptions = self._exceptions
         for entry in entries:
-            if entry.low < 0:
-                if entry.origin in self._exceptions:
+            if entry.ids is not None:
+                entry.ids = [i for i in entry.ids if i not in exceptions]
+                if not entry.ids:
                     continue
-                self._exceptions[entry.origin] = entry
+            elif entry.low < 0:
+                if entry.origin in exceptions:
+                    continue
             elif entry.origin in self._highest:
                 self._highest[entry.origin] = max(self._highest[entry.origin], entry.high)
             self._append(entry)
@@ -356,7 +401,12 @@ class DedupWindow:
 def _parsed(items: Sequence[Sequence[object]], origins: Sequence[str], base: int) -> list[_Entry]:
     out = []
     for item in items:
-        if len(item) == 2:
+        if len(item) == 2 and type(item[0]) is int:
+            arrival, ids = item
+            if not isinstance(ids, list) or not ids or not all(type(i) is str for i in ids):
+                raise ValueError(f"bad chunk entry {item!r:.80}")
+            out.append(_Entry("", -2, -2, base + int(arrival), ids))  # type: ignore[call-overload]
+        elif len(item) == 2:
             record_id, arrival = item
             if not isinstance(record_id, str) or not isinstance(arrival, int):
                 raise ValueError(f"bad exception entry {item!r}")

@@ -5,16 +5,18 @@ Two windows: ``live`` holds every id registered for delivery and answers which r
 duplicates; ``stored`` holds the ids of the records up to the last checkpoint written, which
 is what the checkpoint row keeps (a record after the checkpoint is delivered again after a
 crash, so its id must not be stored with it). Between the two, the ids taken since, in shard
-order, as segments (a run of counters over consecutive sub-sequence numbers, or one id), moved
-to ``stored`` as the checkpoint passes them.
+order, as segments (a run of counters over consecutive sub-sequence numbers, or one id) and
+blocks (the ids of their own of consecutive records), moved to ``stored`` as the checkpoint
+passes them.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kinesis_core.checkpoint.base import Sentinel
 from kinesis_core.consumer.dedup import (
@@ -79,6 +81,18 @@ class _Segment(NamedTuple):
     arrival: float
 
 
+class _Block(NamedTuple):
+    """Ids taken for delivery together, not yet in the stored window: those of ``records``
+    (consecutive, ``first`` and ``last`` their positions), ``ids``, taken as arrived at
+    ``arrival``."""
+
+    first: Position
+    last: Position
+    records: list[KinesisRecord]
+    ids: list[str]
+    arrival: float
+
+
 class ShardDedup:
     """Drops a shard's duplicates before they are registered for delivery, and keeps the window
     of its checkpoint (see the module's docstring)."""
@@ -88,23 +102,29 @@ class ShardDedup:
         self.stored = DedupWindow.loads(
             start.dumps(), max_age=start.max_age, max_ids=start.max_ids, max_bytes=start.max_bytes
         )
-        self._pending: deque[_Segment] = deque()
+        self._pending: deque[_Segment | _Block] = deque()
         self.dropped = 0
         """Records dropped as duplicates."""
 
     def admit(self, records: list[KinesisRecord]) -> list[KinesisRecord]:
         """The records of a response (shard order) that are not duplicates: ``records`` itself
         when none is. Their ids are taken."""
+        runs: list[Any] = [r.id_run for r in records]
+        if set(map(type, runs)) == {str}:  # every record has an id of its own: one block
+            drops = self._take_ids(records, runs, 0, len(records))
+            if drops is None:
+                return records
+            return [r for r, dropped in zip(records, drops, strict=True) if not dropped]
         kept: list[KinesisRecord] | None = None
         n = len(records)
         i = 0
         while i < n:
             record = records[i]
-            rid = record.id_run
+            rid = runs[i]
             if rid is None:
                 j = i + 1
             elif type(rid) is tuple:
-                j = _run_end(records, i, rid)
+                j = _run_end(runs, i, rid)
                 first = record.sub_sequence_number
                 if records[j - 1].sub_sequence_number - first != j - 1 - i:
                     j = _contiguous_end(records, i, j)
@@ -117,19 +137,44 @@ class ShardDedup:
                     continue
             else:
                 j = i + 1
-                assert isinstance(rid, str)
-                arrival = record.approximate_arrival_seconds or 0.0
-                if self.live.seen(rid, arrival):
-                    self.dropped += 1
+                while j < n and type(runs[j]) is str:
+                    j += 1
+                drops = self._take_ids(records, runs[i:j], i, j)
+                if drops is not None:
                     kept = records[:i] if kept is None else kept
+                    block = zip(records[i:j], drops, strict=True)
+                    kept.extend(r for r, dropped in block if not dropped)
                     i = j
                     continue
-                sequence, sub = record.position
-                self._pending.append(_Segment(sequence, sub, sub, rid, -1, arrival))
             if kept is not None:
                 kept.extend(records[i:j])
             i = j
         return records if kept is None else kept
+
+    def _take_ids(
+        self, records: list[KinesisRecord], ids: list[str], i: int, j: int
+    ) -> list[bool] | None:
+        """Take ``ids``, those of ``records[i:j]``, ids of their own: at once when none is
+        shaped ``ORIGIN:COUNTER``, else one by one. None if none was a duplicate, else which
+        were."""
+        block = records[i:j]
+        first = block[0].approximate_arrival_seconds or 0.0
+        arrival = max(first, block[-1].approximate_arrival_seconds or 0.0)
+        pending = self._pending
+        if ":" not in "".join(ids):
+            drops = self.live.seen_ids(ids, arrival)
+            if drops is None:
+                pending.append(_Block(block[0].position, block[-1].position, block, ids, arrival))
+                return None
+        else:
+            drops = [self.live.seen(record_id, arrival) for record_id in ids]
+        for record, record_id, dropped in zip(block, ids, drops, strict=True):
+            if not dropped:
+                sequence, sub = record.position
+                pending.append(_Segment(sequence, sub, sub, record_id, -1, arrival))
+        dropped_here = sum(drops)
+        self.dropped += dropped_here
+        return drops if dropped_here else None
 
     def _take_run(
         self, records: list[KinesisRecord], i: int, j: int, rid: tuple[str, int]
@@ -161,47 +206,70 @@ class ShardDedup:
         stored = self.stored
         if value is Sentinel.SHARD_END:
             while pending:
-                segment = pending.popleft()
-                _store(stored, segment, segment.last)
+                _store(stored, pending.popleft())
         elif not isinstance(value, Sentinel):  # a start sentinel: nothing delivered yet
-            sub = value[1]
             while pending:
-                segment = pending[0]
-                if (segment.sequence, segment.last) <= value:
-                    pending.popleft()
-                    _store(stored, segment, segment.last)
+                item = pending[0]
+                if _last(item) <= value:
+                    _store(stored, pending.popleft())
                     continue
-                if (segment.sequence, segment.first) <= value:
-                    _store(stored, segment, sub)
-                    pending[0] = segment._replace(
-                        first=sub + 1, low=segment.low + sub + 1 - segment.first
-                    )
+                if _first(item) <= value:
+                    done, rest = _split(item, value)
+                    _store(stored, done)
+                    pending[0] = rest
                 break
         return stored.dumps()
 
 
-def _store(window: DedupWindow, segment: _Segment, last: int) -> None:
-    """Put the ids of ``segment``'s records up to sub-sequence number ``last`` in ``window``."""
-    if segment.low < 0:
-        window.seen(segment.origin, segment.arrival)
+def _first(item: _Segment | _Block) -> Position:
+    return item.first if isinstance(item, _Block) else (item.sequence, item.first)
+
+
+def _last(item: _Segment | _Block) -> Position:
+    return item.last if isinstance(item, _Block) else (item.sequence, item.last)
+
+
+def _split(item: _Segment | _Block, value: Position) -> tuple[_Segment | _Block, _Segment | _Block]:
+    """``item``'s ids up to ``value`` and after it (it holds ids on both sides)."""
+    if isinstance(item, _Block):
+        k = bisect_right(item.records, value, key=_position)
+        records, ids = item.records, item.ids
+        return (
+            item._replace(last=records[k - 1].position, records=records[:k], ids=ids[:k]),
+            item._replace(first=records[k].position, records=records[k:], ids=ids[k:]),
+        )
+    sub = value[1]
+    done = item._replace(last=sub)
+    return done, item._replace(first=sub + 1, low=item.low + sub + 1 - item.first)
+
+
+def _position(record: KinesisRecord) -> Position:
+    return record.position
+
+
+def _store(window: DedupWindow, item: _Segment | _Block) -> None:
+    """Put ``item``'s ids in ``window``."""
+    if isinstance(item, _Block):
+        window.seen_ids(item.ids, item.arrival, distinct=True)
+    elif item.low < 0:
+        window.seen(item.origin, item.arrival)
     else:
-        high = segment.low + last - segment.first
-        window.seen_run(segment.origin, segment.low, high, segment.arrival)
+        window.seen_run(item.origin, item.low, item.low + item.last - item.first, item.arrival)
 
 
-def _run_end(records: list[KinesisRecord], i: int, rid: object) -> int:
-    """The end of the block of records from ``i`` on that share the id run ``rid`` (the
-    records of one aggregate: contiguous), by galloping then bisecting."""
-    n = len(records)
+def _run_end(runs: list[Any], i: int, rid: object) -> int:
+    """The end of the block of records from ``i`` on whose ``id_run`` (``runs``) is the run
+    ``rid`` (the records of one aggregate: contiguous), by galloping then bisecting."""
+    n = len(runs)
     step = 1
-    low = i  # records[low] shares it
-    while low + step < n and records[low + step].id_run is rid:
+    low = i  # runs[low] is it
+    while low + step < n and runs[low + step] is rid:
         low += step
         step *= 2
-    high = min(low + step, n)  # records[high] does not (or is the end)
+    high = min(low + step, n)  # runs[high] is not (or is the end)
     while high - low > 1:
         mid = (low + high) // 2
-        if records[mid].id_run is rid:
+        if runs[mid] is rid:
             low = mid
         else:
             high = mid

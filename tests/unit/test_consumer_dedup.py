@@ -395,3 +395,71 @@ def test_the_version_is_the_first_element() -> None:
     window = DedupWindow()
     window.seen("o:0", 1.0)
     assert window.dumps().startswith(f"[{VERSION},")
+
+
+def test_ids_taken_together_are_chunks_taken_and_found_as_others() -> None:
+    window = DedupWindow()
+    batch = [f"order-{n}" for n in range(600)]
+    assert window.seen_ids(batch, 1.0) is None
+    assert (len(window), window.entries) == (600, 3)  # chunks of CHUNK_IDS
+    assert all(i in window for i in batch)
+    again = ["order-599", "new-1", "order-0", "new-1"]
+    assert window.seen_ids(again, 2.0) == [True, False, True, True]
+    assert window.seen("order-17", 3.0)
+    text = window.dumps()
+    assert len(text.encode()) <= window.size
+    loaded = DedupWindow.loads(text)
+    assert loaded.dumps() == text
+    assert (len(loaded), loaded.entries) == (601, 4)
+
+
+def test_chunks_leave_whole_by_bytes_and_from_their_front_by_count() -> None:
+    by_bytes = DedupWindow(max_bytes=2048)
+    for k in range(10):
+        by_bytes.seen_ids([f"k{k}-{n:03d}" for n in range(100)], float(k))
+        assert len(by_bytes.dumps().encode()) <= by_bytes.size <= 2048
+    assert all(f"k9-{n:03d}" in by_bytes for n in range(100))
+    assert len(by_bytes) % 100 == 0  # whole chunks
+    by_count = DedupWindow(max_ids=150)
+    by_count.seen_ids([f"a{n}" for n in range(100)], 1.0)
+    by_count.seen_ids([f"b{n}" for n in range(100)], 2.0)
+    assert len(by_count) == 150
+    assert [f"a{n}" in by_count for n in (49, 50, 99)] == [False, True, True]
+
+
+def test_a_merge_takes_each_chunked_id_once() -> None:
+    left, right = DedupWindow(), DedupWindow()
+    left.seen_ids(["x", "y"], 1.0)
+    right.seen_ids(["y", "z"], 2.0)
+    merged = DedupWindow.inherit([left, right])
+    assert len(merged) == 3
+    assert all(i in merged for i in "xyz")
+    assert len(merged.dumps().encode()) <= merged.size
+
+
+@pytest.mark.slow
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.lists(st.text("abc", min_size=1, max_size=3), max_size=40), max_size=30),
+    st.integers(1, 60),
+    st.integers(1024, 2048),
+)
+def test_chunks_are_exact_and_round_trip(
+    batches: list[list[str]], max_ids: int, max_bytes: int
+) -> None:
+    bounds = {"max_ids": max_ids, "max_age": 30.0, "max_bytes": max_bytes}
+    window = DedupWindow(**bounds)
+    taken: set[str] = set()
+    for k, batch in enumerate(batches):
+        answers = window.seen_ids(batch, 1_700_000_000 + k / 10)
+        for n, record_id in enumerate(batch):
+            duplicate = answers is not None and answers[n]
+            assert not duplicate or record_id in taken or record_id in batch[:n]
+            taken.add(record_id)
+        assert batch == [] or batch[-1] in window
+        assert len(window) <= max_ids
+        assert len(window.dumps().encode()) <= window.size <= max_bytes
+    text = window.dumps()
+    again = DedupWindow.loads(text, **bounds)
+    assert again.dumps() == text
+    assert {i for i in taken if i in again} == {i for i in taken if i in window}

@@ -19,7 +19,15 @@ def record(
     sequence: int, sub: int, record_id: str | tuple[str, int] | None, data: bytes = b"x"
 ) -> KinesisRecord:
     return KinesisRecord(
-        data, "pk", None, str(sequence), sub, "shardId-000000000000", ARRIVAL, True, _id=record_id
+        data,
+        "pk",
+        None,
+        str(sequence),
+        sub,
+        "shardId-000000000000",
+        ARRIVAL,
+        True,
+        id_run=record_id,
     )
 
 
