@@ -1,10 +1,11 @@
 """The dedup window's size per shard at 10,000 records/s, by the kind of record ids: pure
 computation with ``DedupWindow`` under its default bounds (``max_age`` 600 s, ``max_ids``
-1,000,000, ``max_bytes`` 128 KiB), no server.
+10,000,000, ``max_bytes`` 128 KiB), no server.
 
 Traffic: one shard, 10,000 records/s in aggregates of 100 records (an aggregate's records share
 their arrival time, one aggregate every 10 ms), each record's id taken as a deduplicating
-consumer takes it (a run of ``ORIGIN:COUNTER`` ids in one step, any other id one by one):
+consumer takes it (a run of ``ORIGIN:COUNTER`` ids in one step, the callers' ids of an
+aggregate together, as a chunk, any other id one by one):
 
 * (a) automatic ids from one producer: one run of consecutive counters per aggregate;
 * (b) automatic ids from 10 producers, their aggregates interleaved in the shard;
@@ -47,7 +48,7 @@ RATE = 10_000
 AGGREGATE = 100
 """Records per aggregate: one arrival time each."""
 SECONDS = 60
-LONG_SECONDS = 700
+LONG_SECONDS = 1_100
 """Seconds of traffic for the ids whose window does not grow: past ``max_ids`` / ``RATE``."""
 TAIL = 2
 """Seconds of traffic at the end of the ``SECONDS`` whose ids are taken one by one (the
@@ -153,6 +154,11 @@ def _feed(window: DedupWindow, traffic: Traffic, first: int, last: int) -> None:
         arrival = _arrival(k)
         if traffic.run is not None:
             window.seen_run(*traffic.run(k), arrival)
+            continue
+        ids = [traffic.record_id(i) for i in range(k * AGGREGATE, (k + 1) * AGGREGATE)]
+        if ":" not in "".join(ids):  # a caller's ids: taken together, as the consumer does
+            if window.seen_ids(ids, arrival) is not None:
+                raise AssertionError(f"{traffic.subject}: aggregate {k} has a duplicate")
             continue
         for i in range(k * AGGREGATE, (k + 1) * AGGREGATE):
             if window.seen(traffic.record_id(i), arrival):

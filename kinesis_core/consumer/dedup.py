@@ -52,7 +52,7 @@ MAX_WINDOW_BYTES = 300_000
 """The largest ``max_bytes``: a serialised window of this size leaves 100 KB of a DynamoDB
 item's 400 KB for the rest of a checkpoint row."""
 DEFAULT_MAX_AGE = 600.0
-DEFAULT_MAX_IDS = 1_000_000
+DEFAULT_MAX_IDS = 10_000_000
 DEFAULT_MAX_BYTES = 128 * 1024
 CHUNK_IDS = 256
 """The most ids of one chunk (the ids :meth:`DedupWindow.seen_ids` takes together): the bounds
