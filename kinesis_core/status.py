@@ -2,7 +2,8 @@
 
 ``kinesis-connectors status STREAM`` prints it: the shards as a lineage tree (open or closed,
 hash ranges, parents and children), and per shard the stored checkpoint, the lease owner and
-counter, where the application is (finished, reading, waiting for a parent) and its lag.
+counter, where the application is (finished, reading, waiting for a parent) and its lag, and
+the stored dedup window's size when the application deduplicates.
 
 The lag is the ``MillisBehindLatest`` of one GetRecords call (``Limit=1``) with an iterator
 just after the checkpoint: the figure the consumer itself would see on its next read, and the
@@ -30,6 +31,7 @@ from typing import Any
 from kinesis_core.aws.classify import error_details
 from kinesis_core.aws.executor import list_all_shards
 from kinesis_core.checkpoint.base import Checkpoint, CheckpointStore, CheckpointValue, Sentinel
+from kinesis_core.consumer.dedup import MAX_WINDOW_BYTES, DedupWindow
 from kinesis_core.consumer.incarnation import StreamFacts, stale_rows
 from kinesis_core.consumer.lineage import Lineage, ShardNode, ShardState
 from kinesis_core.consumer.positions import TRIM_HORIZON
@@ -310,6 +312,26 @@ def _row_json(row: Checkpoint) -> dict[str, Any]:
     }
 
 
+def _window_json(row: Checkpoint) -> dict[str, int] | None:
+    """The stored dedup window's ids and bytes (-1 ids: it does not parse)."""
+    text = row.dedup_window
+    if text is None:
+        return None
+    try:
+        ids = len(DedupWindow.loads(text, max_ids=100_000_000, max_bytes=MAX_WINDOW_BYTES))
+    except ValueError:
+        ids = -1
+    return {"ids": ids, "bytes": len(text.encode())}
+
+
+def _window_text(row: Checkpoint | None) -> str:
+    window = None if row is None else _window_json(row)
+    if window is None:
+        return "-"
+    ids = "unreadable" if window["ids"] < 0 else f"{window['ids']:,} ids"
+    return f"{ids}, {window['bytes']:,} B"
+
+
 def _shard_json(view: ShardView) -> dict[str, Any]:
     lag = view.lag
     return {
@@ -322,6 +344,7 @@ def _shard_json(view: ShardView) -> dict[str, Any]:
         "checkpoint": None if view.row is None else _value_json(view.row.value),
         "lease_owner": None if view.row is None else view.row.owner,
         "lease_counter": None if view.row is None else view.row.counter,
+        "dedup_window": None if view.row is None else _window_json(view.row),
         "lag": None
         if lag is None
         else {
@@ -390,6 +413,8 @@ def _text_lines(status: StreamStatus, previous: StreamStatus | None) -> list[str
     header: tuple[str, ...] = ("shard", "state", "hash keys")
     if status.store is not None:
         header += ("progress", "checkpoint", "lease owner", "counter", "lag")
+        if any(view.row is not None and view.row.dedup_window for view in status.shards):
+            header += ("dedup window",)
     table: list[tuple[str, ...]] = []
     drawn: set[str] = set()
     by_id = {view.shard_id: view for view in status.shards}
@@ -413,6 +438,7 @@ def _text_lines(status: StreamStatus, previous: StreamStatus | None) -> list[str
                 "-" if row is None or row.owner is None else row.owner,
                 "-" if row is None else str(row.counter),
                 _lag_text(view.lag, lags_before.get(view.shard_id)),
+                _window_text(row),
             )[: len(header)]
         )
         shown = [by_id[child] for child in view.children if child in by_id]

@@ -11,6 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from kinesis_core.checkpoint import SHARD_END, Checkpoint, Sentinel
+from kinesis_core.consumer.dedup import DedupWindow
 from kinesis_core.shards.hashing import MAX_HASH_KEY
 from kinesis_core.shards.info import ShardInfo
 from kinesis_core.status import Lag, build_status, lag_iterator, measure_lag
@@ -111,6 +112,7 @@ def test_json_document() -> None:
         "checkpoint": {"sequence_number": str(BIG), "sub_sequence_number": 3},
         "lease_owner": "worker-a",
         "lease_counter": 9,
+        "dedup_window": None,
         "lag": {"millis_behind_latest": 1500, "caught_up": False, "error": None},
     }
     assert by_id["s0"]["checkpoint"] == {"sentinel": "SHARD_END"}
@@ -190,6 +192,27 @@ def test_text_view() -> None:
         ["`--", "s4", "(merge", "child:", "see", "above)"],
     ]
     assert lines[-1] == "leases: worker-a holds 1, worker-b holds 1"
+
+
+def test_a_stored_dedup_window_shows_its_ids_and_bytes() -> None:
+    window = DedupWindow()
+    window.seen_run("session.2", 0, 999, 1_700_000_000.0)
+    window.seen("order-17", 1_700_000_000.0)
+    text = window.dumps()
+    rows = [
+        Checkpoint("s0", SHARD_END, 4),
+        Checkpoint("s2", (BIG, 3), 9, "worker-a", ("s0",), dedup_window=text),
+        Checkpoint("s1", (BIG, 1), 2, dedup_window="not a window"),
+    ]
+    status = build_status("orders", "app", "store", LINEAGE, rows, {}, AT)
+    by_id = {s["shard_id"]: s for s in status.to_json()["shards"]}
+    assert by_id["s2"]["dedup_window"] == {"ids": 1001, "bytes": len(text)}
+    assert by_id["s1"]["dedup_window"] == {"ids": -1, "bytes": 12}
+    assert by_id["s0"]["dedup_window"] is None
+    lines = status.format_text().splitlines()
+    assert lines[3].endswith("dedup window")
+    assert any(line.endswith(f"1,001 ids, {len(text)} B") for line in lines)
+    assert any(line.endswith("unreadable, 12 B") for line in lines)
 
 
 def test_text_without_a_store_shows_the_shards_only() -> None:
