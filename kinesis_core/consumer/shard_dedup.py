@@ -119,34 +119,25 @@ class ShardDedup:
         n = len(records)
         i = 0
         while i < n:
-            record = records[i]
             rid = runs[i]
             if rid is None:
-                j = i + 1
+                j, drops = i + 1, None
             elif type(rid) is tuple:
                 j = _run_end(runs, i, rid)
-                first = record.sub_sequence_number
+                first = records[i].sub_sequence_number
                 if records[j - 1].sub_sequence_number - first != j - 1 - i:
                     j = _contiguous_end(records, i, j)
                 drops = self._take_run(records, i, j, rid)
-                if drops is not None:
-                    kept = records[:i] if kept is None else kept
-                    run = zip(records[i:j], drops, strict=True)
-                    kept.extend(r for r, dropped in run if not dropped)
-                    i = j
-                    continue
             else:
                 j = i + 1
                 while j < n and type(runs[j]) is str:
                     j += 1
                 drops = self._take_ids(records, runs[i:j], i, j)
-                if drops is not None:
-                    kept = records[:i] if kept is None else kept
-                    block = zip(records[i:j], drops, strict=True)
-                    kept.extend(r for r, dropped in block if not dropped)
-                    i = j
-                    continue
-            if kept is not None:
+            if drops is not None:
+                kept = records[:i] if kept is None else kept
+                taken = zip(records[i:j], drops, strict=True)
+                kept.extend(r for r, dropped in taken if not dropped)
+            elif kept is not None:
                 kept.extend(records[i:j])
             i = j
         return records if kept is None else kept
