@@ -82,13 +82,15 @@ class _Segment(NamedTuple):
 
 
 class _Block(NamedTuple):
-    """Ids taken for delivery together, not yet in the stored window: those of ``records``
-    (consecutive, ``first`` and ``last`` their positions), ``ids``, taken as arrived at
+    """Ids taken for delivery together, not yet in the stored window: ``ids``, those of
+    consecutive records at ``keys`` (their sequence numbers as the service sends them and
+    sub-sequence numbers; not the records, whose data must not outlive their processing),
+    ``first`` and ``last`` the first and last of those positions, taken as arrived at
     ``arrival``."""
 
     first: Position
     last: Position
-    records: list[KinesisRecord]
+    keys: list[tuple[str, int]]
     ids: list[str]
     arrival: float
 
@@ -155,7 +157,8 @@ class ShardDedup:
         if ":" not in "".join(ids):
             drops = self.live.seen_ids(ids, arrival)
             if drops is None:
-                pending.append(_Block(block[0].position, block[-1].position, block, ids, arrival))
+                keys = [(r.sequence_number, r.sub_sequence_number) for r in block]
+                pending.append(_Block(block[0].position, block[-1].position, keys, ids, arrival))
                 return None
         else:
             drops = [self.live.seen(record_id, arrival) for record_id in ids]
@@ -223,19 +226,19 @@ def _last(item: _Segment | _Block) -> Position:
 def _split(item: _Segment | _Block, value: Position) -> tuple[_Segment | _Block, _Segment | _Block]:
     """``item``'s ids up to ``value`` and after it (it holds ids on both sides)."""
     if isinstance(item, _Block):
-        k = bisect_right(item.records, value, key=_position)
-        records, ids = item.records, item.ids
+        keys, ids = item.keys, item.ids
+        k = bisect_right(keys, value, key=_position)
         return (
-            item._replace(last=records[k - 1].position, records=records[:k], ids=ids[:k]),
-            item._replace(first=records[k].position, records=records[k:], ids=ids[k:]),
+            item._replace(last=_position(keys[k - 1]), keys=keys[:k], ids=ids[:k]),
+            item._replace(first=_position(keys[k]), keys=keys[k:], ids=ids[k:]),
         )
     sub = value[1]
     done = item._replace(last=sub)
     return done, item._replace(first=sub + 1, low=item.low + sub + 1 - item.first)
 
 
-def _position(record: KinesisRecord) -> Position:
-    return record.position
+def _position(key: tuple[str, int]) -> Position:
+    return int(key[0]), key[1]
 
 
 def _store(window: DedupWindow, item: _Segment | _Block) -> None:

@@ -119,6 +119,16 @@ def test_the_stored_window_holds_the_ids_up_to_the_checkpoint_only() -> None:
     assert len(DedupWindow.loads(dedup.window_at(SHARD_END))) == 21
 
 
+def test_a_checkpoint_inside_a_block_of_ids_of_their_own_stores_its_first_part() -> None:
+    dedup = fresh()
+    records = [record(7, sub, f"order-{sub}") for sub in range(5)]
+    assert dedup.admit(records) is records
+    stored = DedupWindow.loads(dedup.window_at((7, 2)))
+    assert [f"order-{n}" in stored for n in range(5)] == [True, True, True, False, False]
+    stored = DedupWindow.loads(dedup.window_at((7, 4)))
+    assert all(f"order-{n}" in stored for n in range(5))
+
+
 def test_a_start_value_stores_the_window_the_shard_started_with() -> None:
     start = Deduplicate().window()
     start.seen("before", ARRIVAL)
