@@ -105,6 +105,8 @@ class ShardDedup:
             start.dumps(), max_age=start.max_age, max_ids=start.max_ids, max_bytes=start.max_bytes
         )
         self._pending: deque[_Segment | _Block] = deque()
+        self._text: str | None = None
+        """``stored`` serialised, until it takes more ids."""
         self.dropped = 0
         """Records dropped as duplicates."""
 
@@ -195,24 +197,27 @@ class ShardDedup:
     def window_at(self, value: Position | Sentinel) -> str:
         """The stored form of the window of a checkpoint at ``value``: the ids of the records
         up to it (all of them at SHARD_END). Checkpoints only move forward, so this moves
-        ``stored`` on."""
+        ``stored`` on; a checkpoint that passed no new id gets the text serialised before."""
         pending = self._pending
-        stored = self.stored
+        passed: list[_Segment | _Block] = []
         if value is Sentinel.SHARD_END:
-            while pending:
-                _store(stored, pending.popleft())
+            passed.extend(pending)
+            pending.clear()
         elif not isinstance(value, Sentinel):  # a start sentinel: nothing delivered yet
             while pending:
                 item = pending[0]
                 if _last(item) <= value:
-                    _store(stored, pending.popleft())
+                    passed.append(pending.popleft())
                     continue
                 if _first(item) <= value:
-                    done, rest = _split(item, value)
-                    _store(stored, done)
-                    pending[0] = rest
+                    done, pending[0] = _split(item, value)
+                    passed.append(done)
                 break
-        return stored.dumps()
+        if passed or self._text is None:
+            for item in passed:
+                _store(self.stored, item)
+            self._text = self.stored.dumps()
+        return self._text
 
 
 def _first(item: _Segment | _Block) -> Position:
