@@ -142,7 +142,10 @@ class DedupWindow:
         return len(self._entries)
 
     def __contains__(self, record_id: str) -> bool:
-        split = split_counter(record_id)
+        return self._holds(record_id, split_counter(record_id))
+
+    def _holds(self, record_id: str, split: tuple[str, int] | None) -> bool:
+        """``record_id in self``, its ``split_counter`` given."""
         if split is None:
             return record_id in self._exceptions
         origin, counter = split
@@ -154,9 +157,9 @@ class DedupWindow:
     def seen(self, record_id: str, arrival: float) -> bool:
         """Whether ``record_id`` was taken before (a duplicate: True); if not, take it, as
         arrived at ``arrival`` (epoch seconds), and forget what falls out of the bounds."""
-        if record_id in self:
-            return True
         split = split_counter(record_id)
+        if self._holds(record_id, split):
+            return True
         if split is None:
             self._append(_Entry(record_id, -1, -1, self._arrived(arrival)))
             self._evict()
