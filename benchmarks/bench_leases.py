@@ -42,6 +42,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from benchmarks._table import Row
 from kinesis_core.aws.client import ClientConfig
@@ -77,31 +78,9 @@ class EveryWorkerScans:
         return await self.store.list(application, stream)
 
     async def put(
-        self,
-        application: str,
-        stream: str,
-        shard_id: str,
-        value: CheckpointValue,
-        *,
-        expected: Checkpoint | None,
-        parent_shard_ids: Sequence[str] = (),
-        child_shard_ids: Sequence[str] = (),
-        hash_range: tuple[int, int] | None = None,
-        stream_created_ms: int | None = None,
-        dedup_window: str | None = None,
+        self, application: str, stream: str, shard_id: str, value: CheckpointValue, **options: Any
     ) -> Checkpoint:
-        return await self.store.put(
-            application,
-            stream,
-            shard_id,
-            value,
-            expected=expected,
-            parent_shard_ids=parent_shard_ids,
-            child_shard_ids=child_shard_ids,
-            hash_range=hash_range,
-            stream_created_ms=stream_created_ms,
-            dedup_window=dedup_window,
-        )
+        return await self.store.put(application, stream, shard_id, value, **options)
 
     async def update_lease(
         self,

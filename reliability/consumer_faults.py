@@ -137,35 +137,13 @@ class RecordingStore(MemoryCheckpointStore):
         self.failures = 0
 
     async def put(
-        self,
-        application: str,
-        stream: str,
-        shard_id: str,
-        value: CheckpointValue,
-        *,
-        expected: Checkpoint | None,
-        parent_shard_ids: Sequence[str] = (),
-        child_shard_ids: Sequence[str] = (),
-        hash_range: tuple[int, int] | None = None,
-        stream_created_ms: int | None = None,
-        dedup_window: str | None = None,
+        self, application: str, stream: str, shard_id: str, value: CheckpointValue, **options: Any
     ) -> Checkpoint:
         if self._rng.random() < self._failure_rate:
             self.failures += 1
             raise ConnectionError("injected: the checkpoint store is unreachable")
         acks = self._clock()
-        row = await super().put(
-            application,
-            stream,
-            shard_id,
-            value,
-            expected=expected,
-            parent_shard_ids=parent_shard_ids,
-            child_shard_ids=child_shard_ids,
-            hash_range=hash_range,
-            stream_created_ms=stream_created_ms,
-            dedup_window=dedup_window,
-        )
+        row = await super().put(application, stream, shard_id, value, **options)
         self.writes.append(Write(shard_id, value, acks))
         return row
 

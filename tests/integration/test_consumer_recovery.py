@@ -4,7 +4,6 @@ out of order, and a crash between the ack and the checkpoint write."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -178,30 +177,12 @@ class CrashingStore(MemoryCheckpointStore):
         self.allowed = allowed
 
     async def put(
-        self,
-        application: str,
-        stream: str,
-        shard_id: str,
-        value: CheckpointValue,
-        *,
-        expected: Checkpoint | None,
-        parent_shard_ids: Sequence[str] = (),
-        stream_created_ms: int | None = None,
-        dedup_window: str | None = None,
+        self, application: str, stream: str, shard_id: str, value: CheckpointValue, **options: Any
     ) -> Checkpoint:
         if self.allowed <= 0:
             raise ConnectionError("crashed before the checkpoint was written")
         self.allowed -= 1
-        return await super().put(
-            application,
-            stream,
-            shard_id,
-            value,
-            expected=expected,
-            parent_shard_ids=parent_shard_ids,
-            stream_created_ms=stream_created_ms,
-            dedup_window=dedup_window,
-        )
+        return await super().put(application, stream, shard_id, value, **options)
 
 
 def test_a_crash_between_ack_and_checkpoint_write_replays_only_the_unwritten(
